@@ -1,0 +1,58 @@
+#include "analysis/skyline_entries.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "analysis/timeline.h"
+
+namespace vramscope::analysis {
+
+using attribution::Category;
+
+SkylineEntries BuildSkylineEntries(const model::Trace& trace, const Summary& summary,
+                                   const attribution::Attribution& attribution, SiteNamer& sites) {
+  SkylineEntries out;
+  // Gradient sizes by requested size, consumed one per weight.
+  std::map<uint64_t, std::vector<uint64_t>> gradients;
+  for (size_t i = 0; i < trace.allocations.size(); ++i) {
+    if (attribution.allocations[i].category == Category::kGradient) {
+      gradients[trace.allocations[i].requested_size].push_back(trace.allocations[i].size);
+    }
+  }
+  for (const DeviceSummary& d : summary.devices) {
+    std::map<std::string, int> seen;  // name -> count, to number repeated sites
+    for (const size_t i : LiveAfter(trace, d.device, d.peak_allocated_event)) {
+      const model::Allocation& a = trace.allocations[i];
+      const attribution::AllocationInfo& info = attribution.allocations[i];
+      if (info.category == Category::kWeight) {
+        std::string base = sites.Label(sites.Site(a.alloc_stack));
+        if (info.module_kind != model::kEmptyString) {
+          base = fmt::format("{} @ {}", trace.strings.Get(info.module_kind), base);
+        }
+        const int n = seen[base]++;
+        WeightEntry w;
+        w.name = fmt::format("{}#{}", base, n);
+        w.size_bytes = a.size;
+        w.stack = a.alloc_stack;
+        auto it = gradients.find(a.requested_size);
+        if (it != gradients.end() && !it->second.empty()) {
+          w.grad_size_bytes = it->second.back();
+          it->second.pop_back();
+        }
+        out.weights.push_back(std::move(w));
+      } else if (info.category == Category::kActivation) {
+        ActivationEntry e;
+        e.operation_name = info.operation != model::kEmptyString
+                               ? std::string(trace.strings.Get(info.operation))
+                               : std::string("unknown");
+        e.size_bytes = a.size;
+        e.stack = a.alloc_stack;
+        out.activations.push_back(std::move(e));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace vramscope::analysis

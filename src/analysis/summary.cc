@@ -1,0 +1,115 @@
+#include "analysis/summary.h"
+
+#include <algorithm>
+#include <array>
+#include <unordered_map>
+
+namespace vramscope::analysis {
+
+using attribution::Category;
+
+Summary Summarize(const model::Trace& trace, const Timelines& timelines,
+                  const attribution::Attribution& attribution, SiteNamer& sites) {
+  Summary out;
+  out.allocations = trace.allocations.size();
+  for (size_t d = 0; d < trace.devices.size(); ++d) {
+    const DeviceTimeline& t = timelines.devices[d];
+    DeviceSummary s;
+    s.device = t.device;
+    s.events = t.end - t.begin;
+    for (const model::Segment& seg : trace.segments) {
+      if (seg.device != s.device) continue;
+      ++s.segments;
+      if (seg.pool == model::Pool::kSmall) ++s.small_segments;
+      s.blocks += seg.block_count;
+      for (uint32_t b = seg.first_block; b < seg.first_block + seg.block_count; ++b) {
+        const model::Block& block = trace.blocks[b];
+        if (model::IsActive(block.state)) {
+          ++s.active_blocks;
+        } else {
+          s.largest_cached_free_block =
+              std::max(s.largest_cached_free_block, static_cast<int64_t>(block.size));
+        }
+      }
+    }
+    // A device with neither segments nor memory events (e.g. a lone snapshot marker) has
+    // nothing to report.
+    bool memory_events = false;
+    for (size_t i = t.begin; i < t.end && !memory_events; ++i) {
+      memory_events = trace.events.action[i] != model::Action::kSnapshot &&
+                      trace.events.action[i] != model::Action::kUserDefined &&
+                      trace.events.action[i] != model::Action::kAnnotate;
+    }
+    if (s.segments == 0 && !memory_events) continue;
+
+    s.allocated_at_dump = t.allocated_at_dump;
+    s.reserved_at_dump = t.reserved_at_dump;
+    s.active_at_dump = t.active_at_dump;
+    s.requested_at_dump = t.requested_at_dump;
+    s.estimated_sizes = t.estimated_sizes;
+    s.peak_from_trace = trace.facts.has_trace && t.end > t.begin;
+    s.peak_allocated = t.peak_allocated;
+    s.peak_allocated_event = t.peak_allocated_event;
+    s.peak_reserved = t.peak_reserved;
+    s.peak_reserved_event = t.peak_reserved_event;
+    // A trace-less snapshot: the dump is all we know.
+    if (!s.peak_from_trace) {
+      s.peak_allocated = std::max(s.peak_allocated, s.allocated_at_dump);
+      s.peak_reserved = std::max(s.peak_reserved, s.reserved_at_dump);
+    }
+    const auto time_of = [&](int64_t event) {
+      return event == model::kNoEvent ? model::kNoTime : trace.events.time_us[event];
+    };
+    s.peak_allocated_time_us = time_of(s.peak_allocated_event);
+    s.peak_reserved_time_us = time_of(s.peak_reserved_event);
+    s.reserved_at_peak_allocated =
+        s.peak_allocated_event == model::kNoEvent
+            ? (s.peak_from_trace ? t.reserved_at_start : s.reserved_at_dump)
+            : t.reserved[s.peak_allocated_event - t.begin];
+    for (size_t i = t.begin; i < t.end; ++i) {
+      if (trace.events.time_us[i] == model::kNoTime) continue;
+      if (s.first_time_us == model::kNoTime) s.first_time_us = trace.events.time_us[i];
+      s.last_time_us = trace.events.time_us[i];
+    }
+
+    // What was live at the peak, by site and by category.
+    const std::vector<size_t> live = LiveAfter(trace, s.device, s.peak_allocated_event);
+    std::unordered_map<uint32_t, size_t> group_of_site;
+    std::vector<std::array<uint64_t, attribution::kCategoryCount>> site_categories;
+    s.live_at_peak_by_category.clear();
+    for (int c = 0; c < attribution::kCategoryCount; ++c) {
+      s.live_at_peak_by_category.push_back({static_cast<Category>(c), 0, 0});
+    }
+    for (const size_t i : live) {
+      const model::Allocation& a = trace.allocations[i];
+      const uint32_t site = sites.Site(a.alloc_stack);
+      auto [it, inserted] = group_of_site.emplace(site, s.live_at_peak_by_site.size());
+      if (inserted) {
+        s.live_at_peak_by_site.push_back({sites.Label(site), 0, 0, Category::kUnknown});
+        site_categories.push_back({});
+      }
+      SiteGroup& g = s.live_at_peak_by_site[it->second];
+      g.bytes += a.size;
+      ++g.count;
+      const Category c = attribution.allocations[i].category;
+      site_categories[it->second][static_cast<int>(c)] += a.size;
+      auto& share = s.live_at_peak_by_category[static_cast<int>(c)];
+      share.bytes += a.size;
+      ++share.count;
+      s.live_at_peak_bytes += a.size;
+      ++s.live_at_peak_count;
+    }
+    for (size_t g = 0; g < s.live_at_peak_by_site.size(); ++g) {
+      const auto& cats = site_categories[g];
+      s.live_at_peak_by_site[g].category =
+          static_cast<Category>(std::max_element(cats.begin(), cats.end()) - cats.begin());
+    }
+    std::stable_sort(s.live_at_peak_by_site.begin(), s.live_at_peak_by_site.end(),
+                     [](const SiteGroup& x, const SiteGroup& y) { return x.bytes > y.bytes; });
+    out.peak_usage_bytes = std::max(out.peak_usage_bytes, s.peak_allocated);
+    out.devices.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace vramscope::analysis

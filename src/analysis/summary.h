@@ -1,0 +1,60 @@
+// The figures every reporter shows: per device, the peaks (allocated and reserved, with when),
+// the state at the dump, what was live at the peak grouped by allocation site and by category.
+// A pure function of (trace, timelines, attribution); reporters only render it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "analysis/sites.h"
+#include "analysis/timeline.h"
+#include "attribution/attribution.h"
+#include "model/trace.h"
+
+namespace vramscope::analysis {
+
+struct SiteGroup {
+  std::string label;
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+  attribution::Category category = attribution::Category::kUnknown;  // the site's largest share
+};
+
+struct CategoryShare {
+  attribution::Category category;
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+};
+
+struct DeviceSummary {
+  int32_t device = 0;
+  uint64_t events = 0;
+  uint64_t segments = 0, small_segments = 0, blocks = 0, active_blocks = 0;
+  int64_t allocated_at_dump = 0, reserved_at_dump = 0, active_at_dump = 0, requested_at_dump = 0;
+  int64_t largest_cached_free_block = 0;  // inactive block: the biggest request served w/o cudaMalloc
+  // Peaks. peak_*_event is an index into Trace::events, or kNoEvent (start of trace / dump).
+  bool peak_from_trace = false;
+  int64_t peak_allocated = 0, peak_allocated_event = model::kNoEvent;
+  int64_t peak_allocated_time_us = model::kNoTime;
+  int64_t peak_reserved = 0, peak_reserved_event = model::kNoEvent;
+  int64_t peak_reserved_time_us = model::kNoTime;
+  int64_t reserved_at_peak_allocated = 0;
+  uint64_t estimated_sizes = 0;
+  // Live at the peak of allocated memory.
+  uint64_t live_at_peak_bytes = 0, live_at_peak_count = 0;
+  std::vector<SiteGroup> live_at_peak_by_site;  // largest first, all of them
+  std::vector<CategoryShare> live_at_peak_by_category;  // every category, fixed order
+  int64_t first_time_us = model::kNoTime, last_time_us = model::kNoTime;
+};
+
+struct Summary {
+  std::vector<DeviceSummary> devices;  // devices with segments or memory events
+  int64_t peak_usage_bytes = 0;        // Skyline's figure: peak allocated (largest device)
+  uint64_t allocations = 0;
+};
+
+Summary Summarize(const model::Trace& trace, const Timelines& timelines,
+                  const attribution::Attribution& attribution, SiteNamer& sites);
+
+}  // namespace vramscope::analysis

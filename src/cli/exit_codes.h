@@ -1,0 +1,18 @@
+// Exit codes every subcommand uses (docs/cli.md): scripts rely on them.
+#pragma once
+
+#include "common/status.h"
+
+namespace vramscope::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitBadInput = 1;  // bad input, or a failed check the user can fix
+inline constexpr int kExitUsage = 2;     // bad flags or arguments
+inline constexpr int kExitInternal = 3;  // a bug in vramscope
+
+int ExitCodeFor(const Status& status);
+// Prints "vramscope: error: <message>" (plus a bug-report hint for internal errors) and returns
+// the exit code.
+int ReportError(const Status& status);
+
+}  // namespace vramscope::cli

@@ -1,0 +1,44 @@
+// vramscope: see where the GPU memory of a training step goes. `main` only dispatches to the
+// subcommands (one file each); flags mean the same in every subcommand (docs/cli.md).
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "cli/exit_codes.h"
+#include "cli/report_command.h"
+#include "common/atomic_output.h"
+#include "report/report_input.h"
+
+int main(int argc, char** argv) {
+  using namespace vramscope;
+  InstallInterruptCleanup();
+  CLI::App app{
+      "vramscope: where the GPU memory of deep-learning training goes.\n"
+      "Reads PyTorch CUDA memory snapshots and writes a memory report (Skyline/DeepView.Profile "
+      "SQLite schema + vramscope tables) with a summary.",
+      "vramscope"};
+  app.set_version_flag("--version", std::string("vramscope ") + report::kToolVersion);
+  app.require_subcommand(0, 1);
+  cli::ReportOptions report_options;
+  cli::RegisterReportCommand(app, report_options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string where = "vramscope --help";
+    for (const CLI::App* sub : app.get_subcommands()) where = "vramscope " + sub->get_name() + " --help";
+    fmt::print(stderr, "vramscope: error: {} (see '{}')\n", e.what(), where);
+    return cli::kExitUsage;
+  }
+  if (app.got_subcommand("report")) return cli::RunReportCommand(report_options);
+  fmt::print(stderr, "{}", app.help());
+  fmt::print(stderr, "\nvramscope: error: no command given; try 'vramscope report' to see the "
+                     "built-in example\n");
+  return cli::kExitUsage;
+}

@@ -1,0 +1,208 @@
+#include "cli/report_command.h"
+
+#include <fmt/format.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "analysis/sites.h"
+#include "analysis/skyline_entries.h"
+#include "analysis/summary.h"
+#include "analysis/timeline.h"
+#include "attribution/attribution.h"
+#include "cli/built_in_example.h"
+#include "cli/exit_codes.h"
+#include "common/atomic_output.h"
+#include "common/mapped_file.h"
+#include "common/progress.h"
+#include "report/json_summary.h"
+#include "report/sqlite_report.h"
+#include "report/terminal_summary.h"
+#include "sources/snapshot/snapshot_source.h"
+
+namespace vramscope::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// "runs/step3.pickle" -> "step3.sqlite" (in the current directory).
+std::string DefaultOutput(const std::string& input) {
+  if (input.empty()) return "vramscope-example.sqlite";
+  std::string base = input.substr(input.rfind('/') == std::string::npos ? 0 : input.rfind('/') + 1);
+  const size_t dot = base.rfind('.');
+  if (dot != std::string::npos && dot > 0) base = base.substr(0, dot);
+  if (base.empty()) base = "report";
+  return base + ".sqlite";
+}
+
+Result<std::string> ResolveProjectRoot(const std::string& requested) {
+  std::string path = requested;
+  if (path.empty()) {
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+      return InvalidInput("cannot determine the current directory; pass --project-root");
+    }
+    path = cwd;
+  }
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return UsageError(fmt::format("--project-root {}: no such directory", path));
+  }
+  char resolved[PATH_MAX];
+  if (realpath(path.c_str(), resolved) == nullptr) return std::string(path);
+  return std::string(resolved);
+}
+
+Status Run(const ReportOptions& options, int* exit_code) {
+  const auto t_start = Clock::now();
+  if (options.top < 0) return UsageError("--top must be 0 or more");
+  ASSIGN_OR_RETURN(const std::string project_root, ResolveProjectRoot(options.project_root));
+
+  // Check the output before any heavy work, so "already exists" comes at once.
+  std::optional<AtomicOutput> output;
+  if (!options.no_sqlite) {
+    const std::string target = options.output.empty() ? DefaultOutput(options.input)
+                                                       : options.output;
+    ASSIGN_OR_RETURN(AtomicOutput prepared, AtomicOutput::Prepare(target, options.force));
+    output.emplace(std::move(prepared));
+  }
+
+  // Read.
+  std::unique_ptr<MappedFile> file;
+  if (options.input.empty()) {
+    file = MappedFile::FromBytes(kBuiltInExampleName, BuiltInExampleSnapshot());
+  } else {
+    ASSIGN_OR_RETURN(file, MappedFile::Open(options.input));
+  }
+  const auto t_read = Clock::now();
+  Progress progress(fmt::format("reading {}", file->path()), !options.quiet);
+  snapshot::LoadOptions load_options;
+  load_options.progress = [&](uint64_t done, uint64_t total) { progress.Update(done, total); };
+  snapshot::LoadTimings load_timings;
+  ASSIGN_OR_RETURN(model::Trace trace, snapshot::LoadSnapshot(*file, load_options, &load_timings));
+  progress.Finish();
+  trace.source.built_in_example = options.input.empty();
+
+  // Analyse.
+  const auto t_analyze = Clock::now();
+  const attribution::Attribution attributed = attribution::Attribute(trace);
+  const analysis::Timelines timelines = analysis::ComputeTimelines(trace);
+  const analysis::ProjectRoot root(project_root);
+  analysis::SiteNamer sites(trace, root);
+  const analysis::Summary summary = analysis::Summarize(trace, timelines, attributed, sites);
+  const analysis::SkylineEntries entries =
+      analysis::BuildSkylineEntries(trace, summary, attributed, sites);
+  if (options.device) {
+    bool found = false;
+    std::vector<std::string> known;
+    for (const auto& d : summary.devices) {
+      found |= d.device == *options.device;
+      known.push_back(std::to_string(d.device));
+    }
+    if (!found) {
+      return UsageError(fmt::format("--device {}: the snapshot holds memory on device(s) {}",
+                                    *options.device,
+                                    known.empty() ? std::string("none")
+                                                  : fmt::format("{}", fmt::join(known, ", "))));
+    }
+  }
+  const report::ReportInput input{trace, timelines, attributed, summary, entries, sites, root};
+
+  // Write.
+  const auto t_write = Clock::now();
+  report::SqliteReportInfo info;
+  if (output) {
+    RETURN_IF_ERROR(report::WriteSqliteReport(output->temp_path(), input, &info));
+    RETURN_IF_ERROR(output->Commit());
+  }
+  const auto t_end = Clock::now();
+
+  if (options.json) {
+    nlohmann::json json = report::RenderJsonSummary(input, options.top);
+    json["report"] = output ? nlohmann::json{{"path", output->target()},
+                                             {"skyline_tables", info.skyline_tables},
+                                             {"vramscope_tables", info.vramscope_tables},
+                                             {"rows", info.rows}}
+                            : nlohmann::json(nullptr);
+    if (options.timings) {
+      json["timings_s"] = {{"read", Seconds(t_start, t_read)},
+                           {"parse", load_timings.parse_s},
+                           {"build_model", load_timings.build_model_s},
+                           {"analyze", Seconds(t_analyze, t_write)},
+                           {"write_report", Seconds(t_write, t_end)},
+                           {"total", Seconds(t_start, t_end)}};
+    }
+    fmt::print("{}\n", json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else if (!options.quiet) {
+    report::TerminalOptions terminal;
+    terminal.top_sites = options.top;
+    terminal.device = options.device;
+    fmt::print("{}", report::RenderTerminalSummary(input, terminal));
+    if (output) {
+      fmt::print("\nreport written to {} ({} Skyline tables + {} vramscope_ tables, {} rows)\n",
+                 output->target(), info.skyline_tables, info.vramscope_tables, info.rows);
+    }
+    if (options.timings) {
+      fmt::print("timings: read {:.3f} s, parse {:.3f} s, model {:.3f} s, analyze {:.3f} s, "
+                 "write {:.3f} s, total {:.3f} s\n",
+                 Seconds(t_start, t_read), load_timings.parse_s, load_timings.build_model_s,
+                 Seconds(t_analyze, t_write), Seconds(t_write, t_end), Seconds(t_start, t_end));
+    }
+  }
+  *exit_code = kExitOk;
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterReportCommand(CLI::App& app, ReportOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "report",
+      "Read a PyTorch CUDA memory snapshot (torch.cuda.memory._dump_snapshot) and write the "
+      "memory report: a SQLite database in the Skyline/DeepView.Profile schema plus vramscope_* "
+      "tables, and a summary on the terminal. With no INPUT, reports on the built-in example.");
+  cmd->add_option("input", o.input,
+                  "snapshot pickle; omit it to use the built-in example (a synthetic snapshot of "
+                  "a small MLP trained with Adam)");
+  cmd->add_option("-o,--output", o.output,
+                  "report database to write (default: the input's name with .sqlite, in the "
+                  "current directory; vramscope-example.sqlite for the built-in example)");
+  cmd->add_flag("--force", o.force, "overwrite the output if it exists");
+  cmd->add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
+  cmd->add_flag("-q,--quiet", o.quiet, "print nothing but errors (and JSON with --json)");
+  cmd->add_flag("--summary-only", o.no_sqlite, "print the summary and write no database");
+  cmd->add_option("--project-root", o.project_root,
+                  "stack frames under this folder are the user's code: they name allocation "
+                  "sites and fill Skyline's stack_frames, relative to it (default: the current "
+                  "directory)");
+  cmd->add_option("--device", o.device, "show only this CUDA device ordinal in the summary");
+  cmd->add_option("--top", o.top, "allocation sites to list per device (default: 10)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--timings", o.timings, "print how long each stage took");
+}
+
+int RunReportCommand(const ReportOptions& options) {
+  int exit_code = kExitOk;
+  try {
+    const Status status = Run(options, &exit_code);
+    if (!status.ok()) return ReportError(status);
+  } catch (const std::bad_alloc&) {
+    return ReportError(InvalidInput(fmt::format(
+        "{}: ran out of memory; the input may be corrupt, or larger than this machine can hold",
+        options.input.empty() ? kBuiltInExampleName : options.input)));
+  } catch (const std::exception& e) {
+    return ReportError(InternalError(fmt::format("unexpected failure: {}", e.what())));
+  }
+  return exit_code;
+}
+
+}  // namespace vramscope::cli

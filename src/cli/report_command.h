@@ -1,0 +1,27 @@
+// `vramscope report [INPUT] -o REPORT.sqlite`: reads a memory snapshot, writes the report
+// database and prints the summary (or JSON with --json).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+
+namespace vramscope::cli {
+
+struct ReportOptions {
+  std::string input;          // empty: the built-in example
+  std::string output;         // empty: derived from the input's name
+  bool force = false;
+  bool json = false;
+  bool quiet = false;
+  bool no_sqlite = false;
+  bool timings = false;
+  std::string project_root;   // empty: the current directory
+  std::optional<int32_t> device;
+  int top = 10;
+};
+
+void RegisterReportCommand(CLI::App& app, ReportOptions& options);
+int RunReportCommand(const ReportOptions& options);
+
+}  // namespace vramscope::cli

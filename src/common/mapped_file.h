@@ -1,0 +1,41 @@
+// Read-only view of a whole input file.
+//
+// Large snapshots are memory-mapped so that strings can point into the file instead of being
+// copied (the parser keeps only offsets). Small or special files (pipes) are read into memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+
+namespace vramscope {
+
+class MappedFile {
+ public:
+  // Opens `path`. Errors name the file and say what is wrong with it (missing, a directory,
+  // unreadable, empty).
+  static Result<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  // Wraps bytes that are already in memory (the built-in example, tests).
+  static std::unique_ptr<MappedFile> FromBytes(std::string name, std::span<const uint8_t> bytes);
+
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  bool mapped_ = false;
+  std::string owned_;  // used when the file could not be mapped
+};
+
+}  // namespace vramscope

@@ -1,0 +1,267 @@
+#include "model/trace.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace vramscope::model {
+
+namespace {
+struct ActionNameEntry {
+  Action action;
+  const char* name;
+};
+constexpr ActionNameEntry kActionNames[] = {
+    {Action::kAlloc, "alloc"},
+    {Action::kFreeRequested, "free_requested"},
+    {Action::kFreeCompleted, "free_completed"},
+    {Action::kSegmentAlloc, "segment_alloc"},
+    {Action::kSegmentFree, "segment_free"},
+    {Action::kSegmentMap, "segment_map"},
+    {Action::kSegmentUnmap, "segment_unmap"},
+    {Action::kOom, "oom"},
+    {Action::kSnapshot, "snapshot"},
+    {Action::kUserDefined, "user_defined"},
+    {Action::kAnnotate, "annotate"},
+};
+}  // namespace
+
+const char* ActionName(Action action) {
+  for (const auto& entry : kActionNames) {
+    if (entry.action == action) return entry.name;
+  }
+  return "other";
+}
+
+std::optional<Action> ParseAction(std::string_view name) {
+  for (const auto& entry : kActionNames) {
+    if (name == entry.name) return entry.action;
+  }
+  return std::nullopt;
+}
+
+const char* BlockStateName(BlockState state) {
+  switch (state) {
+    case BlockState::kActiveAllocated:
+      return "active_allocated";
+    case BlockState::kActivePendingFree:
+      return "active_pending_free";
+    case BlockState::kInactive:
+      return "inactive";
+  }
+  return "?";
+}
+
+const char* PoolName(Pool pool) { return pool == Pool::kSmall ? "small" : "large"; }
+
+void Events::Reserve(size_t n) {
+  action.reserve(n);
+  device.reserve(n);
+  addr.reserve(n);
+  size.reserve(n);
+  stream.reserve(n);
+  time_us.reserve(n);
+  stack.reserve(n);
+}
+
+void Events::Push(Action a, int32_t dev, uint64_t address, uint64_t bytes, uint64_t strm,
+                  int64_t t, StackId s) {
+  action.push_back(a);
+  device.push_back(dev);
+  addr.push_back(address);
+  size.push_back(bytes);
+  stream.push_back(strm);
+  time_us.push_back(t);
+  stack.push_back(s);
+}
+
+std::pair<size_t, size_t> Trace::EventRange(int32_t dev) const {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] == dev && i < device_event_ranges.size()) return device_event_ranges[i];
+  }
+  return {0, 0};
+}
+
+uint64_t RoundedRequestSize(uint64_t requested) {
+  constexpr uint64_t kMinBlock = 512;
+  if (requested < kMinBlock) return kMinBlock;
+  return (requested + kMinBlock - 1) / kMinBlock * kMinBlock;
+}
+
+void BuildAllocations(Trace& trace) {
+  std::vector<Allocation>& out = trace.allocations;
+  out.clear();
+  const Events& ev = trace.events;
+  TraceFacts& facts = trace.facts;
+  facts.frees_without_alloc = 0;
+  uint64_t reused_live_address = 0;
+
+  // Live allocations by (device, address) at the end of the trace.
+  std::unordered_map<uint64_t, size_t> open;
+  std::vector<std::pair<int32_t, size_t>> open_at_end;  // (device, allocation)
+  for (size_t d = 0; d < trace.devices.size(); ++d) {
+    const int32_t device = trace.devices[d];
+    const auto [begin, end] = trace.device_event_ranges[d];
+    open.clear();
+    for (size_t i = begin; i < end; ++i) {
+      const uint64_t addr = ev.addr[i];
+      switch (ev.action[i]) {
+        case Action::kAlloc: {
+          if (const auto it = open.find(addr); it != open.end()) {
+            // The trace lost this block's free (it should not happen); close the old lifetime.
+            out[it->second].free_completed_event = static_cast<int64_t>(i);
+            ++reused_live_address;
+          }
+          Allocation a;
+          a.device = device;
+          a.addr = addr;
+          a.requested_size = ev.size[i];
+          a.size = RoundedRequestSize(ev.size[i]);
+          a.stream = ev.stream[i];
+          a.alloc_event = static_cast<int64_t>(i);
+          a.alloc_stack = ev.stack[i];
+          open[addr] = out.size();
+          out.push_back(a);
+          break;
+        }
+        case Action::kFreeRequested:
+        case Action::kFreeCompleted: {
+          const bool completed = ev.action[i] == Action::kFreeCompleted;
+          auto it = open.find(addr);
+          if (it == open.end()) {
+            // A free whose alloc fell off the ring buffer (or happened before recording).
+            Allocation a;
+            a.device = device;
+            a.addr = addr;
+            a.requested_size = ev.size[i];
+            a.size = RoundedRequestSize(ev.size[i]);
+            a.stream = ev.stream[i];
+            ++facts.frees_without_alloc;
+            it = open.emplace(addr, out.size()).first;
+            out.push_back(a);
+          }
+          Allocation& a = out[it->second];
+          if (a.free_requested_event == kNoEvent) {
+            a.free_requested_event = static_cast<int64_t>(i);
+            a.free_stack = ev.stack[i];
+          }
+          if (completed) {
+            a.free_completed_event = static_cast<int64_t>(i);
+            open.erase(it);
+          }
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    for (const auto& [addr, index] : open) open_at_end.emplace_back(device, index);
+  }
+
+  // Match what is still live with the snapshot's active blocks: their sizes are exact.
+  std::unordered_map<uint64_t, std::vector<size_t>> active_blocks;  // addr -> blocks (any device)
+  for (size_t b = 0; b < trace.blocks.size(); ++b) {
+    if (IsActive(trace.blocks[b].state)) active_blocks[trace.blocks[b].address].push_back(b);
+  }
+  std::vector<bool> block_matched(trace.blocks.size(), false);
+  auto find_block = [&](int32_t device, uint64_t addr) -> int32_t {
+    const auto it = active_blocks.find(addr);
+    if (it == active_blocks.end()) return -1;
+    for (size_t b : it->second) {
+      if (!block_matched[b] && trace.segments[trace.blocks[b].segment].device == device) {
+        return static_cast<int32_t>(b);
+      }
+    }
+    return -1;
+  };
+  std::sort(open_at_end.begin(), open_at_end.end(),
+            [](const auto& x, const auto& y) { return x.second < y.second; });
+  uint64_t live_without_block = 0;
+  for (const auto& [device, index] : open_at_end) {
+    Allocation& a = out[index];
+    a.alive_at_end = true;
+    const int32_t b = find_block(device, a.addr);
+    if (b < 0) {
+      ++live_without_block;
+      continue;
+    }
+    block_matched[b] = true;
+    a.block = b;
+    a.size = trace.blocks[b].size;
+    a.size_exact = true;
+  }
+  // Blocks alive at the dump that the trace never allocated: alive before the trace began.
+  for (size_t b = 0; b < trace.blocks.size(); ++b) {
+    const Block& block = trace.blocks[b];
+    if (!IsActive(block.state) || block_matched[b]) continue;
+    Allocation a;
+    a.device = trace.segments[block.segment].device;
+    a.addr = block.address;
+    a.requested_size = block.requested_size != 0 ? block.requested_size : block.size;
+    a.size = block.size;
+    a.size_exact = true;
+    a.alive_at_end = true;
+    a.stream = trace.segments[block.segment].stream;
+    a.alloc_stack = block.stack;
+    a.block = static_cast<int32_t>(b);
+    out.push_back(a);
+  }
+
+  facts.allocations_alive_before_trace = static_cast<uint64_t>(std::count_if(
+      out.begin(), out.end(), [](const Allocation& a) { return a.alloc_event == kNoEvent; }));
+  facts.starts_mid_run = facts.frees_without_alloc > 0;
+  if (facts.has_trace && facts.frees_without_alloc > 0) {
+    facts.notes.push_back(fmt::format(
+        "the trace starts mid-run: {} frees have no matching alloc in it (ring buffer, or "
+        "recording began late); those allocations count from the start of the trace",
+        facts.frees_without_alloc));
+  }
+  if (reused_live_address > 0) {
+    facts.notes.push_back(fmt::format(
+        "{} allocs reuse an address that was still live in the trace (a lost free event)",
+        reused_live_address));
+  }
+  if (live_without_block > 0) {
+    facts.notes.push_back(fmt::format(
+        "{} allocations live at the end of the trace have no active block in the snapshot",
+        live_without_block));
+  }
+}
+
+std::vector<std::string> CheckStateInvariants(const Trace& trace) {
+  std::vector<std::string> problems;
+  for (size_t s = 0; s < trace.segments.size(); ++s) {
+    const Segment& seg = trace.segments[s];
+    uint64_t expect = seg.address, total = 0, allocated = 0, active = 0, requested = 0;
+    for (uint32_t b = seg.first_block; b < seg.first_block + seg.block_count; ++b) {
+      const Block& block = trace.blocks[b];
+      if (block.address != expect) {
+        problems.push_back(fmt::format(
+            "segment {} (device {}, 0x{:x}): block {} starts at 0x{:x}, expected 0x{:x}", s,
+            seg.device, seg.address, b - seg.first_block, block.address, expect));
+      }
+      expect = block.address + block.size;
+      total += block.size;
+      if (block.state == BlockState::kActiveAllocated) allocated += block.size;
+      if (IsActive(block.state)) {
+        active += block.size;
+        requested += block.requested_size;
+      }
+    }
+    auto check = [&](const char* what, uint64_t recorded, uint64_t summed) {
+      if (recorded != summed) {
+        problems.push_back(fmt::format("segment {} (device {}, 0x{:x}): {} is {} but its blocks "
+                                       "sum to {}",
+                                       s, seg.device, seg.address, what, recorded, summed));
+      }
+    };
+    check("total_size", seg.total_size, total);
+    check("allocated_size", seg.allocated_size, allocated);
+    check("active_size", seg.active_size, active);
+    check("requested_size", seg.requested_size, requested);
+  }
+  return problems;
+}
+
+}  // namespace vramscope::model

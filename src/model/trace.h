@@ -1,0 +1,182 @@
+// The event model: the one contract every stage after the sources reads.
+//
+// A `Trace` holds (1) the allocator state at the moment the snapshot was taken (segments and
+// their blocks), (2) the ordered trace of allocator events with device, stream, time, sizes and
+// interned stacks, (3) allocation lifetimes derived from those events, and (4) the facts the
+// source could establish about itself (format generation, whether the trace starts mid-run,
+// whether stacks were recorded). Sources fill it once; later stages only read it.
+//
+// Sizes are bytes. "requested" is what the caller asked for; "size" of a block is what the
+// allocator handed out (a multiple of 512 B), which is what torch.cuda.memory_allocated() counts.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "model/interning.h"
+
+namespace vramscope::model {
+
+enum class Action : uint8_t {
+  kAlloc,
+  kFreeRequested,   // the tensor was released; the block may still wait for other streams
+  kFreeCompleted,   // the block is back in the allocator's cache
+  kSegmentAlloc,    // cudaMalloc
+  kSegmentFree,     // cudaFree (empty_cache, or the OOM retry releasing cached blocks)
+  kSegmentMap,      // expandable segments: pages mapped
+  kSegmentUnmap,
+  kOom,             // an allocation failed
+  kSnapshot,        // a snapshot was taken at this point; size = active bytes then
+  kUserDefined,
+  kAnnotate,
+  kOther,           // an action this version does not know; its name is kept
+};
+const char* ActionName(Action action);
+std::optional<Action> ParseAction(std::string_view name);
+
+inline constexpr int64_t kNoTime = std::numeric_limits<int64_t>::min();
+inline constexpr int64_t kNoEvent = -1;
+
+// Columnar: a million events stay a few dozen MB. Events of one device are contiguous and in
+// recorded order; `device_ranges` gives each device's [begin, end).
+struct Events {
+  std::vector<Action> action;
+  std::vector<int32_t> device;
+  std::vector<uint64_t> addr;
+  std::vector<uint64_t> size;
+  std::vector<uint64_t> stream;
+  std::vector<int64_t> time_us;  // kNoTime when the snapshot did not record times (before 2.2)
+  std::vector<StackId> stack;
+  // Rare per-event fields, keyed by event index.
+  std::unordered_map<uint32_t, uint64_t> oom_device_free;  // oom: bytes free on the device
+  std::unordered_map<uint32_t, StringId> compile_context;
+  std::unordered_map<uint32_t, StringId> user_metadata;
+  std::unordered_map<uint32_t, StringId> other_action;  // kOther: the recorded action name
+
+  size_t count() const { return action.size(); }
+  void Reserve(size_t n);
+  void Push(Action a, int32_t dev, uint64_t address, uint64_t bytes, uint64_t strm, int64_t t,
+            StackId s);
+};
+
+enum class BlockState : uint8_t { kActiveAllocated, kActivePendingFree, kInactive };
+const char* BlockStateName(BlockState state);
+inline bool IsActive(BlockState s) { return s != BlockState::kInactive; }
+
+enum class Pool : uint8_t { kSmall, kLarge };
+const char* PoolName(Pool pool);
+
+struct Block {
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint64_t requested_size = 0;
+  BlockState state = BlockState::kInactive;
+  StackId stack = kEmptyStack;
+  uint32_t segment = 0;
+};
+
+struct Segment {
+  int32_t device = 0;
+  uint64_t address = 0;
+  uint64_t total_size = 0;
+  uint64_t allocated_size = 0;
+  uint64_t active_size = 0;
+  uint64_t requested_size = 0;
+  uint64_t stream = 0;
+  Pool pool = Pool::kLarge;
+  int64_t pool_id[2] = {0, 0};  // (0, 0): the default pool; else a CUDA graph / MemPool pool
+  bool is_expandable = false;
+  StackId stack = kEmptyStack;
+  uint32_t first_block = 0;
+  uint32_t block_count = 0;
+};
+
+// One tensor allocation's lifetime. Ring-buffer traces start mid-run, so an allocation may have
+// been alive before the trace began (alloc_event == kNoEvent) and may still be alive at the end
+// (free_completed_event == kNoEvent and alive_at_end).
+struct Allocation {
+  int32_t device = 0;
+  uint64_t addr = 0;
+  uint64_t requested_size = 0;
+  uint64_t size = 0;          // block bytes: exact when size_exact, else the 512 B rounding
+  bool size_exact = false;
+  bool alive_at_end = false;
+  uint64_t stream = 0;
+  int64_t alloc_event = kNoEvent;
+  int64_t free_requested_event = kNoEvent;
+  int64_t free_completed_event = kNoEvent;
+  StackId alloc_stack = kEmptyStack;
+  StackId free_stack = kEmptyStack;
+  int32_t block = -1;  // index into Trace::blocks when alive at the end
+};
+
+struct Annotation {
+  int32_t device = 0;
+  int64_t time_us = kNoTime;
+  std::vector<std::pair<std::string, std::string>> fields;
+};
+
+// What the source could establish about itself. Facts, not guesses.
+struct SourceInfo {
+  std::string path;
+  std::string format;      // "PyTorch memory snapshot (pickle)"
+  std::string generation;  // e.g. "torch 2.3-2.4" with the evidence in generation_evidence
+  std::string generation_evidence;
+  int pickle_protocol = 0;
+  uint64_t file_bytes = 0;
+  bool built_in_example = false;
+};
+
+struct TraceFacts {
+  bool has_trace = false;           // alloc/free events were recorded
+  bool has_times = false;
+  bool has_stacks = false;          // any event or block carries frames
+  bool has_python_frames = false;
+  bool has_native_frames = false;
+  bool has_segment_events = false;
+  bool starts_mid_run = false;      // frees of allocations the trace never saw
+  bool ring_buffer_overflowed = false;
+  uint64_t frees_without_alloc = 0;
+  uint64_t allocations_alive_before_trace = 0;
+  std::vector<std::string> notes;   // caveats worth telling the user, one line each
+};
+
+struct Trace {
+  StringTable strings;
+  FrameTable frames;
+  StackTable stacks;
+
+  std::vector<int32_t> devices;  // ordinals that have segments or events, ascending
+  std::vector<Segment> segments;  // sorted by (device, address)
+  std::vector<Block> blocks;      // grouped by segment, sorted by address
+  Events events;
+  std::vector<std::pair<size_t, size_t>> device_event_ranges;  // parallel to `devices`
+  std::vector<Allocation> allocations;
+
+  std::vector<std::pair<std::string, std::string>> allocator_settings;
+  std::vector<Annotation> annotations;
+  SourceInfo source;
+  TraceFacts facts;
+
+  // [begin, end) of the events of `device` (empty when it has none).
+  std::pair<size_t, size_t> EventRange(int32_t device) const;
+};
+
+// The block size PyTorch's allocator gives a request before any split decision: at least 512 B,
+// rounded up to a multiple of 512 B (without roundup_power2_divisions).
+uint64_t RoundedRequestSize(uint64_t requested);
+
+// Derives `trace.allocations` from the events and the end state, and fills the lifetime facts
+// (starts_mid_run, frees_without_alloc, allocations_alive_before_trace). Source-independent.
+void BuildAllocations(Trace& trace);
+
+// Allocator-state invariants of the dump (blocks tile each segment; the segment totals equal the
+// sums over its blocks). Returns one line per violation; empty when all hold.
+std::vector<std::string> CheckStateInvariants(const Trace& trace);
+
+}  // namespace vramscope::model

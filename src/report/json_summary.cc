@@ -1,0 +1,109 @@
+#include "report/json_summary.h"
+
+namespace vramscope::report {
+
+namespace {
+
+nlohmann::json EventOrNull(int64_t v) {
+  return v == model::kNoEvent ? nlohmann::json(nullptr) : nlohmann::json(v);
+}
+nlohmann::json TimeOrNull(int64_t v) {
+  return v == model::kNoTime ? nlohmann::json(nullptr) : nlohmann::json(v);
+}
+
+}  // namespace
+
+nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
+  using nlohmann::json;
+  const model::Trace& t = in.trace;
+  json out;
+  out["tool"] = {{"name", "vramscope"}, {"version", kToolVersion}};
+  out["source"] = {
+      {"path", t.source.path},
+      {"format", t.source.format},
+      {"generation", t.source.generation},
+      {"generation_evidence", t.source.generation_evidence},
+      {"bytes", t.source.file_bytes},
+      {"pickle_protocol", t.source.pickle_protocol},
+      {"built_in_example", t.source.built_in_example},
+      {"events", t.events.count()},
+      {"segments", t.segments.size()},
+      {"blocks", t.blocks.size()},
+      {"allocations", t.allocations.size()},
+  };
+  const model::TraceFacts& f = t.facts;
+  out["facts"] = {
+      {"has_trace", f.has_trace},
+      {"has_times", f.has_times},
+      {"has_stacks", f.has_stacks},
+      {"has_python_frames", f.has_python_frames},
+      {"has_native_frames", f.has_native_frames},
+      {"has_segment_events", f.has_segment_events},
+      {"trace_starts_mid_run", f.starts_mid_run},
+      {"ring_buffer_overflowed", f.ring_buffer_overflowed},
+      {"frees_without_alloc", f.frees_without_alloc},
+      {"allocations_alive_before_trace", f.allocations_alive_before_trace},
+  };
+  out["notes"] = f.notes;
+  out["peak_usage_bytes"] = in.summary.peak_usage_bytes;
+  json devices = json::array();
+  for (const analysis::DeviceSummary& d : in.summary.devices) {
+    json categories = json::array();
+    for (const auto& c : d.live_at_peak_by_category) {
+      categories.push_back({{"category", attribution::CategoryName(c.category)},
+                            {"bytes", c.bytes},
+                            {"count", c.count}});
+    }
+    json sites = json::array();
+    const size_t shown = top_sites < 0 ? d.live_at_peak_by_site.size()
+                                       : std::min<size_t>(d.live_at_peak_by_site.size(),
+                                                          static_cast<size_t>(top_sites));
+    for (size_t i = 0; i < shown; ++i) {
+      const auto& g = d.live_at_peak_by_site[i];
+      sites.push_back({{"site", g.label},
+                       {"bytes", g.bytes},
+                       {"count", g.count},
+                       {"category", attribution::CategoryName(g.category)}});
+    }
+    devices.push_back({
+        {"device", d.device},
+        {"events", d.events},
+        {"peak_from_trace", d.peak_from_trace},
+        {"peak_allocated",
+         {{"bytes", d.peak_allocated},
+          {"event", EventOrNull(d.peak_allocated_event)},
+          {"time_us", TimeOrNull(d.peak_allocated_time_us)},
+          {"reserved_bytes_then", d.reserved_at_peak_allocated}}},
+        {"peak_reserved",
+         {{"bytes", d.peak_reserved},
+          {"event", EventOrNull(d.peak_reserved_event)},
+          {"time_us", TimeOrNull(d.peak_reserved_time_us)}}},
+        {"at_dump",
+         {{"allocated_bytes", d.allocated_at_dump},
+          {"reserved_bytes", d.reserved_at_dump},
+          {"active_bytes", d.active_at_dump},
+          {"requested_bytes", d.requested_at_dump},
+          {"reserved_not_allocated_bytes", d.reserved_at_dump - d.allocated_at_dump},
+          {"largest_cached_free_block_bytes", d.largest_cached_free_block},
+          {"segments", d.segments},
+          {"small_segments", d.small_segments},
+          {"blocks", d.blocks},
+          {"active_blocks", d.active_blocks}}},
+        {"live_at_peak",
+         {{"bytes", d.live_at_peak_bytes},
+          {"count", d.live_at_peak_count},
+          {"by_category", categories},
+          {"sites_total", d.live_at_peak_by_site.size()},
+          {"by_site", sites}}},
+        {"estimated_block_sizes", d.estimated_sizes},
+        {"first_time_us", TimeOrNull(d.first_time_us)},
+        {"last_time_us", TimeOrNull(d.last_time_us)},
+    });
+  }
+  out["devices"] = devices;
+  out["skyline"] = {{"weight_entries", in.entries.weights.size()},
+                    {"activation_entries", in.entries.activations.size()}};
+  return out;
+}
+
+}  // namespace vramscope::report

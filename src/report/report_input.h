@@ -1,0 +1,27 @@
+// Everything a reporter renders, computed once by the pipeline. Reporters hold no analysis logic.
+#pragma once
+
+#include <string>
+
+#include "analysis/sites.h"
+#include "analysis/skyline_entries.h"
+#include "analysis/summary.h"
+#include "analysis/timeline.h"
+#include "attribution/attribution.h"
+#include "model/trace.h"
+
+namespace vramscope::report {
+
+struct ReportInput {
+  const model::Trace& trace;
+  const analysis::Timelines& timelines;
+  const attribution::Attribution& attribution;
+  const analysis::Summary& summary;
+  const analysis::SkylineEntries& entries;
+  analysis::SiteNamer& sites;
+  const analysis::ProjectRoot& project_root;
+};
+
+inline constexpr const char* kToolVersion = "0.1.0";
+
+}  // namespace vramscope::report

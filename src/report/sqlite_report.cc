@@ -1,0 +1,460 @@
+#include "report/sqlite_report.h"
+
+#include <fmt/format.h>
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <memory>
+#include <vector>
+
+namespace vramscope::report {
+
+const char* const kSkylineSchema = R"sql(CREATE TABLE weight_entries (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  grad_size_bytes INTEGER NOT NULL
+);
+CREATE TABLE activation_entries (
+  id INTEGER PRIMARY KEY,
+  operation_name TEXT NOT NULL,
+  size_bytes INTEGER NOT NULL
+);
+CREATE TABLE entry_types (
+  entry_type INTEGER PRIMARY KEY,
+  name TEXT NOT NULL
+);
+CREATE TABLE stack_correlation (
+  correlation_id INTEGER PRIMARY KEY,
+  entry_id INTEGER NOT NULL,
+  entry_type INTEGER NOT NULL,
+  UNIQUE (correlation_id, entry_id)
+);
+CREATE UNIQUE INDEX entry_type_and_id
+  ON stack_correlation(entry_type, entry_id);
+CREATE TABLE stack_frames (
+  correlation_id INTEGER NOT NULL,
+  ordering INTEGER NOT NULL,
+  file_path TEXT NOT NULL,
+  line_number INTEGER NOT NULL,
+  PRIMARY KEY (correlation_id, ordering)
+);
+CREATE TABLE misc_sizes (
+  key TEXT PRIMARY KEY,
+  size_bytes INT NOT NULL
+);
+)sql";
+
+namespace {
+
+// Our own tables. Sizes are bytes; event ids index vramscope_events; stack ids index
+// vramscope_stacks (0 = no stack recorded).
+const char* const kVramscopeSchema = R"sql(
+CREATE TABLE vramscope_metadata (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE vramscope_notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
+CREATE TABLE vramscope_devices (
+  device INTEGER PRIMARY KEY,
+  events INTEGER NOT NULL,
+  segments INTEGER NOT NULL,
+  blocks INTEGER NOT NULL,
+  allocated_at_dump_bytes INTEGER NOT NULL,
+  reserved_at_dump_bytes INTEGER NOT NULL,
+  active_at_dump_bytes INTEGER NOT NULL,
+  requested_at_dump_bytes INTEGER NOT NULL,
+  peak_allocated_bytes INTEGER NOT NULL,
+  peak_allocated_event INTEGER,
+  peak_allocated_time_us INTEGER,
+  peak_reserved_bytes INTEGER NOT NULL,
+  peak_reserved_event INTEGER,
+  peak_reserved_time_us INTEGER,
+  reserved_at_peak_allocated_bytes INTEGER NOT NULL,
+  estimated_block_sizes INTEGER NOT NULL
+);
+CREATE TABLE vramscope_allocator_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE vramscope_frames (
+  id INTEGER PRIMARY KEY, file_path TEXT NOT NULL, line_number INTEGER NOT NULL,
+  function TEXT NOT NULL, kind TEXT NOT NULL);
+CREATE TABLE vramscope_stacks (
+  id INTEGER PRIMARY KEY, parent_id INTEGER NOT NULL, frame_id INTEGER NOT NULL,
+  depth INTEGER NOT NULL);
+CREATE TABLE vramscope_segments (
+  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, address INTEGER NOT NULL,
+  total_size INTEGER NOT NULL, allocated_size INTEGER NOT NULL, active_size INTEGER NOT NULL,
+  requested_size INTEGER NOT NULL, stream INTEGER NOT NULL, pool TEXT NOT NULL,
+  pool_id_0 INTEGER NOT NULL, pool_id_1 INTEGER NOT NULL, is_expandable INTEGER NOT NULL,
+  stack_id INTEGER NOT NULL);
+CREATE TABLE vramscope_blocks (
+  id INTEGER PRIMARY KEY, segment_id INTEGER NOT NULL, address INTEGER NOT NULL,
+  size INTEGER NOT NULL, requested_size INTEGER NOT NULL, state TEXT NOT NULL,
+  stack_id INTEGER NOT NULL);
+CREATE TABLE vramscope_events (
+  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, action TEXT NOT NULL,
+  address INTEGER NOT NULL, size INTEGER NOT NULL, stream INTEGER NOT NULL, time_us INTEGER,
+  stack_id INTEGER NOT NULL, allocated_bytes INTEGER NOT NULL, reserved_bytes INTEGER NOT NULL);
+CREATE TABLE vramscope_allocations (
+  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, address INTEGER NOT NULL,
+  requested_bytes INTEGER NOT NULL, size_bytes INTEGER NOT NULL, size_exact INTEGER NOT NULL,
+  stream INTEGER NOT NULL, alloc_event INTEGER, free_requested_event INTEGER,
+  free_completed_event INTEGER, alive_at_end INTEGER NOT NULL, alloc_stack_id INTEGER NOT NULL,
+  free_stack_id INTEGER NOT NULL, category TEXT NOT NULL, confidence TEXT NOT NULL,
+  rule TEXT NOT NULL, operation TEXT, site TEXT NOT NULL);
+CREATE TABLE vramscope_live_at_peak (
+  device INTEGER NOT NULL, site TEXT NOT NULL, category TEXT NOT NULL, bytes INTEGER NOT NULL,
+  count INTEGER NOT NULL);
+CREATE TABLE vramscope_categories_at_peak (
+  device INTEGER NOT NULL, category TEXT NOT NULL, bytes INTEGER NOT NULL,
+  count INTEGER NOT NULL, PRIMARY KEY (device, category));
+CREATE TABLE vramscope_annotations (
+  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, time_us INTEGER, key TEXT NOT NULL,
+  value TEXT NOT NULL);
+)sql";
+
+class Db {
+ public:
+  ~Db() {
+    if (db_ != nullptr) sqlite3_close(db_);
+  }
+  Status Open(const std::string& path) {
+    path_ = path;
+    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                        nullptr) != SQLITE_OK) {
+      return Error("cannot create the database");
+    }
+    return Status::Ok();
+  }
+  Status Exec(const char* sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      const std::string message = err != nullptr ? err : "unknown error";
+      sqlite3_free(err);
+      return InvalidInput(fmt::format("{}: writing the report failed: {}", path_, message));
+    }
+    return Status::Ok();
+  }
+  Status Error(const char* what) const {
+    return InvalidInput(fmt::format("{}: {}: {}", path_, what,
+                                    db_ != nullptr ? sqlite3_errmsg(db_) : "out of memory"));
+  }
+  sqlite3* get() const { return db_; }
+
+ private:
+  sqlite3* db_ = nullptr;
+  std::string path_;
+};
+
+// A prepared INSERT bound by position; Row() binds values in order and steps.
+class Insert {
+ public:
+  Insert(Db& db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v2(db.get(), sql, -1, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
+  }
+  ~Insert() { sqlite3_finalize(stmt_); }
+  bool ok() const { return stmt_ != nullptr; }
+
+  template <typename... Args>
+  Status Row(const Args&... args) {
+    if (stmt_ == nullptr) return db_.Error("cannot prepare an insert");
+    int index = 0;
+    (Bind(++index, args), ...);
+    const int rc = sqlite3_step(stmt_);
+    sqlite3_reset(stmt_);
+    if (rc != SQLITE_DONE) return db_.Error("cannot insert a row");
+    ++rows_;
+    return Status::Ok();
+  }
+  uint64_t rows() const { return rows_; }
+
+ private:
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, uint64_t v) { sqlite3_bind_int64(stmt_, i, static_cast<int64_t>(v)); }
+  void Bind(int i, int32_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, uint32_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, bool v) { sqlite3_bind_int(stmt_, i, v ? 1 : 0); }
+  void Bind(int i, std::string_view v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void Bind(int i, const std::string& v) { Bind(i, std::string_view(v)); }
+  void Bind(int i, const char* v) { Bind(i, std::string_view(v)); }
+  void Bind(int i, std::nullptr_t) { sqlite3_bind_null(stmt_, i); }
+  // Optional integers: events and times that may be absent are NULL.
+  struct MaybeInt {
+    int64_t value;
+    bool present;
+  };
+  void Bind(int i, MaybeInt v) {
+    if (v.present) {
+      sqlite3_bind_int64(stmt_, i, v.value);
+    } else {
+      sqlite3_bind_null(stmt_, i);
+    }
+  }
+
+ public:
+  static MaybeInt Event(int64_t e) { return {e, e != model::kNoEvent}; }
+  static MaybeInt Time(int64_t t) { return {t, t != model::kNoTime}; }
+
+ private:
+  Db& db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  uint64_t rows_ = 0;
+};
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Status WriteSkylineTables(Db& db, const ReportInput& in, uint64_t* rows) {
+  const model::Trace& trace = in.trace;
+  Insert weight(db, "INSERT INTO weight_entries VALUES (?, ?, ?, ?)");
+  Insert activation(db, "INSERT INTO activation_entries VALUES (?, ?, ?)");
+  Insert correlation(db, "INSERT INTO stack_correlation VALUES (?, ?, ?)");
+  Insert frame(db, "INSERT INTO stack_frames VALUES (?, ?, ?, ?)");
+  Insert misc(db, "INSERT INTO misc_sizes VALUES (?, ?)");
+  RETURN_IF_ERROR(db.Exec("INSERT INTO entry_types VALUES (1, 'weight'), (2, 'activation')"));
+  int64_t correlation_id = 0;
+  auto add_stack = [&](int64_t entry_id, int entry_type, model::StackId stack) -> Status {
+    ++correlation_id;
+    RETURN_IF_ERROR(correlation.Row(correlation_id, entry_id, static_cast<int64_t>(entry_type)));
+    int64_t ordering = 0;
+    for (const auto& [path, line] : in.sites.ProjectFrames(stack)) {
+      RETURN_IF_ERROR(frame.Row(correlation_id, ordering++, path, static_cast<int64_t>(line)));
+    }
+    return Status::Ok();
+  };
+  int64_t id = 0;
+  for (const auto& w : in.entries.weights) {
+    RETURN_IF_ERROR(weight.Row(++id, w.name, w.size_bytes, w.grad_size_bytes));
+    RETURN_IF_ERROR(add_stack(id, 1, w.stack));
+  }
+  id = 0;
+  for (const auto& a : in.entries.activations) {
+    RETURN_IF_ERROR(activation.Row(++id, a.operation_name, a.size_bytes));
+    RETURN_IF_ERROR(add_stack(id, 2, a.stack));
+  }
+  // peak_usage_bytes is Skyline's figure (peak allocated); the other keys are ours.
+  const analysis::Summary& s = in.summary;
+  RETURN_IF_ERROR(misc.Row("peak_usage_bytes", s.peak_usage_bytes));
+  int64_t peak_reserved = 0, allocated_dump = 0, reserved_dump = 0;
+  for (const auto& d : s.devices) {
+    peak_reserved = std::max(peak_reserved, d.peak_reserved);
+    allocated_dump += d.allocated_at_dump;
+    reserved_dump += d.reserved_at_dump;
+  }
+  RETURN_IF_ERROR(misc.Row("peak_reserved_bytes", peak_reserved));
+  RETURN_IF_ERROR(misc.Row("allocated_at_dump_bytes", allocated_dump));
+  RETURN_IF_ERROR(misc.Row("reserved_at_dump_bytes", reserved_dump));
+  // Every byte live at the peak, by category, so the entries' shortfall is visible.
+  if (!s.devices.empty()) {
+    const auto& peak_device =
+        *std::max_element(s.devices.begin(), s.devices.end(),
+                          [](const auto& x, const auto& y) {
+                            return x.peak_allocated < y.peak_allocated;
+                          });
+    for (const auto& share : peak_device.live_at_peak_by_category) {
+      RETURN_IF_ERROR(misc.Row(
+          fmt::format("peak_{}_bytes", attribution::CategoryName(share.category)), share.bytes));
+    }
+  }
+  (void)trace;
+  *rows += weight.rows() + activation.rows() + correlation.rows() + frame.rows() + misc.rows() + 2;
+  return Status::Ok();
+}
+
+Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
+  const model::Trace& t = in.trace;
+  {
+    Insert meta(db, "INSERT INTO vramscope_metadata VALUES (?, ?)");
+    const model::SourceInfo& src = t.source;
+    const model::TraceFacts& f = t.facts;
+    const std::pair<const char*, std::string> entries[] = {
+        {"tool", "vramscope"},
+        {"tool_version", kToolVersion},
+        {"created_utc", UtcNow()},
+        {"source_path", src.path},
+        {"source_format", src.format},
+        {"source_generation", src.generation},
+        {"source_generation_evidence", src.generation_evidence},
+        {"source_bytes", std::to_string(src.file_bytes)},
+        {"pickle_protocol", std::to_string(src.pickle_protocol)},
+        {"built_in_example", src.built_in_example ? "1" : "0"},
+        {"project_root", in.project_root.path()},
+        {"devices", fmt::format("{}", fmt::join(t.devices, ","))},
+        {"has_trace", f.has_trace ? "1" : "0"},
+        {"has_times", f.has_times ? "1" : "0"},
+        {"has_stacks", f.has_stacks ? "1" : "0"},
+        {"has_python_frames", f.has_python_frames ? "1" : "0"},
+        {"has_native_frames", f.has_native_frames ? "1" : "0"},
+        {"trace_starts_mid_run", f.starts_mid_run ? "1" : "0"},
+        {"ring_buffer_overflowed", f.ring_buffer_overflowed ? "1" : "0"},
+        {"frees_without_alloc", std::to_string(f.frees_without_alloc)},
+        {"allocations_alive_before_trace", std::to_string(f.allocations_alive_before_trace)},
+        {"attribution", "first cut: stacks and lifetimes"},
+        {"allocated_semantics",
+         "bytes of blocks handed to tensors (torch.cuda.memory_allocated); sizes of blocks "
+         "freed during the trace are the request rounded to 512 B"},
+        {"reserved_semantics", "bytes of cudaMalloc'd segments (torch.cuda.memory_reserved)"},
+    };
+    for (const auto& [k, v] : entries) RETURN_IF_ERROR(meta.Row(k, v));
+    *rows += meta.rows();
+    Insert note(db, "INSERT INTO vramscope_notes VALUES (?, ?)");
+    int64_t n = 0;
+    for (const auto& text : f.notes) RETURN_IF_ERROR(note.Row(++n, text));
+    *rows += note.rows();
+  }
+  {
+    Insert dev(db, "INSERT INTO vramscope_devices VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    for (const auto& d : in.summary.devices) {
+      RETURN_IF_ERROR(dev.Row(d.device, d.events, d.segments, d.blocks, d.allocated_at_dump,
+                              d.reserved_at_dump, d.active_at_dump, d.requested_at_dump,
+                              d.peak_allocated, Insert::Event(d.peak_allocated_event),
+                              Insert::Time(d.peak_allocated_time_us), d.peak_reserved,
+                              Insert::Event(d.peak_reserved_event),
+                              Insert::Time(d.peak_reserved_time_us),
+                              d.reserved_at_peak_allocated, d.estimated_sizes));
+    }
+    *rows += dev.rows();
+  }
+  {
+    Insert setting(db, "INSERT OR REPLACE INTO vramscope_allocator_settings VALUES (?, ?)");
+    for (const auto& [k, v] : t.allocator_settings) RETURN_IF_ERROR(setting.Row(k, v));
+    *rows += setting.rows();
+  }
+  {
+    Insert frame(db, "INSERT INTO vramscope_frames VALUES (?, ?, ?, ?, ?)");
+    for (size_t i = 0; i < t.frames.size(); ++i) {
+      const model::Frame& f = t.frames.Get(static_cast<model::FrameId>(i));
+      RETURN_IF_ERROR(frame.Row(static_cast<int64_t>(i), t.strings.Get(f.filename),
+                                static_cast<int64_t>(f.line), t.strings.Get(f.function),
+                                f.kind == model::FrameKind::kPython ? "python" : "native"));
+    }
+    Insert stack(db, "INSERT INTO vramscope_stacks VALUES (?, ?, ?, ?)");
+    for (size_t i = 1; i < t.stacks.size(); ++i) {
+      const auto id = static_cast<model::StackId>(i);
+      RETURN_IF_ERROR(stack.Row(static_cast<int64_t>(i), t.stacks.parent(id), t.stacks.frame(id),
+                                t.stacks.depth(id)));
+    }
+    *rows += frame.rows() + stack.rows();
+  }
+  {
+    Insert seg(db, "INSERT INTO vramscope_segments VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    for (size_t i = 0; i < t.segments.size(); ++i) {
+      const model::Segment& s = t.segments[i];
+      RETURN_IF_ERROR(seg.Row(static_cast<int64_t>(i), s.device, s.address, s.total_size,
+                              s.allocated_size, s.active_size, s.requested_size, s.stream,
+                              model::PoolName(s.pool), s.pool_id[0], s.pool_id[1],
+                              s.is_expandable, s.stack));
+    }
+    Insert block(db, "INSERT INTO vramscope_blocks VALUES (?,?,?,?,?,?,?)");
+    for (size_t i = 0; i < t.blocks.size(); ++i) {
+      const model::Block& b = t.blocks[i];
+      RETURN_IF_ERROR(block.Row(static_cast<int64_t>(i), b.segment, b.address, b.size,
+                                b.requested_size, model::BlockStateName(b.state), b.stack));
+    }
+    *rows += seg.rows() + block.rows();
+  }
+  {
+    // The event table carries the allocated / reserved curves (after each event).
+    Insert event(db, "INSERT INTO vramscope_events VALUES (?,?,?,?,?,?,?,?,?,?)");
+    const model::Events& ev = t.events;
+    for (size_t d = 0; d < t.devices.size(); ++d) {
+      const analysis::DeviceTimeline& tl = in.timelines.devices[d];
+      for (size_t i = tl.begin; i < tl.end; ++i) {
+        const auto other = ev.other_action.find(static_cast<uint32_t>(i));
+        const std::string_view action = other != ev.other_action.end()
+                                            ? t.strings.Get(other->second)
+                                            : std::string_view(model::ActionName(ev.action[i]));
+        const uint64_t addr = ev.action[i] == model::Action::kOom ? 0 : ev.addr[i];
+        RETURN_IF_ERROR(event.Row(static_cast<int64_t>(i), ev.device[i], action, addr,
+                                  ev.size[i], ev.stream[i], Insert::Time(ev.time_us[i]),
+                                  ev.stack[i], tl.allocated[i - tl.begin],
+                                  tl.reserved[i - tl.begin]));
+      }
+    }
+    *rows += event.rows();
+  }
+  {
+    Insert alloc(db,
+                 "INSERT INTO vramscope_allocations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    for (size_t i = 0; i < t.allocations.size(); ++i) {
+      const model::Allocation& a = t.allocations[i];
+      const attribution::AllocationInfo& info = in.attribution.allocations[i];
+      const std::string site = in.sites.Label(in.sites.Site(a.alloc_stack));
+      RETURN_IF_ERROR(alloc.Row(
+          static_cast<int64_t>(i), a.device, a.addr, a.requested_size, a.size, a.size_exact,
+          a.stream, Insert::Event(a.alloc_event), Insert::Event(a.free_requested_event),
+          Insert::Event(a.free_completed_event), a.alive_at_end, a.alloc_stack, a.free_stack,
+          attribution::CategoryName(info.category), attribution::ConfidenceName(info.confidence),
+          info.rule,
+          info.operation != model::kEmptyString ? std::string(t.strings.Get(info.operation))
+                                                : std::string(),
+          site));
+    }
+    *rows += alloc.rows();
+  }
+  {
+    Insert live(db, "INSERT INTO vramscope_live_at_peak VALUES (?, ?, ?, ?, ?)");
+    Insert cat(db, "INSERT INTO vramscope_categories_at_peak VALUES (?, ?, ?, ?)");
+    for (const auto& d : in.summary.devices) {
+      for (const auto& g : d.live_at_peak_by_site) {
+        RETURN_IF_ERROR(live.Row(d.device, g.label, attribution::CategoryName(g.category),
+                                 g.bytes, g.count));
+      }
+      for (const auto& c : d.live_at_peak_by_category) {
+        RETURN_IF_ERROR(cat.Row(d.device, attribution::CategoryName(c.category), c.bytes,
+                                c.count));
+      }
+    }
+    *rows += live.rows() + cat.rows();
+  }
+  {
+    Insert ann(db, "INSERT INTO vramscope_annotations VALUES (?, ?, ?, ?, ?)");
+    int64_t id = 0;
+    for (const auto& a : t.annotations) {
+      for (const auto& [k, v] : a.fields) {
+        RETURN_IF_ERROR(ann.Row(++id, a.device, Insert::Time(a.time_us), k, v));
+      }
+    }
+    *rows += ann.rows();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteSqliteReport(const std::string& path, const ReportInput& input,
+                         SqliteReportInfo* info) {
+  Db db;
+  RETURN_IF_ERROR(db.Open(path));
+  // The file is private until renamed into place: no journal, no fsync per statement.
+  RETURN_IF_ERROR(db.Exec("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; "
+                          "PRAGMA locking_mode = EXCLUSIVE; PRAGMA user_version = 1;"));
+  RETURN_IF_ERROR(db.Exec("BEGIN"));
+  RETURN_IF_ERROR(db.Exec(kSkylineSchema));
+  RETURN_IF_ERROR(db.Exec(kVramscopeSchema));
+  uint64_t rows = 0;
+  RETURN_IF_ERROR(WriteSkylineTables(db, input, &rows));
+  RETURN_IF_ERROR(WriteVramscopeTables(db, input, &rows));
+  RETURN_IF_ERROR(db.Exec("COMMIT"));
+  if (info != nullptr) {
+    info->rows = rows;
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db.get(),
+                           "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                           "name LIKE 'vramscope\\_%' ESCAPE '\\'",
+                           -1, &stmt, nullptr) == SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW) {
+      info->vramscope_tables = sqlite3_column_int(stmt, 0);
+    }
+    sqlite3_finalize(stmt);
+  }
+  return Status::Ok();
+}
+
+}  // namespace vramscope::report

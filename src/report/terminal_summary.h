@@ -1,0 +1,20 @@
+// The readable summary printed after `vramscope report`: per device, the peaks (allocated and
+// reserved, with when), the state at the dump and the gap between reserved and allocated, and
+// what was live at the peak by category and by allocation site.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "report/report_input.h"
+
+namespace vramscope::report {
+
+struct TerminalOptions {
+  int top_sites = 10;
+  std::optional<int32_t> device;  // only this device
+};
+
+std::string RenderTerminalSummary(const ReportInput& input, const TerminalOptions& options);
+
+}  // namespace vramscope::report

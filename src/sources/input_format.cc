@@ -1,0 +1,58 @@
+#include "sources/input_format.h"
+
+#include <cstring>
+
+namespace vramscope::sources {
+
+InputFormat DetectInputFormat(std::span<const uint8_t> head) {
+  if (head.empty()) return InputFormat::kEmpty;
+  auto starts = [&](const char* magic, size_t n) {
+    return head.size() >= n && std::memcmp(head.data(), magic, n) == 0;
+  };
+  if (starts("\x1f\x8b", 2)) return InputFormat::kGzip;
+  if (starts("\x28\xb5\x2f\xfd", 4)) return InputFormat::kZstd;
+  if (starts("PK\x03\x04", 4)) return InputFormat::kZipArchive;
+  if (starts("SQLite format 3", 16)) return InputFormat::kSqlite;
+  // Protocol 2+ pickles start with PROTO.
+  if (head[0] == 0x80 && head.size() >= 2 && head[1] >= 2 && head[1] <= 5) {
+    return InputFormat::kPickle;
+  }
+  size_t i = 0;
+  while (i < head.size() && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' ||
+                             head[i] == '\t')) {
+    ++i;
+  }
+  if (i < head.size() && head[i] == '{') return InputFormat::kJson;
+  if (i < head.size() && head[i] == '[' && i + 1 < head.size() &&
+      (head[i + 1] == '{' || head[i + 1] == '[' || head[i + 1] == ' ' || head[i + 1] == '\n' ||
+       head[i + 1] == ']' || (head[i + 1] >= '0' && head[i + 1] <= '9') || head[i + 1] == '-')) {
+    return InputFormat::kJson;
+  }
+  // Protocol 0/1 pickles of a dict or list start with a container opcode.
+  if (head[0] == '}' || head[0] == ']' || head[0] == '(') return InputFormat::kPickle;
+  return InputFormat::kUnknown;
+}
+
+const char* InputFormatName(InputFormat format) {
+  switch (format) {
+    case InputFormat::kEmpty:
+      return "an empty file";
+    case InputFormat::kPickle:
+      return "a pickle";
+    case InputFormat::kJson:
+      return "a JSON file";
+    case InputFormat::kGzip:
+      return "a gzip-compressed file";
+    case InputFormat::kZstd:
+      return "a zstd-compressed file";
+    case InputFormat::kZipArchive:
+      return "a zip archive (torch.save() writes these)";
+    case InputFormat::kSqlite:
+      return "a SQLite database";
+    case InputFormat::kUnknown:
+      return "an unrecognised file";
+  }
+  return "?";
+}
+
+}  // namespace vramscope::sources

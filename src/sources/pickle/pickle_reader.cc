@@ -1,0 +1,956 @@
+#include "sources/pickle/pickle_reader.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <unordered_map>
+
+namespace vramscope::pickle {
+
+namespace {
+
+// Opcode bytes, named as in CPython's pickletools.
+enum Op : uint8_t {
+  kMark = '(',
+  kStop = '.',
+  kPop = '0',
+  kPopMark = '1',
+  kDup = '2',
+  kFloat = 'F',
+  kInt = 'I',
+  kBinInt = 'J',
+  kBinInt1 = 'K',
+  kLong = 'L',
+  kBinInt2 = 'M',
+  kNone = 'N',
+  kPersId = 'P',
+  kBinPersId = 'Q',
+  kReduce = 'R',
+  kString = 'S',
+  kBinString = 'T',
+  kShortBinString = 'U',
+  kUnicode = 'V',
+  kBinUnicode = 'X',
+  kAppend = 'a',
+  kBuild = 'b',
+  kGlobal = 'c',
+  kDict = 'd',
+  kEmptyDict = '}',
+  kAppends = 'e',
+  kGet = 'g',
+  kBinGet = 'h',
+  kInst = 'i',
+  kLongBinGet = 'j',
+  kList = 'l',
+  kEmptyList = ']',
+  kObj = 'o',
+  kPut = 'p',
+  kBinPut = 'q',
+  kLongBinPut = 'r',
+  kSetItem = 's',
+  kTuple = 't',
+  kEmptyTuple = ')',
+  kSetItems = 'u',
+  kBinFloat = 'G',
+  kProto = 0x80,
+  kNewObj = 0x81,
+  kExt1 = 0x82,
+  kExt2 = 0x83,
+  kExt4 = 0x84,
+  kTuple1 = 0x85,
+  kTuple2 = 0x86,
+  kTuple3 = 0x87,
+  kNewTrue = 0x88,
+  kNewFalse = 0x89,
+  kLong1 = 0x8a,
+  kLong4 = 0x8b,
+  kBinBytes = 'B',
+  kShortBinBytes = 'C',
+  kShortBinUnicode = 0x8c,
+  kBinUnicode8 = 0x8d,
+  kBinBytes8 = 0x8e,
+  kEmptySet = 0x8f,
+  kAddItems = 0x90,
+  kFrozenSet = 0x91,
+  kNewObjEx = 0x92,
+  kStackGlobal = 0x93,
+  kMemoize = 0x94,
+  kFrame = 0x95,
+  kByteArray8 = 0x96,
+  kNextBuffer = 0x97,
+  kReadOnlyBuffer = 0x98,
+};
+
+// Opcodes that import a callable or call one: the ways a pickle executes code.
+const char* CodeExecutingOpcodeName(uint8_t op) {
+  switch (op) {
+    case kGlobal:
+      return "GLOBAL";
+    case kStackGlobal:
+      return "STACK_GLOBAL";
+    case kReduce:
+      return "REDUCE";
+    case kBuild:
+      return "BUILD";
+    case kInst:
+      return "INST";
+    case kObj:
+      return "OBJ";
+    case kNewObj:
+      return "NEWOBJ";
+    case kNewObjEx:
+      return "NEWOBJ_EX";
+    case kPersId:
+      return "PERSID";
+    case kBinPersId:
+      return "BINPERSID";
+    case kExt1:
+      return "EXT1";
+    case kExt2:
+      return "EXT2";
+    case kExt4:
+      return "EXT4";
+    default:
+      return nullptr;
+  }
+}
+
+constexpr uint64_t kMaxInlineInt = (int64_t{1} << 60) - 1;
+constexpr int64_t kMinInlineInt = -(int64_t{1} << 60);
+constexpr uint64_t kMaxFileOffset = (uint64_t{1} << 40) - 1;
+constexpr uint64_t kMaxFileStrLength = (uint64_t{1} << 21) - 1;
+constexpr uint64_t kProgressStep = uint64_t{8} << 20;
+
+// Strict UTF-8 (no surrogates, no overlongs), as downstream writers (SQLite, JSON) need.
+bool IsValidUtf8(const uint8_t* s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    // Fast path over ASCII, 8 bytes at a time.
+    while (i + 8 <= n) {
+      uint64_t word;
+      std::memcpy(&word, s + i, 8);
+      if (word & 0x8080808080808080ull) break;
+      i += 8;
+    }
+    if (i >= n) break;
+    const uint8_t c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t extra;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + extra >= n) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+void AppendUtf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+// Runs the pickle machine and fills a Document. Single use.
+class DocumentBuilder {
+ public:
+  explicit DocumentBuilder(std::span<const uint8_t> input, const ParseOptions& options)
+      : in_(input), options_(options) {
+    doc_.input_ = input;
+    // Reserve address space generously: untouched pages cost no memory, and avoiding
+    // reallocation keeps the peak near the final size. Capped so huge inputs stay within what
+    // the kernel's overcommit heuristics allow.
+    const size_t cap = size_t{1} << 27;
+    doc_.items_.reserve(std::min(input.size() / 4 + 64, cap));
+    doc_.containers_.reserve(std::min(input.size() / 16 + 16, cap / 2));
+    memo_.reserve(std::min(input.size() / 8 + 16, cap));
+  }
+
+  Status Run(ParseInfo* info);
+  Document Take() { return std::move(doc_); }
+
+ private:
+  // --- errors -------------------------------------------------------------------------------
+  Status Fail(uint64_t offset, const std::string& what) const {
+    return InvalidInput(fmt::format("byte {}: {}", offset, what));
+  }
+  Status Truncated(uint64_t offset, const char* op, uint64_t need) const {
+    return Fail(offset, fmt::format("{} needs {} more byte{} but the file ends at byte {} "
+                                    "(truncated or not a complete pickle)",
+                                    op, need, need == 1 ? "" : "s", in_.size()));
+  }
+
+  // --- input --------------------------------------------------------------------------------
+  bool Have(uint64_t n) const { return n <= in_.size() - pos_; }
+  uint64_t ReadLE(size_t n) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i) v |= uint64_t{in_[pos_ + i]} << (8 * i);
+    pos_ += n;
+    return v;
+  }
+  // Reads a text-protocol line (without its '\n').
+  Status ReadLine(uint64_t op_offset, const char* op, std::string_view* line) {
+    const uint8_t* start = in_.data() + pos_;
+    const void* nl = std::memchr(start, '\n', in_.size() - pos_);
+    if (nl == nullptr) {
+      return Fail(op_offset, fmt::format("{} argument has no terminating newline before the end "
+                                         "of the file (truncated)",
+                                         op));
+    }
+    const size_t len = static_cast<const uint8_t*>(nl) - start;
+    *line = std::string_view(reinterpret_cast<const char*>(start), len);
+    pos_ += len + 1;
+    return Status::Ok();
+  }
+
+  // --- values -------------------------------------------------------------------------------
+  Value MakeInt(int64_t v) {
+    if (v >= kMinInlineInt && v <= static_cast<int64_t>(kMaxInlineInt)) {
+      return Value((static_cast<uint64_t>(v) << 3) | Value::kTagInt);
+    }
+    BigInt big;
+    big.negative = v < 0;
+    big.magnitude = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+    return MakeBig(big);
+  }
+  Value MakeBig(const BigInt& big) {
+    if (!big.too_wide) {
+      if (!big.negative && big.magnitude <= kMaxInlineInt) {
+        return MakeInt(static_cast<int64_t>(big.magnitude));
+      }
+      if (big.negative && big.magnitude <= uint64_t{1} << 60) {
+        return MakeInt(static_cast<int64_t>(0 - big.magnitude));
+      }
+    }
+    doc_.big_ints_.push_back(big);
+    return Value(((doc_.big_ints_.size() - 1) << 3) | Value::kTagBigInt);
+  }
+  Value MakeFloat(double d) {
+    doc_.floats_.push_back(d);
+    return Value(((doc_.floats_.size() - 1) << 3) | Value::kTagFloat);
+  }
+  static Value MakeSpecial(uint64_t which) { return Value((which << 3) | Value::kTagSpecial); }
+  Value MakeOwned(std::string s, Value::Tag tag) {
+    doc_.owned_strings_.push_back(std::move(s));
+    return Value(((doc_.owned_strings_.size() - 1) << 3) | tag);
+  }
+  // A UTF-8 string at [offset, offset+len) of the input.
+  Status MakeFileString(uint64_t op_offset, uint64_t offset, uint64_t len, Value* out) {
+    if (!IsValidUtf8(in_.data() + offset, len)) {
+      return Fail(op_offset, "string is not valid UTF-8 (corrupt file?)");
+    }
+    if (offset <= kMaxFileOffset && len <= kMaxFileStrLength) {
+      *out = Value((((len << 40) | offset) << 3) | Value::kTagFileStr);
+    } else {
+      *out = MakeOwned(std::string(reinterpret_cast<const char*>(in_.data() + offset), len),
+                       Value::kTagOwnedStr);
+    }
+    return Status::Ok();
+  }
+  // Little-endian two's complement (LONG1/LONG4).
+  Value MakeLong(const uint8_t* bytes, uint64_t n) {
+    if (n == 0) return MakeInt(0);
+    const bool negative = (bytes[n - 1] & 0x80) != 0;
+    // Significant length after dropping sign-extension bytes.
+    uint64_t len = n;
+    const uint8_t fill = negative ? 0xFF : 0x00;
+    while (len > 1 && bytes[len - 1] == fill) --len;
+    BigInt big;
+    big.negative = negative;
+    if (len <= 8 || (len == 9 && !negative && bytes[8] == 0)) {
+      uint64_t raw = 0;
+      for (uint64_t i = 0; i < std::min<uint64_t>(len, 8); ++i) raw |= uint64_t{bytes[i]} << (8 * i);
+      if (negative) {
+        // Sign-extend, then negate to get the magnitude.
+        if (len < 8) raw |= ~uint64_t{0} << (8 * len);
+        big.magnitude = 0 - raw;
+        if (big.magnitude == 0) big.too_wide = true;  // -2^64 does not fit the magnitude
+      } else {
+        big.magnitude = raw;
+      }
+    } else if (negative && len == 9 && bytes[8] == 0xFF) {
+      // Values in [-2^64, -2^63): magnitude fits in 64 bits.
+      uint64_t raw = 0;
+      for (int i = 0; i < 8; ++i) raw |= uint64_t{bytes[i]} << (8 * i);
+      big.magnitude = 0 - raw;
+      if (big.magnitude == 0) big.too_wide = true;
+    } else {
+      big.too_wide = true;
+    }
+    return MakeBig(big);
+  }
+  // Decimal text integer (INT / LONG); "00"/"01" are protocol-0 booleans for INT.
+  Status MakeDecimal(uint64_t op_offset, const char* op, std::string_view text, Value* out) {
+    if (!text.empty() && text.back() == 'L') text.remove_suffix(1);
+    bool negative = false;
+    std::string_view digits = text;
+    if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) {
+      negative = digits.front() == '-';
+      digits.remove_prefix(1);
+    }
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(),
+                                       [](char c) { return c >= '0' && c <= '9'; })) {
+      return Fail(op_offset, fmt::format("{} argument '{}' is not an integer", op,
+                                         std::string(text.substr(0, 40))));
+    }
+    BigInt big;
+    big.negative = negative;
+    for (char c : digits) {
+      const uint64_t d = static_cast<uint64_t>(c - '0');
+      if (big.magnitude > (std::numeric_limits<uint64_t>::max() - d) / 10) {
+        big.too_wide = true;
+        break;
+      }
+      big.magnitude = big.magnitude * 10 + d;
+    }
+    if (big.magnitude == 0) big.negative = false;
+    *out = MakeBig(big);
+    return Status::Ok();
+  }
+
+  // --- containers ---------------------------------------------------------------------------
+  Status NewContainer(uint64_t op_offset, Kind kind, const Value* items, size_t n, Value* out) {
+    if (n > std::numeric_limits<uint32_t>::max()) {
+      return Fail(op_offset, "container has more than 4 billion items");
+    }
+    Document::Container c;
+    c.kind = kind;
+    c.begin = doc_.items_.size();
+    c.size = static_cast<uint32_t>(n);
+    doc_.items_.insert(doc_.items_.end(), items, items + n);
+    doc_.containers_.push_back(c);
+    *out = Value(((doc_.containers_.size() - 1) << 3) | Value::kTagContainer);
+    return Status::Ok();
+  }
+  // Appends items to an existing container. Runs that are not contiguous with the container's
+  // last run are recorded and gathered once at the end (Finish), so a list filled in batches
+  // of 1000 (how pickle writes long lists) costs one copy, not a copy per batch.
+  Status Extend(uint64_t op_offset, Value target, Kind want, const Value* items, size_t n,
+                const char* op) {
+    if (target.tag() != Value::kTagContainer ||
+        doc_.containers_[target.payload()].kind != want) {
+      return Fail(op_offset, fmt::format("{} applies to a {} but the target is a {}", op,
+                                         KindName(want), KindName(doc_.kind(target))));
+    }
+    if (n == 0) return Status::Ok();
+    const uint64_t id = target.payload();
+    Document::Container& c = doc_.containers_[id];
+    auto extra = extra_runs_.find(id);
+    const bool contiguous = extra == extra_runs_.end()
+                                ? (c.size == 0 || c.begin + c.size == doc_.items_.size())
+                                : extra->second.back().first + extra->second.back().second ==
+                                      doc_.items_.size();
+    uint64_t total = uint64_t{c.size} + n;
+    if (extra != extra_runs_.end()) {
+      for (const auto& run : extra->second) total += run.second;
+    }
+    if (total > std::numeric_limits<uint32_t>::max()) {
+      return Fail(op_offset, "container has more than 4 billion items");
+    }
+    if (c.size == 0 && extra == extra_runs_.end()) {
+      c.begin = doc_.items_.size();
+      c.size = static_cast<uint32_t>(n);
+    } else if (contiguous) {
+      if (extra == extra_runs_.end()) {
+        c.size += static_cast<uint32_t>(n);
+      } else {
+        extra->second.back().second += n;
+      }
+    } else {
+      extra_runs_[id].emplace_back(doc_.items_.size(), n);
+    }
+    doc_.items_.insert(doc_.items_.end(), items, items + n);
+    return Status::Ok();
+  }
+  void GatherRuns() {
+    for (auto& [id, runs] : extra_runs_) {
+      Document::Container& c = doc_.containers_[id];
+      const uint64_t begin = doc_.items_.size();
+      auto copy = [&](uint64_t from, uint64_t n) {
+        for (uint64_t i = 0; i < n; ++i) {
+          const Value v = doc_.items_[from + i];
+          doc_.items_.push_back(v);
+        }
+      };
+      copy(c.begin, c.size);
+      uint64_t size = c.size;
+      for (const auto& [from, n] : runs) {
+        copy(from, n);
+        size += n;
+      }
+      c.begin = begin;
+      c.size = static_cast<uint32_t>(size);
+    }
+    extra_runs_.clear();
+  }
+
+  // --- stack and memo -----------------------------------------------------------------------
+  Status PopMark(uint64_t op_offset, const char* op, size_t* mark) {
+    if (marks_.empty()) {
+      return Fail(op_offset, fmt::format("{} without a preceding MARK (corrupt pickle)", op));
+    }
+    *mark = marks_.back();
+    marks_.pop_back();
+    return Status::Ok();
+  }
+  Status Need(uint64_t op_offset, const char* op, size_t n) const {
+    const size_t floor = marks_.empty() ? 0 : marks_.back();
+    if (stack_.size() < floor + n) {
+      return Fail(op_offset, fmt::format("{} needs {} value{} on the stack but finds {} "
+                                         "(corrupt pickle)",
+                                         op, n, n == 1 ? "" : "s", stack_.size() - floor));
+    }
+    return Status::Ok();
+  }
+  void MemoPut(uint64_t index, Value v) {
+    if (index < memo_.size()) {
+      if (memo_[index] == Value()) ++memo_count_;
+      memo_[index] = v;
+    } else if (index == memo_.size()) {
+      memo_.push_back(v);
+      ++memo_count_;
+    } else {
+      // Sparse indices never grow the dense table: an index costs its entry, not the gap.
+      if (sparse_memo_.insert_or_assign(index, v).second) ++memo_count_;
+    }
+  }
+  Status MemoGet(uint64_t op_offset, uint64_t index, Value* out) const {
+    if (index < memo_.size() && !(memo_[index] == Value())) {
+      *out = memo_[index];
+      return Status::Ok();
+    }
+    const auto it = sparse_memo_.find(index);
+    if (it != sparse_memo_.end()) {
+      *out = it->second;
+      return Status::Ok();
+    }
+    return Fail(op_offset, fmt::format("memo reference {} was never defined (corrupt pickle)",
+                                       index));
+  }
+
+  Status Step(uint8_t op, uint64_t at, bool* stop);
+  Status DecodeUnicodeEscape(uint64_t at, std::string_view line, Value* out);
+  Status DecodeQuotedString(uint64_t at, std::string_view line, Value* out);
+
+  std::span<const uint8_t> in_;
+  const ParseOptions& options_;
+  uint64_t pos_ = 0;
+  Document doc_;
+  std::vector<Value> stack_;
+  std::vector<size_t> marks_;
+  std::vector<Value> memo_;
+  std::unordered_map<uint64_t, Value> sparse_memo_;
+  uint64_t memo_count_ = 0;
+  std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> extra_runs_;
+  int protocol_ = 0;
+};
+
+Status DocumentBuilder::Run(ParseInfo* info) {
+  uint64_t next_progress = kProgressStep;
+  uint64_t opcodes = 0;
+  bool stop = false;
+  while (!stop) {
+    if (pos_ >= in_.size()) {
+      if (in_.empty()) return Fail(0, "the file is empty; a pickle holds at least one opcode");
+      return Fail(pos_, "the file ends before the pickle's STOP opcode (truncated)");
+    }
+    const uint64_t at = pos_;
+    const uint8_t op = in_[pos_++];
+    ++opcodes;
+    RETURN_IF_ERROR(Step(op, at, &stop));
+    if (pos_ >= next_progress) {
+      if (options_.progress) options_.progress(pos_, in_.size());
+      next_progress = pos_ + kProgressStep;
+    }
+  }
+  GatherRuns();
+  if (info != nullptr) {
+    info->protocol = protocol_;
+    info->opcodes = opcodes;
+  }
+  if (options_.progress) options_.progress(in_.size(), in_.size());
+  return Status::Ok();
+}
+
+Status DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
+  switch (op) {
+    case kProto: {
+      if (!Have(1)) return Truncated(at, "PROTO", 1);
+      protocol_ = in_[pos_++];
+      if (protocol_ > 5) {
+        return Fail(at, fmt::format("pickle protocol {} is not supported (0-5 are)", protocol_));
+      }
+      return Status::Ok();
+    }
+    case kFrame: {
+      if (!Have(8)) return Truncated(at, "FRAME", 8);
+      const uint64_t len = ReadLE(8);
+      if (!Have(len)) return Truncated(at, "FRAME", len - (in_.size() - pos_));
+      return Status::Ok();  // framing only groups reads; the content is parsed as it comes
+    }
+    case kStop: {
+      if (stack_.empty()) return Fail(at, "STOP with an empty stack (corrupt pickle)");
+      doc_.root_ = stack_.back();
+      *stop = true;
+      return Status::Ok();
+    }
+    case kMark:
+      marks_.push_back(stack_.size());
+      return Status::Ok();
+    case kPop:
+      if (!stack_.empty() && (marks_.empty() || stack_.size() > marks_.back())) {
+        stack_.pop_back();
+        return Status::Ok();
+      }
+      if (!marks_.empty()) {
+        marks_.pop_back();
+        return Status::Ok();
+      }
+      return Fail(at, "POP with an empty stack (corrupt pickle)");
+    case kPopMark: {
+      size_t mark;
+      RETURN_IF_ERROR(PopMark(at, "POP_MARK", &mark));
+      stack_.resize(mark);
+      return Status::Ok();
+    }
+    case kDup:
+      RETURN_IF_ERROR(Need(at, "DUP", 1));
+      stack_.push_back(stack_.back());
+      return Status::Ok();
+
+    // --- scalars --------------------------------------------------------------------------
+    case kNone:
+      stack_.push_back(MakeSpecial(0));
+      return Status::Ok();
+    case kNewFalse:
+      stack_.push_back(MakeSpecial(1));
+      return Status::Ok();
+    case kNewTrue:
+      stack_.push_back(MakeSpecial(2));
+      return Status::Ok();
+    case kBinInt:
+      if (!Have(4)) return Truncated(at, "BININT", 4);
+      stack_.push_back(MakeInt(static_cast<int32_t>(static_cast<uint32_t>(ReadLE(4)))));
+      return Status::Ok();
+    case kBinInt1:
+      if (!Have(1)) return Truncated(at, "BININT1", 1);
+      stack_.push_back(MakeInt(static_cast<int64_t>(ReadLE(1))));
+      return Status::Ok();
+    case kBinInt2:
+      if (!Have(2)) return Truncated(at, "BININT2", 2);
+      stack_.push_back(MakeInt(static_cast<int64_t>(ReadLE(2))));
+      return Status::Ok();
+    case kLong1:
+    case kLong4: {
+      const size_t width = op == kLong1 ? 1 : 4;
+      const char* name = op == kLong1 ? "LONG1" : "LONG4";
+      if (!Have(width)) return Truncated(at, name, width);
+      const uint64_t raw = ReadLE(width);
+      if (op == kLong4 && static_cast<int32_t>(static_cast<uint32_t>(raw)) < 0) {
+        return Fail(at, "LONG4 has a negative byte count (corrupt pickle)");
+      }
+      if (!Have(raw)) return Truncated(at, name, raw - (in_.size() - pos_));
+      stack_.push_back(MakeLong(in_.data() + pos_, raw));
+      pos_ += raw;
+      return Status::Ok();
+    }
+    case kInt: {
+      std::string_view line;
+      RETURN_IF_ERROR(ReadLine(at, "INT", &line));
+      if (line == "00" || line == "01") {
+        stack_.push_back(MakeSpecial(line == "01" ? 2 : 1));
+        return Status::Ok();
+      }
+      Value v;
+      RETURN_IF_ERROR(MakeDecimal(at, "INT", line, &v));
+      stack_.push_back(v);
+      return Status::Ok();
+    }
+    case kLong: {
+      std::string_view line;
+      RETURN_IF_ERROR(ReadLine(at, "LONG", &line));
+      Value v;
+      RETURN_IF_ERROR(MakeDecimal(at, "LONG", line, &v));
+      stack_.push_back(v);
+      return Status::Ok();
+    }
+    case kBinFloat: {
+      if (!Have(8)) return Truncated(at, "BINFLOAT", 8);
+      uint64_t bits = 0;
+      for (int i = 0; i < 8; ++i) bits = (bits << 8) | in_[pos_ + i];  // big-endian
+      pos_ += 8;
+      double d;
+      std::memcpy(&d, &bits, sizeof(d));
+      stack_.push_back(MakeFloat(d));
+      return Status::Ok();
+    }
+    case kFloat: {
+      std::string_view line;
+      RETURN_IF_ERROR(ReadLine(at, "FLOAT", &line));
+      double d = 0;
+      const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), d);
+      if (ec != std::errc() || end != line.data() + line.size()) {
+        if (line == "nan" || line == "inf" || line == "-inf") {
+          d = line == "nan"   ? std::numeric_limits<double>::quiet_NaN()
+              : line == "inf" ? std::numeric_limits<double>::infinity()
+                              : -std::numeric_limits<double>::infinity();
+        } else {
+          return Fail(at, fmt::format("FLOAT argument '{}' is not a number",
+                                      std::string(line.substr(0, 40))));
+        }
+      }
+      stack_.push_back(MakeFloat(d));
+      return Status::Ok();
+    }
+
+    // --- strings and bytes ----------------------------------------------------------------
+    case kShortBinUnicode:
+    case kBinUnicode:
+    case kBinUnicode8:
+    case kShortBinString:
+    case kBinString: {
+      const char* name = op == kShortBinUnicode ? "SHORT_BINUNICODE"
+                         : op == kBinUnicode    ? "BINUNICODE"
+                         : op == kBinUnicode8   ? "BINUNICODE8"
+                         : op == kBinString     ? "BINSTRING"
+                                                : "SHORT_BINSTRING";
+      const size_t width =
+          (op == kShortBinUnicode || op == kShortBinString) ? 1 : op == kBinUnicode8 ? 8 : 4;
+      if (!Have(width)) return Truncated(at, name, width);
+      const uint64_t len = ReadLE(width);
+      if (op == kBinString && static_cast<int32_t>(static_cast<uint32_t>(len)) < 0) {
+        return Fail(at, "BINSTRING has a negative length (corrupt pickle)");
+      }
+      if (!Have(len)) return Truncated(at, name, len - (in_.size() - pos_));
+      Value v;
+      RETURN_IF_ERROR(MakeFileString(at, pos_, len, &v));
+      pos_ += len;
+      stack_.push_back(v);
+      return Status::Ok();
+    }
+    case kShortBinBytes:
+    case kBinBytes:
+    case kBinBytes8:
+    case kByteArray8: {
+      const char* name = op == kShortBinBytes ? "SHORT_BINBYTES"
+                         : op == kBinBytes    ? "BINBYTES"
+                         : op == kBinBytes8   ? "BINBYTES8"
+                                              : "BYTEARRAY8";
+      const size_t width = op == kShortBinBytes ? 1 : op == kBinBytes ? 4 : 8;
+      if (!Have(width)) return Truncated(at, name, width);
+      const uint64_t len = ReadLE(width);
+      if (!Have(len)) return Truncated(at, name, len - (in_.size() - pos_));
+      stack_.push_back(
+          MakeOwned(std::string(reinterpret_cast<const char*>(in_.data() + pos_), len),
+                    Value::kTagBytes));
+      pos_ += len;
+      return Status::Ok();
+    }
+    case kUnicode: {
+      std::string_view line;
+      RETURN_IF_ERROR(ReadLine(at, "UNICODE", &line));
+      Value v;
+      RETURN_IF_ERROR(DecodeUnicodeEscape(at, line, &v));
+      stack_.push_back(v);
+      return Status::Ok();
+    }
+    case kString: {
+      std::string_view line;
+      RETURN_IF_ERROR(ReadLine(at, "STRING", &line));
+      Value v;
+      RETURN_IF_ERROR(DecodeQuotedString(at, line, &v));
+      stack_.push_back(v);
+      return Status::Ok();
+    }
+
+    // --- containers -----------------------------------------------------------------------
+    case kEmptyList:
+    case kEmptyDict:
+    case kEmptyTuple:
+    case kEmptySet: {
+      const Kind kind = op == kEmptyList   ? Kind::kList
+                        : op == kEmptyDict ? Kind::kDict
+                        : op == kEmptyTuple ? Kind::kTuple
+                                            : Kind::kSet;
+      Value v;
+      RETURN_IF_ERROR(NewContainer(at, kind, nullptr, 0, &v));
+      stack_.push_back(v);
+      return Status::Ok();
+    }
+    case kTuple1:
+    case kTuple2:
+    case kTuple3: {
+      const size_t n = op - kTuple1 + 1;
+      RETURN_IF_ERROR(Need(at, n == 1 ? "TUPLE1" : n == 2 ? "TUPLE2" : "TUPLE3", n));
+      Value v;
+      RETURN_IF_ERROR(NewContainer(at, Kind::kTuple, stack_.data() + stack_.size() - n, n, &v));
+      stack_.resize(stack_.size() - n);
+      stack_.push_back(v);
+      return Status::Ok();
+    }
+    case kTuple:
+    case kList:
+    case kFrozenSet:
+    case kDict: {
+      const char* name = op == kTuple ? "TUPLE" : op == kList ? "LIST" : op == kDict ? "DICT"
+                                                                                      : "FROZENSET";
+      size_t mark;
+      RETURN_IF_ERROR(PopMark(at, name, &mark));
+      const size_t n = stack_.size() - mark;
+      if (op == kDict && n % 2 != 0) {
+        return Fail(at, "DICT has an odd number of items (a key without a value)");
+      }
+      const Kind kind = op == kTuple ? Kind::kTuple
+                        : op == kList ? Kind::kList
+                        : op == kDict ? Kind::kDict
+                                      : Kind::kSet;
+      Value v;
+      RETURN_IF_ERROR(NewContainer(at, kind, stack_.data() + mark, n, &v));
+      stack_.resize(mark);
+      stack_.push_back(v);
+      return Status::Ok();
+    }
+    case kAppend: {
+      RETURN_IF_ERROR(Need(at, "APPEND", 2));
+      const Value item = stack_.back();
+      stack_.pop_back();
+      return Extend(at, stack_.back(), Kind::kList, &item, 1, "APPEND");
+    }
+    case kSetItem: {
+      RETURN_IF_ERROR(Need(at, "SETITEM", 3));
+      const Value pair[2] = {stack_[stack_.size() - 2], stack_[stack_.size() - 1]};
+      stack_.resize(stack_.size() - 2);
+      return Extend(at, stack_.back(), Kind::kDict, pair, 2, "SETITEM");
+    }
+    case kAppends:
+    case kSetItems:
+    case kAddItems: {
+      const char* name = op == kAppends ? "APPENDS" : op == kSetItems ? "SETITEMS" : "ADDITEMS";
+      size_t mark;
+      RETURN_IF_ERROR(PopMark(at, name, &mark));
+      if (mark == 0 || (!marks_.empty() && mark <= marks_.back())) {
+        return Fail(at, fmt::format("{} has no target container below its MARK (corrupt pickle)",
+                                    name));
+      }
+      const size_t n = stack_.size() - mark;
+      if (op == kSetItems && n % 2 != 0) {
+        return Fail(at, "SETITEMS has an odd number of items (a key without a value)");
+      }
+      const Kind want = op == kAppends ? Kind::kList : op == kSetItems ? Kind::kDict : Kind::kSet;
+      RETURN_IF_ERROR(Extend(at, stack_[mark - 1], want, stack_.data() + mark, n, name));
+      stack_.resize(mark);
+      return Status::Ok();
+    }
+
+    // --- memo -----------------------------------------------------------------------------
+    case kMemoize:
+      RETURN_IF_ERROR(Need(at, "MEMOIZE", 1));
+      MemoPut(memo_count_, stack_.back());
+      return Status::Ok();
+    case kBinPut:
+    case kLongBinPut:
+    case kPut: {
+      const char* name = op == kBinPut ? "BINPUT" : op == kLongBinPut ? "LONG_BINPUT" : "PUT";
+      uint64_t index;
+      if (op == kPut) {
+        std::string_view line;
+        RETURN_IF_ERROR(ReadLine(at, name, &line));
+        const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), index);
+        if (ec != std::errc() || end != line.data() + line.size()) {
+          return Fail(at, "PUT argument is not a memo index");
+        }
+      } else {
+        const size_t width = op == kBinPut ? 1 : 4;
+        if (!Have(width)) return Truncated(at, name, width);
+        index = ReadLE(width);
+      }
+      RETURN_IF_ERROR(Need(at, name, 1));
+      MemoPut(index, stack_.back());
+      return Status::Ok();
+    }
+    case kBinGet:
+    case kLongBinGet:
+    case kGet: {
+      const char* name = op == kBinGet ? "BINGET" : op == kLongBinGet ? "LONG_BINGET" : "GET";
+      uint64_t index;
+      if (op == kGet) {
+        std::string_view line;
+        RETURN_IF_ERROR(ReadLine(at, name, &line));
+        const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), index);
+        if (ec != std::errc() || end != line.data() + line.size()) {
+          return Fail(at, "GET argument is not a memo index");
+        }
+      } else {
+        const size_t width = op == kBinGet ? 1 : 4;
+        if (!Have(width)) return Truncated(at, name, width);
+        index = ReadLE(width);
+      }
+      Value v;
+      RETURN_IF_ERROR(MemoGet(at, index, &v));
+      stack_.push_back(v);
+      return Status::Ok();
+    }
+
+    case kNextBuffer:
+    case kReadOnlyBuffer:
+      return Fail(at, fmt::format("opcode {} (out-of-band buffer) is not supported: memory "
+                                  "snapshots never use it",
+                                  op == kNextBuffer ? "NEXT_BUFFER" : "READONLY_BUFFER"));
+    default:
+      break;
+  }
+  if (const char* name = CodeExecutingOpcodeName(op)) {
+    return Fail(at, fmt::format("refusing opcode {} (0x{:02x}): it imports or calls code, and a "
+                                "memory snapshot holds only plain data; this file is not a "
+                                "snapshot, or it was tampered with",
+                                name, op));
+  }
+  return Fail(at, fmt::format("unknown opcode 0x{:02x}: not a pickle, or corrupt", op));
+}
+
+Status DocumentBuilder::DecodeUnicodeEscape(uint64_t at, std::string_view line, Value* out) {
+  // raw-unicode-escape: bytes are Latin-1 code points except \uXXXX and \UXXXXXXXX.
+  std::string s;
+  s.reserve(line.size());
+  for (size_t i = 0; i < line.size(); ++i) {
+    const auto c = static_cast<unsigned char>(line[i]);
+    if (c == '\\' && i + 1 < line.size() && (line[i + 1] == 'u' || line[i + 1] == 'U')) {
+      const size_t digits = line[i + 1] == 'u' ? 4 : 8;
+      if (i + 2 + digits > line.size()) return Fail(at, "UNICODE has a truncated \\u escape");
+      uint32_t cp = 0;
+      for (size_t k = 0; k < digits; ++k) {
+        const int h = HexValue(line[i + 2 + k]);
+        if (h < 0) return Fail(at, "UNICODE has a malformed \\u escape");
+        cp = (cp << 4) | static_cast<uint32_t>(h);
+      }
+      if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+        return Fail(at, "UNICODE escape is not a valid code point");
+      }
+      AppendUtf8(s, cp);
+      i += 1 + digits;
+    } else {
+      AppendUtf8(s, c);
+    }
+  }
+  *out = MakeOwned(std::move(s), Value::kTagOwnedStr);
+  return Status::Ok();
+}
+
+Status DocumentBuilder::DecodeQuotedString(uint64_t at, std::string_view line, Value* out) {
+  // Python 2 str repr: 'text' or "text" with backslash escapes.
+  if (line.size() < 2 || (line.front() != '\'' && line.front() != '"') ||
+      line.back() != line.front()) {
+    return Fail(at, "STRING argument is not a quoted string");
+  }
+  line = line.substr(1, line.size() - 2);
+  std::string s;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] != '\\' || i + 1 == line.size()) {
+      s.push_back(line[i]);
+      continue;
+    }
+    const char e = line[++i];
+    switch (e) {
+      case 'n':
+        s.push_back('\n');
+        break;
+      case 't':
+        s.push_back('\t');
+        break;
+      case 'r':
+        s.push_back('\r');
+        break;
+      case 'a':
+        s.push_back('\a');
+        break;
+      case 'b':
+        s.push_back('\b');
+        break;
+      case 'f':
+        s.push_back('\f');
+        break;
+      case 'v':
+        s.push_back('\v');
+        break;
+      case 'x': {
+        if (i + 2 >= line.size()) return Fail(at, "STRING has a truncated \\x escape");
+        const int hi = HexValue(line[i + 1]);
+        const int lo = HexValue(line[i + 2]);
+        if (hi < 0 || lo < 0) return Fail(at, "STRING has a malformed \\x escape");
+        s.push_back(static_cast<char>(hi * 16 + lo));
+        i += 2;
+        break;
+      }
+      default:
+        if (e >= '0' && e <= '7') {
+          int v = e - '0';
+          for (int k = 0; k < 2 && i + 1 < line.size() && line[i + 1] >= '0' && line[i + 1] <= '7';
+               ++k) {
+            v = v * 8 + (line[++i] - '0');
+          }
+          s.push_back(static_cast<char>(v & 0xFF));
+        } else {
+          s.push_back(e);  // \\, \', \" and unknown escapes keep the character
+        }
+    }
+  }
+  if (!IsValidUtf8(reinterpret_cast<const uint8_t*>(s.data()), s.size())) {
+    return Fail(at, "STRING is not valid text");
+  }
+  *out = MakeOwned(std::move(s), Value::kTagOwnedStr);
+  return Status::Ok();
+}
+
+Result<Document> Parse(std::span<const uint8_t> input, const ParseOptions& options,
+                       ParseInfo* info) {
+  DocumentBuilder builder(input, options);
+  RETURN_IF_ERROR(builder.Run(info));
+  return builder.Take();
+}
+
+}  // namespace vramscope::pickle

@@ -1,0 +1,670 @@
+#include "sources/snapshot/snapshot_source.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <unordered_map>
+
+#include "sources/input_format.h"
+#include "sources/pickle/pickle_reader.h"
+
+namespace vramscope::snapshot {
+
+namespace {
+
+using model::Action;
+using model::FrameId;
+using model::StackId;
+using pickle::Document;
+using pickle::Kind;
+using pickle::Value;
+
+// Lazily built location of a value, for error messages: "segments[3].blocks[7]".
+struct Path {
+  const Path* parent = nullptr;
+  const char* key = nullptr;
+  int64_t index = -1;
+
+  std::string ToString() const {
+    std::string prefix = parent != nullptr ? parent->ToString() : std::string();
+    if (key != nullptr) return prefix.empty() ? key : prefix + "." + key;
+    return prefix + fmt::format("[{}]", index);
+  }
+  Path Index(int64_t i) const { return Path{this, nullptr, i}; }
+  Path Key(const char* k) const { return Path{this, k, -1}; }
+};
+
+class Converter {
+ public:
+  explicit Converter(const Document& doc) : doc_(doc) {}
+
+  Result<model::Trace> Run();
+
+ private:
+  // --- typed access -------------------------------------------------------------------------
+  Status TypeError(const Path& where, const char* key, Value v, const char* want) const {
+    return InvalidInput(fmt::format("{}: '{}' is a {}, expected {}", where.ToString(), key,
+                                    pickle::KindName(doc_.kind(v)), want));
+  }
+  // An unsigned integer under `key`; `fallback` when absent or None.
+  Status GetU64(Value dict, const Path& where, const char* key, uint64_t fallback,
+                uint64_t* out) const {
+    const Value v = doc_.Get(dict, key);
+    if (doc_.IsMissing(v) || doc_.IsNone(v)) {
+      *out = fallback;
+      return Status::Ok();
+    }
+    const auto u = doc_.AsUint64(v);
+    if (!u) {
+      if (const auto i = doc_.AsInt64(v)) {
+        return InvalidInput(fmt::format("{}: '{}' is {}, expected a non-negative integer",
+                                        where.ToString(), key, *i));
+      }
+      return TypeError(where, key, v, "an integer");
+    }
+    *out = *u;
+    return Status::Ok();
+  }
+  Status RequireU64(Value dict, const Path& where, const char* key, uint64_t* out) const {
+    if (doc_.IsMissing(doc_.Get(dict, key))) {
+      return InvalidInput(fmt::format("{}: missing '{}'", where.ToString(), key));
+    }
+    return GetU64(dict, where, key, 0, out);
+  }
+  Status RequireDict(Value v, const Path& where) const {
+    if (doc_.kind(v) != Kind::kDict) {
+      return InvalidInput(fmt::format("{}: is a {}, expected a dict", where.ToString(),
+                                      pickle::KindName(doc_.kind(v))));
+    }
+    return Status::Ok();
+  }
+  Status RequireList(Value v, const Path& where) const {
+    const Kind k = doc_.kind(v);
+    if (k != Kind::kList && k != Kind::kTuple) {
+      return InvalidInput(fmt::format("{}: is a {}, expected a list", where.ToString(),
+                                      pickle::KindName(k)));
+    }
+    return Status::Ok();
+  }
+  std::string ScalarText(Value v) const {
+    switch (doc_.kind(v)) {
+      case Kind::kString:
+        return std::string(*doc_.AsString(v));
+      case Kind::kBool:
+        return *doc_.AsBool(v) ? "True" : "False";
+      case Kind::kInt:
+        if (const auto i = doc_.AsInt64(v)) return std::to_string(*i);
+        if (const auto u = doc_.AsUint64(v)) return std::to_string(*u);
+        return "<integer wider than 64 bits>";
+      case Kind::kFloat:
+        return fmt::format("{}", *doc_.AsDouble(v));
+      case Kind::kNone:
+        return "None";
+      default:
+        return fmt::format("<{}>", pickle::KindName(doc_.kind(v)));
+    }
+  }
+
+  // --- stacks -------------------------------------------------------------------------------
+  FrameId InternFrame(std::string_view filename, std::string_view function, int64_t line) {
+    model::Frame f;
+    f.filename = trace_.strings.Intern(filename);
+    f.function = trace_.strings.Intern(function);
+    f.line = static_cast<int32_t>(std::clamp<int64_t>(line, INT32_MIN, INT32_MAX));
+    f.kind = model::ClassifyFrame(filename);
+    return trace_.frames.Intern(f);
+  }
+  Status ConvertFrame(Value v, const Path& where, FrameId* out) {
+    if (const auto id = doc_.ContainerId(v)) {
+      if (const auto it = frame_cache_.find(*id); it != frame_cache_.end()) {
+        *out = it->second;
+        return Status::Ok();
+      }
+    }
+    if (const auto text = doc_.AsString(v)) {  // 2.0 cpp_frames are plain strings
+      *out = InternFrame("", *text, 0);
+      return Status::Ok();
+    }
+    RETURN_IF_ERROR(RequireDict(v, where));
+    const Value filename = doc_.Get(v, "filename");
+    const Value name = doc_.Get(v, "name");
+    const auto filename_text = doc_.AsString(filename);
+    const auto name_text = doc_.AsString(name);
+    if (!doc_.IsMissing(filename) && !filename_text) {
+      return TypeError(where, "filename", filename, "a str");
+    }
+    if (!doc_.IsMissing(name) && !name_text) return TypeError(where, "name", name, "a str");
+    const Value line = doc_.Get(v, "line");
+    int64_t line_number = 0;
+    if (!doc_.IsMissing(line) && !doc_.IsNone(line)) {
+      const auto l = doc_.AsInt64(line);
+      if (!l) return TypeError(where, "line", line, "an integer");
+      line_number = *l;
+    }
+    *out = InternFrame(filename_text.value_or(""), name_text.value_or(""), line_number);
+    if (const auto id = doc_.ContainerId(v)) frame_cache_.emplace(*id, *out);
+    return Status::Ok();
+  }
+  // `frames` (innermost first) plus optional 2.0 `cpp_frames`, which are more specific than the
+  // Python frames and so go first.
+  Status ConvertStack(Value frames, Value cpp_frames, const Path& where, StackId* out) {
+    const bool plain = doc_.IsMissing(cpp_frames) || doc_.IsNone(cpp_frames);
+    if (plain && (doc_.IsMissing(frames) || doc_.IsNone(frames))) {
+      *out = model::kEmptyStack;
+      return Status::Ok();
+    }
+    const auto id = doc_.ContainerId(frames);
+    if (plain && id) {
+      if (const auto it = stack_cache_.find(*id); it != stack_cache_.end()) {
+        *out = it->second;
+        return Status::Ok();
+      }
+    }
+    scratch_.clear();
+    if (!plain) {
+      RETURN_IF_ERROR(RequireList(cpp_frames, where.Key("cpp_frames")));
+      const Path p = where.Key("cpp_frames");
+      const auto items = doc_.Items(cpp_frames);
+      for (size_t i = 0; i < items.size(); ++i) {
+        FrameId f;
+        RETURN_IF_ERROR(ConvertFrame(items[i], p.Index(static_cast<int64_t>(i)), &f));
+        scratch_.push_back(f);
+      }
+    }
+    if (!doc_.IsMissing(frames) && !doc_.IsNone(frames)) {
+      const Path p = where.Key("frames");
+      RETURN_IF_ERROR(RequireList(frames, p));
+      const auto items = doc_.Items(frames);
+      for (size_t i = 0; i < items.size(); ++i) {
+        FrameId f;
+        RETURN_IF_ERROR(ConvertFrame(items[i], p.Index(static_cast<int64_t>(i)), &f));
+        scratch_.push_back(f);
+      }
+    }
+    *out = trace_.stacks.Intern(scratch_);
+    if (plain && id) stack_cache_.emplace(*id, *out);
+    return Status::Ok();
+  }
+
+  Status ConvertSegments(Value segments, const Path& where);
+  Status ConvertBlock(Value block, const Path& where, uint64_t address, model::Block* out);
+  Status ConvertTraces(Value traces, const Path& where);
+  Status ConvertEntry(Value entry, const Path& where, int32_t device);
+  Status ConvertSettings(Value settings);
+  Status ConvertAnnotations(Value annotations, const Path& where);
+  void DescribeGeneration(Value root);
+
+  const Document& doc_;
+  model::Trace trace_;
+  std::unordered_map<uint64_t, FrameId> frame_cache_;
+  std::unordered_map<uint64_t, StackId> stack_cache_;
+  std::vector<FrameId> scratch_;
+  // Evidence for the format generation.
+  bool bare_list_ = false;
+  bool has_device_traces_ = false;
+  bool history_blocks_ = false;
+  bool segment_frames_ = false;
+  bool times_ = false;
+  bool compile_context_ = false;
+  bool user_metadata_ = false;
+  bool pool_id_ = false;
+  bool annotate_action_ = false;
+  bool host_memory_ = false;
+};
+
+Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
+                               model::Block* out) {
+  RETURN_IF_ERROR(RequireDict(block, where));
+  RETURN_IF_ERROR(RequireU64(block, where, "size", &out->size));
+  const Value state = doc_.Get(block, "state");
+  const auto state_text = doc_.AsString(state);
+  if (!state_text) {
+    if (doc_.IsMissing(state)) return InvalidInput(where.ToString() + ": missing 'state'");
+    return TypeError(where, "state", state, "a str");
+  }
+  if (*state_text == "active_allocated") {
+    out->state = model::BlockState::kActiveAllocated;
+  } else if (*state_text == "active_pending_free" || *state_text == "active_awaiting_free") {
+    out->state = model::BlockState::kActivePendingFree;
+  } else if (*state_text == "inactive") {
+    out->state = model::BlockState::kInactive;
+  } else {
+    return InvalidInput(fmt::format("{}: unknown block state '{}'", where.ToString(),
+                                    std::string(state_text->substr(0, 40))));
+  }
+  // 2.1+ blocks carry their address; older ones tile the segment from its start.
+  RETURN_IF_ERROR(GetU64(block, where, "address", address, &out->address));
+  RETURN_IF_ERROR(GetU64(block, where, "requested_size", 0, &out->requested_size));
+  const Value history = doc_.Get(block, "history");
+  if (!doc_.IsMissing(history) && !doc_.IsNone(history)) {
+    // 1.13/2.0: the allocations this block has held, oldest first; the last is the current one.
+    history_blocks_ = true;
+    const Path p = where.Key("history");
+    RETURN_IF_ERROR(RequireList(history, p));
+    const auto records = doc_.Items(history);
+    if (!records.empty() && model::IsActive(out->state)) {
+      const Value last = records.back();
+      const Path lp = p.Index(static_cast<int64_t>(records.size() - 1));
+      RETURN_IF_ERROR(RequireDict(last, lp));
+      if (out->requested_size == 0) {
+        RETURN_IF_ERROR(GetU64(last, lp, "real_size", 0, &out->requested_size));
+      }
+      RETURN_IF_ERROR(ConvertStack(doc_.Get(last, "frames"), doc_.Get(last, "cpp_frames"), lp,
+                                   &out->stack));
+    }
+  } else {
+    RETURN_IF_ERROR(ConvertStack(doc_.Get(block, "frames"), Value(), where, &out->stack));
+  }
+  return Status::Ok();
+}
+
+Status Converter::ConvertSegments(Value segments, const Path& where) {
+  RETURN_IF_ERROR(RequireList(segments, where));
+  const auto items = doc_.Items(segments);
+  struct Pending {
+    model::Segment segment;
+    std::vector<model::Block> blocks;
+  };
+  std::vector<Pending> pending(items.size());
+  for (size_t s = 0; s < items.size(); ++s) {
+    const Path sp = where.Index(static_cast<int64_t>(s));
+    const Value seg = items[s];
+    RETURN_IF_ERROR(RequireDict(seg, sp));
+    model::Segment& out = pending[s].segment;
+    uint64_t device = 0;
+    RETURN_IF_ERROR(GetU64(seg, sp, "device", 0, &device));
+    if (device > 1u << 20) {
+      return InvalidInput(fmt::format("{}: device {} is not a device ordinal", sp.ToString(),
+                                      device));
+    }
+    out.device = static_cast<int32_t>(device);
+    RETURN_IF_ERROR(RequireU64(seg, sp, "address", &out.address));
+    RETURN_IF_ERROR(RequireU64(seg, sp, "total_size", &out.total_size));
+    RETURN_IF_ERROR(GetU64(seg, sp, "allocated_size", 0, &out.allocated_size));
+    RETURN_IF_ERROR(GetU64(seg, sp, "active_size", 0, &out.active_size));
+    RETURN_IF_ERROR(GetU64(seg, sp, "requested_size", 0, &out.requested_size));
+    RETURN_IF_ERROR(GetU64(seg, sp, "stream", 0, &out.stream));
+    const Value type = doc_.Get(seg, "segment_type");
+    if (const auto t = doc_.AsString(type)) {
+      out.pool = *t == "small" ? model::Pool::kSmall : model::Pool::kLarge;
+    } else if (!doc_.IsMissing(type)) {
+      return TypeError(sp, "segment_type", type, "a str");
+    }
+    const Value pool_id = doc_.Get(seg, "segment_pool_id");
+    if (!doc_.IsMissing(pool_id) && !doc_.IsNone(pool_id)) {
+      const auto ids = doc_.Items(pool_id);
+      for (size_t k = 0; k < ids.size() && k < 2; ++k) {
+        out.pool_id[k] = doc_.AsInt64(ids[k]).value_or(0);
+      }
+    }
+    if (const auto e = doc_.AsBool(doc_.Get(seg, "is_expandable"))) out.is_expandable = *e;
+    const Value frames = doc_.Get(seg, "frames");
+    if (!doc_.IsMissing(frames)) segment_frames_ = true;
+    RETURN_IF_ERROR(ConvertStack(frames, Value(), sp, &out.stack));
+
+    const Value blocks = doc_.Get(seg, "blocks");
+    const Path bp = sp.Key("blocks");
+    if (doc_.IsMissing(blocks)) return InvalidInput(sp.ToString() + ": missing 'blocks'");
+    RETURN_IF_ERROR(RequireList(blocks, bp));
+    uint64_t next_address = out.address;
+    for (size_t b = 0; b < doc_.Items(blocks).size(); ++b) {
+      model::Block block;
+      RETURN_IF_ERROR(ConvertBlock(doc_.Items(blocks)[b], bp.Index(static_cast<int64_t>(b)),
+                                   next_address, &block));
+      next_address = block.address + block.size;
+      pending[s].blocks.push_back(block);
+    }
+    std::stable_sort(pending[s].blocks.begin(), pending[s].blocks.end(),
+                     [](const model::Block& x, const model::Block& y) {
+                       return x.address < y.address;
+                     });
+  }
+  std::stable_sort(pending.begin(), pending.end(), [](const Pending& x, const Pending& y) {
+    return std::tie(x.segment.device, x.segment.address) <
+           std::tie(y.segment.device, y.segment.address);
+  });
+  for (Pending& p : pending) {
+    p.segment.first_block = static_cast<uint32_t>(trace_.blocks.size());
+    p.segment.block_count = static_cast<uint32_t>(p.blocks.size());
+    for (model::Block& b : p.blocks) {
+      b.segment = static_cast<uint32_t>(trace_.segments.size());
+      trace_.blocks.push_back(b);
+    }
+    trace_.segments.push_back(p.segment);
+  }
+  return Status::Ok();
+}
+
+Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
+  RETURN_IF_ERROR(RequireDict(entry, where));
+  const auto pairs = doc_.DictItems(entry);
+  std::optional<std::string_view> action_name;
+  uint64_t addr = 0, size = 0, stream = 0, device_free = 0;
+  int64_t time_us = model::kNoTime;
+  Value frames, compile_context, user_metadata;
+  bool has_device_free = false;
+  // One pass over the entry's keys: this loop runs once per trace entry (millions).
+  for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+    const auto key = doc_.AsString(pairs[i]);
+    if (!key) continue;
+    const Value v = pairs[i + 1];
+    auto u64 = [&](uint64_t* out) -> Status {
+      if (doc_.IsNone(v)) return Status::Ok();
+      const auto u = doc_.AsUint64(v);
+      if (!u) {
+        const std::string k(*key);
+        return TypeError(where, k.c_str(), v, "a non-negative integer");
+      }
+      *out = *u;
+      return Status::Ok();
+    };
+    if (*key == "action") {
+      action_name = doc_.AsString(v);
+      if (!action_name) return TypeError(where, "action", v, "a str");
+    } else if (*key == "addr") {
+      RETURN_IF_ERROR(u64(&addr));
+    } else if (*key == "size") {
+      RETURN_IF_ERROR(u64(&size));
+    } else if (*key == "stream") {
+      RETURN_IF_ERROR(u64(&stream));
+    } else if (*key == "time_us") {
+      if (!doc_.IsNone(v)) {
+        const auto t = doc_.AsInt64(v);
+        if (!t) return TypeError(where, "time_us", v, "an integer");
+        time_us = *t;
+        times_ = true;
+      }
+    } else if (*key == "frames") {
+      frames = v;
+    } else if (*key == "device_free") {
+      RETURN_IF_ERROR(u64(&device_free));
+      has_device_free = true;
+    } else if (*key == "compile_context") {
+      compile_context = v;
+      compile_context_ = true;
+    } else if (*key == "user_metadata") {
+      user_metadata = v;
+      user_metadata_ = true;
+    } else if (*key == "pool_id") {
+      pool_id_ = true;
+    }
+  }
+  if (!action_name) return InvalidInput(where.ToString() + ": missing 'action'");
+  const std::optional<Action> action = model::ParseAction(*action_name);
+  StackId stack;
+  RETURN_IF_ERROR(ConvertStack(frames, Value(), where, &stack));
+  model::Events& ev = trace_.events;
+  const auto index = static_cast<uint32_t>(ev.count());
+  ev.Push(action.value_or(Action::kOther), device, addr, size, stream, time_us, stack);
+  if (!action) ev.other_action.emplace(index, trace_.strings.Intern(*action_name));
+  if (action == Action::kAnnotate) annotate_action_ = true;
+  if (has_device_free) ev.oom_device_free.emplace(index, device_free);
+  auto keep_text = [&](Value v, std::unordered_map<uint32_t, model::StringId>& into) {
+    if (doc_.IsMissing(v) || doc_.IsNone(v)) return;
+    const std::string text = ScalarText(v);
+    if (!text.empty()) into.emplace(index, trace_.strings.Intern(text));
+  };
+  keep_text(compile_context, ev.compile_context);
+  keep_text(user_metadata, ev.user_metadata);
+  return Status::Ok();
+}
+
+Status Converter::ConvertTraces(Value traces, const Path& where) {
+  RETURN_IF_ERROR(RequireList(traces, where));
+  const auto per_device = doc_.Items(traces);
+  size_t total = 0;
+  for (const Value t : per_device) total += doc_.Items(t).size();
+  trace_.events.Reserve(total);
+  for (size_t d = 0; d < per_device.size(); ++d) {
+    const Path dp = where.Index(static_cast<int64_t>(d));
+    RETURN_IF_ERROR(RequireList(per_device[d], dp));
+    const auto entries = doc_.Items(per_device[d]);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      RETURN_IF_ERROR(
+          ConvertEntry(entries[i], dp.Index(static_cast<int64_t>(i)), static_cast<int32_t>(d)));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Converter::ConvertSettings(Value settings) {
+  // Flattened to text: nested dicts become "outer.inner" keys (roundup_power2_divisions.1024).
+  const auto pairs = doc_.DictItems(settings);
+  for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+    const std::string key = ScalarText(pairs[i]);
+    const Value v = pairs[i + 1];
+    if (doc_.kind(v) == Kind::kDict) {
+      const auto inner = doc_.DictItems(v);
+      for (size_t k = 0; k + 1 < inner.size(); k += 2) {
+        trace_.allocator_settings.emplace_back(key + "." + ScalarText(inner[k]),
+                                               ScalarText(inner[k + 1]));
+      }
+      if (inner.empty()) trace_.allocator_settings.emplace_back(key, "{}");
+    } else {
+      trace_.allocator_settings.emplace_back(key, ScalarText(v));
+      if (key == "trace_alloc_overflowed" && doc_.AsBool(v).value_or(false)) {
+        trace_.facts.ring_buffer_overflowed = true;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Converter::ConvertAnnotations(Value annotations, const Path& where) {
+  RETURN_IF_ERROR(RequireList(annotations, where));
+  const auto items = doc_.Items(annotations);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Path p = where.Index(static_cast<int64_t>(i));
+    RETURN_IF_ERROR(RequireDict(items[i], p));
+    model::Annotation a;
+    const auto pairs = doc_.DictItems(items[i]);
+    for (size_t k = 0; k + 1 < pairs.size(); k += 2) {
+      const std::string key = ScalarText(pairs[k]);
+      if (key == "device") {
+        a.device = static_cast<int32_t>(doc_.AsInt64(pairs[k + 1]).value_or(0));
+      } else if (key == "time_us") {
+        a.time_us = doc_.AsInt64(pairs[k + 1]).value_or(model::kNoTime);
+      } else {
+        a.fields.emplace_back(key, ScalarText(pairs[k + 1]));
+      }
+    }
+    trace_.annotations.push_back(std::move(a));
+  }
+  return Status::Ok();
+}
+
+void Converter::DescribeGeneration(Value root) {
+  model::SourceInfo& src = trace_.source;
+  std::vector<std::string> evidence;
+  if (bare_list_) {
+    src.generation = "torch 1.x";
+    evidence.push_back("a bare list of segments (torch.cuda.memory_snapshot())");
+  } else if (history_blocks_) {
+    src.generation = has_device_traces_ ? "torch 2.0" : "torch 1.13";
+    evidence.push_back("blocks carry 'history' instead of 'address' and 'frames'");
+  } else {
+    src.generation = "torch 2.1";
+    if (segment_frames_) evidence.push_back("segments carry 'frames'");
+    const auto add = [&](bool present, const char* generation, const char* what) {
+      if (present) {
+        src.generation = generation;
+        evidence.push_back(what);
+      }
+    };
+    add(times_, "torch 2.2+", "trace entries carry 'time_us'");
+    add(!doc_.IsMissing(doc_.Get(root, "allocator_settings")), "torch 2.3+",
+        "'allocator_settings' present");
+    add(!doc_.IsMissing(doc_.Get(root, "external_annotations")) || compile_context_,
+        "torch 2.5+", "'external_annotations' or 'compile_context' present");
+    add(user_metadata_, "torch 2.10+", "trace entries carry 'user_metadata'");
+    add(pool_id_ || annotate_action_ || host_memory_, "torch 2.11+",
+        "'pool_id', 'annotate' or host memory present");
+  }
+  src.generation_evidence = fmt::format("{}", fmt::join(evidence, "; "));
+}
+
+Result<model::Trace> Converter::Run() {
+  const Value root = doc_.root();
+  const Path top{nullptr, "snapshot", -1};
+  Value segments;
+  if (doc_.kind(root) == Kind::kList) {
+    bare_list_ = true;
+    segments = root;
+  } else if (doc_.kind(root) == Kind::kDict) {
+    segments = doc_.Get(root, "segments");
+    if (doc_.IsMissing(segments)) {
+      std::vector<std::string> keys;
+      const auto pairs = doc_.DictItems(root);
+      for (size_t i = 0; i + 1 < pairs.size() && keys.size() < 6; i += 2) {
+        keys.push_back("'" + ScalarText(pairs[i]).substr(0, 30) + "'");
+      }
+      return InvalidInput(fmt::format(
+          "not a PyTorch memory snapshot: the pickle holds a dict without 'segments' (its keys: "
+          "{}); write one with torch.cuda.memory._dump_snapshot()",
+          keys.empty() ? std::string("none") : fmt::format("{}", fmt::join(keys, ", "))));
+    }
+  } else {
+    return InvalidInput(fmt::format(
+        "not a PyTorch memory snapshot: the pickle holds a {}, expected a dict with 'segments' "
+        "and 'device_traces' (or a list of segments)",
+        pickle::KindName(doc_.kind(root))));
+  }
+  RETURN_IF_ERROR(ConvertSegments(segments, Path{nullptr, "segments", -1}));
+  if (!bare_list_) {
+    const Value traces = doc_.Get(root, "device_traces");
+    if (!doc_.IsMissing(traces) && !doc_.IsNone(traces)) {
+      has_device_traces_ = true;
+      RETURN_IF_ERROR(ConvertTraces(traces, Path{nullptr, "device_traces", -1}));
+    }
+    const Value settings = doc_.Get(root, "allocator_settings");
+    if (doc_.kind(settings) == Kind::kDict) RETURN_IF_ERROR(ConvertSettings(settings));
+    const Value annotations = doc_.Get(root, "external_annotations");
+    if (!doc_.IsMissing(annotations) && !doc_.IsNone(annotations)) {
+      RETURN_IF_ERROR(ConvertAnnotations(annotations, Path{nullptr, "external_annotations", -1}));
+    }
+    host_memory_ = !doc_.IsMissing(doc_.Get(root, "host_segments")) ||
+                   !doc_.IsMissing(doc_.Get(root, "host_traces"));
+  }
+  (void)top;
+
+  // Devices: every ordinal with segments or events; events are already grouped by device.
+  model::Trace& t = trace_;
+  std::vector<int32_t> devices;
+  for (const auto& s : t.segments) devices.push_back(s.device);
+  for (int32_t d : t.events.device) {
+    if (devices.empty() || devices.back() != d) devices.push_back(d);
+  }
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  t.devices = devices;
+  for (int32_t d : devices) {
+    const auto first = std::lower_bound(t.events.device.begin(), t.events.device.end(), d);
+    const auto last = std::upper_bound(first, t.events.device.end(), d);
+    t.device_event_ranges.emplace_back(first - t.events.device.begin(),
+                                       last - t.events.device.begin());
+  }
+
+  // Facts.
+  model::TraceFacts& f = t.facts;
+  for (const Action a : t.events.action) {
+    switch (a) {
+      case Action::kAlloc:
+      case Action::kFreeRequested:
+      case Action::kFreeCompleted:
+        f.has_trace = true;
+        break;
+      case Action::kSegmentAlloc:
+      case Action::kSegmentFree:
+      case Action::kSegmentMap:
+      case Action::kSegmentUnmap:
+        f.has_segment_events = true;
+        break;
+      default:
+        break;
+    }
+  }
+  f.has_times = times_;
+  for (size_t i = 0; i < t.frames.size(); ++i) {
+    if (t.frames.Get(static_cast<FrameId>(i)).kind == model::FrameKind::kPython) {
+      f.has_python_frames = true;
+    } else {
+      f.has_native_frames = true;
+    }
+  }
+  f.has_stacks = t.frames.size() > 0;
+  if (f.ring_buffer_overflowed) {
+    f.notes.push_back(
+        "the allocator's trace ring buffer overflowed (trace_alloc_overflowed): the trace "
+        "holds only the most recent events");
+  }
+  if (!f.has_trace) {
+    f.notes.push_back(
+        "the snapshot holds no alloc/free trace (history was not recorded, or was cleared): "
+        "figures are the allocator state at the moment of the dump");
+  }
+  if (host_memory_) {
+    f.notes.push_back("pinned host memory (host_segments/host_traces) is present and not "
+                      "reported yet");
+  }
+  DescribeGeneration(root);
+  model::BuildAllocations(t);
+  return std::move(trace_);
+}
+
+}  // namespace
+
+Result<model::Trace> TraceFromPickle(const pickle::Document& doc) {
+  Converter converter(doc);
+  return converter.Run();
+}
+
+Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& options,
+                                  LoadTimings* timings) {
+  const auto bytes = file.bytes();
+  const auto prefix = file.path() + ": ";
+  const sources::InputFormat format = sources::DetectInputFormat(bytes.first(
+      std::min<size_t>(bytes.size(), 64)));
+  if (format != sources::InputFormat::kPickle) {
+    std::string hint;
+    switch (format) {
+      case sources::InputFormat::kEmpty:
+        hint = "the file is empty";
+        break;
+      case sources::InputFormat::kJson:
+        hint = "this is a JSON file (a profiler trace?), not a memory snapshot; write a "
+               "snapshot with torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")";
+        break;
+      case sources::InputFormat::kSqlite:
+        hint = "this is a SQLite database (a report?), not a memory snapshot";
+        break;
+      default:
+        hint = fmt::format("this is {}, not a memory snapshot pickle; write one with "
+                           "torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")",
+                           sources::InputFormatName(format));
+    }
+    return InvalidInput(prefix + hint);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  pickle::ParseOptions parse_options;
+  parse_options.progress = options.progress;
+  pickle::ParseInfo info;
+  auto doc = pickle::Parse(bytes, parse_options, &info);
+  if (!doc.ok()) return doc.status().WithPrefix(prefix);
+  const auto t1 = std::chrono::steady_clock::now();
+  auto trace = TraceFromPickle(*doc);
+  if (!trace.ok()) return trace.status().WithPrefix(prefix);
+  const auto t2 = std::chrono::steady_clock::now();
+  trace->source.path = file.path();
+  trace->source.format = "PyTorch memory snapshot (pickle)";
+  trace->source.pickle_protocol = info.protocol;
+  trace->source.file_bytes = bytes.size();
+  if (timings != nullptr) {
+    timings->parse_s = std::chrono::duration<double>(t1 - t0).count();
+    timings->build_model_s = std::chrono::duration<double>(t2 - t1).count();
+  }
+  return trace;
+}
+
+}  // namespace vramscope::snapshot

@@ -1,0 +1,37 @@
+// Source: PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot / _snapshot()).
+//
+// Turns a snapshot of any generation (1.13 bare segment lists and per-block `history`, 2.0
+// device_traces, 2.1+ block frames, 2.2 times, 2.3 allocator_settings, 2.5+ annotations and
+// compile_context, 2.10 user_metadata) into the event model, and records what the file could
+// not tell as facts. Every key is optional except the core ones (a segment's address, total_size
+// and blocks; a block's size and state; a trace entry's action); a wrong type or a missing core
+// key is an error naming the path to the value, e.g. "segments[3].blocks[7]: 'size' is a str".
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "common/mapped_file.h"
+#include "common/status.h"
+#include "model/trace.h"
+#include "sources/pickle/pickle_document.h"
+
+namespace vramscope::snapshot {
+
+struct LoadOptions {
+  std::function<void(uint64_t, uint64_t)> progress;  // parse progress (bytes done, total)
+};
+
+struct LoadTimings {
+  double parse_s = 0;
+  double build_model_s = 0;
+};
+
+// Reads and converts `file`. Error messages start with the file's path.
+Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& options = {},
+                                  LoadTimings* timings = nullptr);
+
+// Converts an already parsed pickle (tests and fuzzers use this directly).
+Result<model::Trace> TraceFromPickle(const pickle::Document& doc);
+
+}  // namespace vramscope::snapshot
