@@ -10,11 +10,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "analysis/sites.h"
-#include "analysis/skyline_entries.h"
-#include "analysis/summary.h"
-#include "analysis/timeline.h"
-#include "attribution/attribution.h"
+#include "analysis/analyze.h"
 #include "cli/built_in_example.h"
 #include "cli/exit_codes.h"
 #include "common/atomic_output.h"
@@ -94,13 +90,9 @@ Status Run(const ReportOptions& options, int* exit_code) {
 
   // Analyse.
   const auto t_analyze = Clock::now();
-  const attribution::Attribution attributed = attribution::Attribute(trace);
-  const analysis::Timelines timelines = analysis::ComputeTimelines(trace);
   const analysis::ProjectRoot root(project_root);
-  analysis::SiteNamer sites(trace, root);
-  const analysis::Summary summary = analysis::Summarize(trace, timelines, attributed, sites);
-  const analysis::SkylineEntries entries =
-      analysis::BuildSkylineEntries(trace, summary, attributed, sites);
+  const analysis::Analysis analysis = analysis::Analyze(trace, root);
+  const analysis::Summary& summary = analysis.summary;
   if (options.device) {
     bool found = false;
     std::vector<std::string> known;
@@ -115,7 +107,9 @@ Status Run(const ReportOptions& options, int* exit_code) {
                                                   : fmt::format("{}", fmt::join(known, ", "))));
     }
   }
-  const report::ReportInput input{trace, timelines, attributed, summary, entries, sites, root};
+  const report::ReportInput input{trace,           analysis.timelines, analysis.attribution,
+                                  summary,         analysis.entries,   *analysis.sites,
+                                  root};
 
   // Write.
   const auto t_write = Clock::now();

@@ -1,0 +1,15 @@
+#include "analysis/analyze.h"
+
+namespace vramscope::analysis {
+
+Analysis Analyze(model::Trace& trace, const ProjectRoot& root) {
+  Analysis a;
+  a.attribution = attribution::Attribute(trace);
+  a.timelines = ComputeTimelines(trace);
+  a.sites = std::make_unique<SiteNamer>(trace, root);
+  a.summary = Summarize(trace, a.timelines, a.attribution, *a.sites);
+  a.entries = BuildSkylineEntries(trace, a.summary, a.attribution, *a.sites);
+  return a;
+}
+
+}  // namespace vramscope::analysis

@@ -1,0 +1,157 @@
+#include "report/sqlite_report.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "analysis/analyze.h"
+#include "sources/snapshot/snapshot_source.h"
+
+namespace vramscope::report {
+namespace {
+
+// Splits a schema text into its CREATE statements, whitespace as written.
+std::vector<std::string> Statements(const std::string& sql) {
+  std::vector<std::string> out;
+  std::string current;
+  for (char c : sql) {
+    current.push_back(c);
+    if (c == ';') {
+      const size_t start = current.find("CREATE");
+      if (start != std::string::npos) out.push_back(current.substr(start, current.size() - start - 1));
+      current.clear();
+    }
+  }
+  return out;
+}
+
+class Database {
+ public:
+  explicit Database(const std::string& path) { sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr); }
+  ~Database() { sqlite3_close(db_); }
+  std::vector<std::vector<std::string>> Query(const std::string& sql) {
+    std::vector<std::vector<std::string>> rows;
+    sqlite3_stmt* stmt = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK)
+        << sql << ": " << sqlite3_errmsg(db_);
+    while (stmt != nullptr && sqlite3_step(stmt) == SQLITE_ROW) {
+      std::vector<std::string> row;
+      for (int i = 0; i < sqlite3_column_count(stmt); ++i) {
+        const unsigned char* text = sqlite3_column_text(stmt, i);
+        row.push_back(text != nullptr ? reinterpret_cast<const char*>(text) : "NULL");
+      }
+      rows.push_back(std::move(row));
+    }
+    sqlite3_finalize(stmt);
+    return rows;
+  }
+  std::string One(const std::string& sql) {
+    const auto rows = Query(sql);
+    return rows.empty() || rows[0].empty() ? "" : rows[0][0];
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+class ExampleReport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string example =
+        std::string(VRAMSCOPE_SOURCE_DIR) + "/examples/synthetic_mlp_adam_step.pickle";
+    auto file = MappedFile::Open(example);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    auto trace = snapshot::LoadSnapshot(**file);
+    ASSERT_TRUE(trace.ok()) << trace.status().message();
+    trace_ = std::make_unique<model::Trace>(std::move(trace).value());
+    root_ = std::make_unique<analysis::ProjectRoot>("/home/user/mlp_example");
+    analysis_ = std::make_unique<analysis::Analysis>(analysis::Analyze(*trace_, *root_));
+    path_ = (std::filesystem::temp_directory_path() /
+             ("vramscope_report_test_" + std::to_string(getpid()) + ".sqlite"))
+                .string();
+    std::filesystem::remove(path_);
+    const ReportInput input{*trace_,           analysis_->timelines, analysis_->attribution,
+                            analysis_->summary, analysis_->entries,  *analysis_->sites,
+                            *root_};
+    const Status status = WriteSqliteReport(path_, input, &info_);
+    ASSERT_TRUE(status.ok()) << status.message();
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+
+  std::unique_ptr<model::Trace> trace_;
+  std::unique_ptr<analysis::ProjectRoot> root_;
+  std::unique_ptr<analysis::Analysis> analysis_;
+  std::string path_;
+  SqliteReportInfo info_;
+};
+
+TEST_F(ExampleReport, SkylineSchemaIsVerbatim) {
+  Database db(path_);
+  const auto expected = Statements(kSkylineSchema);
+  ASSERT_EQ(expected.size(), 7u);  // six tables and one index
+  for (const std::string& statement : expected) {
+    const auto rows = db.Query("SELECT sql FROM sqlite_master WHERE sql = '" + statement + "'");
+    EXPECT_EQ(rows.size(), 1u) << "missing or altered: " << statement;
+  }
+  EXPECT_EQ(db.One("PRAGMA user_version"), "1");
+  // Nothing else but our own prefixed tables (and SQLite's autoindexes).
+  for (const auto& row : db.Query("SELECT name FROM sqlite_master WHERE type = 'table'")) {
+    const std::string& name = row[0];
+    const bool skyline = name == "weight_entries" || name == "activation_entries" ||
+                         name == "entry_types" || name == "stack_correlation" ||
+                         name == "stack_frames" || name == "misc_sizes";
+    EXPECT_TRUE(skyline || name.rfind("vramscope_", 0) == 0) << name;
+  }
+  EXPECT_EQ(info_.vramscope_tables, 13);
+}
+
+TEST_F(ExampleReport, SkylineSchemaMatchesTheSpecText) {
+  const std::string spec = std::string(VRAMSCOPE_SHARED_DIR) + "/spec/report-schema.md";
+  std::ifstream in(spec);
+  if (!in) GTEST_SKIP() << spec << " absent";
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string md = text.str();
+  const size_t start = md.find("```sql\n");
+  ASSERT_NE(start, std::string::npos);
+  const size_t end = md.find("```", start + 7);
+  const std::string block = md.substr(start + 7, end - start - 7);
+  EXPECT_EQ(Statements(block), Statements(kSkylineSchema));
+  EXPECT_EQ(block, std::string(kSkylineSchema));
+}
+
+TEST_F(ExampleReport, EntriesStacksAndSizes) {
+  Database db(path_);
+  EXPECT_EQ(db.Query("SELECT entry_type, name FROM entry_types ORDER BY 1"),
+            (std::vector<std::vector<std::string>>{{"1", "weight"}, {"2", "activation"}}));
+  EXPECT_EQ(db.One("SELECT size_bytes FROM misc_sizes WHERE key = 'peak_usage_bytes'"),
+            "185700864");
+  // 4 parameters (2 weights, 2 biases), each with a gradient of its own size.
+  EXPECT_EQ(db.One("SELECT count(*) FROM weight_entries"), "4");
+  EXPECT_EQ(db.One("SELECT count(*) FROM weight_entries WHERE grad_size_bytes = size_bytes"), "4");
+  // Every entry has one correlation; frames are project-relative, innermost first.
+  EXPECT_EQ(db.One("SELECT count(*) FROM stack_correlation"),
+            db.One("SELECT (SELECT count(*) FROM weight_entries) + "
+                   "(SELECT count(*) FROM activation_entries)"));
+  EXPECT_EQ(db.One("SELECT count(*) FROM stack_frames WHERE file_path LIKE '/%'"), "0");
+  EXPECT_EQ(db.One("SELECT file_path FROM stack_frames WHERE ordering = 0 LIMIT 1"), "train.py");
+  // The per-category figures at the peak add up to the peak.
+  EXPECT_EQ(db.One("SELECT sum(size_bytes) FROM misc_sizes WHERE key LIKE 'peak\\_%\\_bytes' "
+                   "ESCAPE '\\' AND key NOT IN ('peak_usage_bytes', 'peak_reserved_bytes')"),
+            "185700864");
+  // The event table's curve ends at the dump's allocated bytes.
+  EXPECT_EQ(db.One("SELECT allocated_bytes FROM vramscope_events ORDER BY id DESC LIMIT 1"),
+            "151339008");
+  EXPECT_EQ(db.One("SELECT value FROM vramscope_metadata WHERE key = 'source_generation'"),
+            "torch 2.5+");
+  EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_allocations WHERE category = ''"), "0");
+}
+
+}  // namespace
+}  // namespace vramscope::report

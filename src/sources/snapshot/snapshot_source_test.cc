@@ -1,0 +1,388 @@
+#include "sources/snapshot/snapshot_source.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "sources/pickle/pickle_reader.h"
+#include "support/pickle_builder.h"
+
+namespace vramscope::snapshot {
+namespace {
+
+using model::Action;
+using ::testing::HasSubstr;
+namespace tb = vramscope::testing;
+
+const std::string kFixtures = std::string(VRAMSCOPE_SHARED_DIR) + "/fixtures/real/";
+
+Result<model::Trace> FromBytes(const std::string& bytes, const std::string& name = "test.pickle") {
+  const auto file = MappedFile::FromBytes(
+      name, std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  return LoadSnapshot(*file);
+}
+
+// ---- real fixtures: the figures of ../shared/fixtures/real/README.md, exactly ----------------
+
+struct FixtureFacts {
+  const char* file;
+  std::vector<int32_t> segment_devices;
+  size_t segments, small_segments, blocks, active_blocks;
+  uint64_t reserved, allocated;
+  std::map<std::pair<int32_t, std::string>, size_t> actions;
+  const char* generation;
+};
+
+const FixtureFacts kFixtureFacts[] = {
+    {"snapshot_2025_eor_cnn_small_fulltrace_snapshotmarkers.pickle",
+     {0},
+     10, 4, 54, 40,
+     134217728ull, 48760832ull,
+     {{{0, "alloc"}, 1935}, {{0, "segment_alloc"}, 7}, {{0, "free_requested"}, 1926},
+      {{0, "free_completed"}, 1926}, {{0, "snapshot"}, 9}},
+     "torch 2.2+"},
+    {"snapshot_feb2024_diffusers_cuda1_nohistory.pickle",
+     {1},
+     673, 240, 6644, 6240,
+     11274289152ull, 10715782144ull,
+     {{{0, "snapshot"}, 1}, {{1, "free_completed"}, 1}},
+     "torch 2.2+"},
+    {"snapshot_jun2024_deepseek1.3b_finetune_cppframes.pickle",
+     {0},
+     215, 51, 1079, 802,
+     6471811072ull, 2297283072ull,
+     {{{0, "alloc"}, 3505}, {{0, "free_requested"}, 3325}, {{0, "free_completed"}, 3325},
+      {{0, "segment_alloc"}, 152}},
+     "torch 2.1"},
+    {"snapshot_torch2.0_flexgen_opt_oom.pickle",
+     {0},
+     176, 2, 463, 460,
+     11844714496ull, 11840159744ull,
+     {{{0, "snapshot"}, 1}},
+     "torch 2.0"},
+    {"snapshot_torch2.11_windows_cs336_compilectx.pickle",
+     {0},
+     216, 8, 455, 229,
+     14180941824ull, 1377753600ull,
+     {{{0, "alloc"}, 1721}, {{0, "free_requested"}, 1721}, {{0, "free_completed"}, 1721}},
+     "torch 2.10+"},
+    {"snapshot_torch2.6_cs336_2.7b_forward.pickle",
+     {0},
+     961, 12, 2077, 1841,
+     34898706432ull, 34094880256ull,
+     {{{0, "segment_free"}, 742}, {{0, "alloc"}, 3020}, {{0, "free_requested"}, 2377},
+      {{0, "free_completed"}, 2377}, {{0, "segment_alloc"}, 178}},
+     "torch 2.5+"},
+};
+
+class RealFixture : public ::testing::TestWithParam<FixtureFacts> {};
+
+TEST_P(RealFixture, FiguresMatchTheFixtureReadme) {
+  const FixtureFacts& want = GetParam();
+  const std::string path = kFixtures + want.file;
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " absent";
+  auto file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto trace = LoadSnapshot(**file);
+  ASSERT_TRUE(trace.ok()) << trace.status().message();
+
+  size_t small = 0, active = 0;
+  uint64_t reserved = 0, allocated = 0;
+  std::vector<int32_t> devices;
+  for (const auto& s : trace->segments) {
+    small += s.pool == model::Pool::kSmall;
+    reserved += s.total_size;
+    allocated += s.allocated_size;
+    if (devices.empty() || devices.back() != s.device) devices.push_back(s.device);
+  }
+  for (const auto& b : trace->blocks) active += model::IsActive(b.state);
+  std::map<std::pair<int32_t, std::string>, size_t> actions;
+  for (size_t i = 0; i < trace->events.count(); ++i) {
+    ++actions[{trace->events.device[i], model::ActionName(trace->events.action[i])}];
+  }
+  EXPECT_EQ(devices, want.segment_devices);
+  EXPECT_EQ(trace->segments.size(), want.segments);
+  EXPECT_EQ(small, want.small_segments);
+  EXPECT_EQ(trace->blocks.size(), want.blocks);
+  EXPECT_EQ(active, want.active_blocks);
+  EXPECT_EQ(reserved, want.reserved);
+  EXPECT_EQ(allocated, want.allocated);
+  EXPECT_EQ(actions, want.actions);
+  EXPECT_EQ(trace->source.generation, want.generation);
+  EXPECT_EQ(trace->source.pickle_protocol, 4);
+  // The allocator-state invariants hold for every segment.
+  const auto problems = model::CheckStateInvariants(*trace);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  // Every live block is accounted for by exactly one allocation alive at the end.
+  size_t live = 0;
+  for (const auto& a : trace->allocations) live += a.alive_at_end && a.block >= 0;
+  EXPECT_EQ(live, active);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, RealFixture, ::testing::ValuesIn(kFixtureFacts),
+                         [](const auto& info) {
+                           std::string name = info.param.file;
+                           name = name.substr(0, name.rfind('.'));
+                           for (char& c : name) {
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
+
+TEST(RealFixtures, StacksStayShared) {
+  const std::string path = kFixtures + "snapshot_jun2024_deepseek1.3b_finetune_cppframes.pickle";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " absent";
+  auto file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok());
+  auto trace = LoadSnapshot(**file);
+  ASSERT_TRUE(trace.ok());
+  // About a million frame references (829k C++ + 178k Python) collapse to a few thousand
+  // stack nodes and a few hundred distinct frames.
+  EXPECT_LT(trace->frames.size(), 2000u);
+  EXPECT_LT(trace->stacks.size(), 20000u);
+  EXPECT_TRUE(trace->facts.has_native_frames);
+  EXPECT_TRUE(trace->facts.has_python_frames);
+  EXPECT_FALSE(trace->facts.has_times);
+}
+
+// ---- synthetic snapshots: what no real file shows ---------------------------------------------
+
+tb::P Segment(uint64_t address, uint64_t total, std::vector<tb::P> blocks, bool expandable = false,
+              const char* type = "large", uint64_t allocated = 0, uint64_t active = 0,
+              uint64_t requested = 0) {
+  return tb::Dict({{"device", tb::Int(0)},
+                   {"address", tb::UInt(address)},
+                   {"total_size", tb::Int(static_cast<int64_t>(total))},
+                   {"allocated_size", tb::Int(static_cast<int64_t>(allocated))},
+                   {"active_size", tb::Int(static_cast<int64_t>(active))},
+                   {"requested_size", tb::Int(static_cast<int64_t>(requested))},
+                   {"stream", tb::Int(0)},
+                   {"segment_type", tb::Str(type)},
+                   {"segment_pool_id", tb::Tuple({tb::Int(0), tb::Int(0)})},
+                   {"is_expandable", tb::Bool(expandable)},
+                   {"frames", tb::List({})},
+                   {"blocks", tb::List(std::move(blocks))}});
+}
+tb::P Block(uint64_t address, uint64_t size, uint64_t requested, const char* state,
+            tb::P frames = tb::List({})) {
+  return tb::Dict({{"address", tb::UInt(address)},
+                   {"size", tb::Int(static_cast<int64_t>(size))},
+                   {"requested_size", tb::Int(static_cast<int64_t>(requested))},
+                   {"state", tb::Str(state)},
+                   {"frames", std::move(frames)}});
+}
+tb::P Entry(const char* action, uint64_t addr, uint64_t size, tb::P frames,
+            std::vector<std::pair<std::string, tb::P>> extra = {}) {
+  std::vector<std::pair<std::string, tb::P>> pairs = {{"action", tb::Str(action)},
+                                                       {"addr", tb::UInt(addr)},
+                                                       {"size", tb::Int(static_cast<int64_t>(size))},
+                                                       {"stream", tb::Int(0)},
+                                                       {"time_us", tb::Int(1700000000000000)},
+                                                       {"frames", std::move(frames)}};
+  for (auto& e : extra) pairs.push_back(std::move(e));
+  return tb::Dict(std::move(pairs));
+}
+
+TEST(SyntheticSnapshot, NewestSchemaWithExpandableSegmentsOomAndMetadata) {
+  const uint64_t base = 0x7f0000000000ull;
+  const tb::P stack = tb::List({tb::Frame("/proj/train.py", 12, "step"),
+                                tb::Frame("/proj/train.py", 40, "main")});
+  const tb::P segments = tb::List({Segment(
+      base, 20 << 20,
+      {Block(base, 2 << 20, 2000000, "active_allocated", stack),
+       Block(base + (2 << 20), 18 << 20, 0, "inactive")},
+      /*expandable=*/true, "large", 2 << 20, 2 << 20, 2000000)});
+  const tb::P trace = tb::List({
+      Entry("segment_map", base, 20 << 20, stack),
+      Entry("alloc", base, 2000000, stack, {{"user_metadata", tb::Str("step=3")},
+                                            {"compile_context", tb::Str("graph 0")}}),
+      tb::Dict({{"action", tb::Str("oom")}, {"device_free", tb::Int(123456)},
+                {"size", tb::Int(1 << 30)}, {"stream", tb::Int(0)}, {"frames", stack}}),
+      Entry("teleport_block", 0, 0, tb::List({})),
+      Entry("alloc", base + (2 << 20), 4096, stack),
+      Entry("free_requested", base + (2 << 20), 4096, stack),
+      Entry("free_completed", base + (2 << 20), 4096, stack),
+      Entry("segment_unmap", base + (20 << 20), 2 << 20, tb::List({})),
+  });
+  const tb::P settings = tb::Dict({{"PYTORCH_CUDA_ALLOC_CONF", tb::Str("expandable_segments:True")},
+                                   {"max_split_size", tb::Int(-1)},
+                                   {"garbage_collection_threshold", tb::Float(0.0)},
+                                   {"expandable_segments", tb::Bool(true)},
+                                   {"roundup_power2_divisions",
+                                    tb::Dict({{"1", tb::Int(0)}, {"2", tb::Int(4)}})},
+                                   {"trace_alloc_overflowed", tb::Bool(true)}});
+  const tb::P annotations = tb::List({tb::Dict({{"device", tb::Int(0)},
+                                                {"time_us", tb::Int(1700000000000001)},
+                                                {"stage", tb::Str("START")},
+                                                {"name", tb::Str("forward")}})});
+  const tb::P root = tb::Dict({{"segments", segments},
+                               {"device_traces", tb::List({trace})},
+                               {"allocator_settings", settings},
+                               {"external_annotations", annotations}});
+  auto t = FromBytes(tb::PickleWriter(5).Dump(root));
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  ASSERT_EQ(t->events.count(), 8u);
+  EXPECT_EQ(t->events.action[0], Action::kSegmentMap);
+  EXPECT_EQ(t->events.action[2], Action::kOom);
+  EXPECT_EQ(t->events.oom_device_free.at(2), 123456u);
+  EXPECT_EQ(t->events.action[3], Action::kOther);
+  EXPECT_EQ(t->strings.Get(t->events.other_action.at(3)), "teleport_block");
+  EXPECT_EQ(t->strings.Get(t->events.user_metadata.at(1)), "step=3");
+  EXPECT_EQ(t->strings.Get(t->events.compile_context.at(1)), "graph 0");
+  EXPECT_EQ(t->events.action[7], Action::kSegmentUnmap);
+  EXPECT_TRUE(t->segments[0].is_expandable);
+  // One shared frames list -> one stack for every entry that uses it.
+  EXPECT_EQ(t->events.stack[0], t->events.stack[1]);
+  EXPECT_EQ(t->blocks[0].stack, t->events.stack[0]);
+  EXPECT_EQ(t->stacks.depth(t->events.stack[0]), 2u);
+  EXPECT_TRUE(t->facts.ring_buffer_overflowed);
+  EXPECT_TRUE(t->facts.has_segment_events);
+  EXPECT_EQ(t->source.generation, "torch 2.10+");
+  EXPECT_EQ(t->source.pickle_protocol, 5);
+  std::map<std::string, std::string> s(t->allocator_settings.begin(), t->allocator_settings.end());
+  EXPECT_EQ(s["PYTORCH_CUDA_ALLOC_CONF"], "expandable_segments:True");
+  EXPECT_EQ(s["max_split_size"], "-1");
+  EXPECT_EQ(s["expandable_segments"], "True");
+  EXPECT_EQ(s["roundup_power2_divisions.2"], "4");
+  ASSERT_EQ(t->annotations.size(), 1u);
+  EXPECT_EQ(t->annotations[0].time_us, 1700000000000001);
+  EXPECT_EQ(t->annotations[0].fields.size(), 2u);
+  EXPECT_TRUE(model::CheckStateInvariants(*t).empty());
+  // The live 2 MB block is the allocation made at event 1, with its exact size.
+  ASSERT_FALSE(t->allocations.empty());
+  EXPECT_EQ(t->allocations[0].alloc_event, 1);
+  EXPECT_TRUE(t->allocations[0].alive_at_end);
+  EXPECT_EQ(t->allocations[0].size, 2u << 20);
+}
+
+TEST(SyntheticSnapshot, Torch113BareListWithHistory) {
+  // torch.cuda.memory_snapshot() in 1.13: a list of segments; blocks have no address, only a
+  // history of {addr, real_size, frames}; 2.0 may add cpp_frames strings.
+  const uint64_t base = 0x7f1000000000ull;
+  const tb::P py = tb::List({tb::Frame("/proj/model.py", 7, "__init__")});
+  const tb::P history = tb::List({tb::Dict({{"addr", tb::UInt(base)},
+                                            {"real_size", tb::Int(1000)},
+                                            {"frames", py},
+                                            {"cpp_frames", tb::List({tb::Str("at::empty")})}})});
+  const tb::P blocks = tb::List(
+      {tb::Dict({{"size", tb::Int(1024)}, {"state", tb::Str("active_allocated")},
+                 {"history", history}}),
+       tb::Dict({{"size", tb::Int((2 << 20) - 1024)}, {"state", tb::Str("inactive")},
+                 {"history", tb::List({})}})});
+  const tb::P root = tb::List({tb::Dict({{"device", tb::Int(0)},
+                                         {"address", tb::UInt(base)},
+                                         {"total_size", tb::Int(2 << 20)},
+                                         {"allocated_size", tb::Int(1024)},
+                                         {"active_size", tb::Int(1024)},
+                                         {"stream", tb::Int(0)},
+                                         {"segment_type", tb::Str("small")},
+                                         {"blocks", blocks}})});
+  auto t = FromBytes(tb::PickleWriter(2).Dump(root));
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->source.generation, "torch 1.x");
+  ASSERT_EQ(t->blocks.size(), 2u);
+  EXPECT_EQ(t->blocks[0].address, base);
+  EXPECT_EQ(t->blocks[1].address, base + 1024);  // tiled from the segment start
+  EXPECT_EQ(t->blocks[0].requested_size, 1000u);
+  const auto frames = t->stacks.Frames(t->blocks[0].stack);
+  ASSERT_EQ(frames.size(), 2u);  // the C++ frame first (more specific), then Python
+  EXPECT_EQ(t->strings.Get(t->frames.Get(frames[0]).function), "at::empty");
+  EXPECT_EQ(t->strings.Get(t->frames.Get(frames[1]).function), "__init__");
+  EXPECT_FALSE(t->facts.has_trace);
+  EXPECT_EQ(t->allocations.size(), 1u);
+  EXPECT_EQ(t->segments[0].pool, model::Pool::kSmall);
+}
+
+TEST(SyntheticSnapshot, Protocol2AndProtocol4AgreeAndBigIntegersWork) {
+  const tb::P stack = tb::List({tb::Frame("a.py", 1, "f")});
+  const tb::P root = tb::Dict(
+      {{"segments", tb::List({Segment(0x7fffffff0000ull, 2 << 20,
+                                      {Block(0x7fffffff0000ull, 2 << 20, 0, "inactive")})})},
+       {"device_traces",
+        tb::List({tb::List({Entry("alloc", 0x7fffffff0000ull, 512, stack),
+                            Entry("free_requested", 0x7fffffff0000ull, 512, stack),
+                            Entry("free_completed", 0x7fffffff0000ull, 512, stack)})})}});
+  auto t2 = FromBytes(tb::PickleWriter(2).Dump(root));
+  auto t4 = FromBytes(tb::PickleWriter(4).Dump(root));
+  ASSERT_TRUE(t2.ok()) << t2.status().message();
+  ASSERT_TRUE(t4.ok()) << t4.status().message();
+  EXPECT_EQ(t2->events.addr, t4->events.addr);
+  EXPECT_EQ(t2->events.addr[0], 0x7fffffff0000ull);
+  EXPECT_EQ(t2->segments[0].address, 0x7fffffff0000ull);
+}
+
+TEST(SyntheticSnapshot, PendingFreeStateAliasIsAccepted) {
+  const tb::P root = tb::Dict({{"segments",
+                                tb::List({Segment(4096, 2 << 20,
+                                                  {Block(4096, 512, 100, "active_awaiting_free"),
+                                                   Block(4608, (2 << 20) - 512, 0, "inactive")},
+                                                  false, "small", 0, 512, 100)})}});
+  auto t = FromBytes(tb::PickleWriter().Dump(root));
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->blocks[0].state, model::BlockState::kActivePendingFree);
+  EXPECT_TRUE(model::CheckStateInvariants(*t).empty());
+}
+
+// ---- errors name the path to the bad value ----------------------------------------------------
+
+std::string ErrorOf(const tb::P& root) {
+  auto t = FromBytes(tb::PickleWriter().Dump(root), "bad.pickle");
+  EXPECT_FALSE(t.ok());
+  return t.ok() ? std::string() : t.status().message();
+}
+
+TEST(SnapshotErrors, NameThePathToTheBadValue) {
+  EXPECT_THAT(ErrorOf(tb::Int(3)), HasSubstr("the pickle holds a int"));
+  EXPECT_THAT(ErrorOf(tb::Dict({{"model", tb::Int(1)}, {"optimizer", tb::Int(2)}})),
+              HasSubstr("without 'segments' (its keys: 'model', 'optimizer')"));
+  EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::Dict({})}})),
+              HasSubstr("segments: is a dict, expected a list"));
+  EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::List({tb::Dict({{"address", tb::Int(0)},
+                                                                  {"blocks", tb::List({})}})})}})),
+              HasSubstr("segments[0]: missing 'total_size'"));
+  const tb::P bad_block = tb::Dict({{"size", tb::Str("big")}, {"state", tb::Str("inactive")}});
+  EXPECT_THAT(ErrorOf(tb::Dict({{"segments",
+                                 tb::List({Segment(0, 512, {Block(0, 512, 0, "inactive"),
+                                                            bad_block})})}})),
+              HasSubstr("segments[0].blocks[1]: 'size' is a str, expected an integer"));
+  EXPECT_THAT(ErrorOf(tb::Dict({{"segments",
+                                 tb::List({Segment(0, 512, {Block(0, 512, 0, "levitating")})})}})),
+              HasSubstr("unknown block state 'levitating'"));
+  const tb::P no_action = tb::Dict({{"addr", tb::Int(0)}});
+  EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::List({})},
+                                {"device_traces",
+                                 tb::List({tb::List({Entry("alloc", 0, 512, tb::List({})),
+                                                     Entry("free_requested", 0, 512, tb::List({})),
+                                                     no_action})})}})),
+              HasSubstr("device_traces[0][2]: missing 'action'"));
+  EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::List({})},
+                                {"device_traces",
+                                 tb::List({tb::List({Entry("alloc", 0, 0, tb::List({}),
+                                                           {{"size", tb::Int(-5)}})})})}})),
+              HasSubstr("'size' is a int, expected a non-negative integer"));
+  const tb::P bad_frame = tb::List({tb::Dict({{"filename", tb::Int(3)}})});
+  EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::List({})},
+                                {"device_traces",
+                                 tb::List({tb::List({Entry("alloc", 0, 512, bad_frame)})})}})),
+              HasSubstr("device_traces[0][0].frames[0]: 'filename' is a int"));
+}
+
+TEST(SnapshotErrors, NonPickleInputsAreNamed) {
+  auto json = FromBytes("{\"traceEvents\": []}", "trace.json");
+  ASSERT_FALSE(json.ok());
+  EXPECT_THAT(json.status().message(), HasSubstr("trace.json: this is a JSON file"));
+  auto empty = FromBytes("", "empty.pickle");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(empty.status().message(), HasSubstr("empty.pickle: the file is empty"));
+  auto gz = FromBytes(std::string("\x1f\x8b\x08\x00", 4), "x.gz");
+  ASSERT_FALSE(gz.ok());
+  EXPECT_THAT(gz.status().message(), HasSubstr("gzip"));
+  auto truncated = FromBytes(std::string("\x80\x04\x95\x10", 4), "t.pickle");
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_THAT(truncated.status().message(), HasSubstr("t.pickle: byte 2: FRAME needs"));
+}
+
+}  // namespace
+}  // namespace vramscope::snapshot

@@ -1,0 +1,230 @@
+"""Shared fixtures for the end-to-end tests of `vramscope report`.
+
+Environment:
+  VRAMSCOPE_BIN         the binary to test (default: <repo>/build/vramscope)
+  VRAMSCOPE_SHARED_DIR  the shared folder with spec/ and fixtures/real/ (default: <repo>/../shared)
+
+Only pytest and the standard library are used. Snapshots are written with Python's own pickle
+module from plain dicts and lists, in the layout of torch.cuda.memory._dump_snapshot(); no test
+ever unpickles a file it did not build itself.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("VRAMSCOPE_BIN", REPO / "build" / "vramscope"))
+SHARED = Path(os.environ.get("VRAMSCOPE_SHARED_DIR", REPO.parent / "shared"))
+SPEC_SCHEMA = SHARED / "spec" / "report-schema.md"
+REAL_FIXTURES = SHARED / "fixtures" / "real"
+
+ERROR_PREFIX = "vramscope: error: "
+BUILT_IN_NAME = "examples/synthetic_mlp_adam_step.pickle"
+CATEGORIES = ("weight", "gradient", "optimizer_state", "activation", "input", "workspace",
+              "temporary", "unknown")
+SKYLINE_TABLES = ("weight_entries", "activation_entries", "entry_types", "stack_correlation",
+                  "stack_frames", "misc_sizes")
+
+
+def real_snapshot_files() -> list[Path]:
+    """The real snapshot pickles in the shared folder (empty when it is absent)."""
+    if not REAL_FIXTURES.is_dir():
+        return []
+    return sorted(REAL_FIXTURES.glob("*.pickle"))
+
+
+def real_snapshot_params() -> list:
+    """pytest parameters over the real snapshots, or one skipped parameter when there are none."""
+    files = real_snapshot_files()
+    if not files:
+        return [pytest.param(None, id="no-real-fixtures",
+                             marks=pytest.mark.skip(reason=f"{REAL_FIXTURES} is absent"))]
+    return [pytest.param(f, id=f.name) for f in files]
+
+
+def run_binary(*args, cwd, timeout: float = 60, env=None) -> tuple[int, str, str]:
+    """Runs vramscope with `args` in `cwd`; returns (exit code, stdout, stderr)."""
+    proc = subprocess.run([str(BIN), *[str(a) for a in args]], cwd=str(cwd), env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+    return (proc.returncode, proc.stdout.decode("utf-8", "replace"),
+            proc.stderr.decode("utf-8", "replace"))
+
+
+def list_dir(path: Path) -> list[str]:
+    """Every entry of `path`, hidden ones included, sorted."""
+    return sorted(os.listdir(path))
+
+
+def assert_one_error_line(stderr: str) -> str:
+    """stderr is exactly one line "vramscope: error: ..."; returns the line."""
+    assert stderr.startswith(ERROR_PREFIX), f"stderr does not start with {ERROR_PREFIX!r}: {stderr!r}"
+    assert stderr.endswith("\n"), f"stderr is not newline-terminated: {stderr!r}"
+    assert stderr.count("\n") == 1, f"stderr is not exactly one line: {stderr!r}"
+    return stderr.rstrip("\n")
+
+
+def open_db(path: Path) -> sqlite3.Connection:
+    """Opens a report read-only (so a test can never modify what it checks)."""
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic snapshots
+# --------------------------------------------------------------------------------------------
+
+TORCH = "/usr/lib/python3/site-packages/torch/"
+MODULE_PY = TORCH + "nn/modules/module.py"
+AUTOGRAD_PY = TORCH + "autograd/__init__.py"
+
+
+def frame(filename: str, line: int, name: str) -> dict:
+    return {"filename": filename, "line": line, "name": name}
+
+
+def _round512(n: int) -> int:
+    return max(512, (n + 511) // 512 * 512)
+
+
+class SnapshotBuilder:
+    """Builds a plausible single-device snapshot dict (torch 2.2+ layout).
+
+    One large segment that a bump allocator carves up (addresses are never reused), a trace with
+    segment_alloc / alloc / free_requested / free_completed entries, and at the dump the segment's
+    blocks: active_allocated for what is still live, inactive for freed ranges and the tail.
+    """
+
+    def __init__(self, device: int = 0, base: int = 0x7F00_0000_0000, time_us: int = 1_700_000_000_000_000):
+        self.device = device
+        self.base = base
+        self.next = base
+        self.time = time_us
+        self.entries: list[dict] = []
+        self.allocs: dict[int, dict] = {}  # addr -> {size, requested, frames, live}
+        self._segment_entry = {"action": "segment_alloc", "addr": base, "size": 0, "stream": 0,
+                               "time_us": self.time, "frames": []}
+        self.entries.append(self._segment_entry)
+
+    def _tick(self) -> int:
+        self.time += 7
+        return self.time
+
+    def alloc(self, size: int, frames: list | None = None) -> int:
+        addr = self.next
+        rounded = _round512(size)
+        self.next += rounded
+        self.allocs[addr] = {"size": rounded, "requested": size, "frames": frames or [], "live": True}
+        self.entries.append({"action": "alloc", "addr": addr, "size": rounded, "stream": 0,
+                             "time_us": self._tick(), "frames": frames or []})
+        return addr
+
+    def free(self, addr: int, frames: list | None = None) -> None:
+        a = self.allocs[addr]
+        a["live"] = False
+        for action in ("free_requested", "free_completed"):
+            self.entries.append({"action": action, "addr": addr, "size": a["size"], "stream": 0,
+                                 "time_us": self._tick(), "frames": frames or []})
+
+    def build(self) -> dict:
+        used = self.next - self.base
+        total = max(2 << 20, (used + (2 << 20) - 1) // (2 << 20) * (2 << 20))
+        self._segment_entry["size"] = total
+        blocks = []
+        for addr in sorted(self.allocs):
+            a = self.allocs[addr]
+            if a["live"]:
+                blocks.append({"address": addr, "size": a["size"], "requested_size": a["requested"],
+                               "state": "active_allocated", "frames": a["frames"]})
+            else:
+                blocks.append({"address": addr, "size": a["size"], "requested_size": a["requested"],
+                               "state": "inactive", "frames": []})
+        if used < total:
+            blocks.append({"address": self.next, "size": total - used, "requested_size": 0,
+                           "state": "inactive", "frames": []})
+        allocated = sum(a["size"] for a in self.allocs.values() if a["live"])
+        requested = sum(a["requested"] for a in self.allocs.values() if a["live"])
+        segment = {"device": self.device, "address": self.base, "total_size": total,
+                   "allocated_size": allocated, "active_size": allocated,
+                   "requested_size": requested, "stream": 0, "segment_type": "large",
+                   "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
+                   "blocks": blocks}
+        traces = [[] for _ in range(self.device)] + [self.entries]
+        return {"segments": [segment], "device_traces": traces,
+                "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
+                                       "garbage_collection_threshold": 0.0,
+                                       "expandable_segments": False}}
+
+
+def small_training_snapshot() -> dict:
+    """A tiny, valid snapshot: two weights, two activations freed in backward, one gradient."""
+    b = SnapshotBuilder()
+    user = "/home/user/proj/train.py"
+    w_stack = [frame(MODULE_PY, 1143, "_apply"), frame(user, 12, "main")]
+    f_stack = [frame(MODULE_PY, 1527, "_call_impl"), frame(user, 20, "main")]
+    bw_stack = [frame(AUTOGRAD_PY, 266, "backward"), frame(user, 21, "main")]
+    b.alloc(4 << 20, w_stack)
+    b.alloc(4096, w_stack)
+    a1 = b.alloc(1 << 20, f_stack)
+    a2 = b.alloc(1 << 20, f_stack)
+    b.free(a1, bw_stack)
+    b.free(a2, bw_stack)
+    return b.build()
+
+
+def write_pickle(path: Path, obj, protocol: int = 4) -> Path:
+    path.write_bytes(pickle.dumps(obj, protocol=protocol))
+    return path
+
+
+@pytest.fixture(scope="session")
+def vramscope_bin() -> Path:
+    if not BIN.is_file() or not os.access(BIN, os.X_OK):
+        pytest.skip(f"vramscope binary not found at {BIN} (build it, or set VRAMSCOPE_BIN)")
+    return BIN
+
+
+@pytest.fixture(scope="session")
+def tool_version(vramscope_bin) -> str:
+    rc, out, _ = run_binary("--version", cwd=REPO)
+    assert rc == 0
+    m = re.fullmatch(r"vramscope (\S+)\n", out)
+    assert m, out
+    return m.group(1)
+
+
+@pytest.fixture
+def run(vramscope_bin, tmp_path):
+    """run(*args, cwd=tmp_path, timeout=60) -> (rc, stdout, stderr)."""
+
+    def _run(*args, cwd: Path | None = None, timeout: float = 60):
+        return run_binary(*args, cwd=cwd or tmp_path, timeout=timeout)
+
+    return _run
+
+
+@pytest.fixture
+def inputs_dir(tmp_path) -> Path:
+    """Where a test writes its input files (kept apart from the output folder)."""
+    d = tmp_path / "inputs"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def out_dir(tmp_path) -> Path:
+    """An empty folder to run in and write reports to."""
+    d = tmp_path / "out"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def small_snapshot(inputs_dir) -> Path:
+    return write_pickle(inputs_dir / "small.pickle", small_training_snapshot())
