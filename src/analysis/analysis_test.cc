@@ -39,14 +39,14 @@ model::Trace MidRunTrace(bool with_segment_free) {
   block(0x1000c00, 4096, 4000, BlockState::kActiveAllocated);
   block(0x1001c00, (2 << 20) - 0x1c00, 0, BlockState::kInactive);
   model::Events& e = t.events;
-  e.Push(Action::kAlloc, 0, 0x2000, 1000, 0, 100, 0);            // 0
-  e.Push(Action::kFreeRequested, 0, 0x2000, 1000, 0, 200, 0);    // 1
-  e.Push(Action::kFreeCompleted, 0, 0x2000, 1000, 0, 300, 0);    // 2
-  e.Push(Action::kFreeRequested, 0, 0x3000, 700, 0, 400, 0);     // 3
-  e.Push(Action::kFreeCompleted, 0, 0x3000, 700, 0, 500, 0);     // 4
-  e.Push(Action::kAlloc, 0, 0x1000800, 600, 0, 600, 0);          // 5
-  e.Push(Action::kFreeRequested, 0, 0x1000800, 600, 0, 700, 0);  // 6
-  e.Push(Action::kAlloc, 0, 0x1000000, 2048, 0, 800, 0);         // 7
+  e.Push(Action::kAlloc, 0, 0x2000, 1000, 0, 100, 0);                                      // 0
+  e.Push(Action::kFreeRequested, 0, 0x2000, 1000, 0, 200, 0);                              // 1
+  e.Push(Action::kFreeCompleted, 0, 0x2000, 1000, 0, 300, 0);                              // 2
+  e.Push(Action::kFreeRequested, 0, 0x3000, 700, 0, 400, 0);                               // 3
+  e.Push(Action::kFreeCompleted, 0, 0x3000, 700, 0, 500, 0);                               // 4
+  e.Push(Action::kAlloc, 0, 0x1000800, 600, 0, 600, 0);                                    // 5
+  e.Push(Action::kFreeRequested, 0, 0x1000800, 600, 0, 700, 0);                            // 6
+  e.Push(Action::kAlloc, 0, 0x1000000, 2048, 0, 800, 0);                                   // 7
   if (with_segment_free) e.Push(Action::kSegmentFree, 0, 0x9000000, 20 << 20, 0, 900, 0);  // 8
   t.device_event_ranges = {{0, e.count()}};
   t.facts.has_trace = true;
@@ -94,8 +94,8 @@ TEST(LiveAfter, SeesWhatWasAliveAtEachMoment) {
 TEST(Sites, ProjectFramesFirstRelativePaths) {
   model::Trace t;
   auto frame = [&](const std::string& file, int line, const std::string& fn) {
-    return t.frames.Intern({t.strings.Intern(file), t.strings.Intern(fn), line,
-                            model::ClassifyFrame(file)});
+    return t.frames.Intern(
+        {t.strings.Intern(file), t.strings.Intern(fn), line, model::ClassifyFrame(file)});
   };
   const model::FrameId ids[] = {
       frame("??", 0, "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"),
@@ -130,8 +130,8 @@ TEST(Sites, ProjectFramesFirstRelativePaths) {
 }
 
 TEST(Analyze, BuiltInExampleFigures) {
-  const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
-                           "/examples/synthetic_mlp_adam_step.pickle";
+  const std::string path =
+      std::string(VRAMSCOPE_SOURCE_DIR) + "/examples/synthetic_mlp_adam_step.pickle";
   auto file = MappedFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status().message();
   auto trace = snapshot::LoadSnapshot(**file);

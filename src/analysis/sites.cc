@@ -142,8 +142,7 @@ std::string SiteNamer::Label(uint32_t site) const {
   return NativeName(function);
 }
 
-std::vector<std::pair<std::string, int32_t>> SiteNamer::ProjectFrames(
-    model::StackId stack) const {
+std::vector<std::pair<std::string, int32_t>> SiteNamer::ProjectFrames(model::StackId stack) const {
   std::vector<std::pair<std::string, int32_t>> out;
   trace_.stacks.ForEachFrame(stack, [&](model::FrameId id) {
     const model::Frame& f = trace_.frames.Get(id);

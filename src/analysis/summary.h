@@ -32,7 +32,8 @@ struct DeviceSummary {
   uint64_t events = 0;
   uint64_t segments = 0, small_segments = 0, blocks = 0, active_blocks = 0;
   int64_t allocated_at_dump = 0, reserved_at_dump = 0, active_at_dump = 0, requested_at_dump = 0;
-  int64_t largest_cached_free_block = 0;  // inactive block: the biggest request served w/o cudaMalloc
+  int64_t largest_cached_free_block =
+      0;  // inactive block: the biggest request served w/o cudaMalloc
   // Peaks. peak_*_event is an index into Trace::events, or kNoEvent (start of trace / dump).
   bool peak_from_trace = false;
   int64_t peak_allocated = 0, peak_allocated_event = model::kNoEvent;
@@ -43,7 +44,7 @@ struct DeviceSummary {
   uint64_t estimated_sizes = 0;
   // Live at the peak of allocated memory.
   uint64_t live_at_peak_bytes = 0, live_at_peak_count = 0;
-  std::vector<SiteGroup> live_at_peak_by_site;  // largest first, all of them
+  std::vector<SiteGroup> live_at_peak_by_site;          // largest first, all of them
   std::vector<CategoryShare> live_at_peak_by_category;  // every category, fixed order
   int64_t first_time_us = model::kNoTime, last_time_us = model::kNoTime;
 };

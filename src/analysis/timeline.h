@@ -17,12 +17,12 @@ namespace vramscope::analysis {
 
 struct DeviceTimeline {
   int32_t device = 0;
-  size_t begin = 0, end = 0;          // the device's event range in Trace::events
-  std::vector<int64_t> allocated;     // after each event of the range
+  size_t begin = 0, end = 0;       // the device's event range in Trace::events
+  std::vector<int64_t> allocated;  // after each event of the range
   std::vector<int64_t> reserved;
-  int64_t allocated_at_start = 0;     // before the first event of the trace
+  int64_t allocated_at_start = 0;  // before the first event of the trace
   int64_t reserved_at_start = 0;
-  int64_t allocated_at_dump = 0;      // from the snapshot's segments (exact)
+  int64_t allocated_at_dump = 0;  // from the snapshot's segments (exact)
   int64_t reserved_at_dump = 0;
   int64_t active_at_dump = 0;
   int64_t requested_at_dump = 0;

@@ -59,31 +59,32 @@ TEST(Attribute, EachRuleOnItsOwnEvidence) {
                                     {kModule, 1527, "_call_impl"}});
   const StackId accumulate = s.Make({{"??", 0, "torch::autograd::AccumulateGrad::apply(...)"},
                                      {"??", 0, "torch::autograd::Engine::evaluate_function(...)"}});
-  const StackId weights = s.Make({{kModule, 1143, "_apply"}, {kModule, 1160, "to"},
-                                  {"/proj/train.py", 35, "main"}});
-  const StackId adam = s.Make({{kAdam, 400, "_multi_tensor_adam"}, {kAdam, 160, "step"},
+  const StackId weights =
+      s.Make({{kModule, 1143, "_apply"}, {kModule, 1160, "to"}, {"/proj/train.py", 35, "main"}});
+  const StackId adam = s.Make({{kAdam, 400, "_multi_tensor_adam"},
+                               {kAdam, 160, "step"},
                                {"/proj/train.py", 27, "train_step"}});
-  const StackId zero_grad = s.Make({{kOptimizer, 450, "zero_grad"},
-                                    {"/proj/train.py", 19, "train_step"}});
-  const StackId to_device = s.Make({{"??", 0, "at::_ops::_to_copy::call(...)"},
-                                    {"/proj/train.py", 22, "train_step"}});
-  const StackId forward_relu = s.Make({{kModule, 1527, "_call_impl"},
-                                       {"/proj/train.py", 21, "train_step"}});
+  const StackId zero_grad =
+      s.Make({{kOptimizer, 450, "zero_grad"}, {"/proj/train.py", 19, "train_step"}});
+  const StackId to_device =
+      s.Make({{"??", 0, "at::_ops::_to_copy::call(...)"}, {"/proj/train.py", 22, "train_step"}});
+  const StackId forward_relu =
+      s.Make({{kModule, 1527, "_call_impl"}, {"/proj/train.py", 21, "train_step"}});
 
   t.allocations = {
-      Alloc(workspace, model::kEmptyStack, true),          // 0
-      Alloc(accumulate, zero_grad, false),                 // 1
-      Alloc(weights, model::kEmptyStack, true),            // 2
-      Alloc(adam, model::kEmptyStack, true),               // 3
-      Alloc(adam, adam, false),                            // 4
-      Alloc(forward_addmm, backward, false),               // 5
-      Alloc(forward_relu, forward_relu, false),            // 6
-      Alloc(backward, zero_grad, false),                   // 7
-      Alloc(backward, backward, false),                    // 8
-      Alloc(to_device, user, false),                       // 9
-      Alloc(model::kEmptyStack, model::kEmptyStack, true), // 10
-      Alloc(user, user, false),                            // 11
-      Alloc(forward_relu, model::kEmptyStack, true),       // 12
+      Alloc(workspace, model::kEmptyStack, true),           // 0
+      Alloc(accumulate, zero_grad, false),                  // 1
+      Alloc(weights, model::kEmptyStack, true),             // 2
+      Alloc(adam, model::kEmptyStack, true),                // 3
+      Alloc(adam, adam, false),                             // 4
+      Alloc(forward_addmm, backward, false),                // 5
+      Alloc(forward_relu, forward_relu, false),             // 6
+      Alloc(backward, zero_grad, false),                    // 7
+      Alloc(backward, backward, false),                     // 8
+      Alloc(to_device, user, false),                        // 9
+      Alloc(model::kEmptyStack, model::kEmptyStack, true),  // 10
+      Alloc(user, user, false),                             // 11
+      Alloc(forward_relu, model::kEmptyStack, true),        // 12
   };
   const Attribution a = Attribute(t);
   ASSERT_EQ(a.allocations.size(), t.allocations.size());
@@ -121,8 +122,8 @@ TEST(Attribute, PythonOnlyStacksNameTheFunctionalOp) {
 }
 
 TEST(CategoryName, AllEightNamed) {
-  const char* names[] = {"weight",     "gradient",  "optimizer_state", "activation",
-                         "input",      "workspace", "temporary",       "unknown"};
+  const char* names[] = {"weight", "gradient",  "optimizer_state", "activation",
+                         "input",  "workspace", "temporary",       "unknown"};
   for (int i = 0; i < kCategoryCount; ++i) {
     EXPECT_STREQ(CategoryName(static_cast<Category>(i)), names[i]);
   }

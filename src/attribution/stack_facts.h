@@ -22,7 +22,7 @@ struct StackFacts {
   bool workspace = false;        // cuBLAS/cuBLASLt/cuDNN workspace
   bool zero_grad = false;        // Optimizer.zero_grad / Module.zero_grad
   bool host_copy = false;        // a copy to the device (Tensor.to / .cuda) outside any module
-  model::StringId operation = model::kEmptyString;  // "aten::addmm", "linear", ...
+  model::StringId operation = model::kEmptyString;    // "aten::addmm", "linear", ...
   model::StringId module_kind = model::kEmptyString;  // "linear", "conv", ... from torch/nn/modules
 };
 

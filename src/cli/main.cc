@@ -32,13 +32,15 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string where = "vramscope --help";
-    for (const CLI::App* sub : app.get_subcommands()) where = "vramscope " + sub->get_name() + " --help";
+    for (const CLI::App* sub : app.get_subcommands())
+      where = "vramscope " + sub->get_name() + " --help";
     fmt::print(stderr, "vramscope: error: {} (see '{}')\n", e.what(), where);
     return cli::kExitUsage;
   }
   if (app.got_subcommand("report")) return cli::RunReportCommand(report_options);
   fmt::print(stderr, "{}", app.help());
-  fmt::print(stderr, "\nvramscope: error: no command given; try 'vramscope report' to see the "
-                     "built-in example\n");
+  fmt::print(stderr,
+             "\nvramscope: error: no command given; try 'vramscope report' to see the "
+             "built-in example\n");
   return cli::kExitUsage;
 }

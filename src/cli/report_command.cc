@@ -66,8 +66,8 @@ Status Run(const ReportOptions& options, int* exit_code) {
   // Check the output before any heavy work, so "already exists" comes at once.
   std::optional<AtomicOutput> output;
   if (!options.no_sqlite) {
-    const std::string target = options.output.empty() ? DefaultOutput(options.input)
-                                                       : options.output;
+    const std::string target =
+        options.output.empty() ? DefaultOutput(options.input) : options.output;
     ASSIGN_OR_RETURN(AtomicOutput prepared, AtomicOutput::Prepare(target, options.force));
     output.emplace(std::move(prepared));
   }
@@ -101,14 +101,13 @@ Status Run(const ReportOptions& options, int* exit_code) {
       known.push_back(std::to_string(d.device));
     }
     if (!found) {
-      return UsageError(fmt::format("--device {}: the snapshot holds memory on device(s) {}",
-                                    *options.device,
-                                    known.empty() ? std::string("none")
-                                                  : fmt::format("{}", fmt::join(known, ", "))));
+      return UsageError(fmt::format(
+          "--device {}: the snapshot holds memory on device(s) {}", *options.device,
+          known.empty() ? std::string("none") : fmt::format("{}", fmt::join(known, ", "))));
     }
   }
-  const report::ReportInput input{trace,           analysis.timelines, analysis.attribution,
-                                  summary,         analysis.entries,   *analysis.sites,
+  const report::ReportInput input{trace,   analysis.timelines, analysis.attribution,
+                                  summary, analysis.entries,   *analysis.sites,
                                   root};
 
   // Write.
@@ -128,12 +127,10 @@ Status Run(const ReportOptions& options, int* exit_code) {
                                              {"rows", info.rows}}
                             : nlohmann::json(nullptr);
     if (options.timings) {
-      json["timings_s"] = {{"read", Seconds(t_start, t_read)},
-                           {"parse", load_timings.parse_s},
-                           {"build_model", load_timings.build_model_s},
-                           {"analyze", Seconds(t_analyze, t_write)},
-                           {"write_report", Seconds(t_write, t_end)},
-                           {"total", Seconds(t_start, t_end)}};
+      json["timings_s"] = {
+          {"read", Seconds(t_start, t_read)},          {"parse", load_timings.parse_s},
+          {"build_model", load_timings.build_model_s}, {"analyze", Seconds(t_analyze, t_write)},
+          {"write_report", Seconds(t_write, t_end)},   {"total", Seconds(t_start, t_end)}};
     }
     fmt::print("{}\n", json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   } else if (!options.quiet) {
@@ -146,10 +143,11 @@ Status Run(const ReportOptions& options, int* exit_code) {
                  output->target(), info.skyline_tables, info.vramscope_tables, info.rows);
     }
     if (options.timings) {
-      fmt::print("timings: read {:.3f} s, parse {:.3f} s, model {:.3f} s, analyze {:.3f} s, "
-                 "write {:.3f} s, total {:.3f} s\n",
-                 Seconds(t_start, t_read), load_timings.parse_s, load_timings.build_model_s,
-                 Seconds(t_analyze, t_write), Seconds(t_write, t_end), Seconds(t_start, t_end));
+      fmt::print(
+          "timings: read {:.3f} s, parse {:.3f} s, model {:.3f} s, analyze {:.3f} s, "
+          "write {:.3f} s, total {:.3f} s\n",
+          Seconds(t_start, t_read), load_timings.parse_s, load_timings.build_model_s,
+          Seconds(t_analyze, t_write), Seconds(t_write, t_end), Seconds(t_start, t_end));
     }
   }
   *exit_code = kExitOk;
@@ -180,7 +178,7 @@ void RegisterReportCommand(CLI::App& app, ReportOptions& o) {
                   "directory)");
   cmd->add_option("--device", o.device, "show only this CUDA device ordinal in the summary");
   cmd->add_option("--top", o.top, "allocation sites to list per device (default: 10)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1000000));
   cmd->add_flag("--timings", o.timings, "print how long each stage took");
 }
 

@@ -9,14 +9,14 @@
 namespace vramscope::cli {
 
 struct ReportOptions {
-  std::string input;          // empty: the built-in example
-  std::string output;         // empty: derived from the input's name
+  std::string input;   // empty: the built-in example
+  std::string output;  // empty: derived from the input's name
   bool force = false;
   bool json = false;
   bool quiet = false;
   bool no_sqlite = false;
   bool timings = false;
-  std::string project_root;   // empty: the current directory
+  std::string project_root;  // empty: the current directory
   std::optional<int32_t> device;
   int top = 10;
 };

@@ -66,8 +66,8 @@ Result<AtomicOutput> AtomicOutput::Prepare(const std::string& target, bool overw
   struct stat st {};
   if (stat(target.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) {
-      return InvalidInput(fmt::format("{}: is a directory; give a file name for the report",
-                                      target));
+      return InvalidInput(
+          fmt::format("{}: is a directory; give a file name for the report", target));
     }
     if (!overwrite) {
       return InvalidInput(fmt::format("{}: already exists; pass --force to overwrite it", target));
@@ -78,12 +78,12 @@ Result<AtomicOutput> AtomicOutput::Prepare(const std::string& target, bool overw
     return InvalidInput(fmt::format("{}: the folder {} does not exist", target, dir));
   }
   if (access(dir.c_str(), W_OK) != 0) {
-    return InvalidInput(fmt::format("{}: cannot write into {}: {}", target, dir,
-                                    std::strerror(errno)));
+    return InvalidInput(
+        fmt::format("{}: cannot write into {}: {}", target, dir, std::strerror(errno)));
   }
   std::random_device rd;
-  const std::string temp = fmt::format("{}/.{}.tmp-{}-{:08x}", dir, BaseName(target), getpid(),
-                                       rd());
+  const std::string temp =
+      fmt::format("{}/.{}.tmp-{}-{:08x}", dir, BaseName(target), getpid(), rd());
   return AtomicOutput(target, temp, overwrite);
 }
 
@@ -127,12 +127,13 @@ Status AtomicOutput::Commit() {
   if (rc != 0) {
     const int err = errno;
     if (err == EEXIST) {
-      return InvalidInput(fmt::format("{}: appeared while the report was being written; pass "
-                                      "--force to overwrite it",
-                                      target_));
+      return InvalidInput(
+          fmt::format("{}: appeared while the report was being written; pass "
+                      "--force to overwrite it",
+                      target_));
     }
-    return InvalidInput(fmt::format("{}: cannot move the finished report into place: {}",
-                                    target_, std::strerror(err)));
+    return InvalidInput(fmt::format("{}: cannot move the finished report into place: {}", target_,
+                                    std::strerror(err)));
   }
   committed_ = true;
   Unregister(temp_);

@@ -22,7 +22,8 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
         "{}: is a directory; give a snapshot file (from torch.cuda.memory._dump_snapshot)", path));
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return InvalidInput(fmt::format("{}: cannot open it: {}", path, std::strerror(errno)));
+  if (fd < 0)
+    return InvalidInput(fmt::format("{}: cannot open it: {}", path, std::strerror(errno)));
 
   std::unique_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;

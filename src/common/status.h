@@ -27,9 +27,7 @@ class Status {
   const std::string& message() const { return message_; }
 
   // Prefixes the message with where it happened ("file.pickle: ").
-  Status WithPrefix(const std::string& prefix) const {
-    return Status(code_, prefix + message_);
-  }
+  Status WithPrefix(const std::string& prefix) const { return Status(code_, prefix + message_); }
 
   friend Status InvalidInput(std::string message);
   friend Status UsageError(std::string message);
@@ -56,7 +54,7 @@ inline Status InternalError(std::string message) {
 template <typename T>
 class Result {
  public:
-  Result(T value) : data_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : data_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : data_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(data_).ok() && "a Result needs a value or an error");
   }
@@ -84,10 +82,10 @@ class Result {
 #define VRAMSCOPE_CONCAT_INNER(a, b) a##b
 #define VRAMSCOPE_CONCAT(a, b) VRAMSCOPE_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::vramscope::Status _vs_status = (expr);         \
-    if (!_vs_status.ok()) return _vs_status;         \
+#define RETURN_IF_ERROR(expr)                \
+  do {                                       \
+    ::vramscope::Status _vs_status = (expr); \
+    if (!_vs_status.ok()) return _vs_status; \
   } while (false)
 
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -101,7 +101,7 @@ class StackTable {
     StackId parent;
     uint32_t depth;
   };
-  std::vector<Node> nodes_;  // nodes_[0] is the empty stack
+  std::vector<Node> nodes_;                         // nodes_[0] is the empty stack
   std::unordered_map<uint64_t, StackId> children_;  // (parent << 32 | frame) -> node
 };
 

@@ -65,8 +65,8 @@ void Events::Reserve(size_t n) {
   stack.reserve(n);
 }
 
-void Events::Push(Action a, int32_t dev, uint64_t address, uint64_t bytes, uint64_t strm,
-                  int64_t t, StackId s) {
+void Events::Push(Action a, int32_t dev, uint64_t address, uint64_t bytes, uint64_t strm, int64_t t,
+                  StackId s) {
   action.push_back(a);
   device.push_back(dev);
   addr.push_back(address);
@@ -251,9 +251,10 @@ std::vector<std::string> CheckStateInvariants(const Trace& trace) {
     }
     auto check = [&](const char* what, uint64_t recorded, uint64_t summed) {
       if (recorded != summed) {
-        problems.push_back(fmt::format("segment {} (device {}, 0x{:x}): {} is {} but its blocks "
-                                       "sum to {}",
-                                       s, seg.device, seg.address, what, recorded, summed));
+        problems.push_back(
+            fmt::format("segment {} (device {}, 0x{:x}): {} is {} but its blocks "
+                        "sum to {}",
+                        s, seg.device, seg.address, what, recorded, summed));
       }
     };
     check("total_size", seg.total_size, total);

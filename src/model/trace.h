@@ -24,17 +24,17 @@ namespace vramscope::model {
 
 enum class Action : uint8_t {
   kAlloc,
-  kFreeRequested,   // the tensor was released; the block may still wait for other streams
-  kFreeCompleted,   // the block is back in the allocator's cache
-  kSegmentAlloc,    // cudaMalloc
-  kSegmentFree,     // cudaFree (empty_cache, or the OOM retry releasing cached blocks)
-  kSegmentMap,      // expandable segments: pages mapped
+  kFreeRequested,  // the tensor was released; the block may still wait for other streams
+  kFreeCompleted,  // the block is back in the allocator's cache
+  kSegmentAlloc,   // cudaMalloc
+  kSegmentFree,    // cudaFree (empty_cache, or the OOM retry releasing cached blocks)
+  kSegmentMap,     // expandable segments: pages mapped
   kSegmentUnmap,
-  kOom,             // an allocation failed
-  kSnapshot,        // a snapshot was taken at this point; size = active bytes then
+  kOom,       // an allocation failed
+  kSnapshot,  // a snapshot was taken at this point; size = active bytes then
   kUserDefined,
   kAnnotate,
-  kOther,           // an action this version does not know; its name is kept
+  kOther,  // an action this version does not know; its name is kept
 };
 const char* ActionName(Action action);
 std::optional<Action> ParseAction(std::string_view name);
@@ -103,7 +103,7 @@ struct Allocation {
   int32_t device = 0;
   uint64_t addr = 0;
   uint64_t requested_size = 0;
-  uint64_t size = 0;          // block bytes: exact when size_exact, else the 512 B rounding
+  uint64_t size = 0;  // block bytes: exact when size_exact, else the 512 B rounding
   bool size_exact = false;
   bool alive_at_end = false;
   uint64_t stream = 0;
@@ -133,17 +133,17 @@ struct SourceInfo {
 };
 
 struct TraceFacts {
-  bool has_trace = false;           // alloc/free events were recorded
+  bool has_trace = false;  // alloc/free events were recorded
   bool has_times = false;
-  bool has_stacks = false;          // any event or block carries frames
+  bool has_stacks = false;  // any event or block carries frames
   bool has_python_frames = false;
   bool has_native_frames = false;
   bool has_segment_events = false;
-  bool starts_mid_run = false;      // frees of allocations the trace never saw
+  bool starts_mid_run = false;  // frees of allocations the trace never saw
   bool ring_buffer_overflowed = false;
   uint64_t frees_without_alloc = 0;
   uint64_t allocations_alive_before_trace = 0;
-  std::vector<std::string> notes;   // caveats worth telling the user, one line each
+  std::vector<std::string> notes;  // caveats worth telling the user, one line each
 };
 
 struct Trace {
@@ -151,7 +151,7 @@ struct Trace {
   FrameTable frames;
   StackTable stacks;
 
-  std::vector<int32_t> devices;  // ordinals that have segments or events, ascending
+  std::vector<int32_t> devices;   // ordinals that have segments or events, ascending
   std::vector<Segment> segments;  // sorted by (device, address)
   std::vector<Block> blocks;      // grouped by segment, sorted by address
   Events events;

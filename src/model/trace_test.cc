@@ -18,8 +18,8 @@ TEST(RoundedRequestSize, FollowsThe512ByteRule) {
 TEST(Interning, StacksShareTheirCallers) {
   Trace t;
   auto frame = [&](const char* file, int line) {
-    return t.frames.Intern({t.strings.Intern(file), t.strings.Intern("f"), line,
-                            ClassifyFrame(file)});
+    return t.frames.Intern(
+        {t.strings.Intern(file), t.strings.Intern("f"), line, ClassifyFrame(file)});
   };
   const FrameId a = frame("a.py", 1), b = frame("b.py", 2), c = frame("c.py", 3),
                 d = frame("d.py", 4);
@@ -49,9 +49,9 @@ TEST(ClassifyFrame, PythonAndNative) {
 }
 
 TEST(Actions, RoundTripNames) {
-  for (const char* name : {"alloc", "free_requested", "free_completed", "segment_alloc",
-                           "segment_free", "segment_map", "segment_unmap", "oom", "snapshot",
-                           "user_defined", "annotate"}) {
+  for (const char* name :
+       {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
+        "segment_unmap", "oom", "snapshot", "user_defined", "annotate"}) {
     const auto action = ParseAction(name);
     ASSERT_TRUE(action.has_value()) << name;
     EXPECT_STREQ(ActionName(*action), name);
@@ -77,19 +77,19 @@ Trace MidRunTrace() {
     b.state = state;
     t.blocks.push_back(b);
   };
-  block(0x1000000, 2048, 2048, BlockState::kActiveAllocated);           // D
-  block(0x1000800, 1024, 600, BlockState::kActivePendingFree);          // C
-  block(0x1000c00, 4096, 4000, BlockState::kActiveAllocated);           // E
+  block(0x1000000, 2048, 2048, BlockState::kActiveAllocated);   // D
+  block(0x1000800, 1024, 600, BlockState::kActivePendingFree);  // C
+  block(0x1000c00, 4096, 4000, BlockState::kActiveAllocated);   // E
   block(0x1001c00, (2 << 20) - 0x1c00, 0, BlockState::kInactive);
   Events& e = t.events;
-  e.Push(Action::kAlloc, 0, 0x2000, 1000, 0, 1, 0);           // 0: A
-  e.Push(Action::kFreeRequested, 0, 0x2000, 1000, 0, 2, 0);   // 1
-  e.Push(Action::kFreeCompleted, 0, 0x2000, 1000, 0, 3, 0);   // 2
-  e.Push(Action::kFreeRequested, 0, 0x3000, 700, 0, 4, 0);    // 3: B, allocated before
-  e.Push(Action::kFreeCompleted, 0, 0x3000, 700, 0, 5, 0);    // 4
-  e.Push(Action::kAlloc, 0, 0x1000800, 600, 0, 6, 0);         // 5: C
-  e.Push(Action::kFreeRequested, 0, 0x1000800, 600, 0, 7, 0); // 6: waits for another stream
-  e.Push(Action::kAlloc, 0, 0x1000000, 2048, 0, 8, 0);        // 7: D
+  e.Push(Action::kAlloc, 0, 0x2000, 1000, 0, 1, 0);            // 0: A
+  e.Push(Action::kFreeRequested, 0, 0x2000, 1000, 0, 2, 0);    // 1
+  e.Push(Action::kFreeCompleted, 0, 0x2000, 1000, 0, 3, 0);    // 2
+  e.Push(Action::kFreeRequested, 0, 0x3000, 700, 0, 4, 0);     // 3: B, allocated before
+  e.Push(Action::kFreeCompleted, 0, 0x3000, 700, 0, 5, 0);     // 4
+  e.Push(Action::kAlloc, 0, 0x1000800, 600, 0, 6, 0);          // 5: C
+  e.Push(Action::kFreeRequested, 0, 0x1000800, 600, 0, 7, 0);  // 6: waits for another stream
+  e.Push(Action::kAlloc, 0, 0x1000000, 2048, 0, 8, 0);         // 7: D
   t.device_event_ranges = {{0, e.count()}};
   t.facts.has_trace = true;
   return t;
@@ -154,7 +154,8 @@ TEST(CheckStateInvariants, ReportsGapsAndWrongTotals) {
   ASSERT_GE(problems.size(), 2u);
   EXPECT_NE(problems[0].find("block 2 starts at"), std::string::npos) << problems[0];
   bool mentions_allocated = false;
-  for (const auto& p : problems) mentions_allocated |= p.find("allocated_size") != std::string::npos;
+  for (const auto& p : problems)
+    mentions_allocated |= p.find("allocated_size") != std::string::npos;
   EXPECT_TRUE(mentions_allocated);
 }
 

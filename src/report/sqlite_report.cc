@@ -118,8 +118,8 @@ class Db {
   }
   Status Open(const std::string& path) {
     path_ = path;
-    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                        nullptr) != SQLITE_OK) {
+    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+        SQLITE_OK) {
       return Error("cannot create the database");
     }
     return Status::Ok();
@@ -201,6 +201,13 @@ class Insert {
   uint64_t rows_ = 0;
 };
 
+// Devices that hold memory: the rows of vramscope_devices.
+std::string DeviceList(const analysis::Summary& summary) {
+  std::vector<int32_t> devices;
+  for (const auto& d : summary.devices) devices.push_back(d.device);
+  return fmt::format("{}", fmt::join(devices, ","));
+}
+
 std::string UtcNow() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -252,11 +259,9 @@ Status WriteSkylineTables(Db& db, const ReportInput& in, uint64_t* rows) {
   RETURN_IF_ERROR(misc.Row("reserved_at_dump_bytes", reserved_dump));
   // Every byte live at the peak, by category, so the entries' shortfall is visible.
   if (!s.devices.empty()) {
-    const auto& peak_device =
-        *std::max_element(s.devices.begin(), s.devices.end(),
-                          [](const auto& x, const auto& y) {
-                            return x.peak_allocated < y.peak_allocated;
-                          });
+    const auto& peak_device = *std::max_element(
+        s.devices.begin(), s.devices.end(),
+        [](const auto& x, const auto& y) { return x.peak_allocated < y.peak_allocated; });
     for (const auto& share : peak_device.live_at_peak_by_category) {
       RETURN_IF_ERROR(misc.Row(
           fmt::format("peak_{}_bytes", attribution::CategoryName(share.category)), share.bytes));
@@ -285,7 +290,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
         {"pickle_protocol", std::to_string(src.pickle_protocol)},
         {"built_in_example", src.built_in_example ? "1" : "0"},
         {"project_root", in.project_root.path()},
-        {"devices", fmt::format("{}", fmt::join(t.devices, ","))},
+        {"devices", DeviceList(in.summary)},
         {"has_trace", f.has_trace ? "1" : "0"},
         {"has_times", f.has_times ? "1" : "0"},
         {"has_stacks", f.has_stacks ? "1" : "0"},
@@ -311,13 +316,12 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
   {
     Insert dev(db, "INSERT INTO vramscope_devices VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     for (const auto& d : in.summary.devices) {
-      RETURN_IF_ERROR(dev.Row(d.device, d.events, d.segments, d.blocks, d.allocated_at_dump,
-                              d.reserved_at_dump, d.active_at_dump, d.requested_at_dump,
-                              d.peak_allocated, Insert::Event(d.peak_allocated_event),
-                              Insert::Time(d.peak_allocated_time_us), d.peak_reserved,
-                              Insert::Event(d.peak_reserved_event),
-                              Insert::Time(d.peak_reserved_time_us),
-                              d.reserved_at_peak_allocated, d.estimated_sizes));
+      RETURN_IF_ERROR(dev.Row(
+          d.device, d.events, d.segments, d.blocks, d.allocated_at_dump, d.reserved_at_dump,
+          d.active_at_dump, d.requested_at_dump, d.peak_allocated,
+          Insert::Event(d.peak_allocated_event), Insert::Time(d.peak_allocated_time_us),
+          d.peak_reserved, Insert::Event(d.peak_reserved_event),
+          Insert::Time(d.peak_reserved_time_us), d.reserved_at_peak_allocated, d.estimated_sizes));
     }
     *rows += dev.rows();
   }
@@ -348,8 +352,8 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
       const model::Segment& s = t.segments[i];
       RETURN_IF_ERROR(seg.Row(static_cast<int64_t>(i), s.device, s.address, s.total_size,
                               s.allocated_size, s.active_size, s.requested_size, s.stream,
-                              model::PoolName(s.pool), s.pool_id[0], s.pool_id[1],
-                              s.is_expandable, s.stack));
+                              model::PoolName(s.pool), s.pool_id[0], s.pool_id[1], s.is_expandable,
+                              s.stack));
     }
     Insert block(db, "INSERT INTO vramscope_blocks VALUES (?,?,?,?,?,?,?)");
     for (size_t i = 0; i < t.blocks.size(); ++i) {
@@ -371,10 +375,9 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
                                             ? t.strings.Get(other->second)
                                             : std::string_view(model::ActionName(ev.action[i]));
         const uint64_t addr = ev.action[i] == model::Action::kOom ? 0 : ev.addr[i];
-        RETURN_IF_ERROR(event.Row(static_cast<int64_t>(i), ev.device[i], action, addr,
-                                  ev.size[i], ev.stream[i], Insert::Time(ev.time_us[i]),
-                                  ev.stack[i], tl.allocated[i - tl.begin],
-                                  tl.reserved[i - tl.begin]));
+        RETURN_IF_ERROR(event.Row(static_cast<int64_t>(i), ev.device[i], action, addr, ev.size[i],
+                                  ev.stream[i], Insert::Time(ev.time_us[i]), ev.stack[i],
+                                  tl.allocated[i - tl.begin], tl.reserved[i - tl.begin]));
       }
     }
     *rows += event.rows();
@@ -403,12 +406,11 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     Insert cat(db, "INSERT INTO vramscope_categories_at_peak VALUES (?, ?, ?, ?)");
     for (const auto& d : in.summary.devices) {
       for (const auto& g : d.live_at_peak_by_site) {
-        RETURN_IF_ERROR(live.Row(d.device, g.label, attribution::CategoryName(g.category),
-                                 g.bytes, g.count));
+        RETURN_IF_ERROR(
+            live.Row(d.device, g.label, attribution::CategoryName(g.category), g.bytes, g.count));
       }
       for (const auto& c : d.live_at_peak_by_category) {
-        RETURN_IF_ERROR(cat.Row(d.device, attribution::CategoryName(c.category), c.bytes,
-                                c.count));
+        RETURN_IF_ERROR(cat.Row(d.device, attribution::CategoryName(c.category), c.bytes, c.count));
       }
     }
     *rows += live.rows() + cat.rows();
@@ -433,8 +435,9 @@ Status WriteSqliteReport(const std::string& path, const ReportInput& input,
   Db db;
   RETURN_IF_ERROR(db.Open(path));
   // The file is private until renamed into place: no journal, no fsync per statement.
-  RETURN_IF_ERROR(db.Exec("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; "
-                          "PRAGMA locking_mode = EXCLUSIVE; PRAGMA user_version = 1;"));
+  RETURN_IF_ERROR(
+      db.Exec("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; "
+              "PRAGMA locking_mode = EXCLUSIVE; PRAGMA user_version = 1;"));
   RETURN_IF_ERROR(db.Exec("BEGIN"));
   RETURN_IF_ERROR(db.Exec(kSkylineSchema));
   RETURN_IF_ERROR(db.Exec(kVramscopeSchema));

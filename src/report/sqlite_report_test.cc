@@ -24,7 +24,8 @@ std::vector<std::string> Statements(const std::string& sql) {
     current.push_back(c);
     if (c == ';') {
       const size_t start = current.find("CREATE");
-      if (start != std::string::npos) out.push_back(current.substr(start, current.size() - start - 1));
+      if (start != std::string::npos)
+        out.push_back(current.substr(start, current.size() - start - 1));
       current.clear();
     }
   }
@@ -33,7 +34,9 @@ std::vector<std::string> Statements(const std::string& sql) {
 
 class Database {
  public:
-  explicit Database(const std::string& path) { sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr); }
+  explicit Database(const std::string& path) {
+    sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr);
+  }
   ~Database() { sqlite3_close(db_); }
   std::vector<std::vector<std::string>> Query(const std::string& sql) {
     std::vector<std::vector<std::string>> rows;
@@ -76,8 +79,12 @@ class ExampleReport : public ::testing::Test {
              ("vramscope_report_test_" + std::to_string(getpid()) + ".sqlite"))
                 .string();
     std::filesystem::remove(path_);
-    const ReportInput input{*trace_,           analysis_->timelines, analysis_->attribution,
-                            analysis_->summary, analysis_->entries,  *analysis_->sites,
+    const ReportInput input{*trace_,
+                            analysis_->timelines,
+                            analysis_->attribution,
+                            analysis_->summary,
+                            analysis_->entries,
+                            *analysis_->sites,
                             *root_};
     const Status status = WriteSqliteReport(path_, input, &info_);
     ASSERT_TRUE(status.ok()) << status.message();

@@ -21,8 +21,9 @@ std::string When(const model::Trace& trace, const analysis::DeviceSummary& d, in
   if (!d.peak_from_trace) return "at the dump (no trace recorded)";
   if (event == model::kNoEvent) return "at the start of the trace";
   const auto [begin, end] = trace.EventRange(d.device);
-  std::string text = fmt::format("at event {} of {}", FormatCount(event - static_cast<int64_t>(begin) + 1),
-                                 FormatCount(static_cast<int64_t>(end - begin)));
+  std::string text =
+      fmt::format("at event {} of {}", FormatCount(event - static_cast<int64_t>(begin) + 1),
+                  FormatCount(static_cast<int64_t>(end - begin)));
   if (time_us != model::kNoTime && d.first_time_us != model::kNoTime) {
     text += fmt::format(", {:.3f} s into the trace",
                         static_cast<double>(time_us - d.first_time_us) / 1e6);
@@ -43,9 +44,9 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
     out += s;
     out += '\n';
   };
-  const std::string name =
-      t.source.built_in_example ? "built-in example (synthetic, see examples/README.md)"
-                                : t.source.path;
+  const std::string name = t.source.built_in_example
+                               ? "built-in example (synthetic, see examples/README.md)"
+                               : t.source.path;
   line(fmt::format("vramscope report: {}", name));
   line(fmt::format("  {}, {} schema ({}), {}; {} trace events, {} segments, {} blocks",
                    t.source.format, t.source.generation,
@@ -71,60 +72,64 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
                        FormatBytes(d.reserved_at_peak_allocated),
                        FormatBytes(d.reserved_at_peak_allocated - d.peak_allocated)));
     }
-    line(fmt::format("  at the dump     allocated {}, reserved {}: {} reserved but not allocated "
-                     "({} of reserved)",
-                     FormatBytes(d.allocated_at_dump), FormatBytes(d.reserved_at_dump),
-                     FormatBytes(d.reserved_at_dump - d.allocated_at_dump),
-                     Percent(d.reserved_at_dump - d.allocated_at_dump, d.reserved_at_dump)));
-    line(fmt::format("                  {} segments ({} small-pool), {} blocks ({} active), "
-                     "largest cached free block {}",
-                     FormatCount(static_cast<int64_t>(d.segments)),
-                     FormatCount(static_cast<int64_t>(d.small_segments)),
-                     FormatCount(static_cast<int64_t>(d.blocks)),
-                     FormatCount(static_cast<int64_t>(d.active_blocks)),
-                     FormatBytes(d.largest_cached_free_block)));
+    line(
+        fmt::format("  at the dump     allocated {}, reserved {}: {} reserved but not allocated "
+                    "({} of reserved)",
+                    FormatBytes(d.allocated_at_dump), FormatBytes(d.reserved_at_dump),
+                    FormatBytes(d.reserved_at_dump - d.allocated_at_dump),
+                    Percent(d.reserved_at_dump - d.allocated_at_dump, d.reserved_at_dump)));
+    line(
+        fmt::format("                  {} segments ({} small-pool), {} blocks ({} active), "
+                    "largest cached free block {}",
+                    FormatCount(static_cast<int64_t>(d.segments)),
+                    FormatCount(static_cast<int64_t>(d.small_segments)),
+                    FormatCount(static_cast<int64_t>(d.blocks)),
+                    FormatCount(static_cast<int64_t>(d.active_blocks)),
+                    FormatBytes(d.largest_cached_free_block)));
 
-    line(fmt::format("  live at the peak: {} in {} allocations; by category (first-cut "
-                     "attribution):",
-                     FormatBytes(static_cast<int64_t>(d.live_at_peak_bytes)),
-                     FormatCount(static_cast<int64_t>(d.live_at_peak_count))));
+    line(
+        fmt::format("  live at the peak: {} in {} allocations; by category (first-cut "
+                    "attribution):",
+                    FormatBytes(static_cast<int64_t>(d.live_at_peak_bytes)),
+                    FormatCount(static_cast<int64_t>(d.live_at_peak_count))));
     std::vector<analysis::CategoryShare> shares = d.live_at_peak_by_category;
     std::stable_sort(shares.begin(), shares.end(),
                      [](const auto& x, const auto& y) { return x.bytes > y.bytes; });
     for (const auto& share : shares) {
       if (share.count == 0) continue;
-      line(fmt::format("    {:>16}  {:>6}  {:>6} allocs  {}", FormatBytes(share.bytes),
-                       Percent(static_cast<int64_t>(share.bytes),
-                               static_cast<int64_t>(d.live_at_peak_bytes)),
-                       FormatCount(static_cast<int64_t>(share.count)),
-                       attribution::CategoryName(share.category)));
+      line(fmt::format(
+          "    {:>16}  {:>6}  {:>6} allocs  {}", FormatBytes(share.bytes),
+          Percent(static_cast<int64_t>(share.bytes), static_cast<int64_t>(d.live_at_peak_bytes)),
+          FormatCount(static_cast<int64_t>(share.count)),
+          attribution::CategoryName(share.category)));
     }
     line("  live at the peak, by allocation site:");
     const size_t shown =
         std::min<size_t>(d.live_at_peak_by_site.size(), static_cast<size_t>(options.top_sites));
     for (size_t i = 0; i < shown; ++i) {
       const auto& g = d.live_at_peak_by_site[i];
-      line(fmt::format("    {:>16}  {:>6}  {:>6} allocs  {}  [{}]", FormatBytes(g.bytes),
-                       Percent(static_cast<int64_t>(g.bytes),
-                               static_cast<int64_t>(d.live_at_peak_bytes)),
-                       FormatCount(static_cast<int64_t>(g.count)), g.label,
-                       attribution::CategoryName(g.category)));
+      line(fmt::format(
+          "    {:>16}  {:>6}  {:>6} allocs  {}  [{}]", FormatBytes(g.bytes),
+          Percent(static_cast<int64_t>(g.bytes), static_cast<int64_t>(d.live_at_peak_bytes)),
+          FormatCount(static_cast<int64_t>(g.count)), g.label,
+          attribution::CategoryName(g.category)));
     }
     if (d.live_at_peak_by_site.size() > shown) {
       uint64_t rest = 0;
       for (size_t i = shown; i < d.live_at_peak_by_site.size(); ++i) {
         rest += d.live_at_peak_by_site[i].bytes;
       }
-      line(fmt::format("    {:>16}  {:>6}  in {} more sites (--top to show more)",
-                       FormatBytes(static_cast<int64_t>(rest)),
-                       Percent(static_cast<int64_t>(rest),
-                               static_cast<int64_t>(d.live_at_peak_bytes)),
-                       FormatCount(static_cast<int64_t>(d.live_at_peak_by_site.size() - shown))));
+      line(fmt::format(
+          "    {:>16}  {:>6}  in {} more sites (--top to show more)",
+          FormatBytes(static_cast<int64_t>(rest)),
+          Percent(static_cast<int64_t>(rest), static_cast<int64_t>(d.live_at_peak_bytes)),
+          FormatCount(static_cast<int64_t>(d.live_at_peak_by_site.size() - shown))));
     }
     if (d.estimated_sizes > 0) {
-      line(fmt::format("  note: {} allocations freed during the trace count with their request "
-                       "rounded to 512 B (the snapshot records block sizes only for live blocks)",
-                       FormatCount(static_cast<int64_t>(d.estimated_sizes))));
+      line(
+          fmt::format("  note: {} allocations freed during the trace count with their request "
+                      "rounded to 512 B (the snapshot records block sizes only for live blocks)",
+                      FormatCount(static_cast<int64_t>(d.estimated_sizes))));
     }
   }
   if (!t.facts.notes.empty()) {

@@ -1,5 +1,6 @@
 #include "sources/input_format.h"
 
+#include <cctype>
 #include <cstring>
 
 namespace vramscope::sources {
@@ -18,8 +19,8 @@ InputFormat DetectInputFormat(std::span<const uint8_t> head) {
     return InputFormat::kPickle;
   }
   size_t i = 0;
-  while (i < head.size() && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' ||
-                             head[i] == '\t')) {
+  while (i < head.size() &&
+         (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t')) {
     ++i;
   }
   if (i < head.size() && head[i] == '{') return InputFormat::kJson;
@@ -28,8 +29,32 @@ InputFormat DetectInputFormat(std::span<const uint8_t> head) {
        head[i + 1] == ']' || (head[i + 1] >= '0' && head[i + 1] <= '9') || head[i + 1] == '-')) {
     return InputFormat::kJson;
   }
-  // Protocol 0/1 pickles of a dict or list start with a container opcode.
-  if (head[0] == '}' || head[0] == ']' || head[0] == '(') return InputFormat::kPickle;
+  // Protocol 0/1 pickles: a container, scalar or text-argument opcode. GLOBAL ('c') and INST ('i')
+  // count when followed by a "module\n" line, so that the reader can refuse them by name.
+  switch (head[0]) {
+    case '}':
+    case ']':
+    case '(':
+    case ')':
+    case 'N':
+    case 'K':
+    case 'J':
+    case 'M':
+    case 'G':
+    case 'X':
+    case 'T':
+    case 'U':
+      return InputFormat::kPickle;
+    case 'c':
+    case 'i': {
+      size_t k = 1;
+      while (k < head.size() && (std::isalnum(head[k]) || head[k] == '_' || head[k] == '.')) ++k;
+      if (k > 1 && k < head.size() && head[k] == '\n') return InputFormat::kPickle;
+      break;
+    }
+    default:
+      break;
+  }
   return InputFormat::kUnknown;
 }
 

@@ -65,7 +65,7 @@ def list_dir(path: Path) -> list[str]:
 
 def assert_one_error_line(stderr: str) -> str:
     """stderr is exactly one line "vramscope: error: ..."; returns the line."""
-    assert stderr.startswith(ERROR_PREFIX), f"stderr does not start with {ERROR_PREFIX!r}: {stderr!r}"
+    assert stderr.startswith(ERROR_PREFIX), f"stderr lacks {ERROR_PREFIX!r}: {stderr!r}"
     assert stderr.endswith("\n"), f"stderr is not newline-terminated: {stderr!r}"
     assert stderr.count("\n") == 1, f"stderr is not exactly one line: {stderr!r}"
     return stderr.rstrip("\n")
@@ -101,7 +101,8 @@ class SnapshotBuilder:
     blocks: active_allocated for what is still live, inactive for freed ranges and the tail.
     """
 
-    def __init__(self, device: int = 0, base: int = 0x7F00_0000_0000, time_us: int = 1_700_000_000_000_000):
+    def __init__(self, device: int = 0, base: int = 0x7F00_0000_0000,
+                 time_us: int = 1_700_000_000_000_000):
         self.device = device
         self.base = base
         self.next = base
@@ -120,7 +121,8 @@ class SnapshotBuilder:
         addr = self.next
         rounded = _round512(size)
         self.next += rounded
-        self.allocs[addr] = {"size": rounded, "requested": size, "frames": frames or [], "live": True}
+        self.allocs[addr] = {"size": rounded, "requested": size, "frames": frames or [],
+                             "live": True}
         self.entries.append({"action": "alloc", "addr": addr, "size": rounded, "stream": 0,
                              "time_us": self._tick(), "frames": frames or []})
         return addr

@@ -3,13 +3,11 @@ the built-in example, --json / --timings, --project-root and interrupt safety.""
 
 from __future__ import annotations
 
-import copy
 import gzip
 import json
 import os
 import pickle
 import signal
-import sqlite3
 import subprocess
 import time
 import zipfile
@@ -44,8 +42,10 @@ def _del_key(d: dict, key: str) -> None:
 # to disk for vramscope to refuse; the tests never unpickle them. "touch PWNED" would leave a file
 # in the working folder (the output folder), which the tests list.
 P0_GLOBAL_REDUCE = b"cos\nsystem\n(S'touch PWNED'\ntR."
-P2_GLOBAL_REDUCE = (b"\x80\x02cposix\nsystem\nq\x00X\x0b\x00\x00\x00touch PWNEDq\x01\x85q\x02Rq\x03.")
-P4_STACK_GLOBAL = (b"\x80\x04\x95\x1e\x00\x00\x00\x00\x00\x00\x00\x8c\x05posix\x94\x8c\x06system\x94"
+P2_GLOBAL_REDUCE = (b"\x80\x02cposix\nsystem\nq\x00X\x0b\x00\x00\x00touch PWNED"
+                    b"q\x01\x85q\x02Rq\x03.")
+P4_STACK_GLOBAL = (b"\x80\x04\x95\x26\x00\x00\x00\x00\x00\x00\x00"
+                   b"\x8c\x05posix\x94\x8c\x06system\x94"
                    b"\x93\x94\x8c\x0btouch PWNED\x94\x85\x94R\x94.")
 P2_REDUCE_ONLY = b"\x80\x02N)R."
 P0_INST = b"(S'touch PWNED'\nios\nsystem\n."
@@ -62,7 +62,7 @@ BAD_INPUTS = {
     "sqlite-file": (b"SQLite format 3\x00" + bytes(100), ["SQLite", "not a memory snapshot"]),
     "zip-file": (None, ["zip", "not a memory snapshot"]),  # written by the test (torch.save-like)
     "p2-global-reduce": (P2_GLOBAL_REDUCE, ["GLOBAL", "byte 2", "refusing"]),
-    "p4-stack-global": (P4_STACK_GLOBAL, ["STACK_GLOBAL", "refusing"]),
+    "p4-stack-global": (P4_STACK_GLOBAL, ["STACK_GLOBAL", "byte 28", "refusing"]),
     "p2-reduce": (P2_REDUCE_ONLY, ["REDUCE", "byte 4", "refusing"]),
     "p0-inst": (P0_INST, ["INST", "byte 16", "refusing"]),
     "root-int": (pickle.dumps(12345, protocol=4), ["not a PyTorch memory snapshot", "int"]),
@@ -178,11 +178,6 @@ def test_protocol0_global_payload_is_refused_and_never_run(payload, run, inputs_
     assert not (out_dir / "PWNED").exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a protocol 0/1 pickle that starts with GLOBAL ('c') is not recognised as a pickle by "
-    "DetectInputFormat (src/sources/input_format.cc only accepts '}', ']' or '(' as the first "
-    "byte of a protocol 0/1 pickle), so the user gets 'this is an unrecognised file, not a memory "
-    "snapshot pickle' instead of 'byte 0: refusing opcode GLOBAL ...' - safe, but not specific."))
 def test_protocol0_global_payload_message_names_global_at_byte_0(run, inputs_dir, out_dir):
     path = inputs_dir / "evil.pickle"
     path.write_bytes(P0_GLOBAL_REDUCE)
@@ -491,6 +486,9 @@ def test_json_real_snapshots(snapshot, run, out_dir):
 # --------------------------------------------------------------------------------------------
 
 
+TORCH_FUNCTIONAL = "/usr/lib/python3/site-packages/torch/nn/functional.py"
+
+
 def _project_snapshot(proj: Path, outside: Path) -> dict:
     """Weights allocated under Module._apply and activations under _call_impl, freed in backward,
     with user frames in proj/model.py (lines 10 and 20) and proj/train.py (line 40)."""
@@ -518,9 +516,6 @@ def _project_snapshot(proj: Path, outside: Path) -> dict:
     for a in acts:
         b.free(a, backward_stack)
     return b.build()
-
-
-TORCH_FUNCTIONAL = "/usr/lib/python3/site-packages/torch/nn/functional.py"
 
 
 @pytest.fixture
@@ -659,8 +654,8 @@ def big_snapshot(tmp_path_factory) -> Path:
     """~300k trace entries over 64 recycled 1 MiB slots (about 12 MB of pickle)."""
     path = tmp_path_factory.mktemp("big") / "big.pickle"
     base, slots = 0x7F00_0000_0000, 64
-    stacks = [[frame(MODULE_PY, 1527, "_call_impl"), frame(f"/home/u/proj/m{k}.py", k + 1, "forward")]
-              for k in range(16)]
+    stacks = [[frame(MODULE_PY, 1527, "_call_impl"),
+               frame(f"/home/u/proj/m{k}.py", k + 1, "forward")] for k in range(16)]
     free_stack = [frame(AUTOGRAD_PY, 266, "backward")]
     entries = [{"action": "segment_alloc", "addr": base, "size": slots << 20, "stream": 0,
                 "time_us": 0, "frames": []}]

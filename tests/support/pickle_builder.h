@@ -74,7 +74,8 @@ inline P Dict(std::vector<std::pair<std::string, P>> pairs) {
 }
 // A frame dict as snapshots write it.
 inline P Frame(std::string filename, int64_t line, std::string name) {
-  return Dict({{"filename", Str(std::move(filename))}, {"line", Int(line)},
+  return Dict({{"filename", Str(std::move(filename))},
+               {"line", Int(line)},
                {"name", Str(std::move(name))}});
 }
 

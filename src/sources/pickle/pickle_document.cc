@@ -32,6 +32,12 @@ const char* KindName(Kind kind) {
   return "?";
 }
 
+std::string KindWithArticle(Kind kind) {
+  const std::string name = KindName(kind);
+  if (kind == Kind::kNone || kind == Kind::kMissing) return name;
+  return (kind == Kind::kInt ? "an " : "a ") + name;
+}
+
 Kind Document::kind(Value v) const {
   switch (v.tag()) {
     case Value::kTagInt:

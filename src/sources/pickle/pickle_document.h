@@ -46,6 +46,8 @@ enum class Kind : uint8_t {
 };
 
 const char* KindName(Kind kind);
+// "a dict", "an int", "None".
+std::string KindWithArticle(Kind kind);
 
 class Value {
  public:

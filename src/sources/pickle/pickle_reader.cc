@@ -124,8 +124,13 @@ constexpr uint64_t kMaxFileOffset = (uint64_t{1} << 40) - 1;
 constexpr uint64_t kMaxFileStrLength = (uint64_t{1} << 21) - 1;
 constexpr uint64_t kProgressStep = uint64_t{8} << 20;
 
-// Strict UTF-8 (no surrogates, no overlongs), as downstream writers (SQLite, JSON) need.
-bool IsValidUtf8(const uint8_t* s, size_t n) {
+enum class Utf8 { kValid, kSurrogates, kInvalid };
+
+// Strict UTF-8 (no overlongs, nothing above U+10FFFF). Encoded surrogates, which CPython writes for
+// lone surrogates (file names that were not valid UTF-8), are reported apart so the caller can
+// replace them: downstream writers (SQLite, JSON) need valid UTF-8.
+Utf8 CheckUtf8(const uint8_t* s, size_t n) {
+  bool surrogates = false;
   size_t i = 0;
   while (i < n) {
     // Fast path over ASCII, 8 bytes at a time.
@@ -153,20 +158,38 @@ bool IsValidUtf8(const uint8_t* s, size_t n) {
       extra = 3;
       cp = c & 0x07;
     } else {
-      return false;
+      return Utf8::kInvalid;
     }
-    if (i + extra >= n) return false;
+    if (i + extra >= n) return Utf8::kInvalid;
     for (size_t k = 1; k <= extra; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return false;
+      if ((s[i + k] & 0xC0) != 0x80) return Utf8::kInvalid;
       cp = (cp << 6) | (s[i + k] & 0x3F);
     }
     if ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
-        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
+        cp > 0x10FFFF) {
+      return Utf8::kInvalid;
     }
+    if (cp >= 0xD800 && cp <= 0xDFFF) surrogates = true;
     i += extra + 1;
   }
-  return true;
+  return surrogates ? Utf8::kSurrogates : Utf8::kValid;
+}
+
+bool IsValidUtf8(const uint8_t* s, size_t n) { return CheckUtf8(s, n) == Utf8::kValid; }
+
+// Replaces each encoded surrogate (ED A0..BF xx) with U+FFFD; the rest is already valid.
+std::string ReplaceSurrogates(const uint8_t* s, size_t n) {
+  std::string out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (s[i] == 0xED && i + 2 < n && (s[i + 1] & 0xE0) == 0xA0) {
+      out += "\xEF\xBF\xBD";
+      i += 2;
+    } else {
+      out.push_back(static_cast<char>(s[i]));
+    }
+  }
+  return out;
 }
 
 void AppendUtf8(std::string& out, uint32_t cp) {
@@ -244,6 +267,7 @@ class DocumentBuilder {
     }
     const size_t len = static_cast<const uint8_t*>(nl) - start;
     *line = std::string_view(reinterpret_cast<const char*>(start), len);
+    if (!line->empty() && line->back() == '\r') line->remove_suffix(1);  // CPython accepts \r\n
     pos_ += len + 1;
     return Status::Ok();
   }
@@ -281,8 +305,14 @@ class DocumentBuilder {
   }
   // A UTF-8 string at [offset, offset+len) of the input.
   Status MakeFileString(uint64_t op_offset, uint64_t offset, uint64_t len, Value* out) {
-    if (!IsValidUtf8(in_.data() + offset, len)) {
-      return Fail(op_offset, "string is not valid UTF-8 (corrupt file?)");
+    switch (CheckUtf8(in_.data() + offset, len)) {
+      case Utf8::kValid:
+        break;
+      case Utf8::kSurrogates:
+        *out = MakeOwned(ReplaceSurrogates(in_.data() + offset, len), Value::kTagOwnedStr);
+        return Status::Ok();
+      case Utf8::kInvalid:
+        return Fail(op_offset, "string is not valid UTF-8 (corrupt file?)");
     }
     if (offset <= kMaxFileOffset && len <= kMaxFileStrLength) {
       *out = Value((((len << 40) | offset) << 3) | Value::kTagFileStr);
@@ -304,7 +334,8 @@ class DocumentBuilder {
     big.negative = negative;
     if (len <= 8 || (len == 9 && !negative && bytes[8] == 0)) {
       uint64_t raw = 0;
-      for (uint64_t i = 0; i < std::min<uint64_t>(len, 8); ++i) raw |= uint64_t{bytes[i]} << (8 * i);
+      for (uint64_t i = 0; i < std::min<uint64_t>(len, 8); ++i)
+        raw |= uint64_t{bytes[i]} << (8 * i);
       if (negative) {
         // Sign-extend, then negate to get the magnitude.
         if (len < 8) raw |= ~uint64_t{0} << (8 * len);
@@ -333,8 +364,8 @@ class DocumentBuilder {
       negative = digits.front() == '-';
       digits.remove_prefix(1);
     }
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(),
-                                       [](char c) { return c >= '0' && c <= '9'; })) {
+    if (digits.empty() ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       return Fail(op_offset, fmt::format("{} argument '{}' is not an integer", op,
                                          std::string(text.substr(0, 40))));
     }
@@ -372,8 +403,7 @@ class DocumentBuilder {
   // of 1000 (how pickle writes long lists) costs one copy, not a copy per batch.
   Status Extend(uint64_t op_offset, Value target, Kind want, const Value* items, size_t n,
                 const char* op) {
-    if (target.tag() != Value::kTagContainer ||
-        doc_.containers_[target.payload()].kind != want) {
+    if (target.tag() != Value::kTagContainer || doc_.containers_[target.payload()].kind != want) {
       return Fail(op_offset, fmt::format("{} applies to a {} but the target is a {}", op,
                                          KindName(want), KindName(doc_.kind(target))));
     }
@@ -381,10 +411,10 @@ class DocumentBuilder {
     const uint64_t id = target.payload();
     Document::Container& c = doc_.containers_[id];
     auto extra = extra_runs_.find(id);
-    const bool contiguous = extra == extra_runs_.end()
-                                ? (c.size == 0 || c.begin + c.size == doc_.items_.size())
-                                : extra->second.back().first + extra->second.back().second ==
-                                      doc_.items_.size();
+    const bool contiguous =
+        extra == extra_runs_.end()
+            ? (c.size == 0 || c.begin + c.size == doc_.items_.size())
+            : extra->second.back().first + extra->second.back().second == doc_.items_.size();
     uint64_t total = uint64_t{c.size} + n;
     if (extra != extra_runs_.end()) {
       for (const auto& run : extra->second) total += run.second;
@@ -451,6 +481,8 @@ class DocumentBuilder {
     if (index < memo_.size()) {
       if (memo_[index] == Value()) ++memo_count_;
       memo_[index] = v;
+    } else if (const auto it = sparse_memo_.find(index); it != sparse_memo_.end()) {
+      it->second = v;
     } else if (index == memo_.size()) {
       memo_.push_back(v);
       ++memo_count_;
@@ -469,8 +501,8 @@ class DocumentBuilder {
       *out = it->second;
       return Status::Ok();
     }
-    return Fail(op_offset, fmt::format("memo reference {} was never defined (corrupt pickle)",
-                                       index));
+    return Fail(op_offset,
+                fmt::format("memo reference {} was never defined (corrupt pickle)", index));
   }
 
   Status Step(uint8_t op, uint64_t at, bool* stop);
@@ -535,6 +567,9 @@ Status DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
     }
     case kStop: {
       if (stack_.empty()) return Fail(at, "STOP with an empty stack (corrupt pickle)");
+      if (!marks_.empty() && stack_.size() <= marks_.back()) {
+        return Fail(at, "STOP finds an unclosed MARK on top of the stack (corrupt pickle)");
+      }
       doc_.root_ = stack_.back();
       *stop = true;
       return Status::Ok();
@@ -659,8 +694,9 @@ Status DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
                          : op == kBinUnicode8   ? "BINUNICODE8"
                          : op == kBinString     ? "BINSTRING"
                                                 : "SHORT_BINSTRING";
-      const size_t width =
-          (op == kShortBinUnicode || op == kShortBinString) ? 1 : op == kBinUnicode8 ? 8 : 4;
+      const size_t width = (op == kShortBinUnicode || op == kShortBinString) ? 1
+                           : op == kBinUnicode8                              ? 8
+                                                                             : 4;
       if (!Have(width)) return Truncated(at, name, width);
       const uint64_t len = ReadLE(width);
       if (op == kBinString && static_cast<int32_t>(static_cast<uint32_t>(len)) < 0) {
@@ -685,9 +721,8 @@ Status DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
       if (!Have(width)) return Truncated(at, name, width);
       const uint64_t len = ReadLE(width);
       if (!Have(len)) return Truncated(at, name, len - (in_.size() - pos_));
-      stack_.push_back(
-          MakeOwned(std::string(reinterpret_cast<const char*>(in_.data() + pos_), len),
-                    Value::kTagBytes));
+      stack_.push_back(MakeOwned(std::string(reinterpret_cast<const char*>(in_.data() + pos_), len),
+                                 Value::kTagBytes));
       pos_ += len;
       return Status::Ok();
     }
@@ -713,8 +748,8 @@ Status DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
     case kEmptyDict:
     case kEmptyTuple:
     case kEmptySet: {
-      const Kind kind = op == kEmptyList   ? Kind::kList
-                        : op == kEmptyDict ? Kind::kDict
+      const Kind kind = op == kEmptyList    ? Kind::kList
+                        : op == kEmptyDict  ? Kind::kDict
                         : op == kEmptyTuple ? Kind::kTuple
                                             : Kind::kSet;
       Value v;
@@ -737,15 +772,17 @@ Status DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
     case kList:
     case kFrozenSet:
     case kDict: {
-      const char* name = op == kTuple ? "TUPLE" : op == kList ? "LIST" : op == kDict ? "DICT"
-                                                                                      : "FROZENSET";
+      const char* name = op == kTuple  ? "TUPLE"
+                         : op == kList ? "LIST"
+                         : op == kDict ? "DICT"
+                                       : "FROZENSET";
       size_t mark;
       RETURN_IF_ERROR(PopMark(at, name, &mark));
       const size_t n = stack_.size() - mark;
       if (op == kDict && n % 2 != 0) {
         return Fail(at, "DICT has an odd number of items (a key without a value)");
       }
-      const Kind kind = op == kTuple ? Kind::kTuple
+      const Kind kind = op == kTuple  ? Kind::kTuple
                         : op == kList ? Kind::kList
                         : op == kDict ? Kind::kDict
                                       : Kind::kSet;
@@ -774,8 +811,8 @@ Status DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
       size_t mark;
       RETURN_IF_ERROR(PopMark(at, name, &mark));
       if (mark == 0 || (!marks_.empty() && mark <= marks_.back())) {
-        return Fail(at, fmt::format("{} has no target container below its MARK (corrupt pickle)",
-                                    name));
+        return Fail(
+            at, fmt::format("{} has no target container below its MARK (corrupt pickle)", name));
       }
       const size_t n = stack_.size() - mark;
       if (op == kSetItems && n % 2 != 0) {

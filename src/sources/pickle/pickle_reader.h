@@ -3,7 +3,8 @@
 // Contract:
 // - Accepts protocols 0-5 (snapshots use 2, 4 and 5; text opcodes appear in re-saves) and builds
 //   only plain data: dict, list, tuple, set, str, bytes, int (any width), float, bool, None.
-// - Refuses every opcode that imports or calls code (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ,
+// - Refuses every opcode that imports or calls code (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST,
+// OBJ,
 //   NEWOBJ, NEWOBJ_EX, PERSID, BINPERSID, EXT1/2/4) and out-of-band buffers, naming the opcode and
 //   its byte offset. Nothing is ever executed.
 // - Never recurses (the machine is a loop over a value stack) and never allocates more than the

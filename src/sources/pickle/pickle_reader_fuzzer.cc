@@ -16,7 +16,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "analysis/analyze.h"
 #include "sources/pickle/pickle_reader.h"
+#include "sources/snapshot/snapshot_source.h"
 
 namespace {
 
@@ -149,5 +151,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(info.protocol >= 0 && info.protocol <= 5);
   Check(info.opcodes >= 2 && info.opcodes <= size);  // at least a value and STOP, one byte each
   Walk(*result);
+
+  // The rest of the path from bytes to a report: the snapshot source, then every analysis. A
+  // conversion error is a value (with the path to the bad field), never a crash.
+  auto trace = vramscope::snapshot::TraceFromPickle(*result);
+  if (!trace.ok()) {
+    Check(trace.status().code() == vramscope::StatusCode::kInvalidInput);
+    return 0;
+  }
+  (void)vramscope::model::CheckStateInvariants(*trace);
+  const vramscope::analysis::ProjectRoot root("/proj");
+  const vramscope::analysis::Analysis analysis = vramscope::analysis::Analyze(*trace, root);
+  Check(analysis.attribution.allocations.size() == trace->allocations.size());
+  for (const auto& device : analysis.summary.devices) {
+    uint64_t by_category = 0;
+    for (const auto& share : device.live_at_peak_by_category) by_category += share.bytes;
+    Check(by_category == device.live_at_peak_bytes);
+  }
   return 0;
 }

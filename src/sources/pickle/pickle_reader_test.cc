@@ -647,7 +647,6 @@ TEST(PickleReaderTest, InvalidUtf8IsRefused) {
       "58 02 00 00 00 c3 28 2e",        // bad continuation byte
       "58 02 00 00 00 c0 80 2e",        // overlong NUL
       "58 03 00 00 00 e0 80 80 2e",     // overlong 3-byte
-      "58 03 00 00 00 ed a0 80 2e",     // UTF-16 surrogate U+D800
       "58 04 00 00 00 f4 90 80 80 2e",  // above U+10FFFF
       "58 01 00 00 00 c3 2e",           // sequence cut by the end of the string
       "58 01 00 00 00 c3 88 2e",        // the same, followed by NEWTRUE (0x88 looks like a
@@ -663,6 +662,37 @@ TEST(PickleReaderTest, InvalidUtf8IsRefused) {
     EXPECT_THAT(error, StartsWith("byte 0: "));
     EXPECT_THAT(error, HasSubstr("UTF-8"));
   }
+}
+
+// CPython pickles a lone surrogate ('\udc80', e.g. from a file name that was not valid UTF-8) as
+// its 3-byte encoding and loads it back; we load it too, as U+FFFD, so the text stays valid UTF-8.
+TEST(PickleReaderTest, LoneSurrogatesBecomeReplacementCharacters) {
+  const Parsed p = FromHex("58 05 00 00 00 61 ed b2 80 62 2e");  // 'a\udc80b'
+  ASSERT_PARSES(p);
+  EXPECT_EQ(p.str(),
+            "a\xEF\xBF\xBD"
+            "b");
+  const Parsed q = FromHex("8c 03 ed a0 80 2e");  // '\ud800'
+  ASSERT_PARSES(q);
+  EXPECT_EQ(q.str(), "\xEF\xBF\xBD");
+}
+
+// A sparse BINPUT index later reached by MEMOIZE's running count is one entry, not two
+// (CPython loads this pickle as 9).
+TEST(PickleReaderTest, MemoCountStaysRightWhenSparseIndicesAreFilledInOrder) {
+  const Parsed p = FromHex("80 04 4b 01 71 01 4b 02 71 00 4b 03 71 01 30 30 30 4b 09 94 68 02 2e");
+  ASSERT_PARSES(p);
+  EXPECT_EQ(p.i64(), 9);
+}
+
+TEST(PickleReaderTest, StopRefusesAValueBelowAnOpenMark) {
+  EXPECT_THAT(HexError("4e 28 2e"), AllOf(StartsWith("byte 2: "), HasSubstr("MARK")));
+}
+
+TEST(PickleReaderTest, TextLinesMayEndInCrLf) {
+  const Parsed p = FromText("I42\r\n.");
+  ASSERT_PARSES(p);
+  EXPECT_EQ(p.i64(), 42);
 }
 
 // ============================================================================================

@@ -45,8 +45,8 @@ class Converter {
  private:
   // --- typed access -------------------------------------------------------------------------
   Status TypeError(const Path& where, const char* key, Value v, const char* want) const {
-    return InvalidInput(fmt::format("{}: '{}' is a {}, expected {}", where.ToString(), key,
-                                    pickle::KindName(doc_.kind(v)), want));
+    return InvalidInput(fmt::format("{}: '{}' is {}, expected {}", where.ToString(), key,
+                                    pickle::KindWithArticle(doc_.kind(v)), want));
   }
   // An unsigned integer under `key`; `fallback` when absent or None.
   Status GetU64(Value dict, const Path& where, const char* key, uint64_t fallback,
@@ -75,16 +75,16 @@ class Converter {
   }
   Status RequireDict(Value v, const Path& where) const {
     if (doc_.kind(v) != Kind::kDict) {
-      return InvalidInput(fmt::format("{}: is a {}, expected a dict", where.ToString(),
-                                      pickle::KindName(doc_.kind(v))));
+      return InvalidInput(fmt::format("{}: is {}, expected a dict", where.ToString(),
+                                      pickle::KindWithArticle(doc_.kind(v))));
     }
     return Status::Ok();
   }
   Status RequireList(Value v, const Path& where) const {
     const Kind k = doc_.kind(v);
     if (k != Kind::kList && k != Kind::kTuple) {
-      return InvalidInput(fmt::format("{}: is a {}, expected a list", where.ToString(),
-                                      pickle::KindName(k)));
+      return InvalidInput(
+          fmt::format("{}: is {}, expected a list", where.ToString(), pickle::KindWithArticle(k)));
     }
     return Status::Ok();
   }
@@ -251,8 +251,8 @@ Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
       if (out->requested_size == 0) {
         RETURN_IF_ERROR(GetU64(last, lp, "real_size", 0, &out->requested_size));
       }
-      RETURN_IF_ERROR(ConvertStack(doc_.Get(last, "frames"), doc_.Get(last, "cpp_frames"), lp,
-                                   &out->stack));
+      RETURN_IF_ERROR(
+          ConvertStack(doc_.Get(last, "frames"), doc_.Get(last, "cpp_frames"), lp, &out->stack));
     }
   } else {
     RETURN_IF_ERROR(ConvertStack(doc_.Get(block, "frames"), Value(), where, &out->stack));
@@ -276,8 +276,8 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
     uint64_t device = 0;
     RETURN_IF_ERROR(GetU64(seg, sp, "device", 0, &device));
     if (device > 1u << 20) {
-      return InvalidInput(fmt::format("{}: device {} is not a device ordinal", sp.ToString(),
-                                      device));
+      return InvalidInput(
+          fmt::format("{}: device {} is not a device ordinal", sp.ToString(), device));
     }
     out.device = static_cast<int32_t>(device);
     RETURN_IF_ERROR(RequireU64(seg, sp, "address", &out.address));
@@ -316,10 +316,9 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
       next_address = block.address + block.size;
       pending[s].blocks.push_back(block);
     }
-    std::stable_sort(pending[s].blocks.begin(), pending[s].blocks.end(),
-                     [](const model::Block& x, const model::Block& y) {
-                       return x.address < y.address;
-                     });
+    std::stable_sort(
+        pending[s].blocks.begin(), pending[s].blocks.end(),
+        [](const model::Block& x, const model::Block& y) { return x.address < y.address; });
   }
   std::stable_sort(pending.begin(), pending.end(), [](const Pending& x, const Pending& y) {
     return std::tie(x.segment.device, x.segment.address) <
@@ -496,8 +495,8 @@ void Converter::DescribeGeneration(Value root) {
     add(times_, "torch 2.2+", "trace entries carry 'time_us'");
     add(!doc_.IsMissing(doc_.Get(root, "allocator_settings")), "torch 2.3+",
         "'allocator_settings' present");
-    add(!doc_.IsMissing(doc_.Get(root, "external_annotations")) || compile_context_,
-        "torch 2.5+", "'external_annotations' or 'compile_context' present");
+    add(!doc_.IsMissing(doc_.Get(root, "external_annotations")) || compile_context_, "torch 2.5+",
+        "'external_annotations' or 'compile_context' present");
     add(user_metadata_, "torch 2.10+", "trace entries carry 'user_metadata'");
     add(pool_id_ || annotate_action_ || host_memory_, "torch 2.11+",
         "'pool_id', 'annotate' or host memory present");
@@ -527,9 +526,9 @@ Result<model::Trace> Converter::Run() {
     }
   } else {
     return InvalidInput(fmt::format(
-        "not a PyTorch memory snapshot: the pickle holds a {}, expected a dict with 'segments' "
+        "not a PyTorch memory snapshot: the pickle holds {}, expected a dict with 'segments' "
         "and 'device_traces' (or a list of segments)",
-        pickle::KindName(doc_.kind(root))));
+        pickle::KindWithArticle(doc_.kind(root))));
   }
   RETURN_IF_ERROR(ConvertSegments(segments, Path{nullptr, "segments", -1}));
   if (!bare_list_) {
@@ -605,8 +604,9 @@ Result<model::Trace> Converter::Run() {
         "figures are the allocator state at the moment of the dump");
   }
   if (host_memory_) {
-    f.notes.push_back("pinned host memory (host_segments/host_traces) is present and not "
-                      "reported yet");
+    f.notes.push_back(
+        "pinned host memory (host_segments/host_traces) is present and not "
+        "reported yet");
   }
   DescribeGeneration(root);
   model::BuildAllocations(t);
@@ -624,8 +624,8 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
                                   LoadTimings* timings) {
   const auto bytes = file.bytes();
   const auto prefix = file.path() + ": ";
-  const sources::InputFormat format = sources::DetectInputFormat(bytes.first(
-      std::min<size_t>(bytes.size(), 64)));
+  const sources::InputFormat format =
+      sources::DetectInputFormat(bytes.first(std::min<size_t>(bytes.size(), 64)));
   if (format != sources::InputFormat::kPickle) {
     std::string hint;
     switch (format) {
@@ -633,16 +633,18 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
         hint = "the file is empty";
         break;
       case sources::InputFormat::kJson:
-        hint = "this is a JSON file (a profiler trace?), not a memory snapshot; write a "
-               "snapshot with torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")";
+        hint =
+            "this is a JSON file (a profiler trace?), not a memory snapshot; write a "
+            "snapshot with torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")";
         break;
       case sources::InputFormat::kSqlite:
         hint = "this is a SQLite database (a report?), not a memory snapshot";
         break;
       default:
-        hint = fmt::format("this is {}, not a memory snapshot pickle; write one with "
-                           "torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")",
-                           sources::InputFormatName(format));
+        hint = fmt::format(
+            "this is {}, not a memory snapshot pickle; write one with "
+            "torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")",
+            sources::InputFormatName(format));
     }
     return InvalidInput(prefix + hint);
   }

@@ -38,42 +38,74 @@ struct FixtureFacts {
 const FixtureFacts kFixtureFacts[] = {
     {"snapshot_2025_eor_cnn_small_fulltrace_snapshotmarkers.pickle",
      {0},
-     10, 4, 54, 40,
-     134217728ull, 48760832ull,
-     {{{0, "alloc"}, 1935}, {{0, "segment_alloc"}, 7}, {{0, "free_requested"}, 1926},
-      {{0, "free_completed"}, 1926}, {{0, "snapshot"}, 9}},
+     10,
+     4,
+     54,
+     40,
+     134217728ull,
+     48760832ull,
+     {{{0, "alloc"}, 1935},
+      {{0, "segment_alloc"}, 7},
+      {{0, "free_requested"}, 1926},
+      {{0, "free_completed"}, 1926},
+      {{0, "snapshot"}, 9}},
      "torch 2.2+"},
     {"snapshot_feb2024_diffusers_cuda1_nohistory.pickle",
      {1},
-     673, 240, 6644, 6240,
-     11274289152ull, 10715782144ull,
+     673,
+     240,
+     6644,
+     6240,
+     11274289152ull,
+     10715782144ull,
      {{{0, "snapshot"}, 1}, {{1, "free_completed"}, 1}},
      "torch 2.2+"},
     {"snapshot_jun2024_deepseek1.3b_finetune_cppframes.pickle",
      {0},
-     215, 51, 1079, 802,
-     6471811072ull, 2297283072ull,
-     {{{0, "alloc"}, 3505}, {{0, "free_requested"}, 3325}, {{0, "free_completed"}, 3325},
+     215,
+     51,
+     1079,
+     802,
+     6471811072ull,
+     2297283072ull,
+     {{{0, "alloc"}, 3505},
+      {{0, "free_requested"}, 3325},
+      {{0, "free_completed"}, 3325},
       {{0, "segment_alloc"}, 152}},
      "torch 2.1"},
     {"snapshot_torch2.0_flexgen_opt_oom.pickle",
      {0},
-     176, 2, 463, 460,
-     11844714496ull, 11840159744ull,
+     176,
+     2,
+     463,
+     460,
+     11844714496ull,
+     11840159744ull,
      {{{0, "snapshot"}, 1}},
      "torch 2.0"},
     {"snapshot_torch2.11_windows_cs336_compilectx.pickle",
      {0},
-     216, 8, 455, 229,
-     14180941824ull, 1377753600ull,
+     216,
+     8,
+     455,
+     229,
+     14180941824ull,
+     1377753600ull,
      {{{0, "alloc"}, 1721}, {{0, "free_requested"}, 1721}, {{0, "free_completed"}, 1721}},
      "torch 2.10+"},
     {"snapshot_torch2.6_cs336_2.7b_forward.pickle",
      {0},
-     961, 12, 2077, 1841,
-     34898706432ull, 34094880256ull,
-     {{{0, "segment_free"}, 742}, {{0, "alloc"}, 3020}, {{0, "free_requested"}, 2377},
-      {{0, "free_completed"}, 2377}, {{0, "segment_alloc"}, 178}},
+     961,
+     12,
+     2077,
+     1841,
+     34898706432ull,
+     34094880256ull,
+     {{{0, "segment_free"}, 742},
+      {{0, "alloc"}, 3020},
+      {{0, "free_requested"}, 2377},
+      {{0, "free_completed"}, 2377},
+      {{0, "segment_alloc"}, 178}},
      "torch 2.5+"},
 };
 
@@ -176,43 +208,46 @@ tb::P Block(uint64_t address, uint64_t size, uint64_t requested, const char* sta
 tb::P Entry(const char* action, uint64_t addr, uint64_t size, tb::P frames,
             std::vector<std::pair<std::string, tb::P>> extra = {}) {
   std::vector<std::pair<std::string, tb::P>> pairs = {{"action", tb::Str(action)},
-                                                       {"addr", tb::UInt(addr)},
-                                                       {"size", tb::Int(static_cast<int64_t>(size))},
-                                                       {"stream", tb::Int(0)},
-                                                       {"time_us", tb::Int(1700000000000000)},
-                                                       {"frames", std::move(frames)}};
+                                                      {"addr", tb::UInt(addr)},
+                                                      {"size", tb::Int(static_cast<int64_t>(size))},
+                                                      {"stream", tb::Int(0)},
+                                                      {"time_us", tb::Int(1700000000000000)},
+                                                      {"frames", std::move(frames)}};
   for (auto& e : extra) pairs.push_back(std::move(e));
   return tb::Dict(std::move(pairs));
 }
 
 TEST(SyntheticSnapshot, NewestSchemaWithExpandableSegmentsOomAndMetadata) {
   const uint64_t base = 0x7f0000000000ull;
-  const tb::P stack = tb::List({tb::Frame("/proj/train.py", 12, "step"),
-                                tb::Frame("/proj/train.py", 40, "main")});
-  const tb::P segments = tb::List({Segment(
-      base, 20 << 20,
-      {Block(base, 2 << 20, 2000000, "active_allocated", stack),
-       Block(base + (2 << 20), 18 << 20, 0, "inactive")},
-      /*expandable=*/true, "large", 2 << 20, 2 << 20, 2000000)});
+  const tb::P stack =
+      tb::List({tb::Frame("/proj/train.py", 12, "step"), tb::Frame("/proj/train.py", 40, "main")});
+  const tb::P segments =
+      tb::List({Segment(base, 20 << 20,
+                        {Block(base, 2 << 20, 2000000, "active_allocated", stack),
+                         Block(base + (2 << 20), 18 << 20, 0, "inactive")},
+                        /*expandable=*/true, "large", 2 << 20, 2 << 20, 2000000)});
   const tb::P trace = tb::List({
       Entry("segment_map", base, 20 << 20, stack),
-      Entry("alloc", base, 2000000, stack, {{"user_metadata", tb::Str("step=3")},
-                                            {"compile_context", tb::Str("graph 0")}}),
-      tb::Dict({{"action", tb::Str("oom")}, {"device_free", tb::Int(123456)},
-                {"size", tb::Int(1 << 30)}, {"stream", tb::Int(0)}, {"frames", stack}}),
+      Entry("alloc", base, 2000000, stack,
+            {{"user_metadata", tb::Str("step=3")}, {"compile_context", tb::Str("graph 0")}}),
+      tb::Dict({{"action", tb::Str("oom")},
+                {"device_free", tb::Int(123456)},
+                {"size", tb::Int(1 << 30)},
+                {"stream", tb::Int(0)},
+                {"frames", stack}}),
       Entry("teleport_block", 0, 0, tb::List({})),
       Entry("alloc", base + (2 << 20), 4096, stack),
       Entry("free_requested", base + (2 << 20), 4096, stack),
       Entry("free_completed", base + (2 << 20), 4096, stack),
       Entry("segment_unmap", base + (20 << 20), 2 << 20, tb::List({})),
   });
-  const tb::P settings = tb::Dict({{"PYTORCH_CUDA_ALLOC_CONF", tb::Str("expandable_segments:True")},
-                                   {"max_split_size", tb::Int(-1)},
-                                   {"garbage_collection_threshold", tb::Float(0.0)},
-                                   {"expandable_segments", tb::Bool(true)},
-                                   {"roundup_power2_divisions",
-                                    tb::Dict({{"1", tb::Int(0)}, {"2", tb::Int(4)}})},
-                                   {"trace_alloc_overflowed", tb::Bool(true)}});
+  const tb::P settings =
+      tb::Dict({{"PYTORCH_CUDA_ALLOC_CONF", tb::Str("expandable_segments:True")},
+                {"max_split_size", tb::Int(-1)},
+                {"garbage_collection_threshold", tb::Float(0.0)},
+                {"expandable_segments", tb::Bool(true)},
+                {"roundup_power2_divisions", tb::Dict({{"1", tb::Int(0)}, {"2", tb::Int(4)}})},
+                {"trace_alloc_overflowed", tb::Bool(true)}});
   const tb::P annotations = tb::List({tb::Dict({{"device", tb::Int(0)},
                                                 {"time_us", tb::Int(1700000000000001)},
                                                 {"stage", tb::Str("START")},
@@ -267,9 +302,10 @@ TEST(SyntheticSnapshot, Torch113BareListWithHistory) {
                                             {"frames", py},
                                             {"cpp_frames", tb::List({tb::Str("at::empty")})}})});
   const tb::P blocks = tb::List(
-      {tb::Dict({{"size", tb::Int(1024)}, {"state", tb::Str("active_allocated")},
-                 {"history", history}}),
-       tb::Dict({{"size", tb::Int((2 << 20) - 1024)}, {"state", tb::Str("inactive")},
+      {tb::Dict(
+           {{"size", tb::Int(1024)}, {"state", tb::Str("active_allocated")}, {"history", history}}),
+       tb::Dict({{"size", tb::Int((2 << 20) - 1024)},
+                 {"state", tb::Str("inactive")},
                  {"history", tb::List({})}})});
   const tb::P root = tb::List({tb::Dict({{"device", tb::Int(0)},
                                          {"address", tb::UInt(base)},
@@ -314,11 +350,11 @@ TEST(SyntheticSnapshot, Protocol2AndProtocol4AgreeAndBigIntegersWork) {
 }
 
 TEST(SyntheticSnapshot, PendingFreeStateAliasIsAccepted) {
-  const tb::P root = tb::Dict({{"segments",
-                                tb::List({Segment(4096, 2 << 20,
-                                                  {Block(4096, 512, 100, "active_awaiting_free"),
-                                                   Block(4608, (2 << 20) - 512, 0, "inactive")},
-                                                  false, "small", 0, 512, 100)})}});
+  const tb::P root =
+      tb::Dict({{"segments", tb::List({Segment(4096, 2 << 20,
+                                               {Block(4096, 512, 100, "active_awaiting_free"),
+                                                Block(4608, (2 << 20) - 512, 0, "inactive")},
+                                               false, "small", 0, 512, 100)})}});
   auto t = FromBytes(tb::PickleWriter().Dump(root));
   ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_EQ(t->blocks[0].state, model::BlockState::kActivePendingFree);
@@ -334,39 +370,41 @@ std::string ErrorOf(const tb::P& root) {
 }
 
 TEST(SnapshotErrors, NameThePathToTheBadValue) {
-  EXPECT_THAT(ErrorOf(tb::Int(3)), HasSubstr("the pickle holds a int"));
+  EXPECT_THAT(ErrorOf(tb::Int(3)), HasSubstr("the pickle holds an int"));
   EXPECT_THAT(ErrorOf(tb::Dict({{"model", tb::Int(1)}, {"optimizer", tb::Int(2)}})),
               HasSubstr("without 'segments' (its keys: 'model', 'optimizer')"));
   EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::Dict({})}})),
               HasSubstr("segments: is a dict, expected a list"));
   EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::List({tb::Dict({{"address", tb::Int(0)},
-                                                                  {"blocks", tb::List({})}})})}})),
+                                                                 {"blocks", tb::List({})}})})}})),
               HasSubstr("segments[0]: missing 'total_size'"));
   const tb::P bad_block = tb::Dict({{"size", tb::Str("big")}, {"state", tb::Str("inactive")}});
-  EXPECT_THAT(ErrorOf(tb::Dict({{"segments",
-                                 tb::List({Segment(0, 512, {Block(0, 512, 0, "inactive"),
-                                                            bad_block})})}})),
-              HasSubstr("segments[0].blocks[1]: 'size' is a str, expected an integer"));
-  EXPECT_THAT(ErrorOf(tb::Dict({{"segments",
-                                 tb::List({Segment(0, 512, {Block(0, 512, 0, "levitating")})})}})),
+  EXPECT_THAT(
+      ErrorOf(tb::Dict(
+          {{"segments", tb::List({Segment(0, 512, {Block(0, 512, 0, "inactive"), bad_block})})}})),
+      HasSubstr("segments[0].blocks[1]: 'size' is a str, expected an integer"));
+  EXPECT_THAT(ErrorOf(tb::Dict(
+                  {{"segments", tb::List({Segment(0, 512, {Block(0, 512, 0, "levitating")})})}})),
               HasSubstr("unknown block state 'levitating'"));
   const tb::P no_action = tb::Dict({{"addr", tb::Int(0)}});
-  EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::List({})},
-                                {"device_traces",
-                                 tb::List({tb::List({Entry("alloc", 0, 512, tb::List({})),
-                                                     Entry("free_requested", 0, 512, tb::List({})),
-                                                     no_action})})}})),
-              HasSubstr("device_traces[0][2]: missing 'action'"));
-  EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::List({})},
-                                {"device_traces",
-                                 tb::List({tb::List({Entry("alloc", 0, 0, tb::List({}),
-                                                           {{"size", tb::Int(-5)}})})})}})),
-              HasSubstr("'size' is a int, expected a non-negative integer"));
+  EXPECT_THAT(
+      ErrorOf(tb::Dict(
+          {{"segments", tb::List({})},
+           {"device_traces",
+            tb::List({tb::List({Entry("alloc", 0, 512, tb::List({})),
+                                Entry("free_requested", 0, 512, tb::List({})), no_action})})}})),
+      HasSubstr("device_traces[0][2]: missing 'action'"));
+  EXPECT_THAT(
+      ErrorOf(tb::Dict(
+          {{"segments", tb::List({})},
+           {"device_traces",
+            tb::List({tb::List({Entry("alloc", 0, 0, tb::List({}), {{"size", tb::Int(-5)}})})})}})),
+      HasSubstr("'size' is an int, expected a non-negative integer"));
   const tb::P bad_frame = tb::List({tb::Dict({{"filename", tb::Int(3)}})});
-  EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::List({})},
-                                {"device_traces",
-                                 tb::List({tb::List({Entry("alloc", 0, 512, bad_frame)})})}})),
-              HasSubstr("device_traces[0][0].frames[0]: 'filename' is a int"));
+  EXPECT_THAT(ErrorOf(tb::Dict(
+                  {{"segments", tb::List({})},
+                   {"device_traces", tb::List({tb::List({Entry("alloc", 0, 512, bad_frame)})})}})),
+              HasSubstr("device_traces[0][0].frames[0]: 'filename' is an int"));
 }
 
 TEST(SnapshotErrors, NonPickleInputsAreNamed) {
