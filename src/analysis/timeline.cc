@@ -33,7 +33,7 @@ Timelines ComputeTimelines(const model::Trace& trace) {
     } else {
       delta[a.alloc_event] += size;
     }
-    if (a.free_requested_event != kNoEvent) delta[a.free_requested_event] -= size;
+    if (a.ReleaseEvent() != kNoEvent) delta[a.ReleaseEvent()] -= size;
     if (!a.size_exact) ++estimated[slot];
   }
 
@@ -103,14 +103,43 @@ Timelines ComputeTimelines(const model::Trace& trace) {
   return out;
 }
 
+std::vector<size_t> ReduceTimeline(const DeviceTimeline& t, size_t max_points) {
+  const size_t n = t.end - t.begin;
+  std::vector<size_t> out;
+  if (n <= max_points || max_points < 3) {
+    out.resize(n);
+    for (size_t i = 0; i < n; ++i) out[i] = t.begin + i;
+    return out;
+  }
+  // The first and last events are always kept (where the curve starts and where it ends).
+  out.push_back(t.begin);
+  const size_t bucket = (n + max_points / 3 - 1) / (max_points / 3);
+  for (size_t start = 0; start < n; start += bucket) {
+    const size_t stop = std::min(n, start + bucket);
+    size_t lo = start, hi = start, top = start;
+    for (size_t i = start; i < stop; ++i) {
+      if (t.allocated[i] < t.allocated[lo]) lo = i;
+      if (t.allocated[i] > t.allocated[hi]) hi = i;
+      if (t.reserved[i] > t.reserved[top]) top = i;
+    }
+    size_t keep[3] = {lo, hi, top};
+    std::sort(keep, keep + 3);
+    for (size_t k = 0; k < 3; ++k) {
+      if (t.begin + keep[k] != out.back()) out.push_back(t.begin + keep[k]);
+    }
+  }
+  if (out.back() != t.end - 1) out.push_back(t.end - 1);
+  return out;
+}
+
 std::vector<size_t> LiveAfter(const model::Trace& trace, int32_t device, int64_t event) {
   std::vector<size_t> out;
   for (size_t i = 0; i < trace.allocations.size(); ++i) {
     const model::Allocation& a = trace.allocations[i];
     if (a.device != device) continue;
     const bool born = a.alloc_event == kNoEvent || (event != kNoEvent && a.alloc_event <= event);
-    const bool released = a.free_requested_event != kNoEvent &&
-                          (event == kNoEvent ? false : a.free_requested_event <= event);
+    const bool released =
+        a.ReleaseEvent() != kNoEvent && event != kNoEvent && a.ReleaseEvent() <= event;
     // At the start of the trace, allocations freed during it were alive too.
     if (born && !released) out.push_back(i);
   }

@@ -43,6 +43,12 @@ struct Timelines {
 
 Timelines ComputeTimelines(const model::Trace& trace);
 
+// The events of `timeline` worth drawing when at most about `max_points` may be kept: all of them
+// when they fit, else per bucket of consecutive events the ones with the lowest and highest
+// allocated and the highest reserved, so every local extreme (and both peaks) survive. Returns
+// indices into Trace::events, ascending.
+std::vector<size_t> ReduceTimeline(const DeviceTimeline& timeline, size_t max_points);
+
 // Allocations (indices into Trace::allocations) live right after `event` on `device`; with
 // event == kNoEvent, those live at the start of the trace.
 std::vector<size_t> LiveAfter(const model::Trace& trace, int32_t device, int64_t event);

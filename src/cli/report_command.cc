@@ -15,7 +15,9 @@
 #include "cli/exit_codes.h"
 #include "common/atomic_output.h"
 #include "common/mapped_file.h"
+#include "common/peak_memory.h"
 #include "common/progress.h"
+#include "common/units.h"
 #include "report/json_summary.h"
 #include "report/sqlite_report.h"
 #include "report/terminal_summary.h"
@@ -87,6 +89,8 @@ Status Run(const ReportOptions& options, int* exit_code) {
   ASSIGN_OR_RETURN(model::Trace trace, snapshot::LoadSnapshot(*file, load_options, &load_timings));
   progress.Finish();
   trace.source.built_in_example = options.input.empty();
+  file.reset();  // the trace interned what it needs from the input
+  file.reset();  // the trace interned what it needs; the input is no longer read
 
   // Analyse.
   const auto t_analyze = Clock::now();
@@ -130,7 +134,8 @@ Status Run(const ReportOptions& options, int* exit_code) {
       json["timings_s"] = {
           {"read", Seconds(t_start, t_read)},          {"parse", load_timings.parse_s},
           {"build_model", load_timings.build_model_s}, {"analyze", Seconds(t_analyze, t_write)},
-          {"write_report", Seconds(t_write, t_end)},   {"total", Seconds(t_start, t_end)}};
+          {"write_report", Seconds(t_write, t_end)},   {"total", Seconds(t_start, t_end)},
+          {"peak_rss_bytes", PeakResidentBytes()}};
     }
     fmt::print("{}\n", json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   } else if (!options.quiet) {
@@ -145,9 +150,10 @@ Status Run(const ReportOptions& options, int* exit_code) {
     if (options.timings) {
       fmt::print(
           "timings: read {:.3f} s, parse {:.3f} s, model {:.3f} s, analyze {:.3f} s, "
-          "write {:.3f} s, total {:.3f} s\n",
+          "write {:.3f} s, total {:.3f} s; peak memory {}\n",
           Seconds(t_start, t_read), load_timings.parse_s, load_timings.build_model_s,
-          Seconds(t_analyze, t_write), Seconds(t_write, t_end), Seconds(t_start, t_end));
+          Seconds(t_analyze, t_write), Seconds(t_write, t_end), Seconds(t_start, t_end),
+          FormatBytes(static_cast<int64_t>(PeakResidentBytes())));
     }
   }
   *exit_code = kExitOk;

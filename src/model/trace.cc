@@ -142,9 +142,9 @@ void BuildAllocations(Trace& trace) {
             out.push_back(a);
           }
           Allocation& a = out[it->second];
-          if (a.free_requested_event == kNoEvent) {
+          if (a.free_stack == kEmptyStack) a.free_stack = ev.stack[i];
+          if (!completed && a.free_requested_event == kNoEvent) {
             a.free_requested_event = static_cast<int64_t>(i);
-            a.free_stack = ev.stack[i];
           }
           if (completed) {
             a.free_completed_event = static_cast<int64_t>(i);

@@ -110,6 +110,11 @@ struct Allocation {
   int64_t alloc_event = kNoEvent;
   int64_t free_requested_event = kNoEvent;
   int64_t free_completed_event = kNoEvent;
+  // When the tensor was released: free_requested, or free_completed when the trace holds only
+  // that (it began between the two). kNoEvent while alive.
+  int64_t ReleaseEvent() const {
+    return free_requested_event != kNoEvent ? free_requested_event : free_completed_event;
+  }
   StackId alloc_stack = kEmptyStack;
   StackId free_stack = kEmptyStack;
   int32_t block = -1;  // index into Trace::blocks when alive at the end

@@ -110,6 +110,7 @@ TEST(BuildAllocations, PairsLifetimesAcrossAMidRunTrace) {
   const Allocation& b = t.allocations[1];
   EXPECT_EQ(b.alloc_event, kNoEvent);
   EXPECT_EQ(b.free_requested_event, 3);
+  EXPECT_EQ(b.ReleaseEvent(), 3);
   EXPECT_EQ(b.free_completed_event, 4);
   EXPECT_EQ(b.requested_size, 700u);
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 namespace vramscope::report {
@@ -48,6 +49,9 @@ CREATE TABLE misc_sizes (
 )sql";
 
 namespace {
+
+// Points kept per device in vramscope_timeline (the exact curve is in vramscope_allocations).
+constexpr size_t kTimelinePoints = 30000;
 
 // Our own tables. Sizes are bytes; event ids index vramscope_events; stack ids index
 // vramscope_stacks (0 = no stack recorded).
@@ -92,14 +96,23 @@ CREATE TABLE vramscope_blocks (
 CREATE TABLE vramscope_events (
   id INTEGER PRIMARY KEY, device INTEGER NOT NULL, action TEXT NOT NULL,
   address INTEGER NOT NULL, size INTEGER NOT NULL, stream INTEGER NOT NULL, time_us INTEGER,
-  stack_id INTEGER NOT NULL, allocated_bytes INTEGER NOT NULL, reserved_bytes INTEGER NOT NULL);
+  stack_id INTEGER NOT NULL, device_free_bytes INTEGER, allocated_bytes INTEGER NOT NULL,
+  reserved_bytes INTEGER NOT NULL);
+CREATE TABLE vramscope_timeline (
+  device INTEGER NOT NULL, event INTEGER NOT NULL, time_us INTEGER,
+  allocated_bytes INTEGER NOT NULL, reserved_bytes INTEGER NOT NULL,
+  PRIMARY KEY (device, event)) WITHOUT ROWID;
 CREATE TABLE vramscope_allocations (
   id INTEGER PRIMARY KEY, device INTEGER NOT NULL, address INTEGER NOT NULL,
   requested_bytes INTEGER NOT NULL, size_bytes INTEGER NOT NULL, size_exact INTEGER NOT NULL,
-  stream INTEGER NOT NULL, alloc_event INTEGER, free_requested_event INTEGER,
-  free_completed_event INTEGER, alive_at_end INTEGER NOT NULL, alloc_stack_id INTEGER NOT NULL,
-  free_stack_id INTEGER NOT NULL, category TEXT NOT NULL, confidence TEXT NOT NULL,
-  rule TEXT NOT NULL, operation TEXT, site TEXT NOT NULL);
+  stream INTEGER NOT NULL, alive_at_end INTEGER NOT NULL,
+  alloc_event INTEGER, alloc_time_us INTEGER, alloc_stack_id INTEGER NOT NULL,
+  free_requested_event INTEGER, free_requested_time_us INTEGER, free_stack_id INTEGER NOT NULL,
+  free_completed_event INTEGER, free_completed_time_us INTEGER,
+  category TEXT NOT NULL, confidence TEXT NOT NULL, rule_id INTEGER NOT NULL, operation TEXT,
+  site_id INTEGER NOT NULL, user_metadata TEXT, compile_context TEXT);
+CREATE TABLE vramscope_rules (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
+CREATE TABLE vramscope_sites (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
 CREATE TABLE vramscope_live_at_peak (
   device INTEGER NOT NULL, site TEXT NOT NULL, category TEXT NOT NULL, bytes INTEGER NOT NULL,
   count INTEGER NOT NULL);
@@ -153,6 +166,15 @@ class Insert {
   ~Insert() { sqlite3_finalize(stmt_); }
   bool ok() const { return stmt_ != nullptr; }
 
+  struct MaybeInt {
+    int64_t value;
+    bool present;
+  };
+  struct MaybeText {
+    std::string_view value;
+    bool present;
+  };
+
   template <typename... Args>
   Status Row(const Args&... args) {
     if (stmt_ == nullptr) return db_.Error("cannot prepare an insert");
@@ -173,16 +195,20 @@ class Insert {
   void Bind(int i, uint32_t v) { sqlite3_bind_int64(stmt_, i, v); }
   void Bind(int i, bool v) { sqlite3_bind_int(stmt_, i, v ? 1 : 0); }
   void Bind(int i, std::string_view v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()),
+                      SQLITE_STATIC);  // valid until step()
   }
   void Bind(int i, const std::string& v) { Bind(i, std::string_view(v)); }
   void Bind(int i, const char* v) { Bind(i, std::string_view(v)); }
   void Bind(int i, std::nullptr_t) { sqlite3_bind_null(stmt_, i); }
   // Optional integers: events and times that may be absent are NULL.
-  struct MaybeInt {
-    int64_t value;
-    bool present;
-  };
+  void Bind(int i, MaybeText v) {
+    if (v.present) {
+      Bind(i, v.value);
+    } else {
+      sqlite3_bind_null(stmt_, i);
+    }
+  }
   void Bind(int i, MaybeInt v) {
     if (v.present) {
       sqlite3_bind_int64(stmt_, i, v.value);
@@ -364,42 +390,80 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     *rows += seg.rows() + block.rows();
   }
   {
-    // The event table carries the allocated / reserved curves (after each event).
-    Insert event(db, "INSERT INTO vramscope_events VALUES (?,?,?,?,?,?,?,?,?,?)");
+    // Alloc/free events live in vramscope_allocations (each is one end of a lifetime); this
+    // table keeps every other event (segments, OOMs, snapshot markers, annotations) with the
+    // allocated / reserved levels after it.
+    Insert event(db, "INSERT INTO vramscope_events VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+    Insert point(db, "INSERT INTO vramscope_timeline VALUES (?, ?, ?, ?, ?)");
     const model::Events& ev = t.events;
     for (size_t d = 0; d < t.devices.size(); ++d) {
       const analysis::DeviceTimeline& tl = in.timelines.devices[d];
       for (size_t i = tl.begin; i < tl.end; ++i) {
-        const auto other = ev.other_action.find(static_cast<uint32_t>(i));
-        const std::string_view action = other != ev.other_action.end()
-                                            ? t.strings.Get(other->second)
-                                            : std::string_view(model::ActionName(ev.action[i]));
-        const uint64_t addr = ev.action[i] == model::Action::kOom ? 0 : ev.addr[i];
-        RETURN_IF_ERROR(event.Row(static_cast<int64_t>(i), ev.device[i], action, addr, ev.size[i],
-                                  ev.stream[i], Insert::Time(ev.time_us[i]), ev.stack[i],
+        const model::Action action = ev.action[i];
+        if (action == model::Action::kAlloc || action == model::Action::kFreeRequested ||
+            action == model::Action::kFreeCompleted) {
+          continue;
+        }
+        const auto index = static_cast<uint32_t>(i);
+        const auto other = ev.other_action.find(index);
+        const std::string_view name = other != ev.other_action.end()
+                                          ? t.strings.Get(other->second)
+                                          : std::string_view(model::ActionName(action));
+        const auto free = ev.oom_device_free.find(index);
+        const Insert::MaybeInt device_free{
+            free != ev.oom_device_free.end() ? static_cast<int64_t>(free->second) : 0,
+            free != ev.oom_device_free.end()};
+        RETURN_IF_ERROR(event.Row(static_cast<int64_t>(i), ev.device[i], name, ev.addr[i],
+                                  ev.size[i], ev.stream[i], Insert::Time(ev.time_us[i]),
+                                  ev.stack[i], device_free, tl.allocated[i - tl.begin],
+                                  tl.reserved[i - tl.begin]));
+      }
+      for (const size_t i : analysis::ReduceTimeline(tl, kTimelinePoints)) {
+        RETURN_IF_ERROR(point.Row(tl.device, static_cast<int64_t>(i), Insert::Time(ev.time_us[i]),
                                   tl.allocated[i - tl.begin], tl.reserved[i - tl.begin]));
       }
     }
-    *rows += event.rows();
+    *rows += event.rows() + point.rows();
   }
   {
+    // Rules and sites are few and repeated by many allocations: one row each, referenced by id.
+    std::unordered_map<const char*, int64_t> rule_ids;
+    std::unordered_map<uint32_t, int64_t> site_ids;
+    Insert rule(db, "INSERT INTO vramscope_rules VALUES (?, ?)");
+    Insert site(db, "INSERT INTO vramscope_sites VALUES (?, ?)");
     Insert alloc(db,
-                 "INSERT INTO vramscope_allocations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                 "INSERT INTO vramscope_allocations VALUES "
+                 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    const model::Events& ev = t.events;
     for (size_t i = 0; i < t.allocations.size(); ++i) {
       const model::Allocation& a = t.allocations[i];
       const attribution::AllocationInfo& info = in.attribution.allocations[i];
-      const std::string site = in.sites.Label(in.sites.Site(a.alloc_stack));
+      auto [rule_it, new_rule] = rule_ids.emplace(info.rule, rule_ids.size());
+      if (new_rule) RETURN_IF_ERROR(rule.Row(rule_it->second, info.rule));
+      const uint32_t site_frame = in.sites.Site(a.alloc_stack);
+      auto [site_it, new_site] = site_ids.emplace(site_frame, site_ids.size());
+      if (new_site) RETURN_IF_ERROR(site.Row(site_it->second, in.sites.Label(site_frame)));
+      auto text_of = [&](const std::unordered_map<uint32_t, model::StringId>& column) {
+        const auto it = a.alloc_event == model::kNoEvent
+                            ? column.end()
+                            : column.find(static_cast<uint32_t>(a.alloc_event));
+        return it == column.end() ? Insert::MaybeText{{}, false}
+                                  : Insert::MaybeText{t.strings.Get(it->second), true};
+      };
+      const auto time_of = [&](int64_t e) {
+        return Insert::Time(e == model::kNoEvent ? model::kNoTime : ev.time_us[e]);
+      };
       RETURN_IF_ERROR(alloc.Row(
           static_cast<int64_t>(i), a.device, a.addr, a.requested_size, a.size, a.size_exact,
-          a.stream, Insert::Event(a.alloc_event), Insert::Event(a.free_requested_event),
-          Insert::Event(a.free_completed_event), a.alive_at_end, a.alloc_stack, a.free_stack,
+          a.stream, a.alive_at_end, Insert::Event(a.alloc_event), time_of(a.alloc_event),
+          a.alloc_stack, Insert::Event(a.free_requested_event), time_of(a.free_requested_event),
+          a.free_stack, Insert::Event(a.free_completed_event), time_of(a.free_completed_event),
           attribution::CategoryName(info.category), attribution::ConfidenceName(info.confidence),
-          info.rule,
-          info.operation != model::kEmptyString ? std::string(t.strings.Get(info.operation))
-                                                : std::string(),
-          site));
+          rule_it->second,
+          Insert::MaybeText{t.strings.Get(info.operation), info.operation != model::kEmptyString},
+          site_it->second, text_of(ev.user_metadata), text_of(ev.compile_context)));
     }
-    *rows += alloc.rows();
+    *rows += alloc.rows() + rule.rows() + site.rows();
   }
   {
     Insert live(db, "INSERT INTO vramscope_live_at_peak VALUES (?, ?, ?, ?, ?)");

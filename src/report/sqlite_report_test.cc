@@ -115,7 +115,7 @@ TEST_F(ExampleReport, SkylineSchemaIsVerbatim) {
                          name == "stack_frames" || name == "misc_sizes";
     EXPECT_TRUE(skyline || name.rfind("vramscope_", 0) == 0) << name;
   }
-  EXPECT_EQ(info_.vramscope_tables, 13);
+  EXPECT_EQ(info_.vramscope_tables, 16);
 }
 
 TEST_F(ExampleReport, SkylineSchemaMatchesTheSpecText) {
@@ -153,8 +153,14 @@ TEST_F(ExampleReport, EntriesStacksAndSizes) {
                    "ESCAPE '\\' AND key NOT IN ('peak_usage_bytes', 'peak_reserved_bytes')"),
             "185700864");
   // The event table's curve ends at the dump's allocated bytes.
-  EXPECT_EQ(db.One("SELECT allocated_bytes FROM vramscope_events ORDER BY id DESC LIMIT 1"),
+  EXPECT_EQ(db.One("SELECT allocated_bytes FROM vramscope_timeline ORDER BY event DESC LIMIT 1"),
             "151339008");
+  // Every trace event is in the database once: alloc/free as allocation ends, the rest as events.
+  EXPECT_EQ(db.One("SELECT (SELECT count(alloc_event) + count(free_requested_event) + "
+                   "count(free_completed_event) FROM vramscope_allocations) + "
+                   "(SELECT count(*) FROM vramscope_events)"),
+            "191");
+  EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_timeline"), "191");  // small: all kept
   EXPECT_EQ(db.One("SELECT value FROM vramscope_metadata WHERE key = 'source_generation'"),
             "torch 2.5+");
   EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_allocations WHERE category = ''"), "0");

@@ -460,10 +460,11 @@ def test_json_timings(run, out_dir):
     doc = json.loads(out)
     t = doc["timings_s"]
     stages = ("read", "parse", "build_model", "analyze", "write_report")
-    assert set(t) == set(stages) | {"total"}
+    assert set(t) == set(stages) | {"total", "peak_rss_bytes"}
     for k, v in t.items():
         assert isinstance(v, (int, float)) and v >= 0, (k, v)
     assert sum(t[s] for s in stages) <= t["total"] + 1e-3
+    assert t["peak_rss_bytes"] > 1 << 20  # this process's VmHWM, in bytes
 
 
 def test_text_timings(run, out_dir):
@@ -692,7 +693,11 @@ def test_big_snapshot_completes(vramscope_bin, big_snapshot, out_dir):
     assert proc.returncode == 0, err
     assert list_dir(out_dir) == ["out.sqlite"]
     with open_db(out_dir / "out.sqlite") as db:
-        assert db.execute("SELECT count(*) FROM vramscope_events").fetchone()[0] == \
+        # Alloc/free events are the ends of allocation lifetimes; the rest are events.
+        assert db.execute(
+            "SELECT (SELECT count(alloc_event) + count(free_requested_event) + "
+            "count(free_completed_event) FROM vramscope_allocations) + "
+            "(SELECT count(*) FROM vramscope_events)").fetchone()[0] == \
             3 * BIG_ENTRIES - 2 * 64 + 1
 
 

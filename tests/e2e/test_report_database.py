@@ -331,8 +331,8 @@ def test_final_levels_match_the_dump(report):
     for device, allocated, reserved in report.query(
             "SELECT device, allocated_at_dump_bytes, reserved_at_dump_bytes "
             "FROM vramscope_devices"):
-        last = report.query("SELECT allocated_bytes, reserved_bytes FROM vramscope_events "
-                            "WHERE device = ? ORDER BY id DESC LIMIT 1", device)
+        last = report.query("SELECT allocated_bytes, reserved_bytes FROM vramscope_timeline "
+                            "WHERE device = ? ORDER BY event DESC LIMIT 1", device)
         assert last, f"device {device} has no events"
         assert last[0] == (allocated, reserved), f"device {device}"
 
@@ -405,8 +405,16 @@ def test_real_snapshot_figures(report):
     assert report.scalar("SELECT sum(total_size) FROM vramscope_segments") == want["reserved"]
     assert report.scalar("SELECT sum(allocated_size) FROM vramscope_segments") == \
         want["allocated"]
+    # Alloc/free events are the ends of allocation lifetimes; every other event is a row of
+    # vramscope_events.
     actions = {(d, a): n for d, a, n in report.query(
         "SELECT device, action, count(*) FROM vramscope_events GROUP BY device, action")}
+    for column, action in (("alloc_event", "alloc"), ("free_requested_event", "free_requested"),
+                           ("free_completed_event", "free_completed")):
+        for d, n in report.query(f"SELECT device, count({column}) FROM vramscope_allocations "
+                                 f"GROUP BY device"):
+            if n:
+                actions[(d, action)] = n
     assert actions == want["actions"]
     assert report.summary["source"]["segments"] == want["segments"]
     assert report.summary["source"]["blocks"] == want["blocks"]

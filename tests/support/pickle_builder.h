@@ -20,7 +20,7 @@ struct Obj;
 using P = std::shared_ptr<const Obj>;
 
 struct Obj {
-  enum class Type { kNone, kBool, kInt, kFloat, kStr, kList, kTuple, kDict } type;
+  enum class Type { kNone, kBool, kInt, kFloat, kStr, kList, kTuple, kDict } type = Type::kNone;
   int64_t i = 0;
   uint64_t u = 0;
   bool unsigned_big = false;
@@ -30,45 +30,50 @@ struct Obj {
   std::vector<std::pair<std::string, P>> pairs;  // dict (string keys)
 };
 
-inline P None() { return std::make_shared<Obj>(Obj{Obj::Type::kNone}); }
+inline std::shared_ptr<Obj> Make(Obj::Type type) {
+  auto o = std::make_shared<Obj>();
+  o->type = type;
+  return o;
+}
+inline P None() { return Make(Obj::Type::kNone); }
 inline P Bool(bool b) {
-  auto o = std::make_shared<Obj>(Obj{Obj::Type::kBool});
+  auto o = Make(Obj::Type::kBool);
   o->i = b;
   return o;
 }
 inline P Int(int64_t v) {
-  auto o = std::make_shared<Obj>(Obj{Obj::Type::kInt});
+  auto o = Make(Obj::Type::kInt);
   o->i = v;
   return o;
 }
 inline P UInt(uint64_t v) {
-  auto o = std::make_shared<Obj>(Obj{Obj::Type::kInt});
+  auto o = Make(Obj::Type::kInt);
   o->u = v;
   o->unsigned_big = true;
   return o;
 }
 inline P Float(double v) {
-  auto o = std::make_shared<Obj>(Obj{Obj::Type::kFloat});
+  auto o = Make(Obj::Type::kFloat);
   o->f = v;
   return o;
 }
 inline P Str(std::string v) {
-  auto o = std::make_shared<Obj>(Obj{Obj::Type::kStr});
+  auto o = Make(Obj::Type::kStr);
   o->s = std::move(v);
   return o;
 }
 inline P List(std::vector<P> items) {
-  auto o = std::make_shared<Obj>(Obj{Obj::Type::kList});
+  auto o = Make(Obj::Type::kList);
   o->items = std::move(items);
   return o;
 }
 inline P Tuple(std::vector<P> items) {
-  auto o = std::make_shared<Obj>(Obj{Obj::Type::kTuple});
+  auto o = Make(Obj::Type::kTuple);
   o->items = std::move(items);
   return o;
 }
 inline P Dict(std::vector<std::pair<std::string, P>> pairs) {
-  auto o = std::make_shared<Obj>(Obj{Obj::Type::kDict});
+  auto o = Make(Obj::Type::kDict);
   o->pairs = std::move(pairs);
   return o;
 }

@@ -128,7 +128,9 @@ class Document {
     uint64_t begin = 0;  // index into items_
     uint32_t size = 0;   // number of Values (2 per dict pair)
     Kind kind = Kind::kList;
+    bool has_runs = false;  // while building: more items wait in DocumentBuilder::extra_runs_
   };
+  static_assert(sizeof(Container) == 16, "one container record per pickled dict/list/tuple");
 
   std::span<const uint8_t> input_;
   Value root_;

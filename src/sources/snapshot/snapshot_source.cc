@@ -38,7 +38,8 @@ struct Path {
 
 class Converter {
  public:
-  explicit Converter(const Document& doc) : doc_(doc) {}
+  explicit Converter(const Document& doc)
+      : doc_(doc), converted_(doc.container_count(), kNotConverted) {}
 
   Result<model::Trace> Run();
 
@@ -118,8 +119,8 @@ class Converter {
   }
   Status ConvertFrame(Value v, const Path& where, FrameId* out) {
     if (const auto id = doc_.ContainerId(v)) {
-      if (const auto it = frame_cache_.find(*id); it != frame_cache_.end()) {
-        *out = it->second;
+      if (converted_[*id] != kNotConverted) {
+        *out = converted_[*id];
         return Status::Ok();
       }
     }
@@ -144,7 +145,7 @@ class Converter {
       line_number = *l;
     }
     *out = InternFrame(filename_text.value_or(""), name_text.value_or(""), line_number);
-    if (const auto id = doc_.ContainerId(v)) frame_cache_.emplace(*id, *out);
+    if (const auto id = doc_.ContainerId(v)) converted_[*id] = *out;
     return Status::Ok();
   }
   // `frames` (innermost first) plus optional 2.0 `cpp_frames`, which are more specific than the
@@ -157,8 +158,8 @@ class Converter {
     }
     const auto id = doc_.ContainerId(frames);
     if (plain && id) {
-      if (const auto it = stack_cache_.find(*id); it != stack_cache_.end()) {
-        *out = it->second;
+      if (converted_[*id] != kNotConverted) {
+        *out = converted_[*id];
         return Status::Ok();
       }
     }
@@ -184,7 +185,7 @@ class Converter {
       }
     }
     *out = trace_.stacks.Intern(scratch_);
-    if (plain && id) stack_cache_.emplace(*id, *out);
+    if (plain && id) converted_[*id] = *out;
     return Status::Ok();
   }
 
@@ -198,8 +199,10 @@ class Converter {
 
   const Document& doc_;
   model::Trace trace_;
-  std::unordered_map<uint64_t, FrameId> frame_cache_;
-  std::unordered_map<uint64_t, StackId> stack_cache_;
+  // What each shared container became: a FrameId for a frame dict, a StackId for a frames list.
+  // Snapshots reference one stack from thousands of entries; each is converted once.
+  static constexpr uint32_t kNotConverted = UINT32_MAX;
+  std::vector<uint32_t> converted_;
   std::vector<FrameId> scratch_;
   // Evidence for the format generation.
   bool bare_list_ = false;
