@@ -83,6 +83,35 @@ std::pair<size_t, size_t> Trace::EventRange(int32_t dev) const {
   return {0, 0};
 }
 
+void StableSortEventsByDevice(Events& e) {
+  std::vector<uint32_t> order(e.count());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t x, uint32_t y) { return e.device[x] < e.device[y]; });
+  std::vector<uint32_t> new_index(order.size());
+  for (uint32_t i = 0; i < order.size(); ++i) new_index[order[i]] = i;
+  auto permute = [&](auto& column) {
+    auto copy = column;
+    for (size_t i = 0; i < order.size(); ++i) column[i] = copy[order[i]];
+  };
+  permute(e.action);
+  permute(e.device);
+  permute(e.addr);
+  permute(e.size);
+  permute(e.stream);
+  permute(e.time_us);
+  permute(e.stack);
+  auto rekey = [&](auto& sparse) {
+    std::remove_reference_t<decltype(sparse)> out;
+    for (const auto& [index, value] : sparse) out.emplace(new_index[index], value);
+    sparse = std::move(out);
+  };
+  rekey(e.oom_device_free);
+  rekey(e.compile_context);
+  rekey(e.user_metadata);
+  rekey(e.other_action);
+}
+
 uint64_t RoundedRequestSize(uint64_t requested) {
   constexpr uint64_t kMinBlock = 512;
   if (requested < kMinBlock) return kMinBlock;

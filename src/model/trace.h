@@ -172,6 +172,10 @@ struct Trace {
   std::pair<size_t, size_t> EventRange(int32_t device) const;
 };
 
+// Reorders events so that each device's events are contiguous, keeping their order within a
+// device; the sparse per-event fields follow their events.
+void StableSortEventsByDevice(Events& events);
+
 // The block size PyTorch's allocator gives a request before any split decision: at least 512 B,
 // rounded up to a multiple of 512 B (without roundup_power2_divisions).
 uint64_t RoundedRequestSize(uint64_t requested);

@@ -70,6 +70,8 @@ class Value {
     kTagBytes = 7,
   };
   static constexpr uint64_t kMissingBits = (3u << 3) | kTagSpecial;
+  // A memo slot whose object was handed to a ListSink and reclaimed.
+  static constexpr uint64_t kConsumedBits = (4u << 3) | kTagSpecial;
 
   explicit constexpr Value(uint64_t bits) : bits_(bits) {}
   Tag tag() const { return static_cast<Tag>(bits_ & kTagMask); }
@@ -112,6 +114,12 @@ class Document {
   Value Get(Value dict, std::string_view key) const;
   // Key/value pairs of a dict, in insertion order: items[2*i] keys, items[2*i+1] values.
   std::span<const Value> DictItems(Value dict) const;
+
+  // While a ListSink streams: whether this container still has items the reader has not gathered
+  // into one range (only containers of more than 1000 items, deeper than a sink's items).
+  bool HasPendingItems(Value v) const {
+    return v.tag() == Value::kTagContainer && containers_[v.payload()].has_runs;
+  }
 
   // Identity of a container (for caches keyed on shared objects); nullopt for scalars.
   std::optional<uint64_t> ContainerId(Value v) const;

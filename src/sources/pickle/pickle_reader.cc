@@ -232,7 +232,7 @@ void AdviseHugePages(const void* data, size_t bytes) {
 class DocumentBuilder {
  public:
   explicit DocumentBuilder(std::span<const uint8_t> input, const ParseOptions& options)
-      : in_(input), options_(options) {
+      : in_(input), options_(options), sink_(options.sink) {
     doc_.input_ = input;
     // Reserve address space generously: untouched pages cost no memory, and avoiding
     // reallocation keeps the peak near the final size. Capped so huge inputs stay within what
@@ -454,6 +454,7 @@ class DocumentBuilder {
     }
     if (n == 0) return true;
     const uint64_t id = target.payload();
+    if (batch_.active && id < batch_.containers) ++batch_.old_writes;
     Document::Container& c = doc_.containers_[id];
     auto extra = c.has_runs ? extra_runs_.find(id) : extra_runs_.end();
     const bool contiguous =
@@ -513,7 +514,88 @@ class DocumentBuilder {
     }
     *mark = marks_.back();
     marks_.pop_back();
+    if (batch_.active && marks_.size() < batch_.depth) batch_.closed = true;
     return true;
+  }
+
+  // --- streaming to a ListSink --------------------------------------------------------------
+  // A batch is the MARK ... APPENDS that adds items to a list the sink wants. Everything created
+  // between the two either belongs to the batch's items (dropped once consumed) or is shared
+  // (memoized stacks, frames): kept and moved down. At most one batch is open at a time.
+  struct Batch {
+    bool active = false;
+    bool closed = false;                           // its MARK was popped
+    size_t depth = 0;                              // marks_.size() with its MARK pushed
+    uint64_t items = 0, containers = 0, memo = 0;  // watermarks at the MARK
+    uint64_t old_writes = 0;  // items appended since to containers older than the batch
+  };
+  void OnMark() {
+    if (sink_ == nullptr || batch_.active || stack_.empty()) return;
+    const Value list = stack_.back();  // a MARK is a position: the list is the top value
+    if (list.tag() != Value::kTagContainer ||
+        doc_.containers_[list.payload()].kind != Kind::kList) {
+      return;
+    }
+    if (!sink_->Wants(doc_, std::span(stack_.data(), stack_.size() - 1), list)) return;
+    batch_ = Batch{true,         false, marks_.size(), doc_.items_.size(), doc_.containers_.size(),
+                   memo_.size(), 0};
+  }
+  // Merges a container's pending runs into one range, so a sink can read it.
+  void Gather(uint64_t id) {
+    Document::Container& c = doc_.containers_[id];
+    if (!c.has_runs) return;
+    auto runs = std::move(extra_runs_[id]);
+    extra_runs_.erase(id);
+    if (batch_.active && id < batch_.containers) ++batch_.old_writes;
+    const uint64_t begin = doc_.items_.size();
+    for (uint64_t i = 0; i < c.size; ++i) {
+      const Value v = doc_.items_[c.begin + i];
+      doc_.items_.push_back(v);
+    }
+    uint64_t size = c.size;
+    for (const auto& [from, n] : runs) {
+      for (uint64_t i = 0; i < n; ++i) {
+        const Value v = doc_.items_[from + i];
+        doc_.items_.push_back(v);
+      }
+      size += n;
+    }
+    c.begin = begin;
+    c.size = static_cast<uint32_t>(size);
+    c.has_runs = false;
+  }
+  // A sink reads the items and their direct values (a trace entry and its frames list) whole.
+  // Deeper containers are complete unless they have more than 1000 items (pickle's batch size);
+  // Document::HasPendingItems tells a sink that meets one.
+  void GatherForSink(std::span<const Value> items) {
+    for (const Value item : items) {
+      if (item.tag() != Value::kTagContainer) continue;
+      Gather(item.payload());
+      const Document::Container& c = doc_.containers_[item.payload()];
+      for (uint64_t i = 0; i < c.size; ++i) {
+        const Value child = doc_.items_[c.begin + i];
+        if (child.tag() == Value::kTagContainer) Gather(child.payload());
+      }
+    }
+  }
+  // Hands `items` (about to be appended to `list`, context below `context_size`) to the sink.
+  bool ConsumeItems(uint64_t at, size_t context_size, Value list, std::span<const Value> items) {
+    GatherForSink(items);
+    const Status status = sink_->Consume(doc_, std::span(stack_.data(), context_size), list, items);
+    if (!status.ok()) {
+      error_ = status;
+      return false;
+    }
+    consumed_items_ += items.size();
+    return true;
+  }
+  void Reclaim(std::span<const Value> consumed);
+
+  bool MemoConsumed(uint64_t op_offset, uint64_t index) const {
+    return Fail(op_offset, fmt::format("memo reference {} points to a trace entry that was "
+                                       "already converted and released (a snapshot never "
+                                       "refers back to one)",
+                                       index));
   }
   bool Need(uint64_t op_offset, const char* op, size_t n) const {
     const size_t floor = marks_.empty() ? 0 : marks_.back();
@@ -525,6 +607,8 @@ class DocumentBuilder {
     return true;
   }
   void MemoPut(uint64_t index, Value v) {
+    // A slot older than the open batch now refers to something Reclaim would not look at.
+    if (batch_.active && index < batch_.memo) ++batch_.old_writes;
     if (index < memo_.size()) {
       if (memo_[index] == Value()) ++memo_count_;
       memo_[index] = v;
@@ -540,11 +624,13 @@ class DocumentBuilder {
   }
   bool MemoGet(uint64_t op_offset, uint64_t index, Value* out) const {
     if (index < memo_.size() && !(memo_[index] == Value())) {
+      if (memo_[index].bits() == Value::kConsumedBits) return MemoConsumed(op_offset, index);
       *out = memo_[index];
       return true;
     }
     const auto it = sparse_memo_.find(index);
     if (it != sparse_memo_.end()) {
+      if (it->second.bits() == Value::kConsumedBits) return MemoConsumed(op_offset, index);
       *out = it->second;
       return true;
     }
@@ -569,7 +655,77 @@ class DocumentBuilder {
   uint64_t memo_count_ = 0;
   std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> extra_runs_;
   int protocol_ = 0;
+  ListSink* sink_ = nullptr;
+  Batch batch_;
+  uint64_t consumed_items_ = 0;
+  uint64_t reclaimed_batches_ = 0;
 };
+
+void DocumentBuilder::Reclaim(std::span<const Value> consumed) {
+  const uint64_t first = batch_.containers;
+  const uint64_t end = doc_.containers_.size();
+  if (end == first) return;
+  // 0: drop, 1: keep (shared), 2: a consumed item (drop; its memo slots say so).
+  std::vector<uint8_t> state(end - first, 0);
+  auto is_new = [&](Value v) {
+    return v.tag() == Value::kTagContainer && v.payload() >= first && v.payload() < end;
+  };
+  for (uint64_t id = first; id < end; ++id) {
+    if (doc_.containers_[id].has_runs) return;  // pending runs: keep it simple, keep everything
+  }
+  for (const Value v : consumed) {
+    if (is_new(v)) state[v.payload() - first] = 2;
+  }
+  std::vector<uint64_t> work;
+  auto keep = [&](Value v) {
+    if (is_new(v) && state[v.payload() - first] != 1) {
+      state[v.payload() - first] = 1;
+      work.push_back(v.payload());
+    }
+  };
+  for (uint64_t i = batch_.memo; i < memo_.size(); ++i) {
+    if (is_new(memo_[i]) && state[memo_[i].payload() - first] == 0) keep(memo_[i]);
+  }
+  for (const auto& [index, v] : sparse_memo_) {
+    if (is_new(v) && state[v.payload() - first] == 0) keep(v);
+  }
+  while (!work.empty()) {  // what kept containers refer to is kept too
+    const Document::Container c = doc_.containers_[work.back()];
+    work.pop_back();
+    for (uint64_t i = 0; i < c.size; ++i) keep(doc_.items_[c.begin + i]);
+  }
+  // Move the kept containers down, in order, re-pointing what refers to them.
+  std::vector<std::pair<uint64_t, uint64_t>> moved;
+  std::vector<uint64_t> new_id(end - first, UINT64_MAX);
+  for (uint64_t id = first; id < end; ++id) {
+    if (state[id - first] == 1) {
+      new_id[id - first] = first + moved.size();
+      moved.emplace_back(id, first + moved.size());
+    }
+  }
+  auto remap = [&](Value v) {
+    if (!is_new(v)) return v;
+    const uint64_t n = new_id[v.payload() - first];
+    return n == UINT64_MAX ? Value(Value::kConsumedBits) : Value((n << 3) | Value::kTagContainer);
+  };
+  std::vector<Document::Container> kept;
+  std::vector<Value> kept_items;
+  for (const auto& [old_id, unused] : moved) {
+    Document::Container c = doc_.containers_[old_id];
+    const uint64_t begin = kept_items.size();
+    for (uint64_t i = 0; i < c.size; ++i) kept_items.push_back(remap(doc_.items_[c.begin + i]));
+    c.begin = batch_.items + begin;
+    kept.push_back(c);
+  }
+  doc_.containers_.resize(first);
+  doc_.containers_.insert(doc_.containers_.end(), kept.begin(), kept.end());
+  doc_.items_.resize(batch_.items);
+  doc_.items_.insert(doc_.items_.end(), kept_items.begin(), kept_items.end());
+  for (uint64_t i = batch_.memo; i < memo_.size(); ++i) memo_[i] = remap(memo_[i]);
+  for (auto& [index, v] : sparse_memo_) v = remap(v);
+  ++reclaimed_batches_;
+  sink_->Reclaimed(first, moved);
+}
 
 Status DocumentBuilder::Run(ParseInfo* info) {
   uint64_t next_progress = kProgressStep;
@@ -596,6 +752,8 @@ Status DocumentBuilder::Run(ParseInfo* info) {
   if (info != nullptr) {
     info->protocol = protocol_;
     info->opcodes = opcodes;
+    info->consumed_items = consumed_items_;
+    info->reclaimed_batches = reclaimed_batches_;
   }
   if (options_.progress) options_.progress(in_.size(), in_.size());
   return Status::Ok();
@@ -628,6 +786,7 @@ inline bool DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
     }
     case kMark:
       marks_.push_back(stack_.size());
+      OnMark();
       return true;
     case kPop:
       if (!stack_.empty() && (marks_.empty() || stack_.size() > marks_.back())) {
@@ -636,12 +795,14 @@ inline bool DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
       }
       if (!marks_.empty()) {
         marks_.pop_back();
+        if (batch_.active && marks_.size() < batch_.depth) batch_ = Batch{};
         return true;
       }
       return Fail(at, "POP with an empty stack (corrupt pickle)");
     case kPopMark: {
       size_t mark = 0;
       if (!(PopMark(at, "POP_MARK", &mark))) return false;
+      if (batch_.closed) batch_ = Batch{};
       stack_.resize(mark);
       return true;
     }
@@ -848,6 +1009,11 @@ inline bool DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
       if (!(Need(at, "APPEND", 2))) return false;
       const Value item = stack_.back();
       stack_.pop_back();
+      if (sink_ != nullptr && stack_.back().tag() == Value::kTagContainer &&
+          doc_.containers_[stack_.back().payload()].kind == Kind::kList && !batch_.active &&
+          sink_->Wants(doc_, std::span(stack_.data(), stack_.size() - 1), stack_.back())) {
+        return ConsumeItems(at, stack_.size() - 1, stack_.back(), std::span(&item, 1));
+      }
       return Extend(at, stack_.back(), Kind::kList, &item, 1, "APPEND");
     }
     case kSetItem: {
@@ -871,6 +1037,22 @@ inline bool DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
         return Fail(at, "SETITEMS has an odd number of items (a key without a value)");
       }
       const Kind want = op == kAppends ? Kind::kList : op == kSetItems ? Kind::kDict : Kind::kSet;
+      if (op == kAppends && batch_.closed) {
+        // The end of a batch of a list the sink wants: convert, then release the batch.
+        const Batch batch = batch_;
+        batch_ = Batch{};
+        if (!ConsumeItems(at, mark - 1, stack_[mark - 1], std::span(stack_.data() + mark, n))) {
+          return false;
+        }
+        if (batch.old_writes == 0) {
+          batch_ = batch;  // Reclaim reads the watermarks
+          Reclaim(std::span(stack_.data() + mark, n));
+          batch_ = Batch{};
+        }
+        stack_.resize(mark);
+        return true;
+      }
+      if (batch_.closed) batch_ = Batch{};
       if (!(Extend(at, stack_[mark - 1], want, stack_.data() + mark, n, name))) return false;
       stack_.resize(mark);
       return true;

@@ -23,14 +23,39 @@
 
 namespace vramscope::pickle {
 
+// Lets a consumer take the items of a list while the list is being filled, so a huge list of
+// records (a snapshot's trace) is never held as a whole: the consumer converts each batch as
+// pickle appends it, and the reader reclaims the batch's storage.
+//
+// `context` is the VM stack below the list (the keys and containers that enclose it, innermost
+// last): enough to recognise which list it is. Values handed to the consumer are valid only
+// during the call.
+class ListSink {
+ public:
+  virtual ~ListSink() = default;
+  // Whether the items of `list` (with `context` below it) are to be consumed. Asked when a batch
+  // of items begins; must answer the same for every batch of one list.
+  virtual bool Wants(const Document& doc, std::span<const Value> context, Value list) = 0;
+  // Takes a batch of items of a wanted list. An error stops the parse with that Status.
+  virtual Status Consume(const Document& doc, std::span<const Value> context, Value list,
+                         std::span<const Value> items) = 0;
+  // Containers with ids >= `first` were dropped or moved; `moved` gives (old id, new id) for those
+  // kept. Forget or re-key anything remembered about them.
+  virtual void Reclaimed(uint64_t first, std::span<const std::pair<uint64_t, uint64_t>> moved) = 0;
+};
+
 struct ParseOptions {
   // Called every few MiB with (bytes consumed, total bytes); may be empty.
   std::function<void(uint64_t, uint64_t)> progress;
+  // Optional consumer of list items (see ListSink); not owned.
+  ListSink* sink = nullptr;
 };
 
 struct ParseInfo {
   int protocol = 0;  // from PROTO; 0 or 1 when absent (text or early binary pickle)
   uint64_t opcodes = 0;
+  uint64_t consumed_items = 0;     // items handed to the sink
+  uint64_t reclaimed_batches = 0;  // batches whose storage was reclaimed
 };
 
 // Parses `input`. On success the document refers into `input`, which must outlive it. Error

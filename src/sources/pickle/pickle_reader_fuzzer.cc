@@ -155,6 +155,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The rest of the path from bytes to a report: the snapshot source, then every analysis. A
   // conversion error is a value (with the path to the bad field), never a crash.
   auto trace = vramscope::snapshot::TraceFromPickle(*result);
+  // Differential: converting while parsing (and reclaiming entries) must agree with converting
+  // the whole document, except where a pickle refers back to a consumed trace entry.
+  const auto file = vramscope::MappedFile::FromBytes("fuzz", input);
+  auto streamed = vramscope::snapshot::LoadSnapshot(*file);
+  if (streamed.ok()) {
+    Check(trace.ok());
+    Check(streamed->events.count() == trace->events.count());
+    Check(streamed->events.addr == trace->events.addr);
+    Check(streamed->events.action == trace->events.action);
+    Check(streamed->allocations.size() == trace->allocations.size());
+  }
   if (!trace.ok()) {
     Check(trace.status().code() == vramscope::StatusCode::kInvalidInput);
     return 0;

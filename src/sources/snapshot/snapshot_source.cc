@@ -1,6 +1,7 @@
 #include "sources/snapshot/snapshot_source.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -38,28 +39,73 @@ struct Path {
 
 class Converter {
  public:
-  explicit Converter(const Document& doc)
-      : doc_(doc), converted_(doc.container_count(), kNotConverted) {}
-
+  // The document being built (while streaming) or built; rebound when the parse finishes.
+  void SetDocument(const Document& doc) { doc_ = &doc; }
+  void ReserveEvents(size_t n) { trace_.events.Reserve(n); }
   Result<model::Trace> Run();
+
+  // Streaming (see SnapshotSink): the device a trace list belongs to, from the stack below it:
+  // ..., "device_traces", T, L0, ..., L(k-1) -> device k + len(T). nullopt for other lists.
+  std::optional<int32_t> TraceListDevice(std::span<const Value> context) const {
+    size_t j = context.size(), lists = 0;
+    while (j > 0 && doc_->kind(context[j - 1]) == Kind::kList) {
+      --j;
+      ++lists;
+    }
+    if (lists == 0 || j == 0) return std::nullopt;
+    const auto key = doc_->AsString(context[j - 1]);
+    if (!key || *key != "device_traces") return std::nullopt;
+    const size_t device = lists - 1 + doc_->Items(context[j]).size();
+    if (device > (1u << 20)) return std::nullopt;
+    return static_cast<int32_t>(device);
+  }
+  Status ConsumeEntries(int32_t device, std::span<const Value> entries) {
+    if (static_cast<size_t>(device) >= streamed_.size()) streamed_.resize(device + 1, 0);
+    if (!trace_.events.device.empty() && trace_.events.device.back() > device) unsorted_ = true;
+    const Path traces{nullptr, "device_traces", -1};
+    const Path dp = traces.Index(device);
+    for (const Value entry : entries) {
+      RETURN_IF_ERROR(
+          ConvertEntry(entry, dp.Index(static_cast<int64_t>(streamed_[device])), device));
+      ++streamed_[device];
+    }
+    return Status::Ok();
+  }
+  // Containers from `first` on were dropped or moved by the reader: re-key the cache.
+  void Reclaimed(uint64_t first, std::span<const std::pair<uint64_t, uint64_t>> moved) {
+    if (first >= converted_.size()) return;
+    std::vector<uint32_t> keep;
+    keep.reserve(moved.size());
+    for (const auto& [old_id, new_id] : moved) {
+      keep.push_back(old_id < converted_.size() ? converted_[old_id] : kNotConverted);
+    }
+    // Only [first, highest id seen) can hold entries; the rest is still kNotConverted.
+    const uint64_t end = std::min<uint64_t>(converted_.size(), highest_slot_ + 1);
+    if (end > first) {
+      std::fill(converted_.begin() + static_cast<ptrdiff_t>(first),
+                converted_.begin() + static_cast<ptrdiff_t>(end), kNotConverted);
+    }
+    highest_slot_ = first;
+    for (size_t i = 0; i < moved.size(); ++i) Slot(moved[i].second) = keep[i];
+  }
 
  private:
   // --- typed access -------------------------------------------------------------------------
   Status TypeError(const Path& where, const char* key, Value v, const char* want) const {
     return InvalidInput(fmt::format("{}: '{}' is {}, expected {}", where.ToString(), key,
-                                    pickle::KindWithArticle(doc_.kind(v)), want));
+                                    pickle::KindWithArticle(doc_->kind(v)), want));
   }
   // An unsigned integer under `key`; `fallback` when absent or None.
   Status GetU64(Value dict, const Path& where, const char* key, uint64_t fallback,
                 uint64_t* out) const {
-    const Value v = doc_.Get(dict, key);
-    if (doc_.IsMissing(v) || doc_.IsNone(v)) {
+    const Value v = doc_->Get(dict, key);
+    if (doc_->IsMissing(v) || doc_->IsNone(v)) {
       *out = fallback;
       return Status::Ok();
     }
-    const auto u = doc_.AsUint64(v);
+    const auto u = doc_->AsUint64(v);
     if (!u) {
-      if (const auto i = doc_.AsInt64(v)) {
+      if (const auto i = doc_->AsInt64(v)) {
         return InvalidInput(fmt::format("{}: '{}' is {}, expected a non-negative integer",
                                         where.ToString(), key, *i));
       }
@@ -69,20 +115,20 @@ class Converter {
     return Status::Ok();
   }
   Status RequireU64(Value dict, const Path& where, const char* key, uint64_t* out) const {
-    if (doc_.IsMissing(doc_.Get(dict, key))) {
+    if (doc_->IsMissing(doc_->Get(dict, key))) {
       return InvalidInput(fmt::format("{}: missing '{}'", where.ToString(), key));
     }
     return GetU64(dict, where, key, 0, out);
   }
   Status RequireDict(Value v, const Path& where) const {
-    if (doc_.kind(v) != Kind::kDict) {
+    if (doc_->kind(v) != Kind::kDict) {
       return InvalidInput(fmt::format("{}: is {}, expected a dict", where.ToString(),
-                                      pickle::KindWithArticle(doc_.kind(v))));
+                                      pickle::KindWithArticle(doc_->kind(v))));
     }
     return Status::Ok();
   }
   Status RequireList(Value v, const Path& where) const {
-    const Kind k = doc_.kind(v);
+    const Kind k = doc_->kind(v);
     if (k != Kind::kList && k != Kind::kTuple) {
       return InvalidInput(
           fmt::format("{}: is {}, expected a list", where.ToString(), pickle::KindWithArticle(k)));
@@ -90,21 +136,21 @@ class Converter {
     return Status::Ok();
   }
   std::string ScalarText(Value v) const {
-    switch (doc_.kind(v)) {
+    switch (doc_->kind(v)) {
       case Kind::kString:
-        return std::string(*doc_.AsString(v));
+        return std::string(*doc_->AsString(v));
       case Kind::kBool:
-        return *doc_.AsBool(v) ? "True" : "False";
+        return *doc_->AsBool(v) ? "True" : "False";
       case Kind::kInt:
-        if (const auto i = doc_.AsInt64(v)) return std::to_string(*i);
-        if (const auto u = doc_.AsUint64(v)) return std::to_string(*u);
+        if (const auto i = doc_->AsInt64(v)) return std::to_string(*i);
+        if (const auto u = doc_->AsUint64(v)) return std::to_string(*u);
         return "<integer wider than 64 bits>";
       case Kind::kFloat:
-        return fmt::format("{}", *doc_.AsDouble(v));
+        return fmt::format("{}", *doc_->AsDouble(v));
       case Kind::kNone:
         return "None";
       default:
-        return fmt::format("<{}>", pickle::KindName(doc_.kind(v)));
+        return fmt::format("<{}>", pickle::KindName(doc_->kind(v)));
     }
   }
 
@@ -118,48 +164,51 @@ class Converter {
     return trace_.frames.Intern(f);
   }
   Status ConvertFrame(Value v, const Path& where, FrameId* out) {
-    if (const auto id = doc_.ContainerId(v)) {
-      if (converted_[*id] != kNotConverted) {
-        *out = converted_[*id];
+    if (const auto id = doc_->ContainerId(v)) {
+      if (Slot(*id) != kNotConverted) {
+        *out = Slot(*id);
         return Status::Ok();
       }
     }
-    if (const auto text = doc_.AsString(v)) {  // 2.0 cpp_frames are plain strings
+    if (const auto text = doc_->AsString(v)) {  // 2.0 cpp_frames are plain strings
       *out = InternFrame("", *text, 0);
       return Status::Ok();
     }
     RETURN_IF_ERROR(RequireDict(v, where));
-    const Value filename = doc_.Get(v, "filename");
-    const Value name = doc_.Get(v, "name");
-    const auto filename_text = doc_.AsString(filename);
-    const auto name_text = doc_.AsString(name);
-    if (!doc_.IsMissing(filename) && !filename_text) {
+    if (doc_->HasPendingItems(v)) {
+      return InvalidInput(where.ToString() + ": a frame with more than 1000 keys");
+    }
+    const Value filename = doc_->Get(v, "filename");
+    const Value name = doc_->Get(v, "name");
+    const auto filename_text = doc_->AsString(filename);
+    const auto name_text = doc_->AsString(name);
+    if (!doc_->IsMissing(filename) && !filename_text) {
       return TypeError(where, "filename", filename, "a str");
     }
-    if (!doc_.IsMissing(name) && !name_text) return TypeError(where, "name", name, "a str");
-    const Value line = doc_.Get(v, "line");
+    if (!doc_->IsMissing(name) && !name_text) return TypeError(where, "name", name, "a str");
+    const Value line = doc_->Get(v, "line");
     int64_t line_number = 0;
-    if (!doc_.IsMissing(line) && !doc_.IsNone(line)) {
-      const auto l = doc_.AsInt64(line);
+    if (!doc_->IsMissing(line) && !doc_->IsNone(line)) {
+      const auto l = doc_->AsInt64(line);
       if (!l) return TypeError(where, "line", line, "an integer");
       line_number = *l;
     }
     *out = InternFrame(filename_text.value_or(""), name_text.value_or(""), line_number);
-    if (const auto id = doc_.ContainerId(v)) converted_[*id] = *out;
+    if (const auto id = doc_->ContainerId(v)) Slot(*id) = *out;
     return Status::Ok();
   }
   // `frames` (innermost first) plus optional 2.0 `cpp_frames`, which are more specific than the
   // Python frames and so go first.
   Status ConvertStack(Value frames, Value cpp_frames, const Path& where, StackId* out) {
-    const bool plain = doc_.IsMissing(cpp_frames) || doc_.IsNone(cpp_frames);
-    if (plain && (doc_.IsMissing(frames) || doc_.IsNone(frames))) {
+    const bool plain = doc_->IsMissing(cpp_frames) || doc_->IsNone(cpp_frames);
+    if (plain && (doc_->IsMissing(frames) || doc_->IsNone(frames))) {
       *out = model::kEmptyStack;
       return Status::Ok();
     }
-    const auto id = doc_.ContainerId(frames);
+    const auto id = doc_->ContainerId(frames);
     if (plain && id) {
-      if (converted_[*id] != kNotConverted) {
-        *out = converted_[*id];
+      if (Slot(*id) != kNotConverted) {
+        *out = Slot(*id);
         return Status::Ok();
       }
     }
@@ -167,17 +216,17 @@ class Converter {
     if (!plain) {
       RETURN_IF_ERROR(RequireList(cpp_frames, where.Key("cpp_frames")));
       const Path p = where.Key("cpp_frames");
-      const auto items = doc_.Items(cpp_frames);
+      const auto items = doc_->Items(cpp_frames);
       for (size_t i = 0; i < items.size(); ++i) {
         FrameId f;
         RETURN_IF_ERROR(ConvertFrame(items[i], p.Index(static_cast<int64_t>(i)), &f));
         scratch_.push_back(f);
       }
     }
-    if (!doc_.IsMissing(frames) && !doc_.IsNone(frames)) {
+    if (!doc_->IsMissing(frames) && !doc_->IsNone(frames)) {
       const Path p = where.Key("frames");
       RETURN_IF_ERROR(RequireList(frames, p));
-      const auto items = doc_.Items(frames);
+      const auto items = doc_->Items(frames);
       for (size_t i = 0; i < items.size(); ++i) {
         FrameId f;
         RETURN_IF_ERROR(ConvertFrame(items[i], p.Index(static_cast<int64_t>(i)), &f));
@@ -185,7 +234,7 @@ class Converter {
       }
     }
     *out = trace_.stacks.Intern(scratch_);
-    if (plain && id) converted_[*id] = *out;
+    if (plain && id) Slot(*id) = *out;
     return Status::Ok();
   }
 
@@ -197,8 +246,17 @@ class Converter {
   Status ConvertAnnotations(Value annotations, const Path& where);
   void DescribeGeneration(Value root);
 
-  const Document& doc_;
+  uint32_t& Slot(uint64_t id) {
+    if (id >= converted_.size()) converted_.resize(id + 1 + id / 2, kNotConverted);
+    highest_slot_ = std::max(highest_slot_, id);
+    return converted_[id];
+  }
+
+  const Document* doc_ = nullptr;
   model::Trace trace_;
+  uint64_t highest_slot_ = 0;
+  std::vector<uint64_t> streamed_;  // per device: trace entries converted while parsing
+  bool unsorted_ = false;           // streamed devices arrived out of order
   // What each shared container became: a FrameId for a frame dict, a StackId for a frames list.
   // Snapshots reference one stack from thousands of entries; each is converted once.
   static constexpr uint32_t kNotConverted = UINT32_MAX;
@@ -221,10 +279,10 @@ Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
                                model::Block* out) {
   RETURN_IF_ERROR(RequireDict(block, where));
   RETURN_IF_ERROR(RequireU64(block, where, "size", &out->size));
-  const Value state = doc_.Get(block, "state");
-  const auto state_text = doc_.AsString(state);
+  const Value state = doc_->Get(block, "state");
+  const auto state_text = doc_->AsString(state);
   if (!state_text) {
-    if (doc_.IsMissing(state)) return InvalidInput(where.ToString() + ": missing 'state'");
+    if (doc_->IsMissing(state)) return InvalidInput(where.ToString() + ": missing 'state'");
     return TypeError(where, "state", state, "a str");
   }
   if (*state_text == "active_allocated") {
@@ -240,13 +298,13 @@ Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
   // 2.1+ blocks carry their address; older ones tile the segment from its start.
   RETURN_IF_ERROR(GetU64(block, where, "address", address, &out->address));
   RETURN_IF_ERROR(GetU64(block, where, "requested_size", 0, &out->requested_size));
-  const Value history = doc_.Get(block, "history");
-  if (!doc_.IsMissing(history) && !doc_.IsNone(history)) {
+  const Value history = doc_->Get(block, "history");
+  if (!doc_->IsMissing(history) && !doc_->IsNone(history)) {
     // 1.13/2.0: the allocations this block has held, oldest first; the last is the current one.
     history_blocks_ = true;
     const Path p = where.Key("history");
     RETURN_IF_ERROR(RequireList(history, p));
-    const auto records = doc_.Items(history);
+    const auto records = doc_->Items(history);
     if (!records.empty() && model::IsActive(out->state)) {
       const Value last = records.back();
       const Path lp = p.Index(static_cast<int64_t>(records.size() - 1));
@@ -255,17 +313,17 @@ Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
         RETURN_IF_ERROR(GetU64(last, lp, "real_size", 0, &out->requested_size));
       }
       RETURN_IF_ERROR(
-          ConvertStack(doc_.Get(last, "frames"), doc_.Get(last, "cpp_frames"), lp, &out->stack));
+          ConvertStack(doc_->Get(last, "frames"), doc_->Get(last, "cpp_frames"), lp, &out->stack));
     }
   } else {
-    RETURN_IF_ERROR(ConvertStack(doc_.Get(block, "frames"), Value(), where, &out->stack));
+    RETURN_IF_ERROR(ConvertStack(doc_->Get(block, "frames"), Value(), where, &out->stack));
   }
   return Status::Ok();
 }
 
 Status Converter::ConvertSegments(Value segments, const Path& where) {
   RETURN_IF_ERROR(RequireList(segments, where));
-  const auto items = doc_.Items(segments);
+  const auto items = doc_->Items(segments);
   struct Pending {
     model::Segment segment;
     std::vector<model::Block> blocks;
@@ -289,32 +347,32 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
     RETURN_IF_ERROR(GetU64(seg, sp, "active_size", 0, &out.active_size));
     RETURN_IF_ERROR(GetU64(seg, sp, "requested_size", 0, &out.requested_size));
     RETURN_IF_ERROR(GetU64(seg, sp, "stream", 0, &out.stream));
-    const Value type = doc_.Get(seg, "segment_type");
-    if (const auto t = doc_.AsString(type)) {
+    const Value type = doc_->Get(seg, "segment_type");
+    if (const auto t = doc_->AsString(type)) {
       out.pool = *t == "small" ? model::Pool::kSmall : model::Pool::kLarge;
-    } else if (!doc_.IsMissing(type)) {
+    } else if (!doc_->IsMissing(type)) {
       return TypeError(sp, "segment_type", type, "a str");
     }
-    const Value pool_id = doc_.Get(seg, "segment_pool_id");
-    if (!doc_.IsMissing(pool_id) && !doc_.IsNone(pool_id)) {
-      const auto ids = doc_.Items(pool_id);
+    const Value pool_id = doc_->Get(seg, "segment_pool_id");
+    if (!doc_->IsMissing(pool_id) && !doc_->IsNone(pool_id)) {
+      const auto ids = doc_->Items(pool_id);
       for (size_t k = 0; k < ids.size() && k < 2; ++k) {
-        out.pool_id[k] = doc_.AsInt64(ids[k]).value_or(0);
+        out.pool_id[k] = doc_->AsInt64(ids[k]).value_or(0);
       }
     }
-    if (const auto e = doc_.AsBool(doc_.Get(seg, "is_expandable"))) out.is_expandable = *e;
-    const Value frames = doc_.Get(seg, "frames");
-    if (!doc_.IsMissing(frames)) segment_frames_ = true;
+    if (const auto e = doc_->AsBool(doc_->Get(seg, "is_expandable"))) out.is_expandable = *e;
+    const Value frames = doc_->Get(seg, "frames");
+    if (!doc_->IsMissing(frames)) segment_frames_ = true;
     RETURN_IF_ERROR(ConvertStack(frames, Value(), sp, &out.stack));
 
-    const Value blocks = doc_.Get(seg, "blocks");
+    const Value blocks = doc_->Get(seg, "blocks");
     const Path bp = sp.Key("blocks");
-    if (doc_.IsMissing(blocks)) return InvalidInput(sp.ToString() + ": missing 'blocks'");
+    if (doc_->IsMissing(blocks)) return InvalidInput(sp.ToString() + ": missing 'blocks'");
     RETURN_IF_ERROR(RequireList(blocks, bp));
     uint64_t next_address = out.address;
-    for (size_t b = 0; b < doc_.Items(blocks).size(); ++b) {
+    for (size_t b = 0; b < doc_->Items(blocks).size(); ++b) {
       model::Block block;
-      RETURN_IF_ERROR(ConvertBlock(doc_.Items(blocks)[b], bp.Index(static_cast<int64_t>(b)),
+      RETURN_IF_ERROR(ConvertBlock(doc_->Items(blocks)[b], bp.Index(static_cast<int64_t>(b)),
                                    next_address, &block));
       next_address = block.address + block.size;
       pending[s].blocks.push_back(block);
@@ -341,7 +399,7 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
 
 Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
   RETURN_IF_ERROR(RequireDict(entry, where));
-  const auto pairs = doc_.DictItems(entry);
+  const auto pairs = doc_->DictItems(entry);
   std::optional<std::string_view> action_name;
   uint64_t addr = 0, size = 0, stream = 0, device_free = 0;
   int64_t time_us = model::kNoTime;
@@ -349,12 +407,12 @@ Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
   bool has_device_free = false;
   // One pass over the entry's keys: this loop runs once per trace entry (millions).
   for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
-    const auto key = doc_.AsString(pairs[i]);
+    const auto key = doc_->AsString(pairs[i]);
     if (!key) continue;
     const Value v = pairs[i + 1];
     auto u64 = [&](uint64_t* out) -> Status {
-      if (doc_.IsNone(v)) return Status::Ok();
-      const auto u = doc_.AsUint64(v);
+      if (doc_->IsNone(v)) return Status::Ok();
+      const auto u = doc_->AsUint64(v);
       if (!u) {
         const std::string k(*key);
         return TypeError(where, k.c_str(), v, "a non-negative integer");
@@ -363,7 +421,7 @@ Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
       return Status::Ok();
     };
     if (*key == "action") {
-      action_name = doc_.AsString(v);
+      action_name = doc_->AsString(v);
       if (!action_name) return TypeError(where, "action", v, "a str");
     } else if (*key == "addr") {
       RETURN_IF_ERROR(u64(&addr));
@@ -372,8 +430,8 @@ Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
     } else if (*key == "stream") {
       RETURN_IF_ERROR(u64(&stream));
     } else if (*key == "time_us") {
-      if (!doc_.IsNone(v)) {
-        const auto t = doc_.AsInt64(v);
+      if (!doc_->IsNone(v)) {
+        const auto t = doc_->AsInt64(v);
         if (!t) return TypeError(where, "time_us", v, "an integer");
         time_us = *t;
         times_ = true;
@@ -404,7 +462,7 @@ Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
   if (action == Action::kAnnotate) annotate_action_ = true;
   if (has_device_free) ev.oom_device_free.emplace(index, device_free);
   auto keep_text = [&](Value v, std::unordered_map<uint32_t, model::StringId>& into) {
-    if (doc_.IsMissing(v) || doc_.IsNone(v)) return;
+    if (doc_->IsMissing(v) || doc_->IsNone(v)) return;
     const std::string text = ScalarText(v);
     if (!text.empty()) into.emplace(index, trace_.strings.Intern(text));
   };
@@ -415,14 +473,25 @@ Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
 
 Status Converter::ConvertTraces(Value traces, const Path& where) {
   RETURN_IF_ERROR(RequireList(traces, where));
-  const auto per_device = doc_.Items(traces);
-  size_t total = 0;
-  for (const Value t : per_device) total += doc_.Items(t).size();
+  const auto per_device = doc_->Items(traces);
+  size_t total = trace_.events.count();
+  for (const Value t : per_device) total += doc_->Items(t).size();
   trace_.events.Reserve(total);
   for (size_t d = 0; d < per_device.size(); ++d) {
     const Path dp = where.Index(static_cast<int64_t>(d));
     RETURN_IF_ERROR(RequireList(per_device[d], dp));
-    const auto entries = doc_.Items(per_device[d]);
+    const auto entries = doc_->Items(per_device[d]);
+    if (d < streamed_.size() && streamed_[d] > 0) {
+      // Converted while parsing; nothing may be left behind in the list.
+      if (!entries.empty()) {
+        return InvalidInput(dp.ToString() + ": trace entries arrived in an unexpected layout");
+      }
+      continue;
+    }
+    if (!entries.empty() && !trace_.events.device.empty() &&
+        trace_.events.device.back() > static_cast<int32_t>(d)) {
+      unsorted_ = true;
+    }
     for (size_t i = 0; i < entries.size(); ++i) {
       RETURN_IF_ERROR(
           ConvertEntry(entries[i], dp.Index(static_cast<int64_t>(i)), static_cast<int32_t>(d)));
@@ -433,12 +502,12 @@ Status Converter::ConvertTraces(Value traces, const Path& where) {
 
 Status Converter::ConvertSettings(Value settings) {
   // Flattened to text: nested dicts become "outer.inner" keys (roundup_power2_divisions.1024).
-  const auto pairs = doc_.DictItems(settings);
+  const auto pairs = doc_->DictItems(settings);
   for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
     const std::string key = ScalarText(pairs[i]);
     const Value v = pairs[i + 1];
-    if (doc_.kind(v) == Kind::kDict) {
-      const auto inner = doc_.DictItems(v);
+    if (doc_->kind(v) == Kind::kDict) {
+      const auto inner = doc_->DictItems(v);
       for (size_t k = 0; k + 1 < inner.size(); k += 2) {
         trace_.allocator_settings.emplace_back(key + "." + ScalarText(inner[k]),
                                                ScalarText(inner[k + 1]));
@@ -446,7 +515,7 @@ Status Converter::ConvertSettings(Value settings) {
       if (inner.empty()) trace_.allocator_settings.emplace_back(key, "{}");
     } else {
       trace_.allocator_settings.emplace_back(key, ScalarText(v));
-      if (key == "trace_alloc_overflowed" && doc_.AsBool(v).value_or(false)) {
+      if (key == "trace_alloc_overflowed" && doc_->AsBool(v).value_or(false)) {
         trace_.facts.ring_buffer_overflowed = true;
       }
     }
@@ -456,18 +525,18 @@ Status Converter::ConvertSettings(Value settings) {
 
 Status Converter::ConvertAnnotations(Value annotations, const Path& where) {
   RETURN_IF_ERROR(RequireList(annotations, where));
-  const auto items = doc_.Items(annotations);
+  const auto items = doc_->Items(annotations);
   for (size_t i = 0; i < items.size(); ++i) {
     const Path p = where.Index(static_cast<int64_t>(i));
     RETURN_IF_ERROR(RequireDict(items[i], p));
     model::Annotation a;
-    const auto pairs = doc_.DictItems(items[i]);
+    const auto pairs = doc_->DictItems(items[i]);
     for (size_t k = 0; k + 1 < pairs.size(); k += 2) {
       const std::string key = ScalarText(pairs[k]);
       if (key == "device") {
-        a.device = static_cast<int32_t>(doc_.AsInt64(pairs[k + 1]).value_or(0));
+        a.device = static_cast<int32_t>(doc_->AsInt64(pairs[k + 1]).value_or(0));
       } else if (key == "time_us") {
-        a.time_us = doc_.AsInt64(pairs[k + 1]).value_or(model::kNoTime);
+        a.time_us = doc_->AsInt64(pairs[k + 1]).value_or(model::kNoTime);
       } else {
         a.fields.emplace_back(key, ScalarText(pairs[k + 1]));
       }
@@ -496,9 +565,9 @@ void Converter::DescribeGeneration(Value root) {
       }
     };
     add(times_, "torch 2.2+", "trace entries carry 'time_us'");
-    add(!doc_.IsMissing(doc_.Get(root, "allocator_settings")), "torch 2.3+",
+    add(!doc_->IsMissing(doc_->Get(root, "allocator_settings")), "torch 2.3+",
         "'allocator_settings' present");
-    add(!doc_.IsMissing(doc_.Get(root, "external_annotations")) || compile_context_, "torch 2.5+",
+    add(!doc_->IsMissing(doc_->Get(root, "external_annotations")) || compile_context_, "torch 2.5+",
         "'external_annotations' or 'compile_context' present");
     add(user_metadata_, "torch 2.10+", "trace entries carry 'user_metadata'");
     add(pool_id_ || annotate_action_ || host_memory_, "torch 2.11+",
@@ -508,17 +577,17 @@ void Converter::DescribeGeneration(Value root) {
 }
 
 Result<model::Trace> Converter::Run() {
-  const Value root = doc_.root();
+  const Value root = doc_->root();
   const Path top{nullptr, "snapshot", -1};
   Value segments;
-  if (doc_.kind(root) == Kind::kList) {
+  if (doc_->kind(root) == Kind::kList) {
     bare_list_ = true;
     segments = root;
-  } else if (doc_.kind(root) == Kind::kDict) {
-    segments = doc_.Get(root, "segments");
-    if (doc_.IsMissing(segments)) {
+  } else if (doc_->kind(root) == Kind::kDict) {
+    segments = doc_->Get(root, "segments");
+    if (doc_->IsMissing(segments)) {
       std::vector<std::string> keys;
-      const auto pairs = doc_.DictItems(root);
+      const auto pairs = doc_->DictItems(root);
       for (size_t i = 0; i + 1 < pairs.size() && keys.size() < 6; i += 2) {
         keys.push_back("'" + ScalarText(pairs[i]).substr(0, 30) + "'");
       }
@@ -531,28 +600,30 @@ Result<model::Trace> Converter::Run() {
     return InvalidInput(fmt::format(
         "not a PyTorch memory snapshot: the pickle holds {}, expected a dict with 'segments' "
         "and 'device_traces' (or a list of segments)",
-        pickle::KindWithArticle(doc_.kind(root))));
+        pickle::KindWithArticle(doc_->kind(root))));
   }
   RETURN_IF_ERROR(ConvertSegments(segments, Path{nullptr, "segments", -1}));
   if (!bare_list_) {
-    const Value traces = doc_.Get(root, "device_traces");
-    if (!doc_.IsMissing(traces) && !doc_.IsNone(traces)) {
+    const Value traces = doc_->Get(root, "device_traces");
+    if (!doc_->IsMissing(traces) && !doc_->IsNone(traces)) {
       has_device_traces_ = true;
       RETURN_IF_ERROR(ConvertTraces(traces, Path{nullptr, "device_traces", -1}));
     }
-    const Value settings = doc_.Get(root, "allocator_settings");
-    if (doc_.kind(settings) == Kind::kDict) RETURN_IF_ERROR(ConvertSettings(settings));
-    const Value annotations = doc_.Get(root, "external_annotations");
-    if (!doc_.IsMissing(annotations) && !doc_.IsNone(annotations)) {
+    const Value settings = doc_->Get(root, "allocator_settings");
+    if (doc_->kind(settings) == Kind::kDict) RETURN_IF_ERROR(ConvertSettings(settings));
+    const Value annotations = doc_->Get(root, "external_annotations");
+    if (!doc_->IsMissing(annotations) && !doc_->IsNone(annotations)) {
       RETURN_IF_ERROR(ConvertAnnotations(annotations, Path{nullptr, "external_annotations", -1}));
     }
-    host_memory_ = !doc_.IsMissing(doc_.Get(root, "host_segments")) ||
-                   !doc_.IsMissing(doc_.Get(root, "host_traces"));
+    host_memory_ = !doc_->IsMissing(doc_->Get(root, "host_segments")) ||
+                   !doc_->IsMissing(doc_->Get(root, "host_traces"));
   }
   (void)top;
 
-  // Devices: every ordinal with segments or events; events are already grouped by device.
+  // Devices: every ordinal with segments or events; events are grouped by device (sorted here
+  // in the rare case the pickle listed them out of order).
   model::Trace& t = trace_;
+  if (unsorted_) model::StableSortEventsByDevice(t.events);
   std::vector<int32_t> devices;
   for (const auto& s : t.segments) devices.push_back(s.device);
   for (int32_t d : t.events.device) {
@@ -616,10 +687,36 @@ Result<model::Trace> Converter::Run() {
   return std::move(trace_);
 }
 
+// Converts each device's trace entries while the reader parses them, so the millions of entry
+// dicts of a long trace never exist together; the reader then reclaims their storage.
+class SnapshotSink : public pickle::ListSink {
+ public:
+  explicit SnapshotSink(Converter& converter) : converter_(converter) {}
+
+  bool Wants(const Document& doc, std::span<const Value> context, Value) override {
+    converter_.SetDocument(doc);
+    return converter_.TraceListDevice(context).has_value();
+  }
+  Status Consume(const Document& doc, std::span<const Value> context, Value,
+                 std::span<const Value> items) override {
+    converter_.SetDocument(doc);
+    const auto device = converter_.TraceListDevice(context);
+    if (!device) return InternalError("a trace list lost its place while streaming");
+    return converter_.ConsumeEntries(*device, items);
+  }
+  void Reclaimed(uint64_t first, std::span<const std::pair<uint64_t, uint64_t>> moved) override {
+    converter_.Reclaimed(first, moved);
+  }
+
+ private:
+  Converter& converter_;
+};
+
 }  // namespace
 
 Result<model::Trace> TraceFromPickle(const pickle::Document& doc) {
-  Converter converter(doc);
+  Converter converter;
+  converter.SetDocument(doc);
   return converter.Run();
 }
 
@@ -652,13 +749,22 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
     return InvalidInput(prefix + hint);
   }
   const auto t0 = std::chrono::steady_clock::now();
+  Converter converter;
+  // Address space for the events (untouched pages cost nothing): a trace entry takes at least
+  // ~16 bytes of pickle. Capped so that huge inputs stay within what overcommit allows.
+  const size_t phys =
+      static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  converter.ReserveEvents(std::min(bytes.size() / 16 + 16, phys / 256));
+  SnapshotSink sink(converter);
   pickle::ParseOptions parse_options;
   parse_options.progress = options.progress;
+  parse_options.sink = options.stream_trace ? &sink : nullptr;
   pickle::ParseInfo info;
   auto doc = pickle::Parse(bytes, parse_options, &info);
   if (!doc.ok()) return doc.status().WithPrefix(prefix);
   const auto t1 = std::chrono::steady_clock::now();
-  auto trace = TraceFromPickle(*doc);
+  converter.SetDocument(*doc);
+  auto trace = converter.Run();
   if (!trace.ok()) return trace.status().WithPrefix(prefix);
   const auto t2 = std::chrono::steady_clock::now();
   trace->source.path = file.path();

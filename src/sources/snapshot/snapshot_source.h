@@ -20,6 +20,9 @@ namespace vramscope::snapshot {
 
 struct LoadOptions {
   std::function<void(uint64_t, uint64_t)> progress;  // parse progress (bytes done, total)
+  // Convert trace entries while parsing and release them (bounded memory for long traces).
+  // Off only to compare with the whole-document path in tests.
+  bool stream_trace = true;
 };
 
 struct LoadTimings {
