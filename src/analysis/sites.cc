@@ -142,13 +142,28 @@ std::string SiteNamer::Label(uint32_t site) const {
   return NativeName(function);
 }
 
+int32_t SiteNamer::RelativePathIndex(model::FrameId frame) const {
+  if (relative_of_frame_.size() < trace_.frames.size()) {
+    relative_of_frame_.resize(trace_.frames.size(), -2);
+  }
+  int32_t& slot = relative_of_frame_[frame];
+  if (slot == -2) {
+    auto rel = root_.Relative(trace_.strings.Get(trace_.frames.Get(frame).filename));
+    if (rel) {
+      slot = static_cast<int32_t>(relative_paths_.size());
+      relative_paths_.push_back(std::move(*rel));
+    } else {
+      slot = -1;
+    }
+  }
+  return slot;
+}
+
 std::vector<std::pair<std::string, int32_t>> SiteNamer::ProjectFrames(model::StackId stack) const {
   std::vector<std::pair<std::string, int32_t>> out;
   trace_.stacks.ForEachFrame(stack, [&](model::FrameId id) {
-    const model::Frame& f = trace_.frames.Get(id);
-    if (auto rel = root_.Relative(trace_.strings.Get(f.filename))) {
-      out.emplace_back(std::move(*rel), f.line);
-    }
+    const int32_t rel = RelativePathIndex(id);
+    if (rel >= 0) out.emplace_back(relative_paths_[rel], trace_.frames.Get(id).line);
   });
   return out;
 }

@@ -44,10 +44,16 @@ class SiteNamer {
  private:
   uint32_t Compute(model::StackId stack) const;
 
+  // Each frame's path relative to the project root: index into relative_paths_, -1 outside
+  // the root, -2 not computed yet. Reports list the frames of many stacks that share frames.
+  int32_t RelativePathIndex(model::FrameId frame) const;
+
   const model::Trace& trace_;
   const ProjectRoot& root_;
   std::vector<uint32_t> cache_;
   std::vector<bool> done_;
+  mutable std::vector<int32_t> relative_of_frame_;
+  mutable std::vector<std::string> relative_paths_;
 };
 
 // A native frame's function without its argument list; operator frames as "aten::op".

@@ -89,7 +89,6 @@ Status Run(const ReportOptions& options, int* exit_code) {
   ASSIGN_OR_RETURN(model::Trace trace, snapshot::LoadSnapshot(*file, load_options, &load_timings));
   progress.Finish();
   trace.source.built_in_example = options.input.empty();
-  file.reset();  // the trace interned what it needs from the input
   file.reset();  // the trace interned what it needs; the input is no longer read
 
   // Analyse.
