@@ -1,35 +1,26 @@
-#!/ usr / bin / env python3
-""
-    "Benchmark: ``vramscope report`` against Python's own ``pickle.load`` on a big snapshot.
+#!/usr/bin/env python3
+"""Benchmark: ``vramscope report`` against Python's own ``pickle.load`` on a big snapshot.
 
-    Standard library only.Steps :
+Standard library only.  Steps:
 
-    1. Build a large,
-    realistic snapshot(default >= 1, 000, 000 trace entries)
-            .The pattern is a real trace : the one of
-   ``<shared> /
-        fixtures / real /
-        snapshot_jun2024_deepseek1 .3b_finetune_cppframes.pickle`` when that file
-        exists(read with an unpickler that refuses every global),
-    else the one of ``examples
-        / synthetic_mlp_adam_step.pickle`` (made by
-   ``examples / make_example_snapshot.py``)
-              .The trace is repeated with addresses shifted per
-          repetition(and ``time_us`` shifted when present);
-every repetition reuses the same frame - list objects,
-    so the pickle keeps the stacks shared(memo references) the way real snapshots
-    do.The segments are repeated with the same shift,
-    so every repetition's trace stays consistent with its own segments. Written with pickle protocol
-    4 to a temporary folder(or ``--out``)
-        .2. Time ``pickle.load`` of that file(best of ``--repeat``)
-        .Plain ``pickle.load`` on purpose : it is what Python
-                                            tools(torch.cuda._memory_viz, notebooks) pay,
-    and the file is one this script has just written itself.3. Run ``<vramscope> report BIG.pickle
-        - o OUT.sqlite-- force-- quiet-- json-- timings``,
-    read ``timings_s`` from its JSON on stdout,
-    and measure its wall time and peak RSS.4. Print a table with the goals : vramscope parse >=
-        10x faster than pickle.load,
-    vramscope end to end(wall) faster than pickle.load alone, peak RSS < 2x the
+1. Build a large, realistic snapshot (default >= 1,000,000 trace entries).  The
+   pattern is a real trace: the one of
+   ``<shared>/fixtures/real/snapshot_jun2024_deepseek1.3b_finetune_cppframes.pickle``
+   when that file exists (read with an unpickler that refuses every global), else
+   the one of ``examples/synthetic_mlp_adam_step.pickle`` (made by
+   ``examples/make_example_snapshot.py``).  The trace is repeated with addresses
+   shifted per repetition (and ``time_us`` shifted when present); every repetition
+   reuses the same frame-list objects, so the pickle keeps the stacks shared (memo
+   references) the way real snapshots do.  The segments are repeated with the same
+   shift, so every repetition's trace stays consistent with its own segments.
+   Written with pickle protocol 4 to a temporary folder (or ``--out``).
+2. Time ``pickle.load`` of that file (best of ``--repeat``).  Plain ``pickle.load``
+   on purpose: it is what Python tools (torch.cuda._memory_viz, notebooks) pay, and
+   the file is one this script has just written itself.
+3. Run ``<vramscope> report BIG.pickle -o OUT.sqlite --force --quiet --json --timings``,
+   read ``timings_s`` from its JSON on stdout, and measure its wall time and peak RSS.
+4. Print a table with the goals: vramscope parse >= 10x faster than pickle.load,
+   vramscope end to end (wall) faster than pickle.load alone, peak RSS < 2x the
    file size.
 
 Usage:
@@ -90,8 +81,8 @@ def find_source(explicit: str | None) -> str:
         sys.exit(f"error: no source trace: neither {REAL_SOURCE} under the shared folder nor {EXAMPLE_SOURCE}")
     return EXAMPLE_SOURCE
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- - \
-    building the big snapshot
+
+# --------------------------------------------------------------------------- building the big snapshot
 
 def _shift_segment(seg: dict, delta: int) -> dict:
     s = dict(seg)  # shallow copy: frames lists stay the same objects
@@ -157,8 +148,8 @@ def build_big(src: dict, entries: int, copy_segments: bool) -> tuple[dict, int, 
     big["device_traces"] = new_traces
     return big, reps, len(big_segments)
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- - \
-    measuring
+
+# --------------------------------------------------------------------------- measuring
 
 def time_pickle_load(path: str, repeat: int) -> tuple[float, int]:
     best = math.inf
@@ -209,7 +200,7 @@ def run_vramscope(cmd: list[str], timeout: float) -> dict:
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
     try:
-#wait4 reaps this very child and returns its own rusage(peak RSS of the child alone)
+        # wait4 reaps this very child and returns its own rusage (peak RSS of the child alone)
         _, status, usage = os.wait4(proc.pid, 0)
     finally:
         timer.cancel()
@@ -218,7 +209,7 @@ def run_vramscope(cmd: list[str], timeout: float) -> dict:
         r.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-#RUSAGE_CHILDREN is a max over all reaped children : it names this child only if it grew
+    # RUSAGE_CHILDREN is a max over all reaped children: it names this child only if it grew
     children_peak = after if after > before else None
     return {
         "rc": proc.returncode,
@@ -246,29 +237,33 @@ def parse_json_stdout(text: str) -> dict | None:
         line = line.strip()
         if line.startswith("{"):
             try:
-                obj
-        = json.loads(line) if isinstance (obj, dict)
-            : return obj except json.JSONDecodeError
-            : continue start = text.find("{") if start >= 0 : try : obj
-          = json.loads(text [start:]) return obj if isinstance (obj, dict) else None except json
-                .JSONDecodeError : return None return None
+                obj = json.loads(line)
+                if isinstance(obj, dict):
+                    return obj
+            except json.JSONDecodeError:
+                continue
+    start = text.find("{")
+    if start >= 0:
+        try:
+            obj = json.loads(text[start:])
+            return obj if isinstance(obj, dict) else None
+        except json.JSONDecodeError:
+            return None
+    return None
 
-                                       def
-                                       find_timings(obj
-                                                    : dict | None)
-                ->dict : if not obj : return {}
-if isinstance (obj.get("timings_s"), dict):
+
+def find_timings(obj: dict | None) -> dict:
+    if not obj:
+        return {}
+    if isinstance(obj.get("timings_s"), dict):
         return obj["timings_s"]
-    for v in obj.values():  # tolerate nesting, e.g. {
-    "report" : {
-      ..., "timings_s" : { ... }
-    }
-  }
-if isinstance (v, dict) and isinstance(v.get("timings_s"), dict) : return v["timings_s"] return {
-  }
+    for v in obj.values():  # tolerate nesting, e.g. {"report": {..., "timings_s": {...}}}
+        if isinstance(v, dict) and isinstance(v.get("timings_s"), dict):
+            return v["timings_s"]
+    return {}
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- - \
-    output
+
+# --------------------------------------------------------------------------- output
 
 def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -326,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     report_path = os.path.join(workdir, "report.sqlite")
     results: dict = {"source": source, "pickle_path": big_path}
     try:
-# 1. build
+        # 1. build
         t0 = time.perf_counter()
         src = load_restricted(source)
         big, reps, n_segments = build_big(src, args.entries, not args.no_segment_copies)
@@ -350,14 +345,14 @@ def main(argv: list[str] | None = None) -> int:
               f"in {t_build:.2f} s; pickle.dump (protocol 4) {t_dump:.2f} s -> {big_path} ({fmt_bytes(size)})",
               flush=True)
 
-# 2. pickle.load
+        # 2. pickle.load
         t_load, n_loaded = time_pickle_load(big_path, args.repeat)
         if n_loaded != n_entries:
             print(f"warning: pickle.load returned {n_loaded} entries, expected {n_entries}", file=sys.stderr)
         results["pickle_load_s"] = t_load
         print(f"pickle.load: {t_load:.3f} s (best of {args.repeat})", flush=True)
 
-# 3. vramscope
+        # 3. vramscope
         timings: dict = {}
         run = None
         if not args.skip_vramscope:
@@ -378,14 +373,14 @@ def main(argv: list[str] | None = None) -> int:
                 print("warning: no \"timings_s\" object in vramscope's JSON output; stdout began with: "
                       + repr(run["stdout"][:300]), file=sys.stderr)
 
-# 4. table
-#vramscope's "parse" stage already converts the trace entries into events while it reads
-#them; parse + build_model is the time from bytes to the complete event model, the fair
-#counterpart of pickle.load(bytes to Python objects).
+        # 4. table
+        # vramscope's "parse" stage already converts the trace entries into events while it reads
+        # them; parse + build_model is the time from bytes to the complete event model, the fair
+        # counterpart of pickle.load (bytes to Python objects).
         parse_s = (timings["parse"] + timings.get("build_model", 0.0)) if "parse" in timings else None
         wall_s = run["wall_s"] if run else None
-#The program's own VmHWM: ru_maxrss of a child forked from this (large) Python process
-#also counts the pages it shared with us before exec.
+        # The program's own VmHWM: ru_maxrss of a child forked from this (large) Python process
+        # also counts the pages it shared with us before exec.
         rss_bytes = timings.get("peak_rss_bytes") or (
             run["peak_rss_kib"] * 1024 if run and run["peak_rss_kib"] else None)
         load_rss = pickle_load_peak_rss(big_path)
