@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -65,6 +66,13 @@ std::unique_ptr<MappedFile> MappedFile::FromBytes(std::string name,
   file->data_ = bytes.data();
   file->size_ = bytes.size();
   return file;
+}
+
+void MappedFile::ReleasePages(uint64_t end) const {
+  if (!mapped_) return;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t length = std::min<uint64_t>(end, size_) / page * page;
+  if (length > 0) madvise(const_cast<uint8_t*>(data_), length, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -26,6 +26,9 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  // Lets the kernel drop the resident pages of [0, end) of a mapped file. The bytes stay readable
+  // (a later read faults them back in from the page cache); a no-op for in-memory inputs.
+  void ReleasePages(uint64_t end) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -683,7 +683,6 @@ Result<model::Trace> Converter::Run() {
         "reported yet");
   }
   DescribeGeneration(root);
-  model::BuildAllocations(t);
   return std::move(trace_);
 }
 
@@ -717,7 +716,9 @@ class SnapshotSink : public pickle::ListSink {
 Result<model::Trace> TraceFromPickle(const pickle::Document& doc) {
   Converter converter;
   converter.SetDocument(doc);
-  return converter.Run();
+  auto trace = converter.Run();
+  if (trace.ok()) model::BuildAllocations(*trace);
+  return trace;
 }
 
 Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& options,
@@ -757,7 +758,14 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
   converter.ReserveEvents(std::min(bytes.size() / 16 + 16, phys / 256));
   SnapshotSink sink(converter);
   pickle::ParseOptions parse_options;
-  parse_options.progress = options.progress;
+  // Parsed input is rarely read again (shared strings are, and fault back in from the page
+  // cache): let the kernel drop what lies well behind the reader, so a large input does not stay
+  // resident while its model is built.
+  parse_options.progress = [&](uint64_t done, uint64_t total) {
+    constexpr uint64_t kKeepBehind = uint64_t{4} << 20;
+    if (done > kKeepBehind) file.ReleasePages(done - kKeepBehind);
+    if (options.progress) options.progress(done, total);
+  };
   parse_options.sink = options.stream_trace ? &sink : nullptr;
   pickle::ParseInfo info;
   auto doc = pickle::Parse(bytes, parse_options, &info);
@@ -766,6 +774,11 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
   converter.SetDocument(*doc);
   auto trace = converter.Run();
   if (!trace.ok()) return trace.status().WithPrefix(prefix);
+  // The model owns copies of everything it needs: release the document and the input before
+  // the lifetimes are built, which is where memory peaks.
+  doc = pickle::Document();
+  file.ReleasePages(bytes.size());
+  model::BuildAllocations(*trace);
   const auto t2 = std::chrono::steady_clock::now();
   trace->source.path = file.path();
   trace->source.format = "PyTorch memory snapshot (pickle)";
