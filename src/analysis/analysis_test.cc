@@ -74,7 +74,8 @@ TEST(Timelines, ReservedWalksBackFromTheDump) {
   const model::Trace t = MidRunTrace(true);
   const DeviceTimeline d = ComputeTimelines(t).devices[0];
   EXPECT_EQ(d.reserved_at_start, (2 << 20) + (20 << 20));  // the freed segment existed before
-  EXPECT_EQ(d.reserved.back(), 2 << 20);
+  EXPECT_EQ(d.ReservedAfter(d.end - 1), 2 << 20);
+  EXPECT_EQ(d.ReservedAfter(d.end - 2), (2 << 20) + (20 << 20));  // before the segment_free
   EXPECT_EQ(d.peak_reserved, (2 << 20) + (20 << 20));
 }
 
@@ -177,12 +178,12 @@ TEST(Analyze, FullTraceFixturesEndWhereTheDumpIs) {
     for (const DeviceTimeline& d : tl.devices) {
       ASSERT_FALSE(d.allocated.empty()) << name;
       EXPECT_EQ(d.allocated.back(), d.allocated_at_dump) << name;
-      EXPECT_EQ(d.reserved.back(), d.reserved_at_dump) << name;
+      EXPECT_EQ(d.ReservedAfter(d.end - 1), d.reserved_at_dump) << name;
       EXPECT_GE(d.peak_allocated, d.allocated_at_dump) << name;
       EXPECT_GE(d.peak_reserved, d.peak_allocated) << name;
       for (size_t i = 0; i < d.allocated.size(); ++i) {
         ASSERT_GE(d.allocated[i], 0) << name << " event " << i;
-        ASSERT_LE(d.allocated[i], d.reserved[i]) << name << " event " << i;
+        ASSERT_LE(d.allocated[i], d.ReservedAfter(d.begin + i)) << name << " event " << i;
       }
     }
   }

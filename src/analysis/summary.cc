@@ -65,7 +65,7 @@ Summary Summarize(const model::Trace& trace, const Timelines& timelines,
     s.reserved_at_peak_allocated =
         s.peak_allocated_event == model::kNoEvent
             ? (s.peak_from_trace ? t.reserved_at_start : s.reserved_at_dump)
-            : t.reserved[s.peak_allocated_event - t.begin];
+            : t.ReservedAfter(static_cast<size_t>(s.peak_allocated_event));
     for (size_t i = t.begin; i < t.end; ++i) {
       if (trace.events.time_us[i] == model::kNoTime) continue;
       if (s.first_time_us == model::kNoTime) s.first_time_us = trace.events.time_us[i];

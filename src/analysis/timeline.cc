@@ -13,36 +13,22 @@ int64_t Timelines::PeakAllocated() const {
   return peak;
 }
 
+int64_t DeviceTimeline::ReservedAfter(size_t event) const {
+  const auto it = std::upper_bound(
+      reserved_steps.begin(), reserved_steps.end(), event,
+      [](size_t e, const std::pair<size_t, int64_t>& step) { return e < step.first; });
+  return it == reserved_steps.begin() ? reserved_at_start : std::prev(it)->second;
+}
+
 Timelines ComputeTimelines(const model::Trace& trace) {
   const model::Events& ev = trace.events;
-  // Each alloc/free event's allocation, so the curve uses the allocation's block size.
-  std::vector<int64_t> delta(ev.count(), 0);
-  std::vector<int64_t> start_allocated(trace.devices.size(), 0);
-  std::vector<uint64_t> estimated(trace.devices.size(), 0);
-  auto device_slot = [&](int32_t device) {
-    return static_cast<size_t>(
-        std::lower_bound(trace.devices.begin(), trace.devices.end(), device) -
-        trace.devices.begin());
-  };
-  for (const model::Allocation& a : trace.allocations) {
-    const auto size = static_cast<int64_t>(a.size);
-    const size_t slot = device_slot(a.device);
-    if (slot >= trace.devices.size()) continue;
-    if (a.alloc_event == kNoEvent) {
-      start_allocated[slot] += size;
-    } else {
-      delta[a.alloc_event] += size;
-    }
-    if (a.ReleaseEvent() != kNoEvent) delta[a.ReleaseEvent()] -= size;
-    if (!a.size_exact) ++estimated[slot];
-  }
-
   Timelines out;
+  out.devices.resize(trace.devices.size());
   for (size_t d = 0; d < trace.devices.size(); ++d) {
-    DeviceTimeline t;
+    DeviceTimeline& t = out.devices[d];
     t.device = trace.devices[d];
     std::tie(t.begin, t.end) = trace.device_event_ranges[d];
-    t.estimated_sizes = estimated[d];
+    t.allocated.assign(t.end - t.begin, 0);
     for (const model::Segment& s : trace.segments) {
       if (s.device != t.device) continue;
       t.reserved_at_dump += static_cast<int64_t>(s.total_size);
@@ -50,45 +36,54 @@ Timelines ComputeTimelines(const model::Trace& trace) {
       t.active_at_dump += static_cast<int64_t>(s.active_size);
       t.requested_at_dump += static_cast<int64_t>(s.requested_size);
     }
+  }
+  auto device_slot = [&](int32_t device) {
+    return static_cast<size_t>(
+        std::lower_bound(trace.devices.begin(), trace.devices.end(), device) -
+        trace.devices.begin());
+  };
+  // Each allocation's block size enters the curve at its alloc and leaves at its release: first
+  // as deltas in place, then summed.
+  for (const model::Allocation& a : trace.allocations) {
+    const size_t slot = device_slot(a.device);
+    if (slot >= out.devices.size()) continue;
+    DeviceTimeline& t = out.devices[slot];
+    const auto size = static_cast<int64_t>(a.size);
+    if (a.alloc_event == kNoEvent) {
+      t.allocated_at_start += size;
+    } else {
+      t.allocated[a.alloc_event - t.begin] += size;
+    }
+    if (a.ReleaseEvent() != kNoEvent) t.allocated[a.ReleaseEvent() - t.begin] -= size;
+    if (!a.size_exact) ++t.estimated_sizes;
+  }
+  auto segment_delta = [&](size_t i) -> int64_t {
+    switch (ev.action[i]) {
+      case Action::kSegmentAlloc:
+      case Action::kSegmentMap:
+        return static_cast<int64_t>(ev.size[i]);
+      case Action::kSegmentFree:
+      case Action::kSegmentUnmap:
+        return -static_cast<int64_t>(ev.size[i]);
+      default:
+        return 0;
+    }
+  };
+  for (DeviceTimeline& t : out.devices) {
     // Segment events move reserved memory; walk back from the dump to the start.
     int64_t segment_net = 0;
-    for (size_t i = t.begin; i < t.end; ++i) {
-      switch (ev.action[i]) {
-        case Action::kSegmentAlloc:
-        case Action::kSegmentMap:
-          segment_net += static_cast<int64_t>(ev.size[i]);
-          break;
-        case Action::kSegmentFree:
-        case Action::kSegmentUnmap:
-          segment_net -= static_cast<int64_t>(ev.size[i]);
-          break;
-        default:
-          break;
-      }
-    }
+    for (size_t i = t.begin; i < t.end; ++i) segment_net += segment_delta(i);
     t.reserved_at_start = t.reserved_at_dump - segment_net;
-    t.allocated_at_start = start_allocated[d];
-    t.allocated.resize(t.end - t.begin);
-    t.reserved.resize(t.end - t.begin);
     int64_t allocated = t.allocated_at_start, reserved = t.reserved_at_start;
     t.peak_allocated = allocated;
     t.peak_reserved = reserved;
     for (size_t i = t.begin; i < t.end; ++i) {
-      allocated += delta[i];
-      switch (ev.action[i]) {
-        case Action::kSegmentAlloc:
-        case Action::kSegmentMap:
-          reserved += static_cast<int64_t>(ev.size[i]);
-          break;
-        case Action::kSegmentFree:
-        case Action::kSegmentUnmap:
-          reserved -= static_cast<int64_t>(ev.size[i]);
-          break;
-        default:
-          break;
-      }
+      allocated += t.allocated[i - t.begin];
       t.allocated[i - t.begin] = allocated;
-      t.reserved[i - t.begin] = reserved;
+      if (const int64_t change = segment_delta(i); change != 0) {
+        reserved += change;
+        t.reserved_steps.emplace_back(i, reserved);
+      }
       if (allocated > t.peak_allocated) {
         t.peak_allocated = allocated;
         t.peak_allocated_event = static_cast<int64_t>(i);
@@ -98,7 +93,6 @@ Timelines ComputeTimelines(const model::Trace& trace) {
         t.peak_reserved_event = static_cast<int64_t>(i);
       }
     }
-    out.devices.push_back(std::move(t));
   }
   return out;
 }
@@ -117,10 +111,20 @@ std::vector<size_t> ReduceTimeline(const DeviceTimeline& t, size_t max_points) {
   for (size_t start = 0; start < n; start += bucket) {
     const size_t stop = std::min(n, start + bucket);
     size_t lo = start, hi = start, top = start;
+    int64_t top_reserved = t.ReservedAfter(t.begin + start);
     for (size_t i = start; i < stop; ++i) {
       if (t.allocated[i] < t.allocated[lo]) lo = i;
       if (t.allocated[i] > t.allocated[hi]) hi = i;
-      if (t.reserved[i] > t.reserved[top]) top = i;
+    }
+    // The highest reserved in the bucket is after one of its segment events (or at its start).
+    auto step =
+        std::upper_bound(t.reserved_steps.begin(), t.reserved_steps.end(), t.begin + start,
+                         [](size_t e, const std::pair<size_t, int64_t>& s) { return e < s.first; });
+    for (; step != t.reserved_steps.end() && step->first < t.begin + stop; ++step) {
+      if (step->second > top_reserved) {
+        top_reserved = step->second;
+        top = step->first - t.begin;
+      }
     }
     size_t keep[3] = {lo, hi, top};
     std::sort(keep, keep + 3);

@@ -19,7 +19,9 @@ struct DeviceTimeline {
   int32_t device = 0;
   size_t begin = 0, end = 0;       // the device's event range in Trace::events
   std::vector<int64_t> allocated;  // after each event of the range
-  std::vector<int64_t> reserved;
+  // Reserved memory changes only at segment events: (event index, reserved after it), ascending.
+  // A per-event array would cost 8 bytes an event for a handful of distinct values.
+  std::vector<std::pair<size_t, int64_t>> reserved_steps;
   int64_t allocated_at_start = 0;  // before the first event of the trace
   int64_t reserved_at_start = 0;
   int64_t allocated_at_dump = 0;  // from the snapshot's segments (exact)
@@ -34,6 +36,9 @@ struct DeviceTimeline {
   int64_t peak_reserved_event = model::kNoEvent;
   // How many allocations counted in the curve have an estimated (512 B-rounded) block size.
   uint64_t estimated_sizes = 0;
+
+  // Reserved bytes right after event `event` (an index into Trace::events in [begin, end)).
+  int64_t ReservedAfter(size_t event) const;
 };
 
 struct Timelines {

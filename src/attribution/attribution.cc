@@ -1,6 +1,27 @@
 #include "attribution/attribution.h"
 
+#include <vector>
+
 namespace vramscope::attribution {
+
+namespace {
+
+// Rule sentences by id. Rules are string literals in Decide, so their addresses identify them.
+std::vector<const char*>& RuleTable() {
+  static std::vector<const char*> table = {""};
+  return table;
+}
+
+uint8_t RuleId(const char* rule) {
+  std::vector<const char*>& table = RuleTable();
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (table[i] == rule) return static_cast<uint8_t>(i);
+  }
+  table.push_back(rule);
+  return static_cast<uint8_t>(table.size() - 1);
+}
+
+}  // namespace
 
 const char* CategoryName(Category category) {
   switch (category) {
@@ -24,6 +45,11 @@ const char* CategoryName(Category category) {
   return "?";
 }
 
+const char* RuleText(uint8_t rule_id) {
+  const std::vector<const char*>& table = RuleTable();
+  return rule_id < table.size() ? table[rule_id] : "";
+}
+
 const char* ConfidenceName(Confidence confidence) {
   switch (confidence) {
     case Confidence::kLow:
@@ -44,7 +70,7 @@ AllocationInfo Decide(const model::Allocation& a, const StackFacts& at_alloc,
   auto set = [&](Category c, Confidence conf, const char* rule) {
     info.category = c;
     info.confidence = conf;
-    info.rule = rule;
+    info.rule_id = RuleId(rule);
   };
   const bool freed = !a.alive_at_end;
   if (at_alloc.workspace) {

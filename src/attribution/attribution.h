@@ -30,10 +30,14 @@ const char* ConfidenceName(Confidence confidence);
 struct AllocationInfo {
   Category category = Category::kUnknown;
   Confidence confidence = Confidence::kLow;
-  const char* rule = "";  // a sentence a user can read: why this category
+  uint8_t rule_id = 0;  // RuleText(rule_id): a sentence a user can read, why this category
   model::StringId operation = model::kEmptyString;
   model::StringId module_kind = model::kEmptyString;
 };
+
+// The sentence of a rule id (ids are handed out by Attribute, one per distinct rule).
+const char* RuleText(uint8_t rule_id);
+static_assert(sizeof(AllocationInfo) == 12, "one per tensor allocation: keep it small");
 
 struct Attribution {
   std::vector<AllocationInfo> allocations;  // parallel to Trace::allocations

@@ -96,15 +96,15 @@ TEST(Attribute, EachRuleOnItsOwnEvidence) {
   for (size_t i = 0; i < t.allocations.size(); ++i) {
     EXPECT_EQ(a.allocations[i].category, want[i])
         << "allocation " << i << ": got " << CategoryName(a.allocations[i].category) << " ("
-        << a.allocations[i].rule << ")";
-    EXPECT_NE(std::string(a.allocations[i].rule), "") << i;
+        << RuleText(a.allocations[i].rule_id) << ")";
+    EXPECT_NE(std::string(RuleText(a.allocations[i].rule_id)), "") << i;
   }
   // The operation that produced the activation skips the storage helper (empty_strided).
   EXPECT_EQ(t.strings.Get(a.allocations[5].operation), "aten::addmm");
   EXPECT_EQ(a.allocations[5].confidence, Confidence::kHigh);
   EXPECT_EQ(t.strings.Get(a.allocations[2].module_kind), "");  // created via Module.to, no kind
   EXPECT_EQ(a.allocations[10].confidence, Confidence::kLow);
-  EXPECT_STREQ(a.allocations[10].rule, "no stack was recorded for this allocation");
+  EXPECT_STREQ(RuleText(a.allocations[10].rule_id), "no stack was recorded for this allocation");
 }
 
 TEST(Attribute, PythonOnlyStacksNameTheFunctionalOp) {

@@ -41,6 +41,8 @@ std::optional<Action> ParseAction(std::string_view name);
 
 inline constexpr int64_t kNoTime = std::numeric_limits<int64_t>::min();
 inline constexpr int64_t kNoEvent = -1;
+// The most trace events one Trace holds (event indices are 32-bit).
+inline constexpr uint64_t kMaxEvents = 0x7fffffff;
 
 // Columnar: a million events stay a few dozen MB. Events of one device are contiguous and in
 // recorded order; `device_ranges` gives each device's [begin, end).
@@ -99,26 +101,30 @@ struct Segment {
 // One tensor allocation's lifetime. Ring-buffer traces start mid-run, so an allocation may have
 // been alive before the trace began (alloc_event == kNoEvent) and may still be alive at the end
 // (free_completed_event == kNoEvent and alive_at_end).
+// Event indices are 32-bit (a trace holds at most kMaxEvents): there is one Allocation for every
+// few events, so its size matters for long traces.
 struct Allocation {
-  int32_t device = 0;
   uint64_t addr = 0;
   uint64_t requested_size = 0;
   uint64_t size = 0;  // block bytes: exact when size_exact, else the 512 B rounding
+  uint64_t stream = 0;
+  int32_t alloc_event = kNoEvent;
+  int32_t free_requested_event = kNoEvent;
+  int32_t free_completed_event = kNoEvent;
+  int32_t device = 0;
+  StackId alloc_stack = kEmptyStack;
+  StackId free_stack = kEmptyStack;
+  int32_t block = -1;  // index into Trace::blocks when alive at the end
   bool size_exact = false;
   bool alive_at_end = false;
-  uint64_t stream = 0;
-  int64_t alloc_event = kNoEvent;
-  int64_t free_requested_event = kNoEvent;
-  int64_t free_completed_event = kNoEvent;
+
   // When the tensor was released: free_requested, or free_completed when the trace holds only
   // that (it began between the two). kNoEvent while alive.
   int64_t ReleaseEvent() const {
     return free_requested_event != kNoEvent ? free_requested_event : free_completed_event;
   }
-  StackId alloc_stack = kEmptyStack;
-  StackId free_stack = kEmptyStack;
-  int32_t block = -1;  // index into Trace::blocks when alive at the end
 };
+static_assert(sizeof(Allocation) == 64, "one per tensor allocation: keep it one cache line");
 
 struct Annotation {
   int32_t device = 0;

@@ -418,18 +418,18 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
         RETURN_IF_ERROR(event.Row(static_cast<int64_t>(i), ev.device[i], name, ev.addr[i],
                                   ev.size[i], ev.stream[i], Insert::Time(ev.time_us[i]),
                                   ev.stack[i], device_free, tl.allocated[i - tl.begin],
-                                  tl.reserved[i - tl.begin]));
+                                  tl.ReservedAfter(i)));
       }
       for (const size_t i : analysis::ReduceTimeline(tl, kTimelinePoints)) {
         RETURN_IF_ERROR(point.Row(tl.device, static_cast<int64_t>(i), Insert::Time(ev.time_us[i]),
-                                  tl.allocated[i - tl.begin], tl.reserved[i - tl.begin]));
+                                  tl.allocated[i - tl.begin], tl.ReservedAfter(i)));
       }
     }
     *rows += event.rows() + point.rows();
   }
   {
     // Rules and sites are few and repeated by many allocations: one row each, referenced by id.
-    std::unordered_map<const char*, int64_t> rule_ids;
+    std::unordered_map<uint8_t, int64_t> rule_ids;
     std::unordered_map<uint32_t, int64_t> site_ids;
     Insert rule(db, "INSERT INTO vramscope_rules VALUES (?, ?)");
     Insert site(db, "INSERT INTO vramscope_sites VALUES (?, ?)");
@@ -440,8 +440,8 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     for (size_t i = 0; i < t.allocations.size(); ++i) {
       const model::Allocation& a = t.allocations[i];
       const attribution::AllocationInfo& info = in.attribution.allocations[i];
-      auto [rule_it, new_rule] = rule_ids.emplace(info.rule, rule_ids.size());
-      if (new_rule) RETURN_IF_ERROR(rule.Row(rule_it->second, info.rule));
+      auto [rule_it, new_rule] = rule_ids.emplace(info.rule_id, rule_ids.size());
+      if (new_rule) RETURN_IF_ERROR(rule.Row(rule_it->second, attribution::RuleText(info.rule_id)));
       const uint32_t site_frame = in.sites.Site(a.alloc_stack);
       auto [site_it, new_site] = site_ids.emplace(site_frame, site_ids.size());
       if (new_site) RETURN_IF_ERROR(site.Row(site_it->second, in.sites.Label(site_frame)));
@@ -505,7 +505,7 @@ Status WriteSqliteReport(const std::string& path, const ReportInput& input,
   RETURN_IF_ERROR(
       db.Exec("PRAGMA page_size = 65536; PRAGMA journal_mode = OFF; "
               "PRAGMA synchronous = OFF; PRAGMA locking_mode = EXCLUSIVE; "
-              "PRAGMA cache_size = -16384; PRAGMA user_version = 1;"));
+              "PRAGMA cache_size = -4096; PRAGMA user_version = 1;"));
   RETURN_IF_ERROR(db.Exec("BEGIN"));
   RETURN_IF_ERROR(db.Exec(kSkylineSchema));
   RETURN_IF_ERROR(db.Exec(kVramscopeSchema));

@@ -456,6 +456,12 @@ Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
   StackId stack;
   RETURN_IF_ERROR(ConvertStack(frames, Value(), where, &stack));
   model::Events& ev = trace_.events;
+  if (ev.count() >= model::kMaxEvents) {
+    return InvalidInput(
+        fmt::format("{}: more than {} trace events; traces this long are not "
+                    "supported (record fewer with max_entries)",
+                    where.ToString(), model::kMaxEvents));
+  }
   const auto index = static_cast<uint32_t>(ev.count());
   ev.Push(action.value_or(Action::kOther), device, addr, size, stream, time_us, stack);
   if (!action) ev.other_action.emplace(index, trace_.strings.Intern(*action_name));
