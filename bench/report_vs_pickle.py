@@ -357,8 +357,15 @@ def main(argv: list[str] | None = None) -> int:
         run = None
         if not args.skip_vramscope:
             cmd = [binary, "report", big_path, "-o", report_path, "--force", "--quiet", "--json", "--timings"]
-            print("running: " + " ".join(cmd), flush=True)
-            run = run_vramscope(cmd, args.timeout)
+            print("running: " + " ".join(cmd) + f"  (best of {args.repeat}, like pickle.load)",
+                  flush=True)
+            run = None
+            for _ in range(max(1, args.repeat)):
+                attempt = run_vramscope(cmd, args.timeout)
+                if run is None or attempt["rc"] != 0 or attempt["wall_s"] < run["wall_s"]:
+                    run = attempt
+                if attempt["rc"] != 0:
+                    break
             timings = find_timings(parse_json_stdout(run["stdout"]))
             results["vramscope"] = {k: run[k] for k in ("rc", "wall_s", "peak_rss_kib", "children_maxrss_before_kib",
                                                          "children_maxrss_after_kib", "timed_out")}
