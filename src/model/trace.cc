@@ -133,6 +133,17 @@ void BuildAllocations(Trace& trace) {
     const int32_t device = trace.devices[d];
     const auto [begin, end] = trace.device_event_ranges[d];
     open.clear();
+    // A lifetime that starts with event i (its alloc, or a free whose alloc the trace lacks).
+    auto start = [&](size_t i) {
+      Allocation a;
+      a.device = device;
+      a.addr = ev.addr[i];
+      a.requested_size = ev.size[i];
+      a.size = RoundedRequestSize(ev.size[i]);
+      a.stream = ev.stream[i];
+      out.push_back(a);
+      return out.size() - 1;
+    };
     for (size_t i = begin; i < end; ++i) {
       const uint64_t addr = ev.addr[i];
       switch (ev.action[i]) {
@@ -142,16 +153,10 @@ void BuildAllocations(Trace& trace) {
             out[it->second].free_completed_event = static_cast<int64_t>(i);
             ++reused_live_address;
           }
-          Allocation a;
-          a.device = device;
-          a.addr = addr;
-          a.requested_size = ev.size[i];
-          a.size = RoundedRequestSize(ev.size[i]);
-          a.stream = ev.stream[i];
-          a.alloc_event = static_cast<int64_t>(i);
-          a.alloc_stack = ev.stack[i];
-          open[addr] = out.size();
-          out.push_back(a);
+          const size_t index = start(i);
+          out[index].alloc_event = static_cast<int32_t>(i);
+          out[index].alloc_stack = ev.stack[i];
+          open[addr] = index;
           break;
         }
         case Action::kFreeRequested:
@@ -160,15 +165,8 @@ void BuildAllocations(Trace& trace) {
           auto it = open.find(addr);
           if (it == open.end()) {
             // A free whose alloc fell off the ring buffer (or happened before recording).
-            Allocation a;
-            a.device = device;
-            a.addr = addr;
-            a.requested_size = ev.size[i];
-            a.size = RoundedRequestSize(ev.size[i]);
-            a.stream = ev.stream[i];
             ++facts.frees_without_alloc;
-            it = open.emplace(addr, out.size()).first;
-            out.push_back(a);
+            it = open.emplace(addr, start(i)).first;
           }
           Allocation& a = out[it->second];
           if (a.free_stack == kEmptyStack) a.free_stack = ev.stack[i];

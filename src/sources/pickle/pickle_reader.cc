@@ -485,26 +485,10 @@ class DocumentBuilder {
     return true;
   }
   void GatherRuns() {
-    for (auto& [id, runs] : extra_runs_) {
-      Document::Container& c = doc_.containers_[id];
-      const uint64_t begin = doc_.items_.size();
-      auto copy = [&](uint64_t from, uint64_t n) {
-        for (uint64_t i = 0; i < n; ++i) {
-          const Value v = doc_.items_[from + i];
-          doc_.items_.push_back(v);
-        }
-      };
-      copy(c.begin, c.size);
-      uint64_t size = c.size;
-      for (const auto& [from, n] : runs) {
-        copy(from, n);
-        size += n;
-      }
-      c.begin = begin;
-      c.size = static_cast<uint32_t>(size);
-      c.has_runs = false;
-    }
-    extra_runs_.clear();
+    std::vector<uint64_t> ids;
+    ids.reserve(extra_runs_.size());
+    for (const auto& entry : extra_runs_) ids.push_back(entry.first);
+    for (const uint64_t id : ids) Gather(id);
   }
 
   // --- stack and memo -----------------------------------------------------------------------
