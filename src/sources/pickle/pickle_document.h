@@ -121,6 +121,11 @@ class Document {
     return v.tag() == Value::kTagContainer && containers_[v.payload()].has_runs;
   }
 
+  // Number of values a container holds (2 per dict pair); 0 for an unknown id.
+  uint64_t ContainerItemCount(uint64_t id) const {
+    return id < containers_.size() ? containers_[id].size : 0;
+  }
+
   // Identity of a container (for caches keyed on shared objects); nullopt for scalars.
   std::optional<uint64_t> ContainerId(Value v) const;
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace vramscope::pickle {
 
@@ -574,6 +575,18 @@ class DocumentBuilder {
     return true;
   }
   void Reclaim(std::span<const Value> consumed);
+  void RetireConsumed(uint64_t first_memo, std::span<const Value> consumed) {
+    std::unordered_set<uint64_t> ids;
+    for (const Value v : consumed) {
+      if (v.tag() == Value::kTagContainer) ids.insert(v.bits());
+    }
+    for (uint64_t i = first_memo; i < memo_.size(); ++i) {
+      if (ids.count(memo_[i].bits()) != 0) memo_[i] = Value(Value::kConsumedBits);
+    }
+    for (auto& [index, v] : sparse_memo_) {
+      if (ids.count(v.bits()) != 0) v = Value(Value::kConsumedBits);
+    }
+  }
 
   bool MemoConsumed(uint64_t op_offset, uint64_t index) const {
     return Fail(op_offset, fmt::format("memo reference {} points to a trace entry that was "
@@ -1032,6 +1045,10 @@ inline bool DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
           batch_ = batch;  // Reclaim reads the watermarks
           Reclaim(std::span(stack_.data() + mark, n));
           batch_ = Batch{};
+        } else {
+          // Not reclaimed, but the consumed items must still never be reached again (a later
+          // change to one would not be seen): retire their memo slots.
+          RetireConsumed(batch.memo, std::span(stack_.data() + mark, n));
         }
         stack_.resize(mark);
         return true;

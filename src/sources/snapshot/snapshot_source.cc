@@ -59,8 +59,19 @@ class Converter {
     if (device > (1u << 20)) return std::nullopt;
     return static_cast<int32_t>(device);
   }
-  Status ConsumeEntries(int32_t device, std::span<const Value> entries) {
-    if (static_cast<size_t>(device) >= streamed_.size()) streamed_.resize(device + 1, 0);
+  Status ConsumeEntries(int32_t device, Value list, std::span<const Value> entries) {
+    if (static_cast<size_t>(device) >= streamed_.size()) {
+      streamed_.resize(device + 1, 0);
+      streamed_list_.resize(device + 1, kNoList);
+    }
+    // One list per device; Run() checks that it is the one the snapshot's root holds.
+    const uint64_t id = *doc_->ContainerId(list);
+    if (streamed_list_[device] != kNoList && streamed_list_[device] != id) {
+      return InvalidInput(fmt::format(
+          "device_traces[{}]: two different trace lists claim this device (corrupt pickle)",
+          device));
+    }
+    streamed_list_[device] = id;
     if (!trace_.events.device.empty() && trace_.events.device.back() > device) unsorted_ = true;
     const Path traces{nullptr, "device_traces", -1};
     const Path dp = traces.Index(device);
@@ -74,10 +85,11 @@ class Converter {
   // Containers from `first` on were dropped or moved by the reader: re-key the cache.
   void Reclaimed(uint64_t first, std::span<const std::pair<uint64_t, uint64_t>> moved) {
     if (first >= converted_.size()) return;
-    std::vector<uint32_t> keep;
+    std::vector<std::pair<uint32_t, uint64_t>> keep;  // (result, size) of each moved container
     keep.reserve(moved.size());
     for (const auto& [old_id, new_id] : moved) {
-      keep.push_back(old_id < converted_.size() ? converted_[old_id] : kNotConverted);
+      keep.emplace_back(old_id < converted_.size() ? converted_[old_id] : kNotConverted,
+                        old_id < converted_.size() ? converted_size_[old_id] : 0);
     }
     // Only [first, highest id seen) can hold entries; the rest is still kNotConverted.
     const uint64_t end = std::min<uint64_t>(converted_.size(), highest_slot_ + 1);
@@ -86,7 +98,10 @@ class Converter {
                 converted_.begin() + static_cast<ptrdiff_t>(end), kNotConverted);
     }
     highest_slot_ = first;
-    for (size_t i = 0; i < moved.size(); ++i) Slot(moved[i].second) = keep[i];
+    for (size_t i = 0; i < moved.size(); ++i) {
+      Slot(moved[i].second) = keep[i].first;
+      converted_size_[moved[i].second] = keep[i].second;
+    }
   }
 
  private:
@@ -194,7 +209,7 @@ class Converter {
       line_number = *l;
     }
     *out = InternFrame(filename_text.value_or(""), name_text.value_or(""), line_number);
-    if (const auto id = doc_->ContainerId(v)) Slot(*id) = *out;
+    if (const auto id = doc_->ContainerId(v)) Remember(*id, *out);
     return Status::Ok();
   }
   // `frames` (innermost first) plus optional 2.0 `cpp_frames`, which are more specific than the
@@ -234,10 +249,23 @@ class Converter {
       }
     }
     *out = trace_.stacks.Intern(scratch_);
-    if (plain && id) Slot(*id) = *out;
+    if (plain && id) Remember(*id, *out);
     return Status::Ok();
   }
 
+  // Entries converted while parsing must come from lists the root's device_traces holds (a
+  // mangled pickle can stream a list and then return something else as its root).
+  Status CheckStreamedListsFound() const {
+    for (size_t d = 0; d < streamed_.size(); ++d) {
+      if (streamed_[d] > 0 && streamed_list_[d] != kNoList) {
+        return InvalidInput(
+            fmt::format("device_traces[{}]: trace entries were found outside the "
+                        "snapshot's device_traces (corrupt pickle)",
+                        d));
+      }
+    }
+    return Status::Ok();
+  }
   Status ConvertSegments(Value segments, const Path& where);
   Status ConvertBlock(Value block, const Path& where, uint64_t address, model::Block* out);
   Status ConvertTraces(Value traces, const Path& where);
@@ -247,20 +275,42 @@ class Converter {
   void DescribeGeneration(Value root);
 
   uint32_t& Slot(uint64_t id) {
-    if (id >= converted_.size()) converted_.resize(id + 1 + id / 2, kNotConverted);
+    if (id >= converted_.size()) {
+      converted_.resize(id + 1 + id / 2, kNotConverted);
+      converted_size_.resize(converted_.size(), 0);
+    }
     highest_slot_ = std::max(highest_slot_, id);
     return converted_[id];
+  }
+  // Caches what container `id` became, with its size then: a pickle may append to an object
+  // after a streamed entry used it, and the final object is what counts (CheckUnchanged).
+  void Remember(uint64_t id, uint32_t result) {
+    Slot(id) = result;
+    converted_size_[id] = doc_->ContainerItemCount(id);
+  }
+  Status CheckUnchanged() const {
+    for (uint64_t id = 0; id < converted_.size(); ++id) {
+      if (converted_[id] != kNotConverted && converted_size_[id] != doc_->ContainerItemCount(id)) {
+        return InvalidInput(
+            "a stack or frame that trace entries use is modified later in the "
+            "pickle (corrupt pickle)");
+      }
+    }
+    return Status::Ok();
   }
 
   const Document* doc_ = nullptr;
   model::Trace trace_;
   uint64_t highest_slot_ = 0;
-  std::vector<uint64_t> streamed_;  // per device: trace entries converted while parsing
-  bool unsorted_ = false;           // streamed devices arrived out of order
+  static constexpr uint64_t kNoList = UINT64_MAX;
+  std::vector<uint64_t> streamed_list_;  // per device: the list whose entries were streamed
+  std::vector<uint64_t> streamed_;       // per device: trace entries converted while parsing
+  bool unsorted_ = false;                // streamed devices arrived out of order
   // What each shared container became: a FrameId for a frame dict, a StackId for a frames list.
   // Snapshots reference one stack from thousands of entries; each is converted once.
   static constexpr uint32_t kNotConverted = UINT32_MAX;
   std::vector<uint32_t> converted_;
+  std::vector<uint64_t> converted_size_;  // item count of each converted container, then
   std::vector<FrameId> scratch_;
   // Evidence for the format generation.
   bool bare_list_ = false;
@@ -489,9 +539,10 @@ Status Converter::ConvertTraces(Value traces, const Path& where) {
     const auto entries = doc_->Items(per_device[d]);
     if (d < streamed_.size() && streamed_[d] > 0) {
       // Converted while parsing; nothing may be left behind in the list.
-      if (!entries.empty()) {
+      if (doc_->ContainerId(per_device[d]) != streamed_list_[d] || !entries.empty()) {
         return InvalidInput(dp.ToString() + ": trace entries arrived in an unexpected layout");
       }
+      streamed_list_[d] = kNoList;  // found where it belongs
       continue;
     }
     if (!entries.empty() && !trace_.events.device.empty() &&
@@ -583,6 +634,7 @@ void Converter::DescribeGeneration(Value root) {
 }
 
 Result<model::Trace> Converter::Run() {
+  RETURN_IF_ERROR(CheckUnchanged());
   const Value root = doc_->root();
   const Path top{nullptr, "snapshot", -1};
   Value segments;
@@ -616,6 +668,7 @@ Result<model::Trace> Converter::Run() {
       RETURN_IF_ERROR(ConvertTraces(traces, Path{nullptr, "device_traces", -1}));
     }
     const Value settings = doc_->Get(root, "allocator_settings");
+    if (const Status s = CheckStreamedListsFound(); !s.ok()) return s;
     if (doc_->kind(settings) == Kind::kDict) RETURN_IF_ERROR(ConvertSettings(settings));
     const Value annotations = doc_->Get(root, "external_annotations");
     if (!doc_->IsMissing(annotations) && !doc_->IsNone(annotations)) {
@@ -625,6 +678,7 @@ Result<model::Trace> Converter::Run() {
                    !doc_->IsMissing(doc_->Get(root, "host_traces"));
   }
   (void)top;
+  RETURN_IF_ERROR(CheckStreamedListsFound());  // also when the root is a bare list
 
   // Devices: every ordinal with segments or events; events are grouped by device (sorted here
   // in the rare case the pickle listed them out of order).
@@ -702,12 +756,12 @@ class SnapshotSink : public pickle::ListSink {
     converter_.SetDocument(doc);
     return converter_.TraceListDevice(context).has_value();
   }
-  Status Consume(const Document& doc, std::span<const Value> context, Value,
+  Status Consume(const Document& doc, std::span<const Value> context, Value list,
                  std::span<const Value> items) override {
     converter_.SetDocument(doc);
     const auto device = converter_.TraceListDevice(context);
     if (!device) return InternalError("a trace list lost its place while streaming");
-    return converter_.ConsumeEntries(*device, items);
+    return converter_.ConsumeEntries(*device, list, items);
   }
   void Reclaimed(uint64_t first, std::span<const std::pair<uint64_t, uint64_t>> moved) override {
     converter_.Reclaimed(first, moved);

@@ -537,3 +537,46 @@ TEST(Streaming, ErrorsStillNameTheEntry) {
 
 }  // namespace
 }  // namespace vramscope::snapshot
+
+namespace vramscope::snapshot {
+namespace {
+
+// Found by the fuzz target: the pickle streams a device trace list, then its STOP returns an
+// unrelated (empty) list. Whole-document conversion sees no trace; streaming had converted
+// entries that the result never contains, so it must refuse the file rather than report them.
+// Found by the fuzz target: a shared frames list gets an item appended after streamed entries
+// used it. The final object is what pickle means; the streamed entries saw an earlier state, so
+// the file is refused (whole-document conversion refuses it too, for the bad frame).
+TEST(Streaming, ASharedStackModifiedLaterIsRefused) {
+  const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
+                           "/src/sources/pickle/fuzz_corpus/"
+                           "regression_shared_stack_modified_later.pickle";
+  auto file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto streamed = LoadSnapshot(**file);
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_THAT(streamed.status().message(), HasSubstr("modified later in the pickle"));
+  LoadOptions whole;
+  whole.stream_trace = false;
+  EXPECT_FALSE(LoadSnapshot(**file, whole).ok());
+}
+
+TEST(Streaming, EntriesOutsideTheRootAreRefused) {
+  const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
+                           "/src/sources/pickle/fuzz_corpus/"
+                           "regression_streamed_list_not_in_root.pickle";
+  auto file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto streamed = LoadSnapshot(**file);
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_THAT(streamed.status().message(),
+              HasSubstr("trace entries were found outside the snapshot's device_traces"));
+  LoadOptions whole;
+  whole.stream_trace = false;
+  auto converted = LoadSnapshot(**file, whole);
+  ASSERT_TRUE(converted.ok()) << converted.status().message();
+  EXPECT_EQ(converted->events.count(), 0u);
+}
+
+}  // namespace
+}  // namespace vramscope::snapshot
