@@ -7,6 +7,7 @@
 #include <chrono>
 #include <numeric>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "sources/input_format.h"
 #include "sources/pickle/pickle_reader.h"
@@ -72,6 +73,7 @@ class Converter {
           device));
     }
     streamed_list_[device] = id;
+    consumed_lists_.insert(id);
     if (!trace_.events.device.empty() && trace_.events.device.back() > device) unsorted_ = true;
     const Path traces{nullptr, "device_traces", -1};
     const Path dp = traces.Index(device);
@@ -303,9 +305,10 @@ class Converter {
   model::Trace trace_;
   uint64_t highest_slot_ = 0;
   static constexpr uint64_t kNoList = UINT64_MAX;
-  std::vector<uint64_t> streamed_list_;  // per device: the list whose entries were streamed
-  std::vector<uint64_t> streamed_;       // per device: trace entries converted while parsing
-  bool unsorted_ = false;                // streamed devices arrived out of order
+  std::vector<uint64_t> streamed_list_;          // per device: the list whose entries were streamed
+  std::unordered_set<uint64_t> consumed_lists_;  // every list whose entries were streamed
+  std::vector<uint64_t> streamed_;  // per device: trace entries converted while parsing
+  bool unsorted_ = false;           // streamed devices arrived out of order
   // What each shared container became: a FrameId for a frame dict, a StackId for a frames list.
   // Snapshots reference one stack from thousands of entries; each is converted once.
   static constexpr uint32_t kNotConverted = UINT32_MAX;
@@ -544,6 +547,12 @@ Status Converter::ConvertTraces(Value traces, const Path& where) {
       }
       streamed_list_[d] = kNoList;  // found where it belongs
       continue;
+    }
+    // A list whose entries were consumed for another device (the same list twice) is empty now.
+    if (const auto id = doc_->ContainerId(per_device[d]); id && consumed_lists_.count(*id) != 0) {
+      return InvalidInput(dp.ToString() +
+                          ": the same trace list appears for two devices "
+                          "(corrupt pickle)");
     }
     if (!entries.empty() && !trace_.events.device.empty() &&
         trace_.events.device.back() > static_cast<int32_t>(d)) {

@@ -561,6 +561,20 @@ TEST(Streaming, ASharedStackModifiedLaterIsRefused) {
   EXPECT_FALSE(LoadSnapshot(**file, whole).ok());
 }
 
+// Found by the fuzz target: DUP makes device_traces hold one list twice. Its entries were
+// streamed for device 0; device 1 would read the emptied list, so the file is refused.
+TEST(Streaming, TheSameTraceListForTwoDevicesIsRefused) {
+  const std::string path =
+      std::string(VRAMSCOPE_SOURCE_DIR) +
+      "/src/sources/pickle/fuzz_corpus/regression_same_trace_list_twice.pickle";
+  auto file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto streamed = LoadSnapshot(**file);
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_THAT(streamed.status().message(),
+              HasSubstr("the same trace list appears for two devices"));
+}
+
 TEST(Streaming, EntriesOutsideTheRootAreRefused) {
   const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
                            "/src/sources/pickle/fuzz_corpus/"
