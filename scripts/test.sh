@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it (.ci/run):
 #   1. unit tests (GoogleTest) and end-to-end tests (pytest) under ASan + UBSan, via CTest;
 #   2. the pickle reader's libFuzzer target under ASan + UBSan for a bounded number of runs.
-# Set VRAMSCOPE_FUZZ_RUNS=0 to skip the fuzzing step.
+# Set VRAMSCOPE_FUZZ_RUNS=0 to skip the fuzzing step. The run is reproducible (a fixed seed,
+# VRAMSCOPE_FUZZ_SEED, default 1); exploratory fuzzing is a separate, longer run (see README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -35,7 +36,8 @@ if [[ $runs != 0 ]]; then
   corpus=$(mktemp -d)
   trap 'rm -rf "$corpus"' EXIT
   cp src/sources/pickle/fuzz_corpus/*.pickle "$corpus/"
-  build-fuzz/src/sources/pickle/pickle_reader_fuzzer -runs="$runs" -max_len=8192 \
-    -max_total_time=300 -print_final_stats=1 "$corpus" 2>&1 | tail -n 12
+  build-fuzz/src/sources/pickle/pickle_reader_fuzzer -seed="${VRAMSCOPE_FUZZ_SEED:-1}" \
+    -runs="$runs" -max_len=8192 -max_total_time=300 -print_final_stats=1 "$corpus" 2>&1 |
+    tail -n 12
   echo "fuzz: no finding in $runs runs"
 fi

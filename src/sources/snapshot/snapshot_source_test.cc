@@ -575,6 +575,19 @@ TEST(Streaming, TheSameTraceListForTwoDevicesIsRefused) {
               HasSubstr("the same trace list appears for two devices"));
 }
 
+// Found by the fuzz target: an entry's 'frames' is the trace list itself (a memo reference).
+// While streaming that list is still empty; in the final object it holds the entries.
+TEST(Streaming, FramesThatAreTheTraceListAreRefused) {
+  const std::string path =
+      std::string(VRAMSCOPE_SOURCE_DIR) +
+      "/src/sources/pickle/fuzz_corpus/regression_frames_is_the_trace_list.pickle";
+  auto file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto streamed = LoadSnapshot(**file);
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_THAT(streamed.status().message(), HasSubstr("'frames' refers to a trace list"));
+}
+
 TEST(Streaming, EntriesOutsideTheRootAreRefused) {
   const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
                            "/src/sources/pickle/fuzz_corpus/"
