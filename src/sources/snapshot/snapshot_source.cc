@@ -223,16 +223,17 @@ class Converter {
       return Status::Ok();
     }
     const auto id = doc_->ContainerId(frames);
-    if (id && consumed_lists_.count(*id) != 0) {
-      // The trace list itself used as a stack: while streaming it is still empty, in the final
-      // object it holds the entries. Not a snapshot; refuse rather than read either.
-      return InvalidInput(where.ToString() + ": 'frames' refers to a trace list (corrupt pickle)");
-    }
     if (plain && id) {
       if (Slot(*id) != kNotConverted) {
         *out = Slot(*id);
         return Status::Ok();
       }
+    }
+    // (After the cache: a consumed trace list is never cached, its conversion is refused here.)
+    if (id && consumed_lists_.count(*id) != 0) {
+      // The trace list itself used as a stack: while streaming it is still empty, in the final
+      // object it holds the entries. Not a snapshot; refuse rather than read either.
+      return InvalidInput(where.ToString() + ": 'frames' refers to a trace list (corrupt pickle)");
     }
     scratch_.clear();
     if (!plain) {
