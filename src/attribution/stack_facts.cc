@@ -63,7 +63,6 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
   StackFacts f;
   f.known = stack != model::kEmptyStack;
   std::string_view native_op, python_op, module_kind;
-  bool saw_module_frame = false;
   trace_.stacks.ForEachFrame(stack, [&](model::FrameId id) {
     const model::Frame& frame = trace_.frames.Get(id);
     const std::string_view function = trace_.strings.Get(frame.function);
@@ -113,7 +112,6 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
       f.in_backward = true;
     }
     if (Contains(file, "/torch/nn/modules/") && !EndsWith(file, "module.py")) {
-      saw_module_frame = true;
       if (function == "__init__") f.weight_creation = true;
       if (module_kind.empty()) {
         const size_t slash = file.rfind('/');
@@ -127,7 +125,6 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
       python_op = trace_.strings.Get(frame.function);
     }
   });
-  (void)saw_module_frame;
   if (!native_op.empty()) {
     f.operation = trace_.strings.Intern("aten::" + std::string(native_op));
   } else if (!python_op.empty()) {

@@ -246,7 +246,6 @@ std::string UtcNow() {
 }
 
 Status WriteSkylineTables(Db& db, const ReportInput& in, uint64_t* rows) {
-  const model::Trace& trace = in.trace;
   Insert weight(db, "INSERT INTO weight_entries VALUES (?, ?, ?, ?)");
   Insert activation(db, "INSERT INTO activation_entries VALUES (?, ?, ?)");
   Insert correlation(db, "INSERT INTO stack_correlation VALUES (?, ?, ?)");
@@ -295,7 +294,6 @@ Status WriteSkylineTables(Db& db, const ReportInput& in, uint64_t* rows) {
           fmt::format("peak_{}_bytes", attribution::CategoryName(share.category)), share.bytes));
     }
   }
-  (void)trace;
   *rows += weight.rows() + activation.rows() + correlation.rows() + frame.rows() + misc.rows() + 2;
   return Status::Ok();
 }

@@ -651,7 +651,6 @@ void Converter::DescribeGeneration(Value root) {
 Result<model::Trace> Converter::Run() {
   RETURN_IF_ERROR(CheckUnchanged());
   const Value root = doc_->root();
-  const Path top{nullptr, "snapshot", -1};
   Value segments;
   if (doc_->kind(root) == Kind::kList) {
     bare_list_ = true;
@@ -692,7 +691,6 @@ Result<model::Trace> Converter::Run() {
     host_memory_ = !doc_->IsMissing(doc_->Get(root, "host_segments")) ||
                    !doc_->IsMissing(doc_->Get(root, "host_traces"));
   }
-  (void)top;
   RETURN_IF_ERROR(CheckStreamedListsFound());  // also when the root is a bare list
 
   // Devices: every ordinal with segments or events; events are grouped by device (sorted here
