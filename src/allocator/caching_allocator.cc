@@ -1,0 +1,829 @@
+#include "allocator/caching_allocator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+
+namespace vramscope::allocator {
+
+const char* PoolKindName(PoolKind pool) { return pool == PoolKind::kSmall ? "small" : "large"; }
+
+const char* SegmentActionName(SegmentAction action) {
+  switch (action) {
+    case SegmentAction::kAlloc:
+      return "segment_alloc";
+    case SegmentAction::kFree:
+      return "segment_free";
+    case SegmentAction::kMap:
+      return "segment_map";
+    case SegmentAction::kUnmap:
+      return "segment_unmap";
+    case SegmentAction::kOom:
+      return "oom";
+  }
+  return "?";
+}
+
+namespace {
+
+// roundup_power2_next_division: the next of `divisions` equal steps between the powers of two
+// around `size`; a power of two stays as it is.
+uint64_t RoundUpToDivision(uint64_t size, uint64_t divisions) {
+  if (std::has_single_bit(size)) return size;
+  const uint64_t floor = std::bit_floor(size);
+  const uint64_t step = floor >> (std::bit_width(divisions) - 1);
+  if (step == 0) return floor << 1;
+  const uint64_t rounded_down = size & ~(step - 1);
+  return rounded_down == size ? size : rounded_down + step;
+}
+
+}  // namespace
+
+uint64_t RoundSize(uint64_t requested, const AllocatorSettings& settings) {
+  if (requested < kMinBlockSize) return kMinBlockSize;
+  // Bucket: floor(log2(size)) - 20, clamped to [0, 15] (1 MiB .. 32 GiB and above).
+  const int log_size = std::bit_width(requested) - 1;
+  const int bucket = std::clamp(log_size - 20, 0, static_cast<int>(kRoundupBuckets) - 1);
+  const uint64_t divisions = settings.roundup_power2_divisions[static_cast<size_t>(bucket)];
+  if (divisions > 1 && requested > kMinBlockSize * divisions) {
+    return RoundUpToDivision(requested, divisions);
+  }
+  return kMinBlockSize * ((requested + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+uint64_t SegmentSizeFor(uint64_t rounded) {
+  if (rounded <= kSmallSize) return kSmallBuffer;
+  if (rounded < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((rounded + kRoundLarge - 1) / kRoundLarge);
+}
+
+// --- SyntheticAddresses ------------------------------------------------------------------------
+
+uint64_t SyntheticAddresses::NewSegment(uint64_t size, uint64_t /*stream*/, PoolKind /*pool*/) {
+  // cudaMalloc aligns to 2 MiB granules at least; keep the same alignment.
+  const uint64_t need = (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second >= need) {
+      const uint64_t addr = it->first;
+      const uint64_t left = it->second - need;
+      free_.erase(it);
+      if (left > 0) free_.emplace(addr + need, left);
+      return addr;
+    }
+  }
+  const uint64_t addr = next_;
+  next_ += need;
+  return addr;
+}
+
+void SyntheticAddresses::FreeSegment(uint64_t addr, uint64_t size) {
+  uint64_t start = addr;
+  uint64_t len = (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+  auto next = free_.lower_bound(start);
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      len += prev->second;
+      free_.erase(prev);
+    }
+  }
+  if (next != free_.end() && start + len == next->first) {
+    len += next->second;
+    free_.erase(next);
+  }
+  if (start + len == next_) {
+    next_ = start;  // the top of the range shrinks back
+  } else {
+    free_.emplace(start, len);
+  }
+}
+
+// --- blocks and the free set -------------------------------------------------------------------
+
+CachingAllocator::CachingAllocator(const AllocatorSettings& settings,
+                                   SegmentAddressSource* addresses)
+    : settings_(settings), addresses_(addresses) {}
+
+BlockId CachingAllocator::NewBlock() {
+  if (!spare_blocks_.empty()) {
+    const BlockId b = spare_blocks_.back();
+    spare_blocks_.pop_back();
+    blocks_[b] = Block{};
+    return b;
+  }
+  blocks_.emplace_back();
+  return static_cast<BlockId>(blocks_.size() - 1);
+}
+
+void CachingAllocator::DeleteBlock(BlockId b) {
+  blocks_[b].segment = -1;
+  spare_blocks_.push_back(b);
+}
+
+void CachingAllocator::InsertFree(BlockId b) {
+  Block& k = blocks_[b];
+  Pool& pool = pools_[static_cast<int>(k.pool)];
+  if (k.state == BlockView::State::kUnmapped) {
+    pool.unmapped.insert({k.stream, k.addr, b});
+  } else {
+    k.state = BlockView::State::kFree;
+    k.gc_base = pool.searches;  // age restarts whenever a block (re)enters the free set
+    pool.free.insert(KeyOf(b));
+  }
+}
+
+void CachingAllocator::EraseFree(BlockId b) {
+  const Block& k = blocks_[b];
+  Pool& pool = pools_[static_cast<int>(k.pool)];
+  if (k.state == BlockView::State::kUnmapped) {
+    pool.unmapped.erase({k.stream, k.addr, b});
+  } else {
+    pool.free.erase(KeyOf(b));
+  }
+}
+
+bool CachingAllocator::Mergeable(BlockId b) const {
+  if (b == kNoBlock) return false;
+  const auto s = blocks_[b].state;
+  return s == BlockView::State::kFree || s == BlockView::State::kUnmapped;
+}
+
+// try_merge_blocks: `src` (a free neighbour of `dst` in the same mapping state) disappears into
+// `dst`, which keeps the lower address.
+void CachingAllocator::MergeInto(BlockId dst, BlockId src) {
+  Block& d = blocks_[dst];
+  Block& s = blocks_[src];
+  EraseFree(src);
+  if (d.prev == src) {
+    d.addr = s.addr;
+    d.prev = s.prev;
+    if (d.prev != kNoBlock) {
+      blocks_[d.prev].next = dst;
+    } else {
+      segments_[d.segment].head = dst;
+    }
+  } else {
+    d.next = s.next;
+    if (d.next != kNoBlock) blocks_[d.next].prev = dst;
+  }
+  d.size += s.size;
+  DeleteBlock(src);
+}
+
+// Merges `b` (not in any set yet) with its previous, then its next neighbour when they are free
+// in the same mapping state, as free_block does.
+void CachingAllocator::MergeNeighbours(BlockId b) {
+  const bool unmapped = blocks_[b].state == BlockView::State::kUnmapped;
+  for (const BlockId n : {blocks_[b].prev, blocks_[b].next}) {
+    if (!Mergeable(n)) continue;
+    if ((blocks_[n].state == BlockView::State::kUnmapped) != unmapped) continue;
+    MergeInto(b, n);
+  }
+}
+
+bool CachingAllocator::ShouldSplit(const Block& b, uint64_t size) const {
+  const uint64_t remaining = b.size - size;
+  // With expandable segments on, every large block splits like a small one: the global flag
+  // decides, not whether this block is expandable.
+  if (b.pool == PoolKind::kSmall || settings_.expandable_segments) {
+    return remaining >= kMinBlockSize;
+  }
+  return size < settings_.max_split_size && remaining > kSmallSize;
+}
+
+// Splits `b` so that it keeps [addr, addr+size); the rest becomes a new free block after it.
+BlockId CachingAllocator::SplitLow(BlockId b, uint64_t size) {
+  const BlockId r = NewBlock();
+  Block& k = blocks_[b];
+  Block& rest = blocks_[r];
+  rest.addr = k.addr + size;
+  rest.size = k.size - size;
+  rest.stream = k.stream;
+  rest.segment = k.segment;
+  rest.pool = k.pool;
+  rest.expandable = k.expandable;
+  rest.prev = b;
+  rest.next = k.next;
+  if (rest.next != kNoBlock) blocks_[rest.next].prev = r;
+  k.next = r;
+  k.size = size;
+  InsertFree(r);
+  return r;
+}
+
+// --- malloc ------------------------------------------------------------------------------------
+
+BlockId CachingAllocator::GetFreeBlock(PoolKind pool_kind, uint64_t stream, uint64_t size) {
+  Pool& pool = pools_[static_cast<int>(pool_kind)];
+  if (settings_.GarbageCollectionActive()) ++pool.searches;
+  auto it = pool.free.lower_bound(Key{stream, size, 0, kNoBlock});
+  if (it == pool.free.end() || it->stream != stream) return kNoBlock;
+  if (blocks_[it->block].expandable) {
+    // A free block right before unmapped space counts as the size it can grow to, so that best
+    // fit prefers blocks that cannot grow and keeps the growth frontier for large requests.
+    auto grow_size = [&](BlockId b) {
+      const Block& k = blocks_[b];
+      const bool unmapped_next =
+          k.next != kNoBlock && blocks_[k.next].state == BlockView::State::kUnmapped;
+      return k.size + (unmapped_next ? blocks_[k.next].size : 0);
+    };
+    auto next = std::next(it);
+    while (blocks_[it->block].expandable && next != pool.free.end() && next->stream == stream &&
+           grow_size(next->block) < grow_size(it->block)) {
+      it = next++;
+    }
+  }
+  const uint64_t found = it->size;
+  // An oversize block never serves a request below max_split_size, and serves a larger request
+  // only when the unsplit slack stays under max_non_split_rounding.
+  if (size < settings_.max_split_size && found >= settings_.max_split_size) return kNoBlock;
+  if (size >= settings_.max_split_size && found >= size + settings_.max_non_split_rounding) {
+    return kNoBlock;
+  }
+  const BlockId b = it->block;
+  pool.free.erase(it);
+  return b;
+}
+
+void CachingAllocator::AddReserved(uint64_t bytes) {
+  stats_.reserved += bytes;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+}
+
+BlockId CachingAllocator::AllocBlock(PoolKind pool, uint64_t stream, uint64_t size,
+                                     uint64_t alloc_size) {
+  // A memory fraction refuses by the segment size, before any CUDA call, on both paths.
+  if (settings_.memory_fraction > 0 &&
+      (alloc_size > settings_.AllowedMaximum() ||
+       stats_.reserved > settings_.AllowedMaximum() - alloc_size)) {
+    return kNoBlock;
+  }
+  if (settings_.expandable_segments) return TryAllocateExpandable(pool, stream, size);
+  if (alloc_size > settings_.capacity || stats_.reserved > settings_.capacity - alloc_size) {
+    return kNoBlock;  // cudaMalloc fails: the device is full
+  }
+  const uint64_t addr = addresses_->NewSegment(alloc_size, stream, pool);
+  const BlockId b = NewBlock();
+  Block& k = blocks_[b];
+  k.addr = addr;
+  k.size = alloc_size;
+  k.stream = stream;
+  k.pool = pool;
+  k.segment = static_cast<int32_t>(segments_.size());
+  segments_.push_back({addr, alloc_size, stream, pool, false, true, b});
+  segment_by_addr_[addr] = k.segment;
+  AddReserved(alloc_size);
+  ++stats_.segments;
+  ++stats_.cuda_mallocs;
+  Emit(SegmentAction::kAlloc, pool, addr, alloc_size, stream);
+  return b;
+}
+
+MallocResult CachingAllocator::Malloc(uint64_t requested, uint64_t stream) {
+  const uint64_t size = RoundSize(requested, settings_);
+  const PoolKind pool = PoolFor(size);
+  MallocResult result;
+  BlockId b = GetFreeBlock(pool, stream, size);
+  if (b == kNoBlock) {
+    if (settings_.GarbageCollectionActive()) GarbageCollect();
+    const uint64_t alloc_size = SegmentSizeFor(size);
+    b = AllocBlock(pool, stream, size, alloc_size);
+    if (b == kNoBlock && ReleaseAvailableCachedBlocks(pool, stream, size)) {
+      b = AllocBlock(pool, stream, size, alloc_size);
+    }
+    if (b == kNoBlock) {
+      ReleaseCachedBlocks();
+      ++stats_.alloc_retries;
+      b = AllocBlock(pool, stream, size, alloc_size);
+    }
+    if (b == kNoBlock) {
+      ++stats_.ooms;
+      const uint64_t allowed = settings_.AllowedMaximum();
+      Emit(SegmentAction::kOom, pool, allowed > stats_.reserved ? allowed - stats_.reserved : 0,
+           size, stream);
+      return result;
+    }
+    result.new_segment = true;
+  }
+  Block& k = blocks_[b];
+  if (ShouldSplit(k, size)) SplitLow(b, size);
+  Block& kept = blocks_[b];
+  kept.state = BlockView::State::kAllocated;
+  kept.requested = requested;
+  stats_.allocated += kept.size;
+  stats_.requested += requested;
+  stats_.active += kept.size;
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  result.block = b;
+  result.addr = kept.addr;
+  result.size = kept.size;
+  return result;
+}
+
+// --- free --------------------------------------------------------------------------------------
+
+bool CachingAllocator::IsPendingFree(BlockId b) const {
+  return b >= 0 && static_cast<size_t>(b) < blocks_.size() &&
+         blocks_[b].state == BlockView::State::kPendingFree && blocks_[b].segment >= 0;
+}
+
+bool CachingAllocator::IsAllocated(BlockId b) const {
+  return b >= 0 && static_cast<size_t>(b) < blocks_.size() &&
+         blocks_[b].state == BlockView::State::kAllocated && blocks_[b].segment >= 0;
+}
+
+void CachingAllocator::FreeRequested(BlockId b) {
+  Block& k = blocks_[b];
+  assert(k.state == BlockView::State::kAllocated);
+  k.state = BlockView::State::kPendingFree;
+  stats_.allocated -= k.size;
+  stats_.requested -= k.requested;
+  pending_.push_back(b);
+}
+
+void CachingAllocator::FreeCompleted(BlockId b) {
+  Block& k = blocks_[b];
+  assert(k.state == BlockView::State::kPendingFree);
+  stats_.active -= k.size;
+  k.requested = 0;
+  k.tag = -1;
+  k.state = BlockView::State::kFree;
+  MergeNeighbours(b);
+  InsertFree(b);
+  // pending_ is only a hint list for empty_cache; drop completed entries lazily there.
+}
+
+void CachingAllocator::CompletePendingFrees() {
+  std::vector<BlockId> pending;
+  pending.swap(pending_);
+  for (const BlockId b : pending) {
+    if (IsPendingFree(b)) FreeCompleted(b);
+  }
+}
+
+// --- releasing cached memory -------------------------------------------------------------------
+
+void CachingAllocator::ReleaseBlock(BlockId b) {
+  const Block k = blocks_[b];
+  assert(k.prev == kNoBlock && k.next == kNoBlock && !k.expandable);
+  EraseFree(b);
+  Segment& seg = segments_[k.segment];
+  seg.live = false;
+  segment_by_addr_.erase(seg.addr);
+  stats_.reserved -= k.size;
+  --stats_.segments;
+  ++stats_.cuda_frees;
+  addresses_->FreeSegment(k.addr, k.size);
+  Emit(SegmentAction::kFree, k.pool, k.addr, k.size, k.stream);
+  DeleteBlock(b);
+}
+
+void CachingAllocator::ReleaseBlocks(PoolKind pool_kind) {
+  Pool& pool = pools_[static_cast<int>(pool_kind)];
+  std::vector<BlockId> whole;
+  std::vector<BlockId> expandable;
+  for (const Key& key : pool.free) {
+    const Block& k = blocks_[key.block];
+    if (k.expandable) {
+      expandable.push_back(key.block);
+    } else if (k.prev == kNoBlock && k.next == kNoBlock) {
+      whole.push_back(key.block);
+    }
+  }
+  for (const BlockId b : whole) ReleaseBlock(b);
+  for (const BlockId b : expandable) {
+    if (blocks_[b].segment >= 0 && blocks_[b].state == BlockView::State::kFree) UnmapBlock(b);
+  }
+  // An expandable range that is entirely unmapped again gives its addresses back (no trace).
+  std::vector<BlockId> empty_ranges;
+  for (const AddrKey& key : pool.unmapped) {
+    const Block& k = blocks_[key.block];
+    if (k.prev == kNoBlock && k.next == kNoBlock) empty_ranges.push_back(key.block);
+  }
+  for (const BlockId b : empty_ranges) {
+    const Block k = blocks_[b];
+    EraseFree(b);
+    Segment& seg = segments_[k.segment];
+    seg.live = false;
+    segment_by_addr_.erase(seg.addr);
+    addresses_->FreeSegment(seg.addr, seg.size);
+    DeleteBlock(b);
+  }
+}
+
+void CachingAllocator::ReleaseCachedBlocks() {
+  CompletePendingFrees();
+  ReleaseBlocks(PoolKind::kLarge);
+  ReleaseBlocks(PoolKind::kSmall);
+}
+
+void CachingAllocator::EmptyCache() { ReleaseCachedBlocks(); }
+
+bool CachingAllocator::ReleaseAvailableCachedBlocks(PoolKind pool_kind, uint64_t stream,
+                                                    uint64_t size) {
+  if (settings_.max_split_size == kUnlimited) return false;
+  Pool& pool = pools_[static_cast<int>(pool_kind)];
+  const uint64_t key_size = std::max(size, settings_.max_split_size);
+  auto it = pool.free.lower_bound(Key{stream, key_size, 0, kNoBlock});
+  if (it == pool.free.end() || it->stream != stream || blocks_[it->block].expandable) {
+    // No single oversize block is large enough: release oversize blocks of this stream from the
+    // largest down until enough is released.
+    // Blocks released on the way stay released even when they do not add up to enough.
+    if (it == pool.free.begin()) return false;
+    --it;
+    std::vector<BlockId> candidates;
+    for (;;) {
+      if (it->size < settings_.max_split_size || it->stream != stream) break;
+      candidates.push_back(it->block);
+      if (it == pool.free.begin()) break;
+      --it;
+    }
+    uint64_t released = 0;
+    for (const BlockId b : candidates) {
+      if (released >= key_size) break;
+      const Block& k = blocks_[b];
+      if (k.expandable || k.prev != kNoBlock || k.next != kNoBlock) continue;
+      released += k.size;
+      ReleaseBlock(b);
+      ++stats_.oversize_releases;
+    }
+    return released >= key_size;
+  }
+  const BlockId b = it->block;
+  if (blocks_[b].prev != kNoBlock || blocks_[b].next != kNoBlock) return false;
+  ReleaseBlock(b);
+  ++stats_.oversize_releases;
+  return true;
+}
+
+// garbage_collect_cached_blocks: once reserved memory passes threshold x allowed, release unsplit
+// large-pool cached segments whose age (best-fit searches since they became free) is at least the
+// mean age, repeating with the new mean until enough is reclaimed or nothing more goes.
+void CachingAllocator::GarbageCollect() {
+  const uint64_t allowed = settings_.AllowedMaximum();
+  const auto threshold =
+      static_cast<uint64_t>(settings_.garbage_collection_threshold * static_cast<double>(allowed));
+  if (stats_.reserved <= threshold) return;
+  const uint64_t target = stats_.reserved - threshold;
+  Pool& pool = pools_[static_cast<int>(PoolKind::kLarge)];
+  auto age = [&](BlockId b) { return pool.searches - blocks_[b].gc_base; };
+  auto freeable = [&](BlockId b) {
+    const Block& k = blocks_[b];
+    return !k.expandable && k.prev == kNoBlock && k.next == kNoBlock;
+  };
+  uint64_t total_age = 0;
+  uint64_t count = 0;
+  for (const Key& key : pool.free) {
+    if (freeable(key.block)) {
+      total_age += age(key.block);
+      ++count;
+    }
+  }
+  uint64_t reclaimed = 0;
+  bool freed = true;
+  while (reclaimed < target && freed && count > 0) {
+    const double mean = static_cast<double>(total_age) / static_cast<double>(count);
+    freed = false;
+    std::vector<BlockId> victims;
+    for (const Key& key : pool.free) {
+      if (freeable(key.block) && static_cast<double>(age(key.block)) >= mean) {
+        victims.push_back(key.block);
+      }
+    }
+    for (const BlockId b : victims) {
+      freed = true;
+      reclaimed += blocks_[b].size;
+      total_age -= age(b);
+      --count;
+      ReleaseBlock(b);
+      ++stats_.gc_releases;
+    }
+  }
+}
+
+// --- expandable segments -----------------------------------------------------------------------
+
+uint64_t CachingAllocator::ExpandableRangeSize(PoolKind pool) const {
+  // One virtual range per (stream, pool) of 9/8 of the device's memory, in whole pages.
+  uint64_t total = settings_.total_memory;
+  if (total == 0) total = settings_.capacity != kUnlimited ? settings_.capacity : uint64_t{1} << 40;
+  const uint64_t page = PageSize(pool);
+  return (total + page - 1) / page * 9 / 8 * page;
+}
+
+BlockId CachingAllocator::FindExpandableBlock(PoolKind pool_kind, uint64_t stream, uint64_t size) {
+  Pool& pool = pools_[static_cast<int>(pool_kind)];
+  auto usable = [&](BlockId b) { return Mergeable(b); };
+  auto has_room = [&](BlockId b) {
+    uint64_t bytes = 0;
+    while (bytes < size && b != kNoBlock && usable(b)) {
+      bytes += blocks_[b].size;
+      b = blocks_[b].next;
+    }
+    return bytes >= size;
+  };
+  for (auto it = pool.unmapped.lower_bound(AddrKey{stream, 0, kNoBlock});
+       it != pool.unmapped.end() && it->stream == stream; ++it) {
+    BlockId c = it->block;
+    // The lowest unmapped range, starting early at a free mapped block right before it.
+    if (usable(blocks_[c].prev)) c = blocks_[c].prev;
+    if (has_room(c)) return c;
+  }
+  // A new virtual range, all unmapped.
+  const uint64_t range = ExpandableRangeSize(pool_kind);
+  const uint64_t addr = addresses_->NewSegment(range, stream, pool_kind);
+  const BlockId b = NewBlock();
+  Block& k = blocks_[b];
+  k.addr = addr;
+  k.size = range;
+  k.stream = stream;
+  k.pool = pool_kind;
+  k.expandable = true;
+  k.state = BlockView::State::kUnmapped;
+  k.segment = static_cast<int32_t>(segments_.size());
+  segments_.push_back({addr, range, stream, pool_kind, true, true, b});
+  segment_by_addr_[addr] = k.segment;
+  InsertFree(b);
+  return b;
+}
+
+// Maps whole pages at the start of the unmapped block `b`, enough for `size` bytes; the mapped
+// part merges with free mapped neighbours. Returns the (merged) mapped block, in the free set, or
+// kNoBlock when the device has no room.
+BlockId CachingAllocator::MapBlock(BlockId b, uint64_t size) {
+  const PoolKind pool = blocks_[b].pool;
+  const uint64_t page = PageSize(pool);
+  const uint64_t mapped = std::min((size + page - 1) / page * page, blocks_[b].size);
+  if (mapped > settings_.capacity || stats_.reserved > settings_.capacity - mapped) {
+    return kNoBlock;  // no physical memory for the pages
+  }
+  EraseFree(b);
+  if (blocks_[b].size > mapped) {
+    // The unmapped rest stays a block of its own after this one.
+    const BlockId r = NewBlock();
+    Block& k = blocks_[b];
+    Block& rest = blocks_[r];
+    rest = k;
+    rest.addr = k.addr + mapped;
+    rest.size = k.size - mapped;
+    rest.prev = b;
+    rest.next = k.next;
+    if (rest.next != kNoBlock) blocks_[rest.next].prev = r;
+    k.next = r;
+    k.size = mapped;
+    InsertFree(r);
+  }
+  Block& k = blocks_[b];
+  const uint64_t map_addr = k.addr;
+  k.state = BlockView::State::kFree;
+  MergeNeighbours(b);
+  InsertFree(b);
+  AddReserved(mapped);
+  ++stats_.cuda_mallocs;
+  Emit(SegmentAction::kMap, pool, map_addr, mapped, k.stream);
+  return b;
+}
+
+BlockId CachingAllocator::TryAllocateExpandable(PoolKind pool_kind, uint64_t stream,
+                                                uint64_t size) {
+  BlockId c = FindExpandableBlock(pool_kind, stream, size);
+  if (blocks_[c].state == BlockView::State::kUnmapped) {
+    c = MapBlock(c, std::min(blocks_[c].size, size));
+    if (c == kNoBlock) return kNoBlock;
+  }
+  while (blocks_[c].size < size) {
+    const BlockId next = blocks_[c].next;
+    const uint64_t remaining = size - blocks_[c].size;
+    c = MapBlock(next, std::min(remaining, blocks_[next].size));
+    if (c == kNoBlock) return kNoBlock;
+  }
+  EraseFree(c);
+  return c;
+}
+
+// Unmaps the whole pages inside the free block `b`; partial pages at either end stay mapped free
+// blocks.
+void CachingAllocator::UnmapBlock(BlockId b) {
+  const PoolKind pool = blocks_[b].pool;
+  const uint64_t page = PageSize(pool);
+  const Block k = blocks_[b];
+  const uint64_t seg_base = segments_[k.segment].addr;
+  const uint64_t first = seg_base + (k.addr - seg_base + page - 1) / page * page;
+  const uint64_t last = seg_base + (k.addr + k.size - seg_base) / page * page;
+  if (last <= first) return;
+  EraseFree(b);
+  if (first > k.addr) {
+    // [k.addr, first) stays mapped: a free block before the unmapped range.
+    const BlockId before = NewBlock();
+    Block& bf = blocks_[before];
+    bf = k;
+    bf.size = first - k.addr;
+    bf.next = b;
+    if (bf.prev != kNoBlock) {
+      blocks_[bf.prev].next = before;
+    } else {
+      segments_[k.segment].head = before;
+    }
+    blocks_[b].prev = before;
+    InsertFree(before);
+  }
+  if (last < k.addr + k.size) {
+    const BlockId after = NewBlock();
+    Block& af = blocks_[after];
+    af = blocks_[b];
+    af.addr = last;
+    af.size = k.addr + k.size - last;
+    af.prev = b;
+    if (af.next != kNoBlock) blocks_[af.next].prev = after;
+    blocks_[b].next = after;
+    InsertFree(after);
+  }
+  Block& u = blocks_[b];
+  u.addr = first;
+  u.size = last - first;
+  u.state = BlockView::State::kUnmapped;
+  MergeNeighbours(b);
+  InsertFree(b);
+  stats_.reserved -= last - first;
+  ++stats_.cuda_frees;
+  Emit(SegmentAction::kUnmap, pool, first, last - first, k.stream);
+}
+
+// --- state from outside ------------------------------------------------------------------------
+
+void CachingAllocator::AddSegment(uint64_t addr, uint64_t size, uint64_t stream, PoolKind pool) {
+  const BlockId b = NewBlock();
+  Block& k = blocks_[b];
+  k.addr = addr;
+  k.size = size;
+  k.stream = stream;
+  k.pool = pool;
+  k.segment = static_cast<int32_t>(segments_.size());
+  segments_.push_back({addr, size, stream, pool, false, true, b});
+  segment_by_addr_[addr] = k.segment;
+  AddReserved(size);
+  ++stats_.segments;
+  InsertFree(b);
+}
+
+int32_t CachingAllocator::FindSegment(uint64_t addr) const {
+  auto it = segment_by_addr_.upper_bound(addr);
+  if (it == segment_by_addr_.begin()) return -1;
+  --it;
+  const Segment& s = segments_[it->second];
+  return addr < s.addr + s.size ? it->second : -1;
+}
+
+BlockId CachingAllocator::AllocateAt(uint64_t addr, uint64_t size, uint64_t requested,
+                                     uint64_t stream, bool split_by_rule) {
+  const int32_t seg = FindSegment(addr);
+  if (seg < 0 || size == 0) return kNoBlock;
+  BlockId b = segments_[seg].head;
+  while (b != kNoBlock && blocks_[b].addr + blocks_[b].size <= addr) b = blocks_[b].next;
+  if (b == kNoBlock || blocks_[b].state != BlockView::State::kFree) return kNoBlock;
+  if (blocks_[b].stream != stream || addr + size > blocks_[b].addr + blocks_[b].size) {
+    return kNoBlock;
+  }
+  EraseFree(b);
+  if (blocks_[b].addr < addr) {
+    // Keep [block start, addr) free: split there and continue with the upper part.
+    const BlockId upper = SplitLow(b, addr - blocks_[b].addr);  // inserts `upper` as free
+    EraseFree(upper);
+    InsertFree(b);
+    b = upper;
+  }
+  if (blocks_[b].size > size && (!split_by_rule || ShouldSplit(blocks_[b], size))) {
+    SplitLow(b, size);
+  }
+  Block& k = blocks_[b];
+  k.state = BlockView::State::kAllocated;
+  k.requested = requested;
+  stats_.allocated += k.size;
+  stats_.requested += requested;
+  stats_.active += k.size;
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  return b;
+}
+
+bool CachingAllocator::ReleaseSegmentAt(uint64_t addr) {
+  auto it = segment_by_addr_.find(addr);
+  if (it == segment_by_addr_.end()) return false;
+  const Segment& s = segments_[it->second];
+  const BlockId b = s.head;
+  if (s.expandable || blocks_[b].next != kNoBlock || blocks_[b].state != BlockView::State::kFree) {
+    return false;
+  }
+  ReleaseBlock(b);
+  return true;
+}
+
+// --- observation -------------------------------------------------------------------------------
+
+std::vector<SegmentView> CachingAllocator::Segments() const {
+  std::vector<SegmentView> out;
+  for (const auto& [addr, id] : segment_by_addr_) {
+    const Segment& s = segments_[id];
+    SegmentView* view = nullptr;
+    for (BlockId b = s.head; b != kNoBlock; b = blocks_[b].next) {
+      const Block& k = blocks_[b];
+      if (k.state == BlockView::State::kUnmapped) {
+        view = nullptr;  // expandable: a mapped range ends here
+        continue;
+      }
+      if (view == nullptr) {
+        out.push_back({k.addr, 0, s.stream, s.pool, s.expandable, {}});
+        view = &out.back();
+      }
+      view->size += k.size;
+      view->blocks.push_back({k.addr, k.size, k.requested, k.state});
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const SegmentView& a, const SegmentView& b) {
+    return a.pool != b.pool ? a.pool < b.pool : a.addr < b.addr;
+  });
+  return out;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> CachingAllocator::ReleasableSegments() const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const PoolKind p : {PoolKind::kLarge, PoolKind::kSmall}) {
+    for (const Key& key : pools_[static_cast<int>(p)].free) {
+      const Block& k = blocks_[key.block];
+      if (!k.expandable && k.prev == kNoBlock && k.next == kNoBlock) {
+        out.emplace_back(k.addr, k.size);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> CachingAllocator::CheckInvariants() const {
+  std::vector<std::string> problems;
+  uint64_t allocated = 0;
+  uint64_t requested = 0;
+  uint64_t active = 0;
+  uint64_t reserved = 0;
+  size_t free_count = 0;
+  size_t unmapped_count = 0;
+  for (const auto& [addr, id] : segment_by_addr_) {
+    const Segment& s = segments_[id];
+    uint64_t at = s.addr;
+    BlockId prev = kNoBlock;
+    bool prev_free = false;
+    bool prev_unmapped = false;
+    for (BlockId b = s.head; b != kNoBlock; b = blocks_[b].next) {
+      const Block& k = blocks_[b];
+      if (k.prev != prev) problems.push_back(fmt::format("block {:#x}: bad prev link", k.addr));
+      if (k.addr != at) problems.push_back(fmt::format("block {:#x}: gap or overlap", k.addr));
+      if (k.segment != id) problems.push_back(fmt::format("block {:#x}: wrong segment", k.addr));
+      const bool is_free = k.state == BlockView::State::kFree;
+      const bool is_unmapped = k.state == BlockView::State::kUnmapped;
+      if ((is_free && prev_free) || (is_unmapped && prev_unmapped)) {
+        problems.push_back(fmt::format("block {:#x}: free neighbours not merged", k.addr));
+      }
+      const Pool& pool = pools_[static_cast<int>(k.pool)];
+      if (is_free) {
+        ++free_count;
+        if (!pool.free.contains(KeyOf(b))) {
+          problems.push_back(fmt::format("block {:#x}: free but not in the free set", k.addr));
+        }
+      }
+      if (is_unmapped) ++unmapped_count;
+      if (!is_unmapped) reserved += k.size;
+      if (k.state == BlockView::State::kAllocated) {
+        allocated += k.size;
+        requested += k.requested;
+      }
+      if (k.state == BlockView::State::kAllocated || k.state == BlockView::State::kPendingFree) {
+        active += k.size;
+      }
+      if (k.pool == PoolKind::kLarge && !k.expandable && k.size <= kSmallSize) {
+        problems.push_back(fmt::format("block {:#x}: a large-pool block of 1 MiB or less", k.addr));
+      }
+      at += k.size;
+      prev = b;
+      prev_free = is_free;
+      prev_unmapped = is_unmapped;
+    }
+    if (at != s.addr + s.size) {
+      problems.push_back(fmt::format("segment {:#x}: blocks do not cover it", s.addr));
+    }
+  }
+  if (free_count != FreeBlockCount()) {
+    problems.push_back(
+        fmt::format("{} free blocks but {} in the free sets", free_count, FreeBlockCount()));
+  }
+  if (unmapped_count != pools_[0].unmapped.size() + pools_[1].unmapped.size()) {
+    problems.push_back("unmapped set out of step");
+  }
+  if (allocated != stats_.allocated) problems.push_back("allocated counter out of step");
+  if (requested != stats_.requested) problems.push_back("requested counter out of step");
+  if (active != stats_.active) problems.push_back("active counter out of step");
+  if (reserved != stats_.reserved) problems.push_back("reserved counter out of step");
+  return problems;
+}
+
+}  // namespace vramscope::allocator

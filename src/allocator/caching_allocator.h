@@ -1,0 +1,278 @@
+// A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp) for one device.
+//
+// It takes the same requests the real allocator takes (malloc of a size on a stream, free, the
+// completion of a free that waited for other streams, empty_cache) and makes the same decisions:
+// 512 B rounding and roundup_power2_divisions, the small and large pools, best fit over free blocks
+// ordered by (stream, size, address), the split rules, merging of free neighbours, segment sizes,
+// max_split_size / max_non_split_rounding, garbage collection under a memory fraction, the release
+// of cached segments when cudaMalloc fails, expandable segments, and the device capacity. The rules
+// and their sources are in docs/design/allocator-model.md.
+//
+// Where new segments live is not the allocator's decision but CUDA's: a `SegmentAddressSource`
+// answers it, so that a replay can hand out the recorded addresses (and then every block address
+// is reproduced) and a what-if run can use a synthetic address space.
+//
+// Cost: every operation is O(log n) in the number of free blocks of its pool (absl B-trees); the
+// per-block state is a flat array indexed by BlockId.
+#pragma once
+
+#include <absl/container/btree_set.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "allocator/allocator_settings.h"
+
+namespace vramscope::allocator {
+
+using BlockId = int32_t;
+inline constexpr BlockId kNoBlock = -1;
+
+enum class PoolKind : uint8_t { kSmall = 0, kLarge = 1 };
+const char* PoolKindName(PoolKind pool);
+
+// round_size: what a request of `requested` bytes is rounded to before any search.
+uint64_t RoundSize(uint64_t requested, const AllocatorSettings& settings);
+// get_allocation_size: the size of the segment cudaMalloc'ed for a rounded request.
+uint64_t SegmentSizeFor(uint64_t rounded);
+inline PoolKind PoolFor(uint64_t rounded) {
+  return rounded <= kSmallSize ? PoolKind::kSmall : PoolKind::kLarge;
+}
+
+// What the model did to the device, in order: the actions that the real allocator records as
+// trace entries, except alloc and free (those are answered to the caller directly).
+enum class SegmentAction : uint8_t { kAlloc, kFree, kMap, kUnmap, kOom };
+const char* SegmentActionName(SegmentAction action);
+struct SegmentEvent {
+  SegmentAction action;
+  PoolKind pool;
+  uint64_t addr;  // kOom: the bytes still free under the allowed maximum
+  uint64_t size;  // kOom: the rounded request
+  uint64_t stream;
+};
+
+// Hands out device addresses for new segments (cudaMalloc) and expandable ranges.
+class SegmentAddressSource {
+ public:
+  virtual ~SegmentAddressSource() = default;
+  virtual uint64_t NewSegment(uint64_t size, uint64_t stream, PoolKind pool) = 0;
+  virtual void FreeSegment(uint64_t addr, uint64_t size) = 0;
+};
+
+// Addresses from a private range (lowest free address first, as cudaMalloc tends to do), starting
+// at `base`, which the caller chooses above every address it will compare with.
+class SyntheticAddresses : public SegmentAddressSource {
+ public:
+  explicit SyntheticAddresses(uint64_t base) : next_(base) {}
+  uint64_t NewSegment(uint64_t size, uint64_t stream, PoolKind pool) override;
+  void FreeSegment(uint64_t addr, uint64_t size) override;
+
+ private:
+  uint64_t next_;
+  std::map<uint64_t, uint64_t> free_;  // released ranges: address -> size
+};
+
+struct AllocatorStats {
+  uint64_t allocated = 0;  // Σ sizes of allocated blocks (torch.cuda.memory_allocated)
+  uint64_t requested = 0;  // Σ requested sizes of allocated blocks
+  uint64_t active = 0;     // allocated + blocks whose free waits for other streams
+  uint64_t reserved = 0;   // Σ segment sizes, or mapped bytes of expandable segments
+  uint64_t peak_allocated = 0;
+  uint64_t peak_reserved = 0;
+  uint64_t segments = 0;  // live segments (expandable: ranges with mapped memory count once)
+  uint64_t cuda_mallocs = 0;
+  uint64_t cuda_frees = 0;
+  uint64_t alloc_retries = 0;  // cudaMalloc failed and cached segments were released
+  uint64_t ooms = 0;
+  uint64_t gc_releases = 0;        // segments released by garbage collection
+  uint64_t oversize_releases = 0;  // segments released by the max_split_size path
+};
+
+struct MallocResult {
+  BlockId block = kNoBlock;  // kNoBlock: out of memory
+  uint64_t addr = 0;
+  uint64_t size = 0;  // block bytes
+  bool new_segment = false;
+  bool ok() const { return block != kNoBlock; }
+};
+
+// One block as the model sees it; for state dumps and tests.
+struct BlockView {
+  uint64_t addr;
+  uint64_t size;
+  uint64_t requested;
+  enum class State : uint8_t { kFree, kAllocated, kPendingFree, kUnmapped } state;
+};
+struct SegmentView {
+  uint64_t addr;
+  uint64_t size;  // expandable: the mapped bytes of this contiguous mapped range
+  uint64_t stream;
+  PoolKind pool;
+  bool expandable;
+  std::vector<BlockView> blocks;
+};
+
+class CachingAllocator {
+ public:
+  CachingAllocator(const AllocatorSettings& settings, SegmentAddressSource* addresses);
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // torch's malloc(size, stream). On failure every unsplit cached segment has been released, an
+  // kOom event is emitted and the result is not ok().
+  MallocResult Malloc(uint64_t requested, uint64_t stream);
+  // The tensor was released. The block stays active until FreeCompleted when the caller knows
+  // it waits for events on other streams (record_stream); Free does both at once.
+  void FreeRequested(BlockId block);
+  void FreeCompleted(BlockId block);
+  void Free(BlockId block) {
+    FreeRequested(block);
+    FreeCompleted(block);
+  }
+  bool IsPendingFree(BlockId block) const;
+  bool IsAllocated(BlockId block) const;
+  // A caller's label for an allocated block (the replay stores its allocation index), so that a
+  // block id that was reused after a merge is never mistaken for the old one. -1 once freed.
+  void SetTag(BlockId block, int32_t tag) { blocks_[block].tag = tag; }
+  int32_t Tag(BlockId block) const {
+    return block >= 0 && static_cast<size_t>(block) < blocks_.size() ? blocks_[block].tag : -1;
+  }
+  // torch.cuda.empty_cache(): completes pending frees, releases every unsplit cached segment
+  // (and unmaps the free pages of expandable segments).
+  void EmptyCache();
+
+  // --- state built from outside (traces that start mid-run, or a resynchronisation) ---------
+  // A segment that exists already; all free.
+  void AddSegment(uint64_t addr, uint64_t size, uint64_t stream, PoolKind pool);
+  // Marks [addr, addr+size) allocated; it must lie inside one free block of `stream`. With
+  // `split_by_rule`, the space after it stays part of the block when the allocator's split rule
+  // would not have split it off (as a real malloc placed there would have done). Returns
+  // kNoBlock when it does not fit (the caller's picture of the state is wrong).
+  BlockId AllocateAt(uint64_t addr, uint64_t size, uint64_t requested, uint64_t stream,
+                     bool split_by_rule = false);
+  // Releases a segment that is entirely free (as a recorded cudaFree says); false otherwise.
+  bool ReleaseSegmentAt(uint64_t addr);
+  // Frees a block without a trace of it (undoing a decision); merges like a free.
+  void Discard(BlockId block) { Free(block); }
+
+  // --- observation ---------------------------------------------------------------------------
+  const AllocatorStats& stats() const { return stats_; }
+  const AllocatorSettings& settings() const { return settings_; }
+  // Segment events since the last call; the caller drains them after each request.
+  std::vector<SegmentEvent>& segment_events() { return events_; }
+  uint64_t BlockAddress(BlockId b) const { return blocks_[b].addr; }
+  uint64_t BlockSize(BlockId b) const { return blocks_[b].size; }
+  // Every live segment with its blocks, by (pool, address).
+  std::vector<SegmentView> Segments() const;
+  // Unsplit cached segments in the order a release would free them (large pool first, each by
+  // (stream, size, address)): what empty_cache would return now.
+  std::vector<std::pair<uint64_t, uint64_t>> ReleasableSegments() const;
+  size_t FreeBlockCount() const { return pools_[0].free.size() + pools_[1].free.size(); }
+  size_t LiveBlockCount() const { return blocks_.size() - spare_blocks_.size(); }
+  // Checks the model's own invariants (blocks tile segments, free blocks are in the free set,
+  // neighbours of free blocks are not free, counters equal sums). Empty when all hold.
+  std::vector<std::string> CheckInvariants() const;
+
+ private:
+  struct Block {
+    uint64_t addr = 0;
+    uint64_t size = 0;
+    uint64_t requested = 0;
+    uint64_t stream = 0;
+    uint64_t gc_base = 0;  // the pool's search count when the block became free
+    BlockId prev = kNoBlock;
+    BlockId next = kNoBlock;
+    int32_t segment = -1;
+    int32_t tag = -1;
+    BlockView::State state = BlockView::State::kFree;
+    PoolKind pool = PoolKind::kLarge;
+    bool expandable = false;
+  };
+  struct Key {
+    uint64_t stream;
+    uint64_t size;
+    uint64_t addr;
+    BlockId block;
+    bool operator<(const Key& o) const {
+      if (stream != o.stream) return stream < o.stream;
+      if (size != o.size) return size < o.size;
+      return addr < o.addr;
+    }
+  };
+  struct AddrKey {
+    uint64_t stream;
+    uint64_t addr;
+    BlockId block;
+    bool operator<(const AddrKey& o) const {
+      return stream != o.stream ? stream < o.stream : addr < o.addr;
+    }
+  };
+  struct Pool {
+    absl::btree_set<Key> free;          // mapped free blocks: the best-fit set
+    absl::btree_set<AddrKey> unmapped;  // expandable: unmapped ranges by (stream, address)
+    uint64_t searches = 0;              // get_free_block calls while GC is active (block age)
+  };
+  struct Segment {
+    uint64_t addr = 0;
+    uint64_t size = 0;  // virtual size for expandable segments
+    uint64_t stream = 0;
+    PoolKind pool = PoolKind::kLarge;
+    bool expandable = false;
+    bool live = false;
+    BlockId head = kNoBlock;
+  };
+
+  BlockId NewBlock();
+  void DeleteBlock(BlockId b);
+  Key KeyOf(BlockId b) const {
+    const Block& k = blocks_[b];
+    return {k.stream, k.size, k.addr, b};
+  }
+  void InsertFree(BlockId b);
+  void EraseFree(BlockId b);
+  bool Mergeable(BlockId b) const;
+  void MergeInto(BlockId dst, BlockId src);
+  void MergeNeighbours(BlockId b);
+  bool ShouldSplit(const Block& b, uint64_t size) const;
+  BlockId SplitLow(BlockId b, uint64_t size);
+
+  BlockId GetFreeBlock(PoolKind pool, uint64_t stream, uint64_t size);
+  BlockId AllocBlock(PoolKind pool, uint64_t stream, uint64_t size, uint64_t alloc_size);
+  bool ReleaseAvailableCachedBlocks(PoolKind pool, uint64_t stream, uint64_t size);
+  void ReleaseCachedBlocks();
+  void ReleaseBlocks(PoolKind pool);
+  void ReleaseBlock(BlockId b);
+  void GarbageCollect();
+  void CompletePendingFrees();
+
+  // Expandable segments.
+  uint64_t ExpandableRangeSize(PoolKind pool) const;
+  BlockId FindExpandableBlock(PoolKind pool, uint64_t stream, uint64_t size);
+  BlockId TryAllocateExpandable(PoolKind pool, uint64_t stream, uint64_t size);
+  BlockId MapBlock(BlockId b, uint64_t size);
+  void UnmapBlock(BlockId b);
+  uint64_t PageSize(PoolKind pool) const {
+    return pool == PoolKind::kSmall ? kSmallBuffer : kLargeBuffer;
+  }
+
+  void Emit(SegmentAction action, PoolKind pool, uint64_t addr, uint64_t size, uint64_t stream) {
+    events_.push_back({action, pool, addr, size, stream});
+  }
+  void AddReserved(uint64_t bytes);
+  int32_t FindSegment(uint64_t addr) const;
+
+  AllocatorSettings settings_;
+  SegmentAddressSource* addresses_;
+  std::vector<Block> blocks_;
+  std::vector<BlockId> spare_blocks_;
+  std::vector<BlockId> pending_;  // blocks whose free waits (for empty_cache to complete)
+  Pool pools_[2];
+  std::vector<Segment> segments_;
+  std::map<uint64_t, int32_t> segment_by_addr_;  // live segments by base address
+  AllocatorStats stats_;
+  std::vector<SegmentEvent> events_;
+};
+
+}  // namespace vramscope::allocator

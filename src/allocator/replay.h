@@ -1,0 +1,127 @@
+// Replays the tensor requests of a recorded trace through the allocator model.
+//
+// Two modes:
+// - Compare (`follow_recording`): the model answers every request and the answer is compared with
+//   what really happened: the address of every allocation, every segment_alloc (size and order),
+//   every release of cached segments (which ones, and whether the allocator's rule explains them),
+//   the reserved curve, and the final state against the snapshot's segments. New segments get the
+//   recorded addresses when the model asks for the same size the recording did, so block
+//   addresses are comparable. After a divergence the model is put back in step with the
+//   recording (the recorded placement is forced), so one difference is counted once.
+// - What-if: the model alone decides under other settings or a capacity. The recording supplies
+//   only the requests, the points where frees completed (record_stream waits), the user's
+//   empty_cache calls, and the state at the start of a trace that begins mid-run.
+//
+// Traces that start mid-run are replayed from the state the recording implies: the segments that
+// existed before (those at the dump, minus the ones allocated during the trace, plus the ones
+// released during it) and the allocations alive before the trace, at their recorded addresses.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "allocator/caching_allocator.h"
+#include "common/status.h"
+#include "model/trace.h"
+
+namespace vramscope::allocator {
+
+struct ReplayOptions {
+  AllocatorSettings settings;
+  bool follow_recording = true;
+  bool record_curves = true;  // per-event allocated / reserved / requested
+  bool stop_at_oom = true;    // the run would have died there
+};
+
+// A segment action of the model, at the trace event whose request caused it.
+struct SimulatedSegmentEvent {
+  int64_t event;  // index into Trace::events
+  SegmentEvent what;
+};
+
+struct OomPoint {
+  int64_t event = -1;  // the alloc event that could not be served
+  uint64_t requested = 0;
+  uint64_t rounded = 0;
+  uint64_t stream = 0;
+  uint64_t allocated = 0;  // at the moment of the failure
+  uint64_t reserved = 0;
+  uint64_t allowed = 0;
+};
+
+// What the recording says about one burst of segment_free events.
+struct ReleaseBurst {
+  int64_t first_event = 0;
+  uint64_t segments = 0;
+  uint64_t bytes = 0;
+  enum class Cause : uint8_t { kEmptyCache, kMallocRetry } cause = Cause::kEmptyCache;
+  bool matches_rule = false;  // exactly the unsplit cached segments the model would release
+  bool same_order = false;
+};
+
+struct ReplayComparison {
+  uint64_t allocs = 0;
+  uint64_t allocs_at_recorded_address = 0;
+  uint64_t recorded_segment_allocs = 0;
+  uint64_t model_segment_allocs = 0;
+  uint64_t segment_allocs_matched = 0;  // same size, for the same request, in the same order
+  uint64_t recorded_segment_frees = 0;
+  uint64_t segment_frees_matched = 0;  // released by the rule the burst's cause implies
+  uint64_t model_only_segment_frees = 0;
+  std::vector<ReleaseBurst> bursts;
+  uint64_t recorded_maps = 0;
+  uint64_t recorded_unmaps = 0;
+  uint64_t compared_points = 0;  // alloc and free events where reserved was compared
+  uint64_t reserved_equal_points = 0;
+  uint64_t max_reserved_difference = 0;
+  // Final state against the snapshot's segments of this device.
+  uint64_t final_segments_recorded = 0;
+  uint64_t final_segments_matched = 0;  // same address, size and blocks
+  uint64_t final_blocks_recorded = 0;
+  uint64_t final_blocks_matched = 0;  // same address, size and allocated/free state
+  // The first few divergences, one line each, with their event index.
+  std::vector<std::string> divergences;
+  uint64_t divergence_count = 0;
+  uint64_t resyncs = 0;
+};
+
+struct ReplayResult {
+  int32_t device = 0;
+  AllocatorSettings settings;
+  bool follow_recording = false;
+  int64_t begin_event = 0;  // the device's events are [begin_event, end_event)
+  int64_t end_event = 0;
+  int64_t events_replayed = 0;  // less than the range when the replay stopped at an OOM
+  // After each event of the range (index - begin_event); empty unless record_curves.
+  std::vector<uint64_t> allocated;
+  std::vector<uint64_t> reserved;
+  std::vector<uint64_t> requested;
+  std::vector<SimulatedSegmentEvent> segment_events;
+  AllocatorStats stats;
+  uint64_t initial_reserved = 0;
+  uint64_t initial_allocated = 0;
+  uint64_t initial_segments = 0;
+  uint64_t initial_blocks = 0;
+  int64_t peak_reserved_event = -1;  // the first event at the peak of reserved memory
+  uint64_t allocated_at_peak_reserved = 0;
+  uint64_t empty_cache_calls = 0;  // recorded empty_cache points applied (what-if)
+  std::optional<OomPoint> oom;
+  std::vector<SegmentView> final_state;
+  ReplayComparison comparison;     // compare mode only
+  std::vector<std::string> notes;  // what could not be modelled, and why
+
+  // (reserved - allocated) / reserved at the peak of reserved memory.
+  double FragmentationAtPeak() const;
+};
+
+// Replays the events of `device`. Errors only for a trace that gives nothing to replay.
+Result<ReplayResult> Replay(const model::Trace& trace, int32_t device,
+                            const ReplayOptions& options);
+
+// The recorded reserved bytes after each event of `device`: the segments alive at the start (as
+// Replay reconstructs them) plus the recorded segment events.
+std::vector<uint64_t> RecordedReserved(const model::Trace& trace, int32_t device);
+
+}  // namespace vramscope::allocator
