@@ -7,6 +7,7 @@
 
 #include "cli/exit_codes.h"
 #include "cli/report_command.h"
+#include "cli/simulate_command.h"
 #include "common/atomic_output.h"
 #include "report/report_input.h"
 
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   cli::ReportOptions report_options;
   cli::RegisterReportCommand(app, report_options);
+  cli::SimulateOptions simulate_options;
+  cli::RegisterSimulateCommand(app, simulate_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -38,6 +41,7 @@ int main(int argc, char** argv) {
     return cli::kExitUsage;
   }
   if (app.got_subcommand("report")) return cli::RunReportCommand(report_options);
+  if (app.got_subcommand("simulate")) return cli::RunSimulateCommand(simulate_options);
   fmt::print(stderr, "{}", app.help());
   fmt::print(stderr,
              "\nvramscope: error: no command given; try 'vramscope report' to see the "

@@ -11,8 +11,10 @@
 #include <memory>
 
 #include "analysis/analyze.h"
+#include "analysis/simulation.h"
 #include "cli/built_in_example.h"
 #include "cli/exit_codes.h"
+#include "cli/load_input.h"
 #include "common/atomic_output.h"
 #include "common/mapped_file.h"
 #include "common/peak_memory.h"
@@ -42,24 +44,6 @@ std::string DefaultOutput(const std::string& input) {
   return base + ".sqlite";
 }
 
-Result<std::string> ResolveProjectRoot(const std::string& requested) {
-  std::string path = requested;
-  if (path.empty()) {
-    char cwd[PATH_MAX];
-    if (getcwd(cwd, sizeof(cwd)) == nullptr) {
-      return InvalidInput("cannot determine the current directory; pass --project-root");
-    }
-    path = cwd;
-  }
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return UsageError(fmt::format("--project-root {}: no such directory", path));
-  }
-  char resolved[PATH_MAX];
-  if (realpath(path.c_str(), resolved) == nullptr) return std::string(path);
-  return std::string(resolved);
-}
-
 Status Run(const ReportOptions& options, int* exit_code) {
   const auto t_start = Clock::now();
   if (options.top < 0) return UsageError("--top must be 0 or more");
@@ -75,21 +59,9 @@ Status Run(const ReportOptions& options, int* exit_code) {
   }
 
   // Read.
-  std::unique_ptr<MappedFile> file;
-  if (options.input.empty()) {
-    file = MappedFile::FromBytes(kBuiltInExampleName, BuiltInExampleSnapshot());
-  } else {
-    ASSIGN_OR_RETURN(file, MappedFile::Open(options.input));
-  }
   const auto t_read = Clock::now();
-  Progress progress(fmt::format("reading {}", file->path()), !options.quiet);
-  snapshot::LoadOptions load_options;
-  load_options.progress = [&](uint64_t done, uint64_t total) { progress.Update(done, total); };
   snapshot::LoadTimings load_timings;
-  ASSIGN_OR_RETURN(model::Trace trace, snapshot::LoadSnapshot(*file, load_options, &load_timings));
-  progress.Finish();
-  trace.source.built_in_example = options.input.empty();
-  file.reset();  // the trace interned what it needs; the input is no longer read
+  ASSIGN_OR_RETURN(model::Trace trace, LoadInput(options.input, options.quiet, &load_timings));
 
   // Analyse.
   const auto t_analyze = Clock::now();
@@ -109,9 +81,18 @@ Status Run(const ReportOptions& options, int* exit_code) {
           known.empty() ? std::string("none") : fmt::format("{}", fmt::join(known, ", "))));
     }
   }
-  const report::ReportInput input{trace,   analysis.timelines, analysis.attribution,
-                                  summary, analysis.entries,   *analysis.sites,
-                                  root};
+  // The allocator model's replay of the recording goes into the vramscope_sim_* tables. A trace
+  // it cannot replay (none recorded) is not an error for the report.
+  std::optional<analysis::Simulations> sims;
+  if (trace.facts.has_trace) {
+    analysis::SimulationRequest request;
+    request.device = options.device;
+    auto replayed = analysis::Simulate(trace, *analysis.sites, request);
+    if (replayed.ok()) sims = std::move(*replayed);
+  }
+  const report::ReportInput input{trace,   analysis.timelines,     analysis.attribution,
+                                  summary, analysis.entries,       *analysis.sites,
+                                  root,    sims ? &*sims : nullptr};
 
   // Write.
   const auto t_write = Clock::now();
@@ -142,6 +123,19 @@ Status Run(const ReportOptions& options, int* exit_code) {
     terminal.top_sites = options.top;
     terminal.device = options.device;
     fmt::print("{}", report::RenderTerminalSummary(input, terminal));
+    if (sims) {
+      for (const auto& dev : sims->devices) {
+        const auto& c = dev.runs.front().result.comparison;
+        fmt::print(
+            "\nallocator model, cuda:{}: the replay puts {} of {} allocations at their recorded "
+            "address and makes {} of {} recorded segment allocations ('vramscope simulate' for "
+            "details and what-if runs)\n",
+            dev.device, FormatCount(static_cast<int64_t>(c.allocs_at_recorded_address)),
+            FormatCount(static_cast<int64_t>(c.allocs)),
+            FormatCount(static_cast<int64_t>(c.segment_allocs_matched)),
+            FormatCount(static_cast<int64_t>(c.recorded_segment_allocs)));
+      }
+    }
     if (output) {
       fmt::print("\nreport written to {} ({} Skyline tables + {} vramscope_ tables, {} rows)\n",
                  output->target(), info.skyline_tables, info.vramscope_tables, info.rows);

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "analysis/simulation.h"
 #include "analysis/sites.h"
 #include "analysis/skyline_entries.h"
 #include "analysis/summary.h"
@@ -20,6 +21,8 @@ struct ReportInput {
   const analysis::SkylineEntries& entries;
   analysis::SiteNamer& sites;
   const analysis::ProjectRoot& project_root;
+  // The allocator model's runs (vramscope_sim_* tables); null when none were made.
+  const analysis::Simulations* simulations = nullptr;
 };
 
 inline constexpr const char* kToolVersion = "0.1.0";

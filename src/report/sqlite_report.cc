@@ -122,6 +122,38 @@ CREATE TABLE vramscope_categories_at_peak (
 CREATE TABLE vramscope_annotations (
   id INTEGER PRIMARY KEY, device INTEGER NOT NULL, time_us INTEGER, key TEXT NOT NULL,
   value TEXT NOT NULL);
+CREATE TABLE vramscope_sim_runs (
+  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, kind TEXT NOT NULL, alloc_conf TEXT NOT NULL,
+  capacity_bytes INTEGER, memory_fraction REAL, events_replayed INTEGER NOT NULL,
+  initial_segments INTEGER NOT NULL, initial_reserved_bytes INTEGER NOT NULL,
+  initial_allocations INTEGER NOT NULL,
+  peak_reserved_bytes INTEGER NOT NULL, peak_reserved_event INTEGER,
+  allocated_at_peak_reserved_bytes INTEGER NOT NULL, fragmentation_at_peak REAL NOT NULL,
+  peak_allocated_bytes INTEGER NOT NULL, cuda_mallocs INTEGER NOT NULL,
+  cuda_frees INTEGER NOT NULL, alloc_retries INTEGER NOT NULL,
+  oom_event INTEGER, oom_requested_bytes INTEGER,
+  allocs_compared INTEGER, allocs_at_recorded_address INTEGER,
+  segment_allocs_recorded INTEGER, segment_allocs_matched INTEGER,
+  segment_frees_recorded INTEGER, segment_frees_matched INTEGER,
+  reserved_points_compared INTEGER, reserved_points_equal INTEGER,
+  final_segments_recorded INTEGER, final_segments_matched INTEGER,
+  final_blocks_recorded INTEGER, final_blocks_matched INTEGER, divergences INTEGER);
+CREATE TABLE vramscope_sim_timeline (
+  run INTEGER NOT NULL, event INTEGER NOT NULL, allocated_bytes INTEGER NOT NULL,
+  reserved_bytes INTEGER NOT NULL, requested_bytes INTEGER NOT NULL,
+  PRIMARY KEY (run, event)) WITHOUT ROWID;
+CREATE TABLE vramscope_sim_segment_events (
+  run INTEGER NOT NULL, seq INTEGER NOT NULL, event INTEGER NOT NULL, action TEXT NOT NULL,
+  pool TEXT NOT NULL, address INTEGER NOT NULL, size_bytes INTEGER NOT NULL,
+  stream INTEGER NOT NULL, PRIMARY KEY (run, seq)) WITHOUT ROWID;
+CREATE TABLE vramscope_sim_final_blocks (
+  run INTEGER NOT NULL, segment_address INTEGER NOT NULL, pool TEXT NOT NULL,
+  expandable INTEGER NOT NULL, stream INTEGER NOT NULL, address INTEGER NOT NULL,
+  size_bytes INTEGER NOT NULL, requested_bytes INTEGER NOT NULL, state TEXT NOT NULL,
+  PRIMARY KEY (run, address)) WITHOUT ROWID;
+CREATE TABLE vramscope_sim_notes (
+  run INTEGER NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
+  PRIMARY KEY (run, seq)) WITHOUT ROWID;
 )sql";
 
 class Db {
@@ -492,6 +524,113 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
   return Status::Ok();
 }
 
+// The simulated curve keeps, per bucket of consecutive events, the lowest and highest allocated
+// and the highest reserved event, so local extremes and both peaks survive the reduction.
+std::vector<size_t> ReduceSimulatedCurve(const allocator::ReplayResult& r, size_t max_points) {
+  const size_t n = r.allocated.size();
+  std::vector<size_t> keep;
+  if (n <= max_points) {
+    keep.resize(n);
+    for (size_t i = 0; i < n; ++i) keep[i] = i;
+    return keep;
+  }
+  const size_t bucket = (n + max_points / 3 - 1) / (max_points / 3);
+  for (size_t start = 0; start < n; start += bucket) {
+    const size_t stop = std::min(n, start + bucket);
+    size_t lo = start;
+    size_t hi = start;
+    size_t res = start;
+    for (size_t i = start; i < stop; ++i) {
+      if (r.allocated[i] < r.allocated[lo]) lo = i;
+      if (r.allocated[i] > r.allocated[hi]) hi = i;
+      if (r.reserved[i] > r.reserved[res]) res = i;
+    }
+    keep.push_back(lo);
+    keep.push_back(hi);
+    keep.push_back(res);
+  }
+  std::sort(keep.begin(), keep.end());
+  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  return keep;
+}
+
+const char* BlockStateText(allocator::BlockView::State s) {
+  switch (s) {
+    case allocator::BlockView::State::kFree:
+      return "inactive";
+    case allocator::BlockView::State::kAllocated:
+      return "active_allocated";
+    case allocator::BlockView::State::kPendingFree:
+      return "active_pending_free";
+    case allocator::BlockView::State::kUnmapped:
+      return "unmapped";
+  }
+  return "?";
+}
+
+Status WriteSimulationTables(Db& db, const ReportInput& in, uint64_t* rows) {
+  if (in.simulations == nullptr) return Status::Ok();
+  Insert run_row(db,
+                 "INSERT INTO vramscope_sim_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                 "?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  Insert point(db, "INSERT INTO vramscope_sim_timeline VALUES (?,?,?,?,?)");
+  Insert seg(db, "INSERT INTO vramscope_sim_segment_events VALUES (?,?,?,?,?,?,?,?)");
+  Insert block(db, "INSERT INTO vramscope_sim_final_blocks VALUES (?,?,?,?,?,?,?,?,?)");
+  Insert note(db, "INSERT INTO vramscope_sim_notes VALUES (?,?,?,?)");
+  int64_t id = 0;
+  for (const analysis::DeviceSimulation& dev : in.simulations->devices) {
+    for (const analysis::SimulationRun& run : dev.runs) {
+      const allocator::ReplayResult& r = run.result;
+      const allocator::ReplayComparison& c = r.comparison;
+      const bool cmp = r.follow_recording;
+      auto opt = [&](uint64_t v) { return Insert::MaybeInt{static_cast<int64_t>(v), cmp}; };
+      const bool limited = r.settings.capacity != allocator::kUnlimited;
+      RETURN_IF_ERROR(run_row.Row(
+          id, dev.device, run.label, run.alloc_conf,
+          Insert::MaybeInt{static_cast<int64_t>(r.settings.capacity), limited},
+          r.settings.memory_fraction > 0
+              ? Insert::MaybeText{fmt::format("{}", r.settings.memory_fraction), true}
+              : Insert::MaybeText{{}, false},
+          r.events_replayed, r.initial_segments, r.initial_reserved, r.initial_blocks,
+          r.stats.peak_reserved, Insert::Event(r.peak_reserved_event), r.allocated_at_peak_reserved,
+          fmt::format("{:.6f}", r.FragmentationAtPeak()), r.stats.peak_allocated,
+          r.stats.cuda_mallocs, r.stats.cuda_frees, r.stats.alloc_retries,
+          Insert::Event(r.oom ? r.oom->event : model::kNoEvent),
+          Insert::MaybeInt{r.oom ? static_cast<int64_t>(r.oom->requested) : 0, r.oom.has_value()},
+          opt(c.allocs), opt(c.allocs_at_recorded_address), opt(c.recorded_segment_allocs),
+          opt(c.segment_allocs_matched), opt(c.recorded_segment_frees),
+          opt(c.segment_frees_matched), opt(c.compared_points), opt(c.reserved_equal_points),
+          opt(c.final_segments_recorded), opt(c.final_segments_matched),
+          opt(c.final_blocks_recorded), opt(c.final_blocks_matched), opt(c.divergence_count)));
+      for (const size_t k : ReduceSimulatedCurve(r, kTimelinePoints)) {
+        RETURN_IF_ERROR(point.Row(id, r.begin_event + static_cast<int64_t>(k), r.allocated[k],
+                                  r.reserved[k], r.requested[k]));
+      }
+      int64_t seq = 0;
+      for (const allocator::SimulatedSegmentEvent& e : r.segment_events) {
+        RETURN_IF_ERROR(seg.Row(id, seq++, e.event, allocator::SegmentActionName(e.what.action),
+                                allocator::PoolKindName(e.what.pool), e.what.addr, e.what.size,
+                                e.what.stream));
+      }
+      for (const allocator::SegmentView& s : r.final_state) {
+        for (const allocator::BlockView& b : s.blocks) {
+          RETURN_IF_ERROR(block.Row(id, s.addr, allocator::PoolKindName(s.pool), s.expandable,
+                                    s.stream, b.addr, b.size, b.requested,
+                                    BlockStateText(b.state)));
+        }
+      }
+      seq = 0;
+      for (const std::string& n : r.notes) RETURN_IF_ERROR(note.Row(id, seq++, "note", n));
+      for (const std::string& d : c.divergences) {
+        RETURN_IF_ERROR(note.Row(id, seq++, "divergence", d));
+      }
+      ++id;
+    }
+  }
+  *rows += run_row.rows() + point.rows() + seg.rows() + block.rows() + note.rows();
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status WriteSqliteReport(const std::string& path, const ReportInput& input,
@@ -510,6 +649,7 @@ Status WriteSqliteReport(const std::string& path, const ReportInput& input,
   uint64_t rows = 0;
   RETURN_IF_ERROR(WriteSkylineTables(db, input, &rows));
   RETURN_IF_ERROR(WriteVramscopeTables(db, input, &rows));
+  RETURN_IF_ERROR(WriteSimulationTables(db, input, &rows));
   RETURN_IF_ERROR(db.Exec("COMMIT"));
   if (info != nullptr) {
     info->rows = rows;

@@ -79,13 +79,22 @@ class ExampleReport : public ::testing::Test {
              ("vramscope_report_test_" + std::to_string(getpid()) + ".sqlite"))
                 .string();
     std::filesystem::remove(path_);
+    // The replay against the recording and one what-if run under a capacity too small for the
+    // example's peak, so every vramscope_sim_* table has rows.
+    analysis::SimulationRequest request;
+    request.what_if.emplace_back("");
+    request.capacity = 64ull << 20;
+    auto sims = analysis::Simulate(*trace_, *analysis_->sites, request);
+    ASSERT_TRUE(sims.ok()) << sims.status().message();
+    sims_ = std::make_unique<analysis::Simulations>(std::move(sims).value());
     const ReportInput input{*trace_,
                             analysis_->timelines,
                             analysis_->attribution,
                             analysis_->summary,
                             analysis_->entries,
                             *analysis_->sites,
-                            *root_};
+                            *root_,
+                            sims_.get()};
     const Status status = WriteSqliteReport(path_, input, &info_);
     ASSERT_TRUE(status.ok()) << status.message();
   }
@@ -94,6 +103,7 @@ class ExampleReport : public ::testing::Test {
   std::unique_ptr<model::Trace> trace_;
   std::unique_ptr<analysis::ProjectRoot> root_;
   std::unique_ptr<analysis::Analysis> analysis_;
+  std::unique_ptr<analysis::Simulations> sims_;
   std::string path_;
   SqliteReportInfo info_;
 };
@@ -115,7 +125,31 @@ TEST_F(ExampleReport, SkylineSchemaIsVerbatim) {
                          name == "stack_frames" || name == "misc_sizes";
     EXPECT_TRUE(skyline || name.rfind("vramscope_", 0) == 0) << name;
   }
-  EXPECT_EQ(info_.vramscope_tables, 16);
+  EXPECT_EQ(info_.vramscope_tables, 21);
+}
+
+TEST_F(ExampleReport, SimulationTablesHoldTheReplayAndTheWhatIf) {
+  Database db(path_);
+  // The example follows the allocator's rules: the replay reproduces every address.
+  EXPECT_EQ(
+      db.Query("SELECT kind, allocs_compared, allocs_at_recorded_address, "
+               "segment_allocs_recorded, segment_allocs_matched, final_blocks_recorded, "
+               "final_blocks_matched, divergences FROM vramscope_sim_runs WHERE id = 0"),
+      (std::vector<std::vector<std::string>>{{"replay", "71", "71", "14", "14", "25", "25", "0"}}));
+  // 64 MiB cannot hold the example's 177 MiB peak: the what-if run stops at an OOM.
+  EXPECT_EQ(db.One("SELECT kind || ' ' || capacity_bytes || ' ' || (oom_event IS NOT NULL) "
+                   "FROM vramscope_sim_runs WHERE id = 1"),
+            "what-if 67108864 1");
+  EXPECT_EQ(db.One("SELECT max(reserved_bytes) FROM vramscope_sim_timeline WHERE run = 0"),
+            "195035136");
+  EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_sim_segment_events WHERE run = 0 AND "
+                   "action = 'segment_alloc'"),
+            "14");
+  // The final layout of the replay is the snapshot's: same blocks, same states.
+  EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_sim_final_blocks f JOIN vramscope_blocks b "
+                   "ON b.address = f.address AND b.size = f.size_bytes AND b.state = f.state WHERE "
+                   "f.run = 0"),
+            "25");
 }
 
 TEST_F(ExampleReport, SkylineSchemaMatchesTheSpecText) {

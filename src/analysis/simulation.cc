@@ -1,0 +1,146 @@
+#include "analysis/simulation.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "analysis/timeline.h"
+
+namespace vramscope::analysis {
+namespace {
+
+std::vector<int32_t> DevicesWithEvents(const model::Trace& trace) {
+  std::vector<int32_t> out;
+  for (const int32_t d : trace.devices) {
+    const auto [begin, end] = trace.EventRange(d);
+    for (size_t i = begin; i < end; ++i) {
+      const model::Action a = trace.events.action[i];
+      if (a == model::Action::kAlloc || a == model::Action::kFreeRequested ||
+          a == model::Action::kFreeCompleted) {
+        out.push_back(d);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// Who held memory right before the failed request: live allocations by site, largest first.
+std::vector<SiteBytes> LiveBySite(const model::Trace& trace, SiteNamer& sites, int32_t device,
+                                  int64_t event, size_t top, uint64_t* total) {
+  std::unordered_map<uint32_t, SiteBytes> by_site;
+  *total = 0;
+  for (const size_t a : LiveAfter(trace, device, event - 1)) {
+    const model::Allocation& al = trace.allocations[a];
+    const uint32_t site = sites.Site(al.alloc_stack);
+    SiteBytes& s = by_site[site];
+    s.bytes += al.size;
+    s.allocations += 1;
+    *total += al.size;
+  }
+  std::vector<std::pair<uint32_t, SiteBytes>> sorted(by_site.begin(), by_site.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) {
+    return x.second.bytes != y.second.bytes ? x.second.bytes > y.second.bytes : x.first < y.first;
+  });
+  std::vector<SiteBytes> out;
+  for (auto& [site, s] : sorted) {
+    if (out.size() >= top) break;
+    s.site = site == SiteNamer::kNoSite ? std::string("(no stack recorded)") : sites.Label(site);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
+                             const SimulationRequest& request) {
+  Simulations out;
+  if (!trace.facts.has_trace) {
+    return InvalidInput(
+        "the snapshot holds no alloc/free trace, so there is nothing to replay; record one with "
+        "torch.cuda.memory._record_memory_history() before the step you want to see");
+  }
+  // Settings, checked before any work.
+  allocator::AllocatorSettings recorded;
+  std::string source;
+  if (request.recorded_conf) {
+    ASSIGN_OR_RETURN(recorded, allocator::ParseAllocConf(*request.recorded_conf));
+    source = "--recorded-conf";
+  } else if (!trace.allocator_settings.empty()) {
+    ASSIGN_OR_RETURN(recorded, allocator::SettingsFromSnapshot(trace.allocator_settings));
+    source = "the snapshot's allocator_settings";
+  } else {
+    source =
+        "torch's defaults (the snapshot does not record its allocator settings, as before "
+        "torch 2.3; pass --recorded-conf if the run set PYTORCH_CUDA_ALLOC_CONF)";
+  }
+  std::vector<allocator::AllocatorSettings> what_if;
+  for (const auto& conf : request.what_if) {
+    allocator::AllocatorSettings s = recorded;
+    if (conf) {
+      ASSIGN_OR_RETURN(s, allocator::ParseAllocConf(*conf));
+    }
+    s.capacity = request.capacity;
+    s.memory_fraction = request.memory_fraction;
+    what_if.push_back(s);
+  }
+
+  std::vector<int32_t> devices = DevicesWithEvents(trace);
+  if (request.device) {
+    if (std::find(devices.begin(), devices.end(), *request.device) == devices.end()) {
+      std::vector<std::string> names;
+      for (const int32_t d : devices) names.push_back(std::to_string(d));
+      return UsageError(fmt::format(
+          "--device {}: no alloc/free events were recorded on it; devices with events: {}",
+          *request.device,
+          names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "))));
+    }
+    devices = {*request.device};
+  }
+  if (devices.empty()) {
+    return InvalidInput(
+        "the trace holds no alloc or free events on any device, so there is nothing to replay");
+  }
+
+  for (const int32_t d : devices) {
+    DeviceSimulation dev;
+    dev.device = d;
+    dev.recorded_settings = recorded;
+    dev.settings_source = source;
+    const std::vector<uint64_t> recorded_reserved = allocator::RecordedReserved(trace, d);
+    const size_t begin = trace.EventRange(d).first;
+    for (size_t k = 0; k < recorded_reserved.size(); ++k) {
+      if (recorded_reserved[k] > dev.recorded_peak_reserved || dev.recorded_peak_event < 0) {
+        dev.recorded_peak_reserved = recorded_reserved[k];
+        dev.recorded_peak_event = static_cast<int64_t>(begin + k);
+      }
+    }
+    {
+      allocator::ReplayOptions options;
+      options.settings = recorded;
+      options.follow_recording = true;
+      options.record_curves = request.record_curves;
+      ASSIGN_OR_RETURN(allocator::ReplayResult r, allocator::Replay(trace, d, options));
+      dev.runs.push_back({"replay", recorded.ToAllocConf(), std::move(r), {}, 0});
+    }
+    for (const allocator::AllocatorSettings& s : what_if) {
+      allocator::ReplayOptions options;
+      options.settings = s;
+      options.follow_recording = false;
+      options.record_curves = request.record_curves;
+      ASSIGN_OR_RETURN(allocator::ReplayResult r, allocator::Replay(trace, d, options));
+      SimulationRun run{"what-if", s.ToAllocConf(), std::move(r), {}, 0};
+      if (run.result.oom) {
+        run.live_at_oom = LiveBySite(trace, sites, d, run.result.oom->event, request.top_sites,
+                                     &run.live_at_oom_total);
+      }
+      dev.runs.push_back(std::move(run));
+    }
+    out.devices.push_back(std::move(dev));
+  }
+  return out;
+}
+
+}  // namespace vramscope::analysis

@@ -1,0 +1,166 @@
+#include "cli/simulate_command.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "analysis/analyze.h"
+#include "analysis/simulation.h"
+#include "cli/built_in_example.h"
+#include "cli/exit_codes.h"
+#include "cli/load_input.h"
+#include "common/atomic_output.h"
+#include "common/units.h"
+#include "report/simulation_summary.h"
+#include "report/sqlite_report.h"
+
+namespace vramscope::cli {
+namespace {
+
+Result<analysis::SimulationRequest> BuildRequest(const SimulateOptions& o) {
+  analysis::SimulationRequest request;
+  request.device = o.device;
+  request.top_sites = static_cast<size_t>(o.top);
+  request.recorded_conf = o.recorded_conf;
+  if (!o.capacity.empty()) {
+    const int64_t bytes = ParseBytes(o.capacity);
+    if (bytes <= 0) {
+      return UsageError(fmt::format(
+          "--capacity {}: expected a positive size such as 24GiB, 80GB or 17179869184 (bytes)",
+          o.capacity));
+    }
+    request.capacity = static_cast<uint64_t>(bytes);
+  }
+  if (o.memory_fraction) {
+    const double f = *o.memory_fraction;
+    if (!(f > 0 && f <= 1) || !std::isfinite(f)) {
+      return UsageError(
+          fmt::format("--memory-fraction {}: must be more than 0 and at most 1, as for "
+                      "torch.cuda.set_per_process_memory_fraction",
+                      f));
+    }
+    if (o.capacity.empty()) {
+      return UsageError(
+          "--memory-fraction needs --capacity: the fraction is of the device's memory, which "
+          "the snapshot does not record");
+    }
+    request.memory_fraction = f;
+  }
+  if (o.alloc_conf && !o.compare.empty()) {
+    return UsageError("--alloc-conf and --compare both choose what-if settings; give one of them");
+  }
+  if (o.alloc_conf) {
+    request.what_if.emplace_back(*o.alloc_conf);
+  } else if (!o.compare.empty()) {
+    for (const std::string& c : o.compare) request.what_if.emplace_back(c);
+  } else if (!o.capacity.empty()) {
+    request.what_if.emplace_back(std::nullopt);  // the recorded settings on that device
+  }
+  return request;
+}
+
+Status Run(const SimulateOptions& o) {
+  if (o.top < 0) return UsageError("--top must be 0 or more");
+  ASSIGN_OR_RETURN(const analysis::SimulationRequest request, BuildRequest(o));
+  ASSIGN_OR_RETURN(const std::string project_root, ResolveProjectRoot(o.project_root));
+  std::optional<AtomicOutput> output;
+  if (!o.output.empty()) {
+    ASSIGN_OR_RETURN(AtomicOutput prepared, AtomicOutput::Prepare(o.output, o.force));
+    output.emplace(std::move(prepared));
+  }
+  ASSIGN_OR_RETURN(model::Trace trace, LoadInput(o.input, o.quiet));
+  const analysis::ProjectRoot root(project_root);
+  analysis::Analysis analysis = analysis::Analyze(trace, root);
+  ASSIGN_OR_RETURN(const analysis::Simulations sims,
+                   analysis::Simulate(trace, *analysis.sites, request));
+  report::SqliteReportInfo info;
+  if (output) {
+    const report::ReportInput input{trace,
+                                    analysis.timelines,
+                                    analysis.attribution,
+                                    analysis.summary,
+                                    analysis.entries,
+                                    *analysis.sites,
+                                    root,
+                                    &sims};
+    RETURN_IF_ERROR(report::WriteSqliteReport(output->temp_path(), input, &info));
+    RETURN_IF_ERROR(output->Commit());
+  }
+  if (o.json) {
+    nlohmann::json json = report::RenderSimulationJson(trace, sims);
+    json["report"] = output ? nlohmann::json{{"path", output->target()}, {"rows", info.rows}}
+                            : nlohmann::json(nullptr);
+    fmt::print("{}\n", json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else if (!o.quiet) {
+    fmt::print("{}", report::RenderSimulationText(trace, sims));
+    if (output) {
+      fmt::print("\nreport written to {} (with the simulation in the vramscope_sim_* tables)\n",
+                 output->target());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterSimulateCommand(CLI::App& app, SimulateOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "simulate",
+      "Replay a snapshot's alloc/free trace through vramscope's model of PyTorch's caching "
+      "allocator: compare every decision with what the recorded allocator did (allocation "
+      "addresses, segment allocations and releases, the reserved curve, the final state), and "
+      "answer what-if questions: would it fit in --capacity, where would it run out, and what "
+      "other allocator settings (--alloc-conf, --compare) do to reserved memory and "
+      "fragmentation. With no INPUT, uses the built-in example.");
+  cmd->add_option("input", o.input,
+                  "snapshot pickle with a trace (torch.cuda.memory._record_memory_history); omit "
+                  "it to use the built-in example");
+  cmd->add_option("--capacity", o.capacity,
+                  "device memory PyTorch's allocator can get, e.g. 24GiB (a card's memory minus "
+                  "the CUDA context, typically 0.3-0.5 GiB, and anything outside PyTorch); "
+                  "cudaMalloc fails beyond it. Default: unlimited");
+  cmd->add_option("--memory-fraction", o.memory_fraction,
+                  "torch.cuda.set_per_process_memory_fraction: the allocator may reserve at most "
+                  "this fraction of --capacity (also enables garbage_collection_threshold)");
+  cmd->add_option("--alloc-conf", o.alloc_conf,
+                  "a what-if run with these settings, in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "
+                  "expandable_segments:True,max_split_size_mb:256 (the whole configuration: what "
+                  "it leaves out takes torch's default)");
+  cmd->add_option("--compare", o.compare,
+                  "what-if runs side by side, one PYTORCH_CUDA_ALLOC_CONF each (\"\" for torch's "
+                  "defaults), e.g. --compare \"\" \"expandable_segments:True\"")
+      ->expected(1, 16);
+  cmd->add_option("--recorded-conf", o.recorded_conf,
+                  "the PYTORCH_CUDA_ALLOC_CONF the recorded run used; needed only for snapshots "
+                  "from before torch 2.3, which do not record their allocator settings");
+  cmd->add_option("-o,--output", o.output,
+                  "also write the report database, with the simulated curves, segment events "
+                  "and final layout in vramscope_sim_* tables");
+  cmd->add_flag("--force", o.force, "overwrite the output if it exists");
+  cmd->add_flag("--json", o.json, "print the results as JSON on stdout instead of text");
+  cmd->add_flag("-q,--quiet", o.quiet, "print nothing but errors (and JSON with --json)");
+  cmd->add_option("--project-root", o.project_root,
+                  "stack frames under this folder name the allocation sites (default: the "
+                  "current directory)");
+  cmd->add_option("--device", o.device, "simulate only this CUDA device ordinal");
+  cmd->add_option("--top", o.top,
+                  "allocation sites to list at an out-of-memory point (default: 10)")
+      ->check(CLI::Range(0, 1000000));
+}
+
+int RunSimulateCommand(const SimulateOptions& options) {
+  try {
+    const Status status = Run(options);
+    if (!status.ok()) return ReportError(status);
+  } catch (const std::bad_alloc&) {
+    return ReportError(InvalidInput(fmt::format(
+        "{}: ran out of memory; the input may be corrupt, or larger than this machine can hold",
+        options.input.empty() ? kBuiltInExampleName : options.input)));
+  } catch (const std::exception& e) {
+    return ReportError(InternalError(fmt::format("unexpected failure: {}", e.what())));
+  }
+  return kExitOk;
+}
+
+}  // namespace vramscope::cli

@@ -1,0 +1,32 @@
+// `vramscope simulate [INPUT]`: replays a snapshot's trace through the allocator model, compares
+// it with what really happened, and answers what-if questions (--capacity, --alloc-conf,
+// --compare).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace vramscope::cli {
+
+struct SimulateOptions {
+  std::string input;   // empty: the built-in example
+  std::string output;  // empty: no database
+  bool force = false;
+  bool json = false;
+  bool quiet = false;
+  std::string project_root;
+  std::optional<int32_t> device;
+  int top = 10;
+  std::string capacity;  // "24GiB"
+  std::optional<double> memory_fraction;
+  std::optional<std::string> alloc_conf;
+  std::optional<std::string> recorded_conf;
+  std::vector<std::string> compare;
+};
+
+void RegisterSimulateCommand(CLI::App& app, SimulateOptions& options);
+int RunSimulateCommand(const SimulateOptions& options);
+
+}  // namespace vramscope::cli
