@@ -95,20 +95,21 @@ Status ParseDivisions(std::string_view value, std::array<uint32_t, kRoundupBucke
       if (first) std::fill(out->begin(), out->begin() + static_cast<ptrdiff_t>(index), d);
       (*out)[index] = static_cast<uint32_t>(d);
       last_index = index;
+      first = false;  // only a listed size ends the first-entry fill; ">" does not
     }
-    first = false;
   }
   return Status::Ok();
 }
 
 Status ParseBool(std::string_view key, std::string_view value, bool* out) {
   const std::string_view v = Trim(value);
-  if (v == "True" || v == "true" || v == "1") {
+  // torch compares with "True" and "False" exactly (case-sensitive, no other spellings).
+  if (v == "True") {
     *out = true;
-  } else if (v == "False" || v == "false" || v == "0") {
+  } else if (v == "False") {
     *out = false;
   } else {
-    return Bad(key, value, "expected True or False");
+    return Bad(key, value, "expected True or False (exactly, capitalised)");
   }
   return Status::Ok();
 }

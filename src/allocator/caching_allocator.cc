@@ -262,7 +262,8 @@ BlockId CachingAllocator::AllocBlock(PoolKind pool, uint64_t stream, uint64_t si
     return kNoBlock;
   }
   if (settings_.expandable_segments) return TryAllocateExpandable(pool, stream, size);
-  if (alloc_size > settings_.capacity || stats_.reserved > settings_.capacity - alloc_size) {
+  const uint64_t capacity = DeviceLimit();
+  if (alloc_size > capacity || stats_.reserved > capacity - alloc_size) {
     return kNoBlock;  // cudaMalloc fails: the device is full
   }
   const uint64_t addr = addresses_->NewSegment(alloc_size, stream, pool);
@@ -283,9 +284,14 @@ BlockId CachingAllocator::AllocBlock(PoolKind pool, uint64_t stream, uint64_t si
 }
 
 MallocResult CachingAllocator::Malloc(uint64_t requested, uint64_t stream) {
+  MallocResult result;
+  if (requested >= kMaxRequest) {
+    ++stats_.ooms;
+    Emit(SegmentAction::kOom, PoolKind::kLarge, 0, requested, stream);
+    return result;
+  }
   const uint64_t size = RoundSize(requested, settings_);
   const PoolKind pool = PoolFor(size);
-  MallocResult result;
   BlockId b = GetFreeBlock(pool, stream, size);
   if (b == kNoBlock) {
     if (settings_.GarbageCollectionActive()) GarbageCollect();
@@ -510,8 +516,9 @@ uint64_t CachingAllocator::ExpandableRangeSize(PoolKind pool) const {
   // One virtual range per (stream, pool) of 9/8 of the device's memory, in whole pages.
   uint64_t total = settings_.total_memory;
   if (total == 0) total = settings_.capacity != kUnlimited ? settings_.capacity : uint64_t{1} << 40;
+  // ExpandableSegment: max_handles = ceil((total + total / 8) / page).
   const uint64_t page = PageSize(pool);
-  return (total + page - 1) / page * 9 / 8 * page;
+  return (total + total / 8 + page - 1) / page * page;
 }
 
 BlockId CachingAllocator::FindExpandableBlock(PoolKind pool_kind, uint64_t stream, uint64_t size) {
@@ -557,7 +564,8 @@ BlockId CachingAllocator::MapBlock(BlockId b, uint64_t size) {
   const PoolKind pool = blocks_[b].pool;
   const uint64_t page = PageSize(pool);
   const uint64_t mapped = std::min((size + page - 1) / page * page, blocks_[b].size);
-  if (mapped > settings_.capacity || stats_.reserved > settings_.capacity - mapped) {
+  const uint64_t capacity = DeviceLimit();
+  if (mapped > capacity || stats_.reserved > capacity - mapped) {
     return kNoBlock;  // no physical memory for the pages
   }
   EraseFree(b);
@@ -654,7 +662,14 @@ void CachingAllocator::UnmapBlock(BlockId b) {
 
 // --- state from outside ------------------------------------------------------------------------
 
-void CachingAllocator::AddSegment(uint64_t addr, uint64_t size, uint64_t stream, PoolKind pool) {
+bool CachingAllocator::AddSegment(uint64_t addr, uint64_t size, uint64_t stream, PoolKind pool) {
+  if (size == 0 || size % kMinBlockSize != 0 || addr > kUnlimited - size) return false;
+  auto next = segment_by_addr_.lower_bound(addr);
+  if (next != segment_by_addr_.end() && next->first < addr + size) return false;
+  if (next != segment_by_addr_.begin()) {
+    const Segment& prev = segments_[std::prev(next)->second];
+    if (prev.addr + prev.size > addr) return false;
+  }
   const BlockId b = NewBlock();
   Block& k = blocks_[b];
   k.addr = addr;
@@ -667,6 +682,7 @@ void CachingAllocator::AddSegment(uint64_t addr, uint64_t size, uint64_t stream,
   AddReserved(size);
   ++stats_.segments;
   InsertFree(b);
+  return true;
 }
 
 int32_t CachingAllocator::FindSegment(uint64_t addr) const {
@@ -684,7 +700,7 @@ BlockId CachingAllocator::AllocateAt(uint64_t addr, uint64_t size, uint64_t requ
   BlockId b = segments_[seg].head;
   while (b != kNoBlock && blocks_[b].addr + blocks_[b].size <= addr) b = blocks_[b].next;
   if (b == kNoBlock || blocks_[b].state != BlockView::State::kFree) return kNoBlock;
-  if (blocks_[b].stream != stream || addr + size > blocks_[b].addr + blocks_[b].size) {
+  if (blocks_[b].stream != stream || size > blocks_[b].addr + blocks_[b].size - addr) {
     return kNoBlock;
   }
   EraseFree(b);
@@ -800,7 +816,9 @@ std::vector<std::string> CachingAllocator::CheckInvariants() const {
       if (k.state == BlockView::State::kAllocated || k.state == BlockView::State::kPendingFree) {
         active += k.size;
       }
-      if (k.pool == PoolKind::kLarge && !k.expandable && k.size <= kSmallSize) {
+      // With expandable_segments on, every large block splits at 512 B, cudaMalloc'ed ones too.
+      if (k.pool == PoolKind::kLarge && !k.expandable && k.size <= kSmallSize &&
+          !settings_.expandable_segments) {
         problems.push_back(fmt::format("block {:#x}: a large-pool block of 1 MiB or less", k.addr));
       }
       at += k.size;

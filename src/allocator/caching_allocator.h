@@ -18,6 +18,7 @@
 
 #include <absl/container/btree_set.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -81,7 +82,7 @@ struct AllocatorStats {
   uint64_t reserved = 0;   // Σ segment sizes, or mapped bytes of expandable segments
   uint64_t peak_allocated = 0;
   uint64_t peak_reserved = 0;
-  uint64_t segments = 0;  // live segments (expandable: ranges with mapped memory count once)
+  uint64_t segments = 0;  // live segments, expandable ranges not counted
   uint64_t cuda_mallocs = 0;
   uint64_t cuda_frees = 0;
   uint64_t alloc_retries = 0;  // cudaMalloc failed and cached segments were released
@@ -121,7 +122,9 @@ class CachingAllocator {
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
   // torch's malloc(size, stream). On failure every unsplit cached segment has been released, an
-  // kOom event is emitted and the result is not ok().
+  // kOom event is emitted and the result is not ok(). Requests of kMaxRequest or more fail at
+  // once, as torch refuses them ("more than 1EB").
+  static constexpr uint64_t kMaxRequest = uint64_t{1} << 60;
   MallocResult Malloc(uint64_t requested, uint64_t stream);
   // The tensor was released. The block stays active until FreeCompleted when the caller knows
   // it waits for events on other streams (record_stream); Free does both at once.
@@ -144,8 +147,9 @@ class CachingAllocator {
   void EmptyCache();
 
   // --- state built from outside (traces that start mid-run, or a resynchronisation) ---------
-  // A segment that exists already; all free.
-  void AddSegment(uint64_t addr, uint64_t size, uint64_t stream, PoolKind pool);
+  // A segment that exists already; all free. False (nothing added) when it is empty, not a
+  // multiple of 512 B, wraps around the address space or overlaps a live segment.
+  bool AddSegment(uint64_t addr, uint64_t size, uint64_t stream, PoolKind pool);
   // Marks [addr, addr+size) allocated; it must lie inside one free block of `stream`. With
   // `split_by_rule`, the space after it stays part of the block when the allocator's split rule
   // would not have split it off (as a real malloc placed there would have done). Returns
@@ -253,6 +257,9 @@ class CachingAllocator {
   BlockId TryAllocateExpandable(PoolKind pool, uint64_t stream, uint64_t size);
   BlockId MapBlock(BlockId b, uint64_t size);
   void UnmapBlock(BlockId b);
+  // The device's memory; "unlimited" still stops at 64 PiB, so that sums of sizes and synthetic
+  // addresses never wrap around, whatever a corrupt trace asks for.
+  uint64_t DeviceLimit() const { return std::min(settings_.capacity, uint64_t{1} << 56); }
   uint64_t PageSize(PoolKind pool) const {
     return pool == PoolKind::kSmall ? kSmallBuffer : kLargeBuffer;
   }

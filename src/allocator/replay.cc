@@ -140,13 +140,20 @@ class ReplayAddresses : public SegmentAddressSource {
 };
 
 uint64_t SyntheticBase(const model::Trace& trace) {
+  // Saturating: a corrupt trace may hold addresses near the top of the 64-bit space.
+  auto end_of = [](uint64_t addr, uint64_t size) {
+    return addr > kUnlimited - size ? kUnlimited : addr + size;
+  };
   uint64_t top = 0;
-  for (const model::Segment& s : trace.segments) top = std::max(top, s.address + s.total_size);
+  for (const model::Segment& s : trace.segments)
+    top = std::max(top, end_of(s.address, s.total_size));
   const model::Events& ev = trace.events;
   for (size_t i = 0; i < ev.count(); ++i) {
-    if (ev.action[i] != Action::kOom) top = std::max(top, ev.addr[i] + ev.size[i]);
+    if (ev.action[i] != Action::kOom) top = std::max(top, end_of(ev.addr[i], ev.size[i]));
   }
   constexpr uint64_t kGiB = uint64_t{1} << 30;
+  // Real device addresses are below 2^49; past that the synthetic range simply starts at 2^62.
+  if (top > (uint64_t{1} << 61)) return uint64_t{1} << 62;
   return (top / kGiB + 16) * kGiB;
 }
 
@@ -215,7 +222,16 @@ class Replayer {
           "trace; the replay starts without them",
           skipped_expandable));
     }
-    for (const auto& [addr, s] : segs) model_.AddSegment(s.addr, s.size, s.stream, s.pool);
+    uint64_t refused = 0;
+    for (const auto& [addr, s] : segs) {
+      if (!model_.AddSegment(s.addr, s.size, s.stream, s.pool)) ++refused;
+    }
+    if (refused > 0) {
+      result_.notes.push_back(fmt::format(
+          "{} segment(s) the recording implies at the start overlap others or have an impossible "
+          "size; they are left out",
+          refused));
+    }
     block_of_.assign(trace_.allocations.size(), kNoBlock);
     uint64_t unplaced = 0;
     for (const InitialBlock& b : InitialBlocks(trace_, result_.device, segs, options_.settings)) {
@@ -401,7 +417,10 @@ class Replayer {
           fmt::format("event {}: the recording allocated a {}-byte segment at {:#x} that the "
                       "model did not need",
                       r.event, r.size, r.addr));
-      model_.AddSegment(r.addr, r.size, r.stream, PoolOfSegment(r.size));
+      if (!model_.AddSegment(r.addr, r.size, r.stream, PoolOfSegment(r.size))) {
+        Diverge(fmt::format("event {}: the recorded segment at {:#x} overlaps one the model holds",
+                            r.event, r.addr));
+      }
     }
     (void)i;
   }
@@ -538,6 +557,7 @@ class Replayer {
   void Finish() {
     result_.stats = model_.stats();
     result_.final_state = model_.Segments();
+    if (options_.check_invariants) result_.invariant_violations = model_.CheckInvariants();
     if (!options_.follow_recording) return;
     // Compare with the snapshot's segments of this device.
     std::unordered_map<uint64_t, const SegmentView*> mine;

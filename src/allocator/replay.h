@@ -31,8 +31,9 @@ namespace vramscope::allocator {
 struct ReplayOptions {
   AllocatorSettings settings;
   bool follow_recording = true;
-  bool record_curves = true;  // per-event allocated / reserved / requested
-  bool stop_at_oom = true;    // the run would have died there
+  bool record_curves = true;      // per-event allocated / reserved / requested
+  bool stop_at_oom = true;        // the run would have died there
+  bool check_invariants = false;  // tests and fuzzing: check the model's state at the end
 };
 
 // A segment action of the model, at the trace event whose request caused it.
@@ -109,8 +110,9 @@ struct ReplayResult {
   uint64_t empty_cache_calls = 0;  // recorded empty_cache points applied (what-if)
   std::optional<OomPoint> oom;
   std::vector<SegmentView> final_state;
-  ReplayComparison comparison;     // compare mode only
-  std::vector<std::string> notes;  // what could not be modelled, and why
+  ReplayComparison comparison;                    // compare mode only
+  std::vector<std::string> notes;                 // what could not be modelled, and why
+  std::vector<std::string> invariant_violations;  // with check_invariants; empty when sound
 
   // (reserved - allocated) / reserved at the peak of reserved memory.
   double FragmentationAtPeak() const;
