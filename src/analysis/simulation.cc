@@ -67,14 +67,14 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
   std::string source;
   if (request.recorded_conf) {
     ASSIGN_OR_RETURN(recorded, allocator::ParseAllocConf(*request.recorded_conf));
-    source = "--recorded-conf";
+    source = "given with --recorded-conf";
   } else if (!trace.allocator_settings.empty()) {
     ASSIGN_OR_RETURN(recorded, allocator::SettingsFromSnapshot(trace.allocator_settings));
-    source = "the snapshot's allocator_settings";
+    source = "as recorded in the snapshot";
   } else {
     source =
-        "torch's defaults (the snapshot does not record its allocator settings, as before "
-        "torch 2.3; pass --recorded-conf if the run set PYTORCH_CUDA_ALLOC_CONF)";
+        "not recorded in the snapshot (torch before 2.3), so torch's defaults are assumed; pass "
+        "--recorded-conf if the run set PYTORCH_CUDA_ALLOC_CONF";
   }
   std::vector<allocator::AllocatorSettings> what_if;
   for (const auto& conf : request.what_if) {

@@ -279,7 +279,7 @@ std::string RenderSimulationText(const model::Trace& trace, const analysis::Simu
                                                                 : trace.source.path);
   for (const auto& dev : sims.devices) {
     const auto [begin, end] = trace.EventRange(dev.device);
-    out += fmt::format("\ncuda:{}  {} trace events; recorded allocator settings: {} ({})\n",
+    out += fmt::format("\ncuda:{}  {} trace events; allocator settings: {}, {}\n",
                        dev.device, Count(end - begin),
                        ConfLabel(dev.recorded_settings.ToAllocConf()), dev.settings_source);
     RenderReplay(out, trace, dev, dev.runs.front());
