@@ -199,6 +199,7 @@ class Replayer {
     }
     recorded_reserved_ = model_.stats().reserved;
     peak_reserved_ = model_.stats().reserved;
+    peak_allocated_ = model_.stats().allocated;
     result_.peak_reserved_event = static_cast<int64_t>(begin);
     result_.allocated_at_peak_reserved = model_.stats().allocated;
     size_t i = begin;
@@ -340,6 +341,9 @@ class Replayer {
         ++result_.comparison.model_segment_allocs;
         model_new_segment = e.addr;
         model_new_segment_size = e.size;
+      } else if (e.action == SegmentAction::kMap) {
+        model_new_segment = e.addr;  // new memory too, though not a segment of its own
+        model_new_segment_size = e.size;
       }
     }
     if (!m.ok()) {
@@ -385,15 +389,15 @@ class Replayer {
     } else {
       why = "a different cached block was chosen";
     }
-    Diverge(fmt::format("event {}: alloc of {} bytes: model at {:#x}, recording at {:#x} ({})", i,
-                        requested, m.addr, ev_.addr[i], why));
     ++result_.comparison.resyncs;
     model_.Discard(m.block);
-    if (model_new_segment != 0 && addresses_.IsSynthetic(model_new_segment)) {
-      model_.ReleaseSegmentAt(model_new_segment);
+    if (model_new_segment != 0 && addresses_.IsSynthetic(model_new_segment) &&
+        model_.ReleaseSegmentAt(model_new_segment)) {
       --result_.comparison.model_segment_allocs;
     }
-    AdoptLeftoverSegments(i);
+    AdoptLeftoverSegments(i);  // their lines come first: their events come first
+    Diverge(fmt::format("event {}: alloc of {} bytes: model at {:#x}, recording at {:#x} ({})", i,
+                        requested, m.addr, ev_.addr[i], why));
     const BlockId forced = model_.AllocateAt(ev_.addr[i], RoundSize(requested, options_.settings),
                                              requested, stream, /*split_by_rule=*/true);
     if (forced == kNoBlock) {
@@ -541,6 +545,7 @@ class Replayer {
       result_.peak_reserved_event = static_cast<int64_t>(i);
       result_.allocated_at_peak_reserved = s.allocated;
     }
+    peak_allocated_ = std::max(peak_allocated_, s.allocated);
     if (options_.follow_recording) {
       const Action a = ev_.action[i];
       if (a == Action::kAlloc || a == Action::kFreeRequested || a == Action::kFreeCompleted) {
@@ -556,6 +561,10 @@ class Replayer {
 
   void Finish() {
     result_.stats = model_.stats();
+    // Peaks as sampled after each event: a decision undone to follow the recording (a segment
+    // the model allocated and gave back at once) is not part of the curve.
+    result_.stats.peak_reserved = peak_reserved_;
+    result_.stats.peak_allocated = peak_allocated_;
     result_.final_state = model_.Segments();
     if (options_.check_invariants) result_.invariant_violations = model_.CheckInvariants();
     if (!options_.follow_recording) return;
@@ -599,6 +608,7 @@ class Replayer {
   std::vector<BlockId> block_of_;  // per allocation: its block in the model
   uint64_t recorded_reserved_ = 0;
   uint64_t peak_reserved_ = 0;
+  uint64_t peak_allocated_ = 0;
 };
 
 }  // namespace

@@ -16,8 +16,7 @@ std::vector<int32_t> DevicesWithEvents(const model::Trace& trace) {
     const auto [begin, end] = trace.EventRange(d);
     for (size_t i = begin; i < end; ++i) {
       const model::Action a = trace.events.action[i];
-      if (a == model::Action::kAlloc || a == model::Action::kFreeRequested ||
-          a == model::Action::kFreeCompleted) {
+      if (a == model::Action::kAlloc) {  // frees alone (a trace cut short) replay nothing
         out.push_back(d);
         break;
       }
@@ -58,9 +57,10 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
                              const SimulationRequest& request) {
   Simulations out;
   if (!trace.facts.has_trace) {
-    return InvalidInput(
-        "the snapshot holds no alloc/free trace, so there is nothing to replay; record one with "
-        "torch.cuda.memory._record_memory_history() before the step you want to see");
+    return InvalidInput(fmt::format(
+        "{}: the snapshot holds no alloc/free trace, so there is nothing to replay; record one "
+        "with torch.cuda.memory._record_memory_history() before the step you want to see",
+        trace.source.path));
   }
   // Settings, checked before any work.
   allocator::AllocatorSettings recorded;
@@ -93,15 +93,17 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
       std::vector<std::string> names;
       for (const int32_t d : devices) names.push_back(std::to_string(d));
       return UsageError(fmt::format(
-          "--device {}: no alloc/free events were recorded on it; devices with events: {}",
+          "--device {}: no allocation was recorded on it; devices with allocations: {}",
           *request.device,
           names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "))));
     }
     devices = {*request.device};
   }
   if (devices.empty()) {
-    return InvalidInput(
-        "the trace holds no alloc or free events on any device, so there is nothing to replay");
+    return InvalidInput(fmt::format(
+        "{}: the trace holds no allocation on any device, so there is nothing to replay; record "
+        "one with torch.cuda.memory._record_memory_history() before the step you want to see",
+        trace.source.path));
   }
 
   for (const int32_t d : devices) {
@@ -123,6 +125,11 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
       options.follow_recording = true;
       options.record_curves = request.record_curves;
       ASSIGN_OR_RETURN(allocator::ReplayResult r, allocator::Replay(trace, d, options));
+      // The state before the first event counts too (a trace may start by releasing memory).
+      if (r.initial_reserved > dev.recorded_peak_reserved) {
+        dev.recorded_peak_reserved = r.initial_reserved;
+        dev.recorded_peak_event = static_cast<int64_t>(begin);
+      }
       dev.runs.push_back({"replay", recorded.ToAllocConf(), std::move(r), {}, 0});
     }
     for (const allocator::AllocatorSettings& s : what_if) {

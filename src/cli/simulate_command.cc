@@ -132,8 +132,9 @@ void RegisterSimulateCommand(CLI::App& app, SimulateOptions& o) {
                   "defaults), e.g. --compare \"\" \"expandable_segments:True\"")
       ->expected(1, 16);
   cmd->add_option("--recorded-conf", o.recorded_conf,
-                  "the PYTORCH_CUDA_ALLOC_CONF the recorded run used; needed only for snapshots "
-                  "from before torch 2.3, which do not record their allocator settings");
+                  "the PYTORCH_CUDA_ALLOC_CONF the recorded run used, for snapshots from before "
+                  "torch 2.3, which do not record their allocator settings (when given, it "
+                  "replaces what a newer snapshot records)");
   cmd->add_option("-o,--output", o.output,
                   "also write the report database, with the simulated curves, segment events "
                   "and final layout in vramscope_sim_* tables");

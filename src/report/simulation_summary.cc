@@ -162,7 +162,8 @@ void RenderWhatIf(std::string& out, const model::Trace& trace,
         ConfLabel(run->alloc_conf), Capacity(run->result.settings),
         EventAt(trace, oom.event, run->result.begin_event), Bytes(oom.requested),
         Bytes(oom.rounded), Bytes(oom.reserved), Bytes(oom.allocated));
-    out += fmt::format("    live then: {} ; by allocation site:\n", Bytes(run->live_at_oom_total));
+    out += fmt::format("    live then: {}{}\n", Bytes(run->live_at_oom_total),
+                       run->live_at_oom.empty() ? "" : "; by allocation site:");
     for (const auto& s : run->live_at_oom) {
       out += fmt::format("    {:>12}  {:>7} allocs  {}\n", Bytes(s.bytes), Count(s.allocations),
                          s.site);
@@ -186,8 +187,10 @@ nlohmann::json SettingsJson(const allocator::AllocatorSettings& s) {
   return j;
 }
 
-double Rate(uint64_t part, uint64_t whole) {
-  return whole == 0 ? 1.0 : static_cast<double>(part) / static_cast<double>(whole);
+// null when there was nothing to compare.
+nlohmann::json Rate(uint64_t part, uint64_t whole) {
+  if (whole == 0) return nullptr;
+  return static_cast<double>(part) / static_cast<double>(whole);
 }
 
 nlohmann::json RunJson(const analysis::SimulationRun& run) {
@@ -244,29 +247,30 @@ nlohmann::json RunJson(const analysis::SimulationRun& run) {
            {"matches_rule", b.matches_rule},
            {"same_order", b.same_order}});
     }
-    j["comparison"] = {{"allocs", c.allocs},
-                       {"allocs_at_recorded_address", c.allocs_at_recorded_address},
-                       {"address_match_rate", Rate(c.allocs_at_recorded_address, c.allocs)},
-                       {"recorded_segment_allocs", c.recorded_segment_allocs},
-                       {"model_segment_allocs", c.model_segment_allocs},
-                       {"segment_allocs_matched", c.segment_allocs_matched},
-                       {"segment_alloc_match_rate",
-                        Rate(c.segment_allocs_matched,
-                             std::max(c.recorded_segment_allocs, c.model_segment_allocs))},
-                       {"recorded_segment_frees", c.recorded_segment_frees},
-                       {"segment_frees_matched", c.segment_frees_matched},
-                       {"release_bursts", bursts},
-                       {"recorded_segment_maps", c.recorded_maps},
-                       {"recorded_segment_unmaps", c.recorded_unmaps},
-                       {"reserved_compared_points", c.compared_points},
-                       {"reserved_equal_points", c.reserved_equal_points},
-                       {"max_reserved_difference_bytes", c.max_reserved_difference},
-                       {"final_segments_recorded", c.final_segments_recorded},
-                       {"final_segments_matched", c.final_segments_matched},
-                       {"final_blocks_recorded", c.final_blocks_recorded},
-                       {"final_blocks_matched", c.final_blocks_matched},
-                       {"divergence_count", c.divergence_count},
-                       {"divergences", c.divergences}};
+    j["comparison"] = {
+        {"allocs", c.allocs},
+        {"allocs_at_recorded_address", c.allocs_at_recorded_address},
+        {"address_match_rate", Rate(c.allocs_at_recorded_address, c.allocs)},  // null: none
+        {"recorded_segment_allocs", c.recorded_segment_allocs},
+        {"model_segment_allocs", c.model_segment_allocs},
+        {"segment_allocs_matched", c.segment_allocs_matched},
+        {"segment_alloc_match_rate",
+         Rate(c.segment_allocs_matched,
+              std::max(c.recorded_segment_allocs, c.model_segment_allocs))},
+        {"recorded_segment_frees", c.recorded_segment_frees},
+        {"segment_frees_matched", c.segment_frees_matched},
+        {"release_bursts", bursts},
+        {"recorded_segment_maps", c.recorded_maps},
+        {"recorded_segment_unmaps", c.recorded_unmaps},
+        {"reserved_compared_points", c.compared_points},
+        {"reserved_equal_points", c.reserved_equal_points},
+        {"max_reserved_difference_bytes", c.max_reserved_difference},
+        {"final_segments_recorded", c.final_segments_recorded},
+        {"final_segments_matched", c.final_segments_matched},
+        {"final_blocks_recorded", c.final_blocks_recorded},
+        {"final_blocks_matched", c.final_blocks_matched},
+        {"divergence_count", c.divergence_count},
+        {"divergences", c.divergences}};
   }
   return j;
 }
@@ -279,9 +283,9 @@ std::string RenderSimulationText(const model::Trace& trace, const analysis::Simu
                                                                 : trace.source.path);
   for (const auto& dev : sims.devices) {
     const auto [begin, end] = trace.EventRange(dev.device);
-    out += fmt::format("\ncuda:{}  {} trace events; allocator settings: {}, {}\n",
-                       dev.device, Count(end - begin),
-                       ConfLabel(dev.recorded_settings.ToAllocConf()), dev.settings_source);
+    out += fmt::format("\ncuda:{}  {} trace events; allocator settings: {}, {}\n", dev.device,
+                       Count(end - begin), ConfLabel(dev.recorded_settings.ToAllocConf()),
+                       dev.settings_source);
     RenderReplay(out, trace, dev, dev.runs.front());
     RenderWhatIf(out, trace, dev);
   }
