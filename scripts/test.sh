@@ -32,12 +32,19 @@ if [[ $runs != 0 ]]; then
   CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" \
     -DVRAMSCOPE_SANITIZE=address,undefined -DVRAMSCOPE_BUILD_FUZZERS=ON \
     -DVRAMSCOPE_BUILD_TESTS=OFF >/dev/null
-  cmake --build build-fuzz --target pickle_reader_fuzzer
+  cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer
   corpus=$(mktemp -d)
   trap 'rm -rf "$corpus"' EXIT
   cp src/sources/pickle/fuzz_corpus/*.pickle "$corpus/"
   build-fuzz/src/sources/pickle/pickle_reader_fuzzer -seed="${VRAMSCOPE_FUZZ_SEED:-1}" \
     -runs="$runs" -max_len=8192 -max_total_time=300 -print_final_stats=1 "$corpus" 2>&1 |
     tail -n 12
-  echo "fuzz: no finding in $runs runs"
+  echo "== fuzz: allocator model + replay, $runs runs (ASan + UBSan, model invariants) =="
+  replay_corpus=$(mktemp -d)
+  trap 'rm -rf "$corpus" "$replay_corpus"' EXIT
+  cp src/allocator/fuzz_corpus/* "$replay_corpus/"
+  build-fuzz/src/allocator/replay_fuzzer -seed="${VRAMSCOPE_FUZZ_SEED:-1}" \
+    -runs="$runs" -max_len=2048 -max_total_time=300 -print_final_stats=1 "$replay_corpus" 2>&1 |
+    tail -n 12
+  echo "fuzz: no finding in $runs runs of each target"
 fi

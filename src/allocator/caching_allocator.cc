@@ -266,7 +266,8 @@ BlockId CachingAllocator::AllocBlock(PoolKind pool, uint64_t stream, uint64_t si
   if (alloc_size > capacity || stats_.reserved > capacity - alloc_size) {
     return kNoBlock;  // cudaMalloc fails: the device is full
   }
-  const uint64_t addr = addresses_->NewSegment(alloc_size, stream, pool);
+  bool fallback = false;
+  const uint64_t addr = NewAddress(alloc_size, stream, pool, &fallback);
   const BlockId b = NewBlock();
   Block& k = blocks_[b];
   k.addr = addr;
@@ -274,7 +275,7 @@ BlockId CachingAllocator::AllocBlock(PoolKind pool, uint64_t stream, uint64_t si
   k.stream = stream;
   k.pool = pool;
   k.segment = static_cast<int32_t>(segments_.size());
-  segments_.push_back({addr, alloc_size, stream, pool, false, true, b});
+  segments_.push_back({addr, alloc_size, stream, pool, false, true, b, fallback});
   segment_by_addr_[addr] = k.segment;
   AddReserved(alloc_size);
   ++stats_.segments;
@@ -382,7 +383,7 @@ void CachingAllocator::ReleaseBlock(BlockId b) {
   stats_.reserved -= k.size;
   --stats_.segments;
   ++stats_.cuda_frees;
-  addresses_->FreeSegment(k.addr, k.size);
+  FreeAddress(seg, k.addr, k.size);
   Emit(SegmentAction::kFree, k.pool, k.addr, k.size, k.stream);
   DeleteBlock(b);
 }
@@ -415,7 +416,7 @@ void CachingAllocator::ReleaseBlocks(PoolKind pool_kind) {
     Segment& seg = segments_[k.segment];
     seg.live = false;
     segment_by_addr_.erase(seg.addr);
-    addresses_->FreeSegment(seg.addr, seg.size);
+    FreeAddress(seg, seg.addr, seg.size);
     DeleteBlock(b);
   }
 }
@@ -539,9 +540,11 @@ BlockId CachingAllocator::FindExpandableBlock(PoolKind pool_kind, uint64_t strea
     if (usable(blocks_[c].prev)) c = blocks_[c].prev;
     if (has_room(c)) return c;
   }
-  // A new virtual range, all unmapped.
+  // A new virtual range, all unmapped; a request larger than a whole range cannot be served.
   const uint64_t range = ExpandableRangeSize(pool_kind);
-  const uint64_t addr = addresses_->NewSegment(range, stream, pool_kind);
+  if (range < size) return kNoBlock;
+  bool fallback = false;
+  const uint64_t addr = NewAddress(range, stream, pool_kind, &fallback);
   const BlockId b = NewBlock();
   Block& k = blocks_[b];
   k.addr = addr;
@@ -551,7 +554,7 @@ BlockId CachingAllocator::FindExpandableBlock(PoolKind pool_kind, uint64_t strea
   k.expandable = true;
   k.state = BlockView::State::kUnmapped;
   k.segment = static_cast<int32_t>(segments_.size());
-  segments_.push_back({addr, range, stream, pool_kind, true, true, b});
+  segments_.push_back({addr, range, stream, pool_kind, true, true, b, fallback});
   segment_by_addr_[addr] = k.segment;
   InsertFree(b);
   return b;
@@ -598,12 +601,15 @@ BlockId CachingAllocator::MapBlock(BlockId b, uint64_t size) {
 BlockId CachingAllocator::TryAllocateExpandable(PoolKind pool_kind, uint64_t stream,
                                                 uint64_t size) {
   BlockId c = FindExpandableBlock(pool_kind, stream, size);
+  if (c == kNoBlock) return kNoBlock;
   if (blocks_[c].state == BlockView::State::kUnmapped) {
     c = MapBlock(c, std::min(blocks_[c].size, size));
     if (c == kNoBlock) return kNoBlock;
   }
   while (blocks_[c].size < size) {
     const BlockId next = blocks_[c].next;
+    // Pages mapped so far stay mapped when the rest cannot be (as in torch).
+    if (next == kNoBlock || blocks_[next].state != BlockView::State::kUnmapped) return kNoBlock;
     const uint64_t remaining = size - blocks_[c].size;
     c = MapBlock(next, std::min(remaining, blocks_[next].size));
     if (c == kNoBlock) return kNoBlock;
@@ -663,13 +669,7 @@ void CachingAllocator::UnmapBlock(BlockId b) {
 // --- state from outside ------------------------------------------------------------------------
 
 bool CachingAllocator::AddSegment(uint64_t addr, uint64_t size, uint64_t stream, PoolKind pool) {
-  if (size == 0 || size % kMinBlockSize != 0 || addr > kUnlimited - size) return false;
-  auto next = segment_by_addr_.lower_bound(addr);
-  if (next != segment_by_addr_.end() && next->first < addr + size) return false;
-  if (next != segment_by_addr_.begin()) {
-    const Segment& prev = segments_[std::prev(next)->second];
-    if (prev.addr + prev.size > addr) return false;
-  }
+  if (size % kMinBlockSize != 0 || size > DeviceLimit() || Overlaps(addr, size)) return false;
   const BlockId b = NewBlock();
   Block& k = blocks_[b];
   k.addr = addr;
@@ -683,6 +683,33 @@ bool CachingAllocator::AddSegment(uint64_t addr, uint64_t size, uint64_t stream,
   ++stats_.segments;
   InsertFree(b);
   return true;
+}
+
+bool CachingAllocator::Overlaps(uint64_t addr, uint64_t size) const {
+  if (size == 0 || addr > kUnlimited - size) return true;
+  auto next = segment_by_addr_.lower_bound(addr);
+  if (next != segment_by_addr_.end() && next->first < addr + size) return true;
+  if (next != segment_by_addr_.begin()) {
+    const Segment& prev = segments_[std::prev(next)->second];
+    if (prev.addr + prev.size > addr) return true;
+  }
+  return false;
+}
+
+uint64_t CachingAllocator::NewAddress(uint64_t size, uint64_t stream, PoolKind pool,
+                                      bool* fallback) {
+  const uint64_t addr = addresses_->NewSegment(size, stream, pool);
+  *fallback = Overlaps(addr, size);
+  if (!*fallback) return addr;
+  // An address source that hands out memory the model still holds (a recording that contradicts
+  // the model's state) is overruled: the segment goes right above the highest live segment.
+  const Segment& top = segments_[segment_by_addr_.rbegin()->second];
+  const uint64_t above = (top.addr + top.size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+  return above > kUnlimited - size ? addr : above;
+}
+
+void CachingAllocator::FreeAddress(const Segment& seg, uint64_t addr, uint64_t size) {
+  if (!seg.fallback) addresses_->FreeSegment(addr, size);
 }
 
 int32_t CachingAllocator::FindSegment(uint64_t addr) const {
@@ -815,11 +842,6 @@ std::vector<std::string> CachingAllocator::CheckInvariants() const {
       }
       if (k.state == BlockView::State::kAllocated || k.state == BlockView::State::kPendingFree) {
         active += k.size;
-      }
-      // With expandable_segments on, every large block splits at 512 B, cudaMalloc'ed ones too.
-      if (k.pool == PoolKind::kLarge && !k.expandable && k.size <= kSmallSize &&
-          !settings_.expandable_segments) {
-        problems.push_back(fmt::format("block {:#x}: a large-pool block of 1 MiB or less", k.addr));
       }
       at += k.size;
       prev = b;

@@ -176,7 +176,9 @@ class CachingAllocator {
   size_t FreeBlockCount() const { return pools_[0].free.size() + pools_[1].free.size(); }
   size_t LiveBlockCount() const { return blocks_.size() - spare_blocks_.size(); }
   // Checks the model's own invariants (blocks tile segments, free blocks are in the free set,
-  // neighbours of free blocks are not free, counters equal sums). Empty when all hold.
+  // neighbours of free blocks are not free, counters equal sums). Empty when all hold. Properties
+  // that only rule-following requests keep (every large-pool block above 1 MiB) are not checked:
+  // a replay may seed any state the recording shows.
   std::vector<std::string> CheckInvariants() const;
 
  private:
@@ -226,6 +228,7 @@ class CachingAllocator {
     bool expandable = false;
     bool live = false;
     BlockId head = kNoBlock;
+    bool fallback = false;  // its address came from fallback_addresses_
   };
 
   BlockId NewBlock();
@@ -269,6 +272,9 @@ class CachingAllocator {
   }
   void AddReserved(uint64_t bytes);
   int32_t FindSegment(uint64_t addr) const;
+  bool Overlaps(uint64_t addr, uint64_t size) const;
+  uint64_t NewAddress(uint64_t size, uint64_t stream, PoolKind pool, bool* fallback);
+  void FreeAddress(const Segment& seg, uint64_t addr, uint64_t size);
 
   AllocatorSettings settings_;
   SegmentAddressSource* addresses_;
