@@ -131,7 +131,12 @@ void CachingAllocator::InsertFree(BlockId b) {
   } else {
     k.state = BlockView::State::kFree;
     k.gc_base = pool.searches;  // age restarts whenever a block (re)enters the free set
-    pool.free.insert(KeyOf(b));
+    if (pool.held_count == Pool::kHeld) {
+      pool.free.insert(pool.held[0]);
+      std::copy(pool.held + 1, pool.held + Pool::kHeld, pool.held);
+      --pool.held_count;
+    }
+    pool.held[pool.held_count++] = KeyOf(b);
   }
 }
 
@@ -141,6 +146,13 @@ void CachingAllocator::EraseFree(BlockId b) {
   if (k.state == BlockView::State::kUnmapped) {
     pool.unmapped.erase({k.stream, k.addr, b});
   } else {
+    for (int i = pool.held_count; i-- > 0;) {
+      if (pool.held[i].block == b) {
+        std::copy(pool.held + i + 1, pool.held + pool.held_count, pool.held + i);
+        --pool.held_count;
+        return;
+      }
+    }
     pool.free.erase(KeyOf(b));
   }
 }
@@ -219,8 +231,30 @@ BlockId CachingAllocator::SplitLow(BlockId b, uint64_t size) {
 BlockId CachingAllocator::GetFreeBlock(PoolKind pool_kind, uint64_t stream, uint64_t size) {
   Pool& pool = pools_[static_cast<int>(pool_kind)];
   if (settings_.GarbageCollectionActive()) ++pool.searches;
-  auto it = pool.free.lower_bound(Key{stream, size, 0, kNoBlock});
-  if (it == pool.free.end() || it->stream != stream) return kNoBlock;
+  if (settings_.expandable_segments) Flush(pool);  // its best fit walks the tree's order
+  const Key want{stream, size, 0, kNoBlock};
+  auto it = pool.free.lower_bound(want);
+  const bool tree_fits = it != pool.free.end() && it->stream == stream;
+  int best_held = -1;
+  for (int i = 0; i < pool.held_count; ++i) {
+    const Key& h = pool.held[i];
+    if (h.stream == stream && !(h < want) && (best_held < 0 || h < pool.held[best_held])) {
+      best_held = i;
+    }
+  }
+  if (!tree_fits && best_held < 0) return kNoBlock;
+  bool moved = false;  // `it` left the lower bound (expandable best fit below)
+  if (best_held >= 0 && (!tree_fits || pool.held[best_held] < *it)) {
+    // A held block is the best fit: the same rejections, and no tree operation.
+    const Key h = pool.held[best_held];
+    if (size < settings_.max_split_size && h.size >= settings_.max_split_size) return kNoBlock;
+    if (size >= settings_.max_split_size && h.size >= size + settings_.max_non_split_rounding) {
+      return kNoBlock;
+    }
+    std::copy(pool.held + best_held + 1, pool.held + pool.held_count, pool.held + best_held);
+    --pool.held_count;
+    return h.block;
+  }
   if (blocks_[it->block].expandable) {
     // A free block right before unmapped space counts as the size it can grow to, so that best
     // fit prefers blocks that cannot grow and keeps the growth frontier for large requests.
@@ -234,6 +268,7 @@ BlockId CachingAllocator::GetFreeBlock(PoolKind pool_kind, uint64_t stream, uint
     while (blocks_[it->block].expandable && next != pool.free.end() && next->stream == stream &&
            grow_size(next->block) < grow_size(it->block)) {
       it = next++;
+      moved = true;
     }
   }
   const uint64_t found = it->size;
@@ -244,6 +279,32 @@ BlockId CachingAllocator::GetFreeBlock(PoolKind pool_kind, uint64_t stream, uint
     return kNoBlock;
   }
   const BlockId b = it->block;
+  // Split in place: the remainder's key replaces this one's without moving in the tree, which
+  // holds when `it` is the first key >= the request (no tree key lies in [size, found)) and the
+  // remainder is at least the request.
+  if (!moved && !blocks_[b].expandable && ShouldSplit(blocks_[b], size) && found - size >= size) {
+    const BlockId r = NewBlock();
+    Block& k = blocks_[b];
+    Block& rest = blocks_[r];
+    rest.addr = k.addr + size;
+    rest.size = k.size - size;
+    rest.stream = k.stream;
+    rest.segment = k.segment;
+    rest.pool = k.pool;
+    rest.expandable = k.expandable;
+    rest.prev = b;
+    rest.next = k.next;
+    if (rest.next != kNoBlock) blocks_[rest.next].prev = r;
+    k.next = r;
+    k.size = size;
+    rest.state = BlockView::State::kFree;
+    rest.gc_base = pool.searches;
+    Key& key = const_cast<Key&>(*it);
+    key.size = rest.size;
+    key.addr = rest.addr;
+    key.block = r;
+    return b;
+  }
   pool.free.erase(it);
   return b;
 }
@@ -316,7 +377,7 @@ MallocResult CachingAllocator::Malloc(uint64_t requested, uint64_t stream) {
     result.new_segment = true;
   }
   Block& k = blocks_[b];
-  if (ShouldSplit(k, size)) SplitLow(b, size);
+  if (k.size > size && ShouldSplit(k, size)) SplitLow(b, size);
   Block& kept = blocks_[b];
   kept.state = BlockView::State::kAllocated;
   kept.requested = requested;
@@ -331,16 +392,6 @@ MallocResult CachingAllocator::Malloc(uint64_t requested, uint64_t stream) {
 }
 
 // --- free --------------------------------------------------------------------------------------
-
-bool CachingAllocator::IsPendingFree(BlockId b) const {
-  return b >= 0 && static_cast<size_t>(b) < blocks_.size() &&
-         blocks_[b].state == BlockView::State::kPendingFree && blocks_[b].segment >= 0;
-}
-
-bool CachingAllocator::IsAllocated(BlockId b) const {
-  return b >= 0 && static_cast<size_t>(b) < blocks_.size() &&
-         blocks_[b].state == BlockView::State::kAllocated && blocks_[b].segment >= 0;
-}
 
 void CachingAllocator::FreeRequested(BlockId b) {
   Block& k = blocks_[b];
@@ -390,6 +441,7 @@ void CachingAllocator::ReleaseBlock(BlockId b) {
 
 void CachingAllocator::ReleaseBlocks(PoolKind pool_kind) {
   Pool& pool = pools_[static_cast<int>(pool_kind)];
+  Flush(pool);
   std::vector<BlockId> whole;
   std::vector<BlockId> expandable;
   for (const Key& key : pool.free) {
@@ -433,6 +485,7 @@ bool CachingAllocator::ReleaseAvailableCachedBlocks(PoolKind pool_kind, uint64_t
                                                     uint64_t size) {
   if (settings_.max_split_size == kUnlimited) return false;
   Pool& pool = pools_[static_cast<int>(pool_kind)];
+  Flush(pool);
   const uint64_t key_size = std::max(size, settings_.max_split_size);
   auto it = pool.free.lower_bound(Key{stream, key_size, 0, kNoBlock});
   if (it == pool.free.end() || it->stream != stream || blocks_[it->block].expandable) {
@@ -476,6 +529,7 @@ void CachingAllocator::GarbageCollect() {
   if (stats_.reserved <= threshold) return;
   const uint64_t target = stats_.reserved - threshold;
   Pool& pool = pools_[static_cast<int>(PoolKind::kLarge)];
+  Flush(pool);
   auto age = [&](BlockId b) { return pool.searches - blocks_[b].gc_base; };
   auto freeable = [&](BlockId b) {
     const Block& k = blocks_[b];
@@ -793,6 +847,7 @@ std::vector<SegmentView> CachingAllocator::Segments() const {
 std::vector<std::pair<uint64_t, uint64_t>> CachingAllocator::ReleasableSegments() const {
   std::vector<std::pair<uint64_t, uint64_t>> out;
   for (const PoolKind p : {PoolKind::kLarge, PoolKind::kSmall}) {
+    Flush(pools_[static_cast<int>(p)]);
     for (const Key& key : pools_[static_cast<int>(p)].free) {
       const Block& k = blocks_[key.block];
       if (!k.expandable && k.prev == kNoBlock && k.next == kNoBlock) {
@@ -804,6 +859,8 @@ std::vector<std::pair<uint64_t, uint64_t>> CachingAllocator::ReleasableSegments(
 }
 
 std::vector<std::string> CachingAllocator::CheckInvariants() const {
+  Flush(pools_[0]);
+  Flush(pools_[1]);
   std::vector<std::string> problems;
   uint64_t allocated = 0;
   uint64_t requested = 0;

@@ -134,8 +134,14 @@ class CachingAllocator {
     FreeRequested(block);
     FreeCompleted(block);
   }
-  bool IsPendingFree(BlockId block) const;
-  bool IsAllocated(BlockId block) const;
+  bool IsPendingFree(BlockId b) const {
+    return b >= 0 && static_cast<size_t>(b) < blocks_.size() &&
+           blocks_[b].state == BlockView::State::kPendingFree && blocks_[b].segment >= 0;
+  }
+  bool IsAllocated(BlockId b) const {
+    return b >= 0 && static_cast<size_t>(b) < blocks_.size() &&
+           blocks_[b].state == BlockView::State::kAllocated && blocks_[b].segment >= 0;
+  }
   // A caller's label for an allocated block (the replay stores its allocation index), so that a
   // block id that was reused after a merge is never mistaken for the old one. -1 once freed.
   void SetTag(BlockId block, int32_t tag) { blocks_[block].tag = tag; }
@@ -173,7 +179,11 @@ class CachingAllocator {
   // Unsplit cached segments in the order a release would free them (large pool first, each by
   // (stream, size, address)): what empty_cache would return now.
   std::vector<std::pair<uint64_t, uint64_t>> ReleasableSegments() const;
-  size_t FreeBlockCount() const { return pools_[0].free.size() + pools_[1].free.size(); }
+  size_t FreeBlockCount() const {
+    Flush(pools_[0]);
+    Flush(pools_[1]);
+    return pools_[0].free.size() + pools_[1].free.size();
+  }
   size_t LiveBlockCount() const { return blocks_.size() - spare_blocks_.size(); }
   // Checks the model's own invariants (blocks tile segments, free blocks are in the free set,
   // neighbours of free blocks are not free, counters equal sums). Empty when all hold. Properties
@@ -216,7 +226,15 @@ class CachingAllocator {
     }
   };
   struct Pool {
-    absl::btree_set<Key> free;          // mapped free blocks: the best-fit set
+    // Mapped free blocks: the best-fit set, plus the few freed last, held outside the tree
+    // (oldest first; the oldest moves into the tree when a new one comes). Best fit takes the
+    // smallest of the tree's candidate and the held blocks, so the order is exactly the tree's;
+    // a block freed and soon taken again (the common case in a training loop) then costs no
+    // insert or erase.
+    static constexpr int kHeld = 8;
+    absl::btree_set<Key> free;
+    Key held[kHeld]{};
+    int held_count = 0;
     absl::btree_set<AddrKey> unmapped;  // expandable: unmapped ranges by (stream, address)
     uint64_t searches = 0;              // get_free_block calls while GC is active (block age)
   };
@@ -281,7 +299,12 @@ class CachingAllocator {
   std::vector<Block> blocks_;
   std::vector<BlockId> spare_blocks_;
   std::vector<BlockId> pending_;  // blocks whose free waits (for empty_cache to complete)
-  Pool pools_[2];
+  // Moves the held block into the tree (before anything walks the tree). Logically const.
+  static void Flush(Pool& pool) {
+    for (int i = 0; i < pool.held_count; ++i) pool.free.insert(pool.held[i]);
+    pool.held_count = 0;
+  }
+  mutable Pool pools_[2];
   std::vector<Segment> segments_;
   std::map<uint64_t, int32_t> segment_by_addr_;  // live segments by base address
   AllocatorStats stats_;
