@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "vramscope: where the GPU memory of deep-learning training goes.\n"
       "Reads PyTorch CUDA memory snapshots and writes a memory report (Skyline/DeepView.Profile "
-      "SQLite schema + vramscope tables) with a summary.",
+      "SQLite schema + vramscope tables) with a summary; replays them through a model of "
+      "PyTorch's caching allocator to answer what-if questions.",
       "vramscope"};
   app.set_version_flag("--version", std::string("vramscope ") + report::kToolVersion);
   app.require_subcommand(0, 1);
