@@ -206,22 +206,25 @@ bool CachingAllocator::ShouldSplit(const Block& b, uint64_t size) const {
   return size < settings_.max_split_size && remaining > kSmallSize;
 }
 
-// Splits `b` so that it keeps [addr, addr+size); the rest becomes a new free block after it.
-BlockId CachingAllocator::SplitLow(BlockId b, uint64_t size) {
-  const BlockId r = NewBlock();
+// `b` keeps [addr, addr+size); the rest becomes a new block right after it, in the same state,
+// linked but in no set. Every split (malloc, map, unmap) goes through here.
+BlockId CachingAllocator::CutAfter(BlockId b, uint64_t size) {
+  const BlockId r = NewBlock();  // before taking references: it may grow blocks_
   Block& k = blocks_[b];
   Block& rest = blocks_[r];
+  rest = k;
   rest.addr = k.addr + size;
   rest.size = k.size - size;
-  rest.stream = k.stream;
-  rest.segment = k.segment;
-  rest.pool = k.pool;
-  rest.expandable = k.expandable;
   rest.prev = b;
-  rest.next = k.next;
   if (rest.next != kNoBlock) blocks_[rest.next].prev = r;
   k.next = r;
   k.size = size;
+  return r;
+}
+
+// Splits the free block `b` so that it keeps [addr, addr+size); the rest goes to the free set.
+BlockId CachingAllocator::SplitLow(BlockId b, uint64_t size) {
+  const BlockId r = CutAfter(b, size);
   InsertFree(r);
   return r;
 }
@@ -283,22 +286,10 @@ BlockId CachingAllocator::GetFreeBlock(PoolKind pool_kind, uint64_t stream, uint
   // holds when `it` is the first key >= the request (no tree key lies in [size, found)) and the
   // remainder is at least the request.
   if (!moved && !blocks_[b].expandable && ShouldSplit(blocks_[b], size) && found - size >= size) {
-    const BlockId r = NewBlock();
-    Block& k = blocks_[b];
+    const BlockId r = CutAfter(b, size);
     Block& rest = blocks_[r];
-    rest.addr = k.addr + size;
-    rest.size = k.size - size;
-    rest.stream = k.stream;
-    rest.segment = k.segment;
-    rest.pool = k.pool;
-    rest.expandable = k.expandable;
-    rest.prev = b;
-    rest.next = k.next;
-    if (rest.next != kNoBlock) blocks_[rest.next].prev = r;
-    k.next = r;
-    k.size = size;
     rest.state = BlockView::State::kFree;
-    rest.gc_base = pool.searches;
+    rest.gc_base = pool.searches;  // as if it had entered the free set
     Key& key = const_cast<Key&>(*it);
     key.size = rest.size;
     key.addr = rest.addr;
@@ -626,21 +617,8 @@ BlockId CachingAllocator::MapBlock(BlockId b, uint64_t size) {
     return kNoBlock;  // no physical memory for the pages
   }
   EraseFree(b);
-  if (blocks_[b].size > mapped) {
-    // The unmapped rest stays a block of its own after this one.
-    const BlockId r = NewBlock();
-    Block& k = blocks_[b];
-    Block& rest = blocks_[r];
-    rest = k;
-    rest.addr = k.addr + mapped;
-    rest.size = k.size - mapped;
-    rest.prev = b;
-    rest.next = k.next;
-    if (rest.next != kNoBlock) blocks_[rest.next].prev = r;
-    k.next = r;
-    k.size = mapped;
-    InsertFree(r);
-  }
+  // The unmapped rest stays a block of its own after this one.
+  if (blocks_[b].size > mapped) InsertFree(CutAfter(b, mapped));
   Block& k = blocks_[b];
   const uint64_t map_addr = k.addr;
   k.state = BlockView::State::kFree;
@@ -683,38 +661,17 @@ void CachingAllocator::UnmapBlock(BlockId b) {
   const uint64_t last = seg_base + (k.addr + k.size - seg_base) / page * page;
   if (last <= first) return;
   EraseFree(b);
+  BlockId middle = b;
   if (first > k.addr) {
-    // [k.addr, first) stays mapped: a free block before the unmapped range.
-    const BlockId before = NewBlock();
-    Block& bf = blocks_[before];
-    bf = k;
-    bf.size = first - k.addr;
-    bf.next = b;
-    if (bf.prev != kNoBlock) {
-      blocks_[bf.prev].next = before;
-    } else {
-      segments_[k.segment].head = before;
-    }
-    blocks_[b].prev = before;
-    InsertFree(before);
+    // [k.addr, first) stays mapped: `b` becomes the free block before the unmapped range.
+    middle = CutAfter(b, first - k.addr);
+    InsertFree(b);
   }
-  if (last < k.addr + k.size) {
-    const BlockId after = NewBlock();
-    Block& af = blocks_[after];
-    af = blocks_[b];
-    af.addr = last;
-    af.size = k.addr + k.size - last;
-    af.prev = b;
-    if (af.next != kNoBlock) blocks_[af.next].prev = after;
-    blocks_[b].next = after;
-    InsertFree(after);
-  }
-  Block& u = blocks_[b];
-  u.addr = first;
-  u.size = last - first;
-  u.state = BlockView::State::kUnmapped;
-  MergeNeighbours(b);
-  InsertFree(b);
+  // [last, end) stays mapped too: a free block after it.
+  if (last < k.addr + k.size) InsertFree(CutAfter(middle, last - first));
+  blocks_[middle].state = BlockView::State::kUnmapped;
+  MergeNeighbours(middle);
+  InsertFree(middle);
   stats_.reserved -= last - first;
   ++stats_.cuda_frees;
   Emit(SegmentAction::kUnmap, pool, first, last - first, k.stream);

@@ -261,6 +261,7 @@ class CachingAllocator {
   void MergeInto(BlockId dst, BlockId src);
   void MergeNeighbours(BlockId b);
   bool ShouldSplit(const Block& b, uint64_t size) const;
+  BlockId CutAfter(BlockId b, uint64_t size);
   BlockId SplitLow(BlockId b, uint64_t size);
 
   BlockId GetFreeBlock(PoolKind pool, uint64_t stream, uint64_t size);

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <new>
+
+#include "cli/built_in_example.h"
 
 namespace vramscope::cli {
 
@@ -28,6 +31,19 @@ int ReportError(const Status& status) {
                "ran and, if you can share it, the input file\n");
   }
   return ExitCodeFor(status);
+}
+
+int RunAndReport(const std::string& input, const std::function<Status()>& body) {
+  try {
+    const Status status = body();
+    return status.ok() ? kExitOk : ReportError(status);
+  } catch (const std::bad_alloc&) {
+    return ReportError(InvalidInput(fmt::format(
+        "{}: ran out of memory; the input may be corrupt, or larger than this machine can hold",
+        input.empty() ? kBuiltInExampleName : input)));
+  } catch (const std::exception& e) {
+    return ReportError(InternalError(fmt::format("unexpected failure: {}", e.what())));
+  }
 }
 
 }  // namespace vramscope::cli

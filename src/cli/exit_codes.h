@@ -1,6 +1,9 @@
 // Exit codes every subcommand uses (README.md, "Exit status"): scripts rely on them.
 #pragma once
 
+#include <functional>
+#include <string>
+
 #include "common/status.h"
 
 namespace vramscope::cli {
@@ -14,5 +17,10 @@ int ExitCodeFor(const Status& status);
 // Prints "vramscope: error: <message>" (plus a bug-report hint for internal errors) and returns
 // the exit code.
 int ReportError(const Status& status);
+
+// Runs a subcommand's body and turns its outcome into the exit code: an error Status is printed;
+// running out of memory is blamed on the input (`input`, "" for the built-in example), any other
+// exception is a bug.
+int RunAndReport(const std::string& input, const std::function<Status()>& body);
 
 }  // namespace vramscope::cli

@@ -1,10 +1,6 @@
 #include "cli/report_command.h"
 
 #include <fmt/format.h>
-#include <limits.h>
-#include <stdlib.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -12,13 +8,10 @@
 
 #include "analysis/analyze.h"
 #include "analysis/simulation.h"
-#include "cli/built_in_example.h"
 #include "cli/exit_codes.h"
 #include "cli/load_input.h"
 #include "common/atomic_output.h"
-#include "common/mapped_file.h"
 #include "common/peak_memory.h"
-#include "common/progress.h"
 #include "common/units.h"
 #include "report/json_summary.h"
 #include "report/sqlite_report.h"
@@ -44,7 +37,7 @@ std::string DefaultOutput(const std::string& input) {
   return base + ".sqlite";
 }
 
-Status Run(const ReportOptions& options, int* exit_code) {
+Status Run(const ReportOptions& options) {
   const auto t_start = Clock::now();
   if (options.top < 0) return UsageError("--top must be 0 or more");
   ASSIGN_OR_RETURN(const std::string project_root, ResolveProjectRoot(options.project_root));
@@ -149,7 +142,6 @@ Status Run(const ReportOptions& options, int* exit_code) {
           FormatBytes(static_cast<int64_t>(PeakResidentBytes())));
     }
   }
-  *exit_code = kExitOk;
   return Status::Ok();
 }
 
@@ -182,18 +174,7 @@ void RegisterReportCommand(CLI::App& app, ReportOptions& o) {
 }
 
 int RunReportCommand(const ReportOptions& options) {
-  int exit_code = kExitOk;
-  try {
-    const Status status = Run(options, &exit_code);
-    if (!status.ok()) return ReportError(status);
-  } catch (const std::bad_alloc&) {
-    return ReportError(InvalidInput(fmt::format(
-        "{}: ran out of memory; the input may be corrupt, or larger than this machine can hold",
-        options.input.empty() ? kBuiltInExampleName : options.input)));
-  } catch (const std::exception& e) {
-    return ReportError(InternalError(fmt::format("unexpected failure: {}", e.what())));
-  }
-  return exit_code;
+  return RunAndReport(options.input, [&] { return Run(options); });
 }
 
 }  // namespace vramscope::cli

@@ -7,7 +7,6 @@
 
 #include "analysis/analyze.h"
 #include "analysis/simulation.h"
-#include "cli/built_in_example.h"
 #include "cli/exit_codes.h"
 #include "cli/load_input.h"
 #include "common/atomic_output.h"
@@ -151,17 +150,7 @@ void RegisterSimulateCommand(CLI::App& app, SimulateOptions& o) {
 }
 
 int RunSimulateCommand(const SimulateOptions& options) {
-  try {
-    const Status status = Run(options);
-    if (!status.ok()) return ReportError(status);
-  } catch (const std::bad_alloc&) {
-    return ReportError(InvalidInput(fmt::format(
-        "{}: ran out of memory; the input may be corrupt, or larger than this machine can hold",
-        options.input.empty() ? kBuiltInExampleName : options.input)));
-  } catch (const std::exception& e) {
-    return ReportError(InternalError(fmt::format("unexpected failure: {}", e.what())));
-  }
-  return kExitOk;
+  return RunAndReport(options.input, [&] { return Run(options); });
 }
 
 }  // namespace vramscope::cli
