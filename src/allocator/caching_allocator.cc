@@ -390,7 +390,6 @@ void CachingAllocator::FreeRequested(BlockId b) {
   k.state = BlockView::State::kPendingFree;
   stats_.allocated -= k.size;
   stats_.requested -= k.requested;
-  pending_.push_back(b);
 }
 
 void CachingAllocator::FreeCompleted(BlockId b) {
@@ -402,14 +401,14 @@ void CachingAllocator::FreeCompleted(BlockId b) {
   k.state = BlockView::State::kFree;
   MergeNeighbours(b);
   InsertFree(b);
-  // pending_ is only a hint list for empty_cache; drop completed entries lazily there.
 }
 
+// synchronize_and_free_events: every waiting free completes. Rare (empty_cache, a failed
+// cudaMalloc), so a scan of the blocks rather than a list kept up on every free. Completing
+// merges only free neighbours and creates no block, so the scan stays valid.
 void CachingAllocator::CompletePendingFrees() {
-  std::vector<BlockId> pending;
-  pending.swap(pending_);
-  for (const BlockId b : pending) {
-    if (IsPendingFree(b)) FreeCompleted(b);
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    if (IsPendingFree(static_cast<BlockId>(b))) FreeCompleted(static_cast<BlockId>(b));
   }
 }
 

@@ -299,7 +299,6 @@ class CachingAllocator {
   SegmentAddressSource* addresses_;
   std::vector<Block> blocks_;
   std::vector<BlockId> spare_blocks_;
-  std::vector<BlockId> pending_;  // blocks whose free waits (for empty_cache to complete)
   // Moves the held block into the tree (before anything walks the tree). Logically const.
   static void Flush(Pool& pool) {
     for (int i = 0; i < pool.held_count; ++i) pool.free.insert(pool.held[i]);
