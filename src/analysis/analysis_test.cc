@@ -19,6 +19,7 @@ using model::kNoEvent;
 // C (pending free); A lives and dies in the trace; B was allocated before it.
 model::Trace MidRunTrace(bool with_segment_free) {
   model::Trace t;
+  t.facts.has_allocator_state = true;
   t.devices = {0};
   model::Segment seg;
   seg.address = 0x1000000;

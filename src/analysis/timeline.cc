@@ -70,10 +70,20 @@ Timelines ComputeTimelines(const model::Trace& trace) {
     }
   };
   for (DeviceTimeline& t : out.devices) {
-    // Segment events move reserved memory; walk back from the dump to the start.
+    // Segment events move reserved memory; walk back from the dump to the start. Sources
+    // without an allocator state give the levels at the start instead, and the "dump" is the
+    // end of the trace.
     int64_t segment_net = 0;
     for (size_t i = t.begin; i < t.end; ++i) segment_net += segment_delta(i);
-    t.reserved_at_start = t.reserved_at_dump - segment_net;
+    if (trace.facts.has_allocator_state) {
+      t.reserved_at_start = t.reserved_at_dump - segment_net;
+    } else {
+      for (const model::StartLevels& level : trace.start_levels) {
+        if (level.device != t.device) continue;
+        t.reserved_at_start = level.reserved;
+      }
+      t.reserved_at_dump = t.reserved_at_start + segment_net;
+    }
     int64_t allocated = t.allocated_at_start, reserved = t.reserved_at_start;
     t.peak_allocated = allocated;
     t.peak_reserved = reserved;
@@ -91,6 +101,15 @@ Timelines ComputeTimelines(const model::Trace& trace) {
       if (reserved > t.peak_reserved) {
         t.peak_reserved = reserved;
         t.peak_reserved_event = static_cast<int64_t>(i);
+      }
+    }
+    if (!trace.facts.has_allocator_state) {
+      t.allocated_at_dump = allocated;
+      t.active_at_dump = allocated;
+      for (const model::Allocation& a : trace.allocations) {
+        if (a.device == t.device && a.ReleaseEvent() == kNoEvent) {
+          t.requested_at_dump += static_cast<int64_t>(a.requested_size);
+        }
       }
     }
   }

@@ -11,6 +11,7 @@
 #include "cli/built_in_example.h"
 #include "common/mapped_file.h"
 #include "common/progress.h"
+#include "sources/load_source.h"
 
 namespace vramscope::cli {
 
@@ -41,9 +42,9 @@ Result<model::Trace> LoadInput(const std::string& input, bool quiet,
     ASSIGN_OR_RETURN(file, MappedFile::Open(input));
   }
   Progress progress(fmt::format("reading {}", file->path()), !quiet);
-  snapshot::LoadOptions load_options;
+  sources::SourceOptions load_options;
   load_options.progress = [&](uint64_t done, uint64_t total) { progress.Update(done, total); };
-  ASSIGN_OR_RETURN(model::Trace trace, snapshot::LoadSnapshot(*file, load_options, timings));
+  ASSIGN_OR_RETURN(model::Trace trace, sources::LoadTrace(*file, load_options, timings));
   progress.Finish();
   trace.source.built_in_example = input.empty();
   return trace;

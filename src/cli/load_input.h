@@ -1,4 +1,4 @@
-// What every subcommand that reads a snapshot does first: resolve --project-root, read the input
+// What every subcommand that reads an input does first: resolve --project-root, read the input
 // (or the built-in example) with a progress line on a terminal.
 #pragma once
 

@@ -110,6 +110,7 @@ void StableSortEventsByDevice(Events& e) {
   rekey(e.compile_context);
   rekey(e.user_metadata);
   rekey(e.other_action);
+  rekey(e.category);
 }
 
 uint64_t RoundedRequestSize(uint64_t requested) {
@@ -139,7 +140,8 @@ void BuildAllocations(Trace& trace) {
       a.device = device;
       a.addr = ev.addr[i];
       a.requested_size = ev.size[i];
-      a.size = RoundedRequestSize(ev.size[i]);
+      a.size = facts.sizes_are_block_sizes ? ev.size[i] : RoundedRequestSize(ev.size[i]);
+      a.size_exact = facts.sizes_are_block_sizes;
       a.stream = ev.stream[i];
       out.push_back(a);
       return out.size() - 1;
@@ -235,6 +237,20 @@ void BuildAllocations(Trace& trace) {
     out.push_back(a);
   }
 
+  // Sources without an allocator state: memory allocated before recording began that no event
+  // explains is one allocation alive throughout, so that every byte has a lifetime (and a
+  // category) like the rest.
+  if (!facts.has_allocator_state) {
+    for (const StartLevels& level : trace.start_levels) {
+      if (level.untracked_allocated <= 0) continue;
+      Allocation a;
+      a.device = level.device;
+      a.requested_size = a.size = static_cast<uint64_t>(level.untracked_allocated);
+      a.size_exact = true;
+      a.alive_at_end = true;
+      out.push_back(a);
+    }
+  }
   facts.allocations_alive_before_trace = static_cast<uint64_t>(std::count_if(
       out.begin(), out.end(), [](const Allocation& a) { return a.alloc_event == kNoEvent; }));
   facts.starts_mid_run = facts.frees_without_alloc > 0;
@@ -249,7 +265,7 @@ void BuildAllocations(Trace& trace) {
         "{} allocs reuse an address that was still live in the trace (a lost free event)",
         reused_live_address));
   }
-  if (live_without_block > 0) {
+  if (live_without_block > 0 && facts.has_allocator_state) {
     facts.notes.push_back(fmt::format(
         "{} allocations live at the end of the trace have no active block in the snapshot",
         live_without_block));

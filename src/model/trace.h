@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/category.h"
 #include "model/interning.h"
 
 namespace vramscope::model {
@@ -59,6 +60,9 @@ struct Events {
   std::unordered_map<uint32_t, StringId> compile_context;
   std::unordered_map<uint32_t, StringId> user_metadata;
   std::unordered_map<uint32_t, StringId> other_action;  // kOther: the recorded action name
+  // kAlloc: the category the source itself recorded for this tensor (PyTorch's memory
+  // profiler, a capture sidecar). Attribution takes it as the strongest evidence.
+  std::unordered_map<uint32_t, Category> category;
 
   size_t count() const { return action.size(); }
   void Reserve(size_t n);
@@ -144,6 +148,14 @@ struct SourceInfo {
 };
 
 struct TraceFacts {
+  // The source holds the allocator's state at its end (segments and blocks of a snapshot).
+  // Without it (profiler traces, memory timelines), levels are anchored by `start_levels`.
+  bool has_allocator_state = false;
+  // Alloc event sizes are block sizes (what memory_allocated() counts), not requested sizes.
+  bool sizes_are_block_sizes = false;
+  // Segment events were derived from a recorded reserved total (a profiler's "Total Reserved"):
+  // their sizes are right, their addresses are not segment addresses.
+  bool reserved_from_totals = false;
   bool has_trace = false;  // alloc/free events were recorded
   bool has_times = false;
   bool has_stacks = false;  // any event or block carries frames
@@ -155,6 +167,15 @@ struct TraceFacts {
   uint64_t frees_without_alloc = 0;
   uint64_t allocations_alive_before_trace = 0;
   std::vector<std::string> notes;  // caveats worth telling the user, one line each
+};
+
+// Levels before the first event of a device, for sources without an allocator state: memory
+// allocated before recording began that no event of the trace explains (BuildAllocations makes
+// it one allocation alive throughout), and reserved memory.
+struct StartLevels {
+  int32_t device = 0;
+  int64_t untracked_allocated = 0;
+  int64_t reserved = 0;
 };
 
 struct Trace {
@@ -171,6 +192,7 @@ struct Trace {
 
   std::vector<std::pair<std::string, std::string>> allocator_settings;
   std::vector<Annotation> annotations;
+  std::vector<StartLevels> start_levels;  // only when !facts.has_allocator_state
   SourceInfo source;
   TraceFacts facts;
 

@@ -55,9 +55,12 @@ P0_INST = b"(S'touch PWNED'\nios\nsystem\n."
 BAD_INPUTS = {
     "missing-file": (None, ["no such file"]),
     "empty-file": (b"", ["empty"]),
-    "json-file": (b'{"traceEvents": []}\n', ["JSON", "not a memory snapshot"]),
+    "json-file": (b'{"traceEvents": []}\n',
+                  ["JSON", "no GPU [memory] events", "profile_memory=True"]),
     "json-list": (b'[{"ph": "X"}]', ["JSON"]),
-    "gzip-file": (gzip.compress(_valid_pickle(), mtime=0), ["gzip", "not a memory snapshot"]),
+    "gzip-file": (gzip.compress(b"hello, this is not a snapshot\n", mtime=0),
+                  ["gzip", "not a memory snapshot"]),
+    "gzip-truncated": (gzip.compress(_valid_pickle(), mtime=0)[:40], ["gzip", "truncated"]),
     "text-file": (b"hello, this is not a snapshot\n", ["not a memory snapshot"]),
     "sqlite-file": (b"SQLite format 3\x00" + bytes(100), ["SQLite", "not a memory snapshot"]),
     "zip-file": (None, ["zip", "not a memory snapshot"]),  # written by the test (torch.save-like)

@@ -714,6 +714,7 @@ Result<model::Trace> Converter::Run() {
 
   // Facts.
   model::TraceFacts& f = t.facts;
+  f.has_allocator_state = true;
   for (const Action a : t.events.action) {
     switch (a) {
       case Action::kAlloc:
