@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run):
 #   1. unit tests (GoogleTest) and end-to-end tests (pytest) under ASan + UBSan, via CTest;
-#   2. the pickle reader's libFuzzer target under ASan + UBSan for a bounded number of runs.
+#   2. every libFuzzer target (pickle reader, allocator replay, profiler-trace and memory-timeline
+#      sources) under ASan + UBSan for a bounded number of runs.
 # Set VRAMSCOPE_FUZZ_RUNS=0 to skip the fuzzing step. The run is reproducible (a fixed seed,
 # VRAMSCOPE_FUZZ_SEED, default 1); exploratory fuzzing is a separate, longer run (see README).
 set -euo pipefail
@@ -27,24 +28,35 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktra
 ctest --test-dir build-test --output-on-failure
 
 runs=${VRAMSCOPE_FUZZ_RUNS:-50000}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# fuzz TITLE TARGET_PATH CORPUS_GLOB MAX_LEN [extra libFuzzer flags...]: a reproducible bounded run
+# from a copy of the committed corpus (libFuzzer adds to the corpus it is given).
+fuzz() {
+  local title=$1 target=$2 seeds=$3 max_len=$4
+  shift 4
+  echo "== fuzz: $title, $runs runs (ASan + UBSan) =="
+  local corpus="$work/$(basename "$target")"
+  mkdir -p "$corpus"
+  cp $seeds "$corpus/"
+  "$target" -seed="${VRAMSCOPE_FUZZ_SEED:-1}" -runs="$runs" -max_len="$max_len" \
+    -max_total_time=300 -print_final_stats=1 "$@" "$corpus" 2>&1 | tail -n 12
+}
 if [[ $runs != 0 ]]; then
-  echo "== fuzz: pickle reader + snapshot source, $runs runs (ASan + UBSan) =="
   CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" \
     -DVRAMSCOPE_SANITIZE=address,undefined -DVRAMSCOPE_BUILD_FUZZERS=ON \
     -DVRAMSCOPE_BUILD_TESTS=OFF >/dev/null
-  cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer
-  corpus=$(mktemp -d)
-  trap 'rm -rf "$corpus"' EXIT
-  cp src/sources/pickle/fuzz_corpus/*.pickle "$corpus/"
-  build-fuzz/src/sources/pickle/pickle_reader_fuzzer -seed="${VRAMSCOPE_FUZZ_SEED:-1}" \
-    -runs="$runs" -max_len=8192 -max_total_time=300 -print_final_stats=1 "$corpus" 2>&1 |
-    tail -n 12
-  echo "== fuzz: allocator model + replay, $runs runs (ASan + UBSan, model invariants) =="
-  replay_corpus=$(mktemp -d)
-  trap 'rm -rf "$corpus" "$replay_corpus"' EXIT
-  cp src/allocator/fuzz_corpus/* "$replay_corpus/"
-  build-fuzz/src/allocator/replay_fuzzer -seed="${VRAMSCOPE_FUZZ_SEED:-1}" \
-    -runs="$runs" -max_len=2048 -max_total_time=300 -print_final_stats=1 "$replay_corpus" 2>&1 |
-    tail -n 12
+  cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer kineto_source_fuzzer \
+    memory_timeline_source_fuzzer
+  fuzz "pickle reader + snapshot source" build-fuzz/src/sources/pickle/pickle_reader_fuzzer \
+    "src/sources/pickle/fuzz_corpus/*.pickle" 8192
+  fuzz "allocator model + replay (model invariants)" build-fuzz/src/allocator/replay_fuzzer \
+    "src/allocator/fuzz_corpus/*" 2048
+  fuzz "profiler trace source + analysis" build-fuzz/src/sources/kineto/kineto_source_fuzzer \
+    "src/sources/kineto/fuzz_corpus/*.json" 4096 -dict=src/sources/kineto/kineto_source_fuzzer.dict
+  fuzz "memory timeline source + analysis" \
+    build-fuzz/src/sources/memory_timeline/memory_timeline_source_fuzzer \
+    "src/sources/memory_timeline/fuzz_corpus/*.json" 4096 \
+    -dict=src/sources/memory_timeline/memory_timeline_source_fuzzer.dict
   echo "fuzz: no finding in $runs runs of each target"
 fi

@@ -7,8 +7,11 @@ Analysis Analyze(model::Trace& trace, const ProjectRoot& root) {
   a.attribution = attribution::Attribute(trace);
   a.timelines = ComputeTimelines(trace);
   a.sites = std::make_unique<SiteNamer>(trace, root);
-  a.summary = Summarize(trace, a.timelines, a.attribution, *a.sites);
+  a.owners = std::make_unique<OwnerNamer>(trace, *a.sites);
+  a.summary = Summarize(trace, a.timelines, a.attribution, *a.sites, *a.owners);
   a.entries = BuildSkylineEntries(trace, a.summary, a.attribution, *a.sites);
+  a.category_timelines =
+      CategoryTimelines(trace, a.timelines, a.attribution, kCategoryTimelinePoints);
   return a;
 }
 

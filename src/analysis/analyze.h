@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "analysis/breakdown.h"
 #include "analysis/sites.h"
 #include "analysis/skyline_entries.h"
 #include "analysis/summary.h"
@@ -16,10 +17,16 @@ namespace vramscope::analysis {
 struct Analysis {
   attribution::Attribution attribution;
   Timelines timelines;
-  std::unique_ptr<SiteNamer> sites;  // refers to the trace and the project root
+  std::unique_ptr<SiteNamer> sites;    // refers to the trace and the project root
+  std::unique_ptr<OwnerNamer> owners;  // refers to the trace and `sites`
   Summary summary;
   SkylineEntries entries;
+  // Bytes by category at the reduced points of each device's curve (parallel to timelines).
+  std::vector<std::vector<CategoryPoint>> category_timelines;
 };
+
+// Points kept per device in the category timeline.
+inline constexpr size_t kCategoryTimelinePoints = 20000;
 
 // `trace` and `root` must outlive the result.
 Analysis Analyze(model::Trace& trace, const ProjectRoot& root);

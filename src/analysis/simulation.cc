@@ -72,9 +72,11 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
     ASSIGN_OR_RETURN(recorded, allocator::SettingsFromSnapshot(trace.allocator_settings));
     source = "as recorded in the snapshot";
   } else {
-    source =
-        "not recorded in the snapshot (torch before 2.3), so torch's defaults are assumed; pass "
-        "--recorded-conf if the run set PYTORCH_CUDA_ALLOC_CONF";
+    source = trace.facts.has_allocator_state
+                 ? "not recorded in the snapshot (torch before 2.3), so torch's defaults are "
+                   "assumed; pass --recorded-conf if the run set PYTORCH_CUDA_ALLOC_CONF"
+                 : "not recorded by this source, so torch's defaults are assumed; pass "
+                   "--recorded-conf if the run set PYTORCH_CUDA_ALLOC_CONF";
   }
   std::vector<allocator::AllocatorSettings> what_if;
   for (const auto& conf : request.what_if) {
@@ -111,8 +113,21 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
     dev.device = d;
     dev.recorded_settings = recorded;
     dev.settings_source = source;
-    const std::vector<uint64_t> recorded_reserved = allocator::RecordedReserved(trace, d);
+    const std::vector<uint64_t> recorded_reserved = trace.facts.has_allocator_state
+                                                        ? allocator::RecordedReserved(trace, d)
+                                                        : std::vector<uint64_t>();
     const size_t begin = trace.EventRange(d).first;
+    if (!trace.facts.has_allocator_state && trace.facts.reserved_from_totals) {
+      // The profiler's totals: the reserved curve of the event model.
+      const Timelines timelines = ComputeTimelines(trace);
+      for (const DeviceTimeline& t : timelines.devices) {
+        if (t.device != d) continue;
+        dev.recorded_peak_reserved = static_cast<uint64_t>(t.peak_reserved);
+        dev.recorded_peak_event = t.peak_reserved_event == model::kNoEvent
+                                      ? static_cast<int64_t>(begin)
+                                      : t.peak_reserved_event;
+      }
+    }
     for (size_t k = 0; k < recorded_reserved.size(); ++k) {
       if (recorded_reserved[k] > dev.recorded_peak_reserved || dev.recorded_peak_event < 0) {
         dev.recorded_peak_reserved = recorded_reserved[k];
@@ -122,7 +137,8 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
     {
       allocator::ReplayOptions options;
       options.settings = recorded;
-      options.follow_recording = true;
+      dev.compared = trace.facts.has_allocator_state;
+      options.follow_recording = dev.compared;
       options.record_curves = request.record_curves;
       ASSIGN_OR_RETURN(allocator::ReplayResult r, allocator::Replay(trace, d, options));
       // The state before the first event counts too (a trace may start by releasing memory).
@@ -130,7 +146,8 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
         dev.recorded_peak_reserved = r.initial_reserved;
         dev.recorded_peak_event = static_cast<int64_t>(begin);
       }
-      dev.runs.push_back({"replay", recorded.ToAllocConf(), std::move(r), {}, 0});
+      dev.runs.push_back(
+          {dev.compared ? "replay" : "model", recorded.ToAllocConf(), std::move(r), {}, 0});
     }
     for (const allocator::AllocatorSettings& s : what_if) {
       allocator::ReplayOptions options;

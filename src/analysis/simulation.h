@@ -48,7 +48,11 @@ struct DeviceSimulation {
   std::string settings_source;  // where the recorded settings come from, for the reader
   uint64_t recorded_peak_reserved = 0;
   int64_t recorded_peak_event = -1;
-  std::vector<SimulationRun> runs;  // runs[0] is the replay against the recording
+  // runs[0] is the replay against the recording; for sources without a recorded allocator state
+  // (profiler traces, memory timelines) there is nothing to compare, and runs[0] is the model's
+  // own run over the recorded requests ("model") with compared == false.
+  std::vector<SimulationRun> runs;
+  bool compared = true;
 };
 
 struct Simulations {

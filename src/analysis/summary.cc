@@ -1,5 +1,7 @@
 #include "analysis/summary.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <unordered_map>
@@ -9,7 +11,8 @@ namespace vramscope::analysis {
 using attribution::Category;
 
 Summary Summarize(const model::Trace& trace, const Timelines& timelines,
-                  const attribution::Attribution& attribution, SiteNamer& sites) {
+                  const attribution::Attribution& attribution, SiteNamer& sites,
+                  OwnerNamer& owners) {
   Summary out;
   out.allocations = trace.allocations.size();
   for (size_t d = 0; d < trace.devices.size(); ++d) {
@@ -80,8 +83,19 @@ Summary Summarize(const model::Trace& trace, const Timelines& timelines,
     for (int c = 0; c < attribution::kCategoryCount; ++c) {
       s.live_at_peak_by_category.push_back({static_cast<Category>(c), 0, 0});
     }
+    std::unordered_map<uint64_t, size_t> owner_group;  // (category, owner id) -> group
     for (const size_t i : live) {
       const model::Allocation& a = trace.allocations[i];
+      const attribution::AllocationInfo& info = attribution.allocations[i];
+      const uint32_t owner = owners.Id(a, info);
+      auto [owner_it, new_owner] = owner_group.emplace(
+          (static_cast<uint64_t>(info.category) << 32) | owner, s.live_at_peak_by_owner.size());
+      if (new_owner) {
+        s.live_at_peak_by_owner.push_back({info.category, owners.Label(owner), 0, 0});
+      }
+      s.live_at_peak_by_owner[owner_it->second].bytes += a.size;
+      ++s.live_at_peak_by_owner[owner_it->second].count;
+      s.live_at_peak_by_confidence[static_cast<int>(info.confidence)] += a.size;
       const uint32_t site = sites.Site(a.alloc_stack);
       auto [it, inserted] = group_of_site.emplace(site, s.live_at_peak_by_site.size());
       if (inserted) {
@@ -106,6 +120,11 @@ Summary Summarize(const model::Trace& trace, const Timelines& timelines,
     }
     std::stable_sort(s.live_at_peak_by_site.begin(), s.live_at_peak_by_site.end(),
                      [](const SiteGroup& x, const SiteGroup& y) { return x.bytes > y.bytes; });
+    std::stable_sort(s.live_at_peak_by_owner.begin(), s.live_at_peak_by_owner.end(),
+                     [](const OwnerGroup& x, const OwnerGroup& y) { return x.bytes > y.bytes; });
+    s.peak_step = attribution.phases.StepAt(s.peak_allocated_event);
+    s.peak_phase = attribution.phases.At(s.peak_allocated_event);
+    s.iterations = SummarizeIterations(trace, t, attribution);
     out.peak_usage_bytes = std::max(out.peak_usage_bytes, s.peak_allocated);
     out.devices.push_back(std::move(s));
   }

@@ -3,10 +3,12 @@
 // A pure function of (trace, timelines, attribution); reporters only render it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "analysis/breakdown.h"
 #include "analysis/sites.h"
 #include "analysis/timeline.h"
 #include "attribution/attribution.h"
@@ -23,6 +25,14 @@ struct SiteGroup {
 
 struct CategoryShare {
   attribution::Category category;
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+};
+
+// Live bytes at the peak grouped by (category, owner label); see OwnerNamer.
+struct OwnerGroup {
+  attribution::Category category = attribution::Category::kUnknown;
+  std::string label;
   uint64_t bytes = 0;
   uint64_t count = 0;
 };
@@ -46,6 +56,13 @@ struct DeviceSummary {
   uint64_t live_at_peak_bytes = 0, live_at_peak_count = 0;
   std::vector<SiteGroup> live_at_peak_by_site;          // largest first, all of them
   std::vector<CategoryShare> live_at_peak_by_category;  // every category, fixed order
+  std::vector<OwnerGroup> live_at_peak_by_owner;        // largest first, all of them
+  // Bytes live at the peak by the confidence of the rule that categorised them (low..high).
+  std::array<uint64_t, 3> live_at_peak_by_confidence{};
+  // The iteration and phase the peak fell in (step 0: before the first iteration).
+  int32_t peak_step = 0;
+  attribution::Phase peak_phase = attribution::Phase::kUnknown;
+  std::vector<IterationSummary> iterations;
   int64_t first_time_us = model::kNoTime, last_time_us = model::kNoTime;
 };
 
@@ -56,6 +73,7 @@ struct Summary {
 };
 
 Summary Summarize(const model::Trace& trace, const Timelines& timelines,
-                  const attribution::Attribution& attribution, SiteNamer& sites);
+                  const attribution::Attribution& attribution, SiteNamer& sites,
+                  OwnerNamer& owners);
 
 }  // namespace vramscope::analysis

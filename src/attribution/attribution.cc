@@ -1,18 +1,28 @@
 #include "attribution/attribution.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
 #include <vector>
 
 namespace vramscope::attribution {
 
 namespace {
 
-// Rule sentences by id. Rules are string literals in Decide, so their addresses identify them.
+// Rule sentences by id. Rules are string literals, so their addresses identify them.
 std::vector<const char*>& RuleTable() {
   static std::vector<const char*> table = {""};
   return table;
 }
+std::mutex& RuleMutex() {
+  static std::mutex m;
+  return m;
+}
 
 uint8_t RuleId(const char* rule) {
+  std::lock_guard<std::mutex> lock(RuleMutex());
   std::vector<const char*>& table = RuleTable();
   for (size_t i = 0; i < table.size(); ++i) {
     if (table[i] == rule) return static_cast<uint8_t>(i);
@@ -23,29 +33,8 @@ uint8_t RuleId(const char* rule) {
 
 }  // namespace
 
-const char* CategoryName(Category category) {
-  switch (category) {
-    case Category::kWeight:
-      return "weight";
-    case Category::kGradient:
-      return "gradient";
-    case Category::kOptimizerState:
-      return "optimizer_state";
-    case Category::kActivation:
-      return "activation";
-    case Category::kInput:
-      return "input";
-    case Category::kWorkspace:
-      return "workspace";
-    case Category::kTemporary:
-      return "temporary";
-    case Category::kUnknown:
-      return "unknown";
-  }
-  return "?";
-}
-
 const char* RuleText(uint8_t rule_id) {
+  std::lock_guard<std::mutex> lock(RuleMutex());
   const std::vector<const char*>& table = RuleTable();
   return rule_id < table.size() ? table[rule_id] : "";
 }
@@ -64,64 +53,304 @@ const char* ConfidenceName(Confidence confidence) {
 
 namespace {
 
-AllocationInfo Decide(const model::Allocation& a, const StackFacts& at_alloc,
-                      const StackFacts& at_free) {
-  AllocationInfo info;
-  auto set = [&](Category c, Confidence conf, const char* rule) {
-    info.category = c;
-    info.confidence = conf;
-    info.rule_id = RuleId(rule);
-  };
-  const bool freed = !a.alive_at_end;
-  if (at_alloc.workspace) {
-    set(Category::kWorkspace, Confidence::kHigh, "allocated by cuBLAS/cuDNN workspace code");
-  } else if (at_alloc.accumulate_grad) {
-    set(Category::kGradient, Confidence::kHigh,
-        "allocated by AccumulateGrad (a parameter's .grad)");
-  } else if (at_alloc.weight_creation && !at_alloc.in_backward && !at_alloc.in_optimizer) {
-    set(Category::kWeight, Confidence::kMedium,
-        "allocated while creating or moving module parameters (Module.to/_apply, "
-        "state-dict load, parameter init)");
-  } else if (at_alloc.in_optimizer) {
-    if (!freed) {
-      set(Category::kOptimizerState, Confidence::kMedium,
-          "allocated in torch.optim and still alive at the end");
-    } else {
-      set(Category::kTemporary, Confidence::kMedium, "allocated and freed inside torch.optim");
-    }
-  } else if (at_alloc.in_backward) {
-    if (at_free.zero_grad || (!freed && a.requested_size > 0 && !at_alloc.in_forward)) {
-      set(Category::kGradient, Confidence::kLow,
-          "created in backward and kept until zero_grad / the end of the trace");
-    } else {
-      set(Category::kTemporary, Confidence::kMedium,
-          "created and freed during backward (gradients of activations, scratch)");
-    }
-  } else if (at_alloc.in_forward) {
-    if (freed && at_free.in_backward) {
-      set(Category::kActivation, Confidence::kHigh,
-          "allocated in forward and released by backward (saved for backward)");
-    } else if (freed && at_free.known && !at_free.in_backward) {
-      set(Category::kTemporary, Confidence::kMedium,
-          "allocated in forward and freed before backward");
-    } else if (!freed) {
-      set(Category::kActivation, Confidence::kLow,
-          "allocated in forward and still alive at the end of the trace");
-    } else {
-      set(Category::kActivation, Confidence::kLow,
-          "allocated in forward; the free was recorded without a stack");
-    }
-  } else if (at_alloc.host_copy) {
-    set(Category::kInput, Confidence::kLow,
-        "copied to the device outside any module (a batch moved with .to()/.cuda())");
-  } else if (!at_alloc.known) {
-    set(Category::kUnknown, Confidence::kLow, "no stack was recorded for this allocation");
-  } else {
-    set(Category::kUnknown, Confidence::kLow, "no rule matched its stack");
+// The rules' sentences, named so that the refinement passes can test which rule decided.
+constexpr const char* kRuleSource =
+    "the source recorded this category (PyTorch's memory profiler or the capture sidecar)";
+constexpr const char* kRulePersistent =
+    "no stack; alive for the whole trace and allocated before it began: model state (a "
+    "weight, unless sizes show optimizer state)";
+constexpr const char* kRulePersistentStacked =
+    "alive for the whole trace and allocated before it began, by code that is not forward, "
+    "backward or the optimizer step: model state (a weight)";
+constexpr const char* kRuleAdamBySize =
+    "no stack; alive for the whole trace and allocated before it began, and there are three "
+    "such tensors for each gradient of this size: Adam's exp_avg and exp_avg_sq beside the "
+    "weight";
+constexpr const char* kRuleTrainedLeaf =
+    "copied to the device outside any module, then given a gradient and optimizer state of "
+    "its size: a leaf tensor the optimizer trains (a weight)";
+constexpr const char* kRuleNotAGradient =
+    "created in backward and kept past it, but no weight has its size: not a parameter's "
+    "gradient (an activation gradient kept by user code)";
+constexpr const char* kRuleWorkspaceBySize =
+    "no stack; kept for the whole trace and exactly the default cuBLAS workspace size "
+    "(8,519,680 B)";
+
+struct Context {
+  const model::Allocation& a;
+  const StackFacts& at_alloc;
+  const StackFacts& at_free;
+  Phase alloc_phase;
+  Phase release_phase;
+  int32_t alloc_step;
+  int32_t release_step;
+  bool released;
+  bool before_trace;
+  bool step_has_backward;  // the iteration it was allocated in reaches backward in the trace
+};
+
+class Decider {
+ public:
+  explicit Decider(AllocationInfo& info) : info_(info) {}
+  void Set(Category c, Confidence conf, const char* rule) {
+    info_.category = c;
+    info_.confidence = conf;
+    info_.rule_id = RuleId(rule);
   }
-  info.operation = at_alloc.operation;
-  info.module_kind = at_alloc.module_kind;
-  return info;
+
+ private:
+  AllocationInfo& info_;
+};
+
+// Lifetime rules shared by the stack-driven and the timing-only paths. `phase` is where the
+// allocation was made; `conf` the confidence of that phase evidence.
+bool ByPhase(const Context& c, Phase phase, Confidence conf, bool from_stack, Decider& d) {
+  const bool same_step = c.released && c.release_step == c.alloc_step;
+  const bool later_step = c.released && c.release_step > c.alloc_step;
+  switch (phase) {
+    case Phase::kOptimizer:
+      if (!c.released || later_step) {
+        d.Set(Category::kOptimizerState, conf,
+              from_stack ? "allocated by the optimizer step and kept across steps (its state)"
+                         : "allocated during the optimizer step (by timing) and kept across "
+                           "steps");
+      } else {
+        d.Set(Category::kTemporary, conf,
+              from_stack ? "allocated and freed inside the optimizer step (step scratch)"
+                         : "allocated and freed during the optimizer step (by timing)");
+      }
+      return true;
+    case Phase::kBackward:
+      if (c.released && c.at_free.zero_grad) {
+        d.Set(Category::kGradient, Confidence::kHigh,
+              "created in backward and freed by zero_grad (a parameter's .grad)");
+      } else if (same_step && c.release_phase == Phase::kBackward) {
+        d.Set(Category::kTemporary, conf,
+              from_stack ? "created and freed within backward (gradients of activations, "
+                           "scratch)"
+                         : "created and freed within backward (by timing)");
+      } else if (!c.released) {
+        d.Set(Category::kGradient, conf,
+              from_stack ? "created in backward and alive at the end of the trace (a "
+                           "parameter's .grad)"
+                         : "created during backward (by timing) and alive at the end of the "
+                           "trace");
+      } else {
+        d.Set(Category::kGradient, conf,
+              from_stack ? "created in backward and kept past it, until the step or the next "
+                           "zero_grad (a parameter's .grad)"
+                         : "created during backward (by timing) and kept past it");
+      }
+      return true;
+    case Phase::kForward:
+      if (same_step && c.release_phase == Phase::kBackward) {
+        d.Set(Category::kActivation, from_stack && c.at_free.in_backward ? Confidence::kHigh : conf,
+              from_stack ? "allocated in forward and released during backward (saved for "
+                           "backward)"
+                         : "allocated during forward and released during backward (by timing)");
+      } else if (same_step && c.release_phase == Phase::kForward) {
+        d.Set(Category::kTemporary, conf,
+              from_stack ? "allocated in forward and freed before backward began"
+                         : "allocated and freed during forward (by timing)");
+      } else if (!c.released && !c.step_has_backward) {
+        d.Set(Category::kActivation, Confidence::kLow,
+              "allocated in forward and alive when the trace ended before any backward (saved "
+              "for a backward the trace does not show, or a kept output)");
+      } else {
+        d.Set(Category::kTemporary, conf,
+              "allocated in forward and kept until after backward (the loss, logits or "
+              "outputs)");
+      }
+      return true;
+    case Phase::kBeforeForward:
+    case Phase::kSetup:
+      if (!c.released && phase == Phase::kSetup) {
+        d.Set(Category::kWeight, Confidence::kLow,
+              "allocated before the first forward and kept to the end (model state)");
+      } else if (c.released && (later_step || c.release_phase == Phase::kBackward ||
+                                c.release_phase == Phase::kOptimizer)) {
+        d.Set(Category::kInput, Confidence::kLow,
+              "allocated before forward and kept through it (the batch)");
+      } else if (c.released) {
+        d.Set(Category::kTemporary, Confidence::kLow,
+              "allocated and freed between iterations, before forward");
+      } else {
+        return false;
+      }
+      return true;
+    case Phase::kUnknown:
+      return false;
+  }
+  return false;
+}
+
+void Decide(const Context& c, const std::unordered_map<uint32_t, Category>& recorded,
+            AllocationInfo& info) {
+  Decider d(info);
+  const model::Allocation& a = c.a;
+  const StackFacts& s = c.at_alloc;
+  const Confidence native = Confidence::kHigh;
+  if (a.alloc_event != model::kNoEvent) {
+    if (auto it = recorded.find(static_cast<uint32_t>(a.alloc_event)); it != recorded.end()) {
+      d.Set(it->second, Confidence::kHigh, kRuleSource);
+      return;
+    }
+  }
+  if (s.workspace) {
+    d.Set(Category::kWorkspace, native, "allocated by cuBLAS/cuBLASLt/cuDNN workspace code");
+    return;
+  }
+  if (s.accumulate_grad) {
+    d.Set(Category::kGradient, native, "allocated by AccumulateGrad (a parameter's .grad)");
+    return;
+  }
+  if (s.weight_creation && !s.in_backward && !s.in_optimizer && !s.in_forward) {
+    d.Set(Category::kWeight, Confidence::kMedium,
+          "allocated while creating or moving module parameters (Module.to/_apply, "
+          "state-dict load, parameter init)");
+    return;
+  }
+  // The stack's own phase: the code that allocated it.
+  Phase stack_phase = Phase::kUnknown;
+  if (s.zero_grad) {
+    stack_phase = Phase::kUnknown;  // zero_grad(set_to_none=False) fills in place
+  } else if (s.in_backward) {
+    stack_phase = Phase::kBackward;
+  } else if (s.in_optimizer) {
+    stack_phase = Phase::kOptimizer;
+  } else if (s.in_forward) {
+    stack_phase = Phase::kForward;
+  }
+  if (stack_phase != Phase::kUnknown) {
+    const Confidence conf = Confidence::kMedium;
+    if (ByPhase(c, stack_phase, conf, /*from_stack=*/true, d)) return;
+  }
+  if (s.host_copy) {
+    d.Set(Category::kInput, Confidence::kMedium,
+          "copied to the device outside any module (a batch moved with .to()/.cuda())");
+    return;
+  }
+  // No stack evidence: timing.
+  if (c.before_trace) {
+    if (!c.released) {
+      d.Set(Category::kWeight, Confidence::kLow,
+            s.known ? kRulePersistentStacked : kRulePersistent);
+    } else if (c.release_phase == Phase::kBackward) {
+      d.Set(Category::kActivation, Confidence::kLow,
+            "alive before the trace began and released during backward (saved for backward)");
+    } else {
+      d.Set(Category::kTemporary, Confidence::kLow,
+            "alive before the trace began and released during it");
+    }
+    return;
+  }
+  if (ByPhase(c, c.alloc_phase, Confidence::kLow, /*from_stack=*/false, d)) return;
+  if (!s.known) {
+    d.Set(Category::kUnknown, Confidence::kLow,
+          "no stack was recorded and the phases could not be detected");
+  } else {
+    d.Set(Category::kUnknown, Confidence::kLow, "no rule matched its stack or its timing");
+  }
+}
+
+// Refinement by sizes: tensors alive across the whole trace without a stack are model state;
+// when there are three of them for each gradient of one size and the trace shows an optimizer
+// step, two of each three are Adam's moments.
+void RefineBySizes(const model::Trace& trace, const Phases& phases,
+                   std::vector<AllocationInfo>& infos, std::vector<std::string>& notes) {
+  const uint8_t persistent = RuleId(kRulePersistent);
+  bool optimizer_seen = false;
+  for (const Iteration& it : phases.iterations) optimizer_seen |= it.has_optimizer;
+  std::map<std::pair<int32_t, uint64_t>, uint64_t> gradients;  // (device, size) -> count
+  std::map<std::pair<int32_t, uint64_t>, std::vector<size_t>> state;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const model::Allocation& a = trace.allocations[i];
+    const auto key = std::make_pair(a.device, a.requested_size);
+    if (infos[i].category == Category::kGradient) ++gradients[key];
+    if (infos[i].rule_id == persistent) {
+      if (a.requested_size == 8519680) {
+        infos[i].category = Category::kWorkspace;
+        infos[i].rule_id = RuleId(kRuleWorkspaceBySize);
+      } else {
+        state[key].push_back(i);
+      }
+    }
+  }
+  // A tensor moved to the device outside any module that then gets a gradient and optimizer
+  // state of its size is trained: a leaf the optimizer updates, i.e. a weight.
+  std::map<std::pair<int32_t, uint64_t>, uint64_t> optimizer_state;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const model::Allocation& a = trace.allocations[i];
+    if (infos[i].category == Category::kOptimizerState) {
+      ++optimizer_state[{a.device, a.requested_size}];
+    }
+  }
+  // As many leaves per size as the state allows (Adam keeps two tensors per leaf, momentum
+  // one), the latest allocated first: the trained copy is usually made after the original.
+  const uint8_t leaf = RuleId(kRuleTrainedLeaf);
+  std::map<std::pair<int32_t, uint64_t>, uint64_t> leaves_left;
+  for (const auto& [key, states] : optimizer_state) {
+    if (gradients.count(key) > 0) leaves_left[key] = std::max<uint64_t>(1, states / 2);
+  }
+  for (size_t k = infos.size(); k-- > 0;) {
+    const model::Allocation& a = trace.allocations[k];
+    const auto left = leaves_left.find({a.device, a.requested_size});
+    if (left == leaves_left.end() || left->second == 0 || !a.alive_at_end ||
+        infos[k].category != Category::kInput) {
+      continue;
+    }
+    --left->second;
+    infos[k].category = Category::kWeight;
+    infos[k].rule_id = leaf;
+  }
+  // Gradients kept past backward but of a size no weight has are not parameters' gradients.
+  std::map<std::pair<int32_t, uint64_t>, bool> weight_sizes;
+  bool any_weight = false;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (infos[i].category != Category::kWeight) continue;
+    weight_sizes[{trace.allocations[i].device, trace.allocations[i].requested_size}] = true;
+    any_weight = true;
+  }
+  const uint8_t not_a_gradient = RuleId(kRuleNotAGradient);
+  uint64_t demoted = 0;
+  for (size_t i = 0; i < infos.size() && any_weight; ++i) {
+    const model::Allocation& a = trace.allocations[i];
+    if (infos[i].category != Category::kGradient || infos[i].confidence == Confidence::kHigh ||
+        weight_sizes.count({a.device, a.requested_size}) > 0) {
+      continue;
+    }
+    infos[i].category = Category::kTemporary;
+    infos[i].rule_id = not_a_gradient;
+    ++demoted;
+  }
+  if (demoted > 0) {
+    notes.push_back(fmt::format(
+        "{} tensors created in backward and kept past it have a size no weight has: counted as "
+        "temporaries (activation gradients kept by user code), not parameters' gradients",
+        demoted));
+  }
+  if (!optimizer_seen) return;
+  uint64_t moved = 0, moved_bytes = 0;
+  for (auto& [key, members] : state) {
+    const auto g = gradients.find(key);
+    if (g == gradients.end() || members.size() < 3 * g->second) continue;
+    // Moments are created after the weights: the later addresses of a size are no evidence,
+    // so take the last ones in the trace's order (the dump's address order).
+    const size_t moments = 2 * g->second;
+    for (size_t k = members.size() - moments; k < members.size(); ++k) {
+      infos[members[k]].category = Category::kOptimizerState;
+      infos[members[k]].rule_id = RuleId(kRuleAdamBySize);
+      ++moved;
+      moved_bytes += trace.allocations[members[k]].size;
+    }
+  }
+  if (moved > 0) {
+    notes.push_back(fmt::format(
+        "{} tensors alive before the trace ({} B) were taken as Adam's moments because there "
+        "are three of each gradient's size; which of each three is the weight cannot be told "
+        "without stacks",
+        moved, moved_bytes));
+  }
 }
 
 }  // namespace
@@ -129,13 +358,40 @@ AllocationInfo Decide(const model::Allocation& a, const StackFacts& at_alloc,
 Attribution Attribute(model::Trace& trace) {
   StackFactsCache facts(trace);
   Attribution out;
+  out.phases = DetectPhases(trace, facts);
+  const Phases& phases = out.phases;
+  // Which iterations reach backward, by (device, step).
+  std::map<std::pair<int32_t, int32_t>, bool> step_backward;
+  for (const Iteration& it : phases.iterations) {
+    step_backward[{it.device, it.step}] = it.has_backward;
+  }
   out.allocations.reserve(trace.allocations.size());
   for (const model::Allocation& a : trace.allocations) {
-    // Copy: Get() may grow the cache and move earlier entries.
+    // Copies: Get() may grow the cache and move earlier entries.
     const StackFacts at_alloc = facts.Get(a.alloc_stack);
     const StackFacts at_free = facts.Get(a.free_stack);
-    out.allocations.push_back(Decide(a, at_alloc, at_free));
+    const int64_t release = a.ReleaseEvent();
+    const int32_t alloc_step = phases.StepAt(a.alloc_event);
+    const auto backward = step_backward.find({a.device, alloc_step});
+    const Context c{a,
+                    at_alloc,
+                    at_free,
+                    phases.At(a.alloc_event),
+                    phases.At(release),
+                    alloc_step,
+                    phases.StepAt(release),
+                    release != model::kNoEvent,
+                    a.alloc_event == model::kNoEvent,
+                    backward != step_backward.end() && backward->second};
+    AllocationInfo info;
+    Decide(c, trace.events.category, info);
+    info.phase = c.alloc_phase;
+    info.operation = at_alloc.operation;
+    info.module_kind = at_alloc.module_kind;
+    out.allocations.push_back(info);
   }
+  RefineBySizes(trace, phases, out.allocations, out.notes);
+  out.notes.insert(out.notes.begin(), fmt::format("phases found from {}", phases.evidence));
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "attribution/stack_facts.h"
 
+#include <algorithm>
 #include <string_view>
 
 namespace vramscope::attribution {
@@ -25,8 +26,13 @@ std::string Normalise(std::string_view path) {
   return out;
 }
 
-// "at::_ops::addmm::call(...)" -> "addmm"; empty when not an operator frame.
+// "at::_ops::addmm::call(...)" (a recorded C++ frame) or "aten::addmm" (a profiler operator
+// event turned into a frame) -> "addmm"; empty when not an operator frame.
 std::string_view OpsName(std::string_view function) {
+  if (StartsWith(function, "aten::")) {
+    std::string_view rest = function.substr(6);
+    return rest.substr(0, std::min(rest.find('('), rest.size()));
+  }
   constexpr std::string_view kOps = "at::_ops::";
   const size_t at = function.find(kOps);
   if (at == std::string_view::npos) return {};
@@ -66,6 +72,20 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
   trace_.stacks.ForEachFrame(stack, [&](model::FrameId id) {
     const model::Frame& frame = trace_.frames.Get(id);
     const std::string_view function = trace_.strings.Get(frame.function);
+    // A profiler's module event ("nn.Module: Linear_0") turned into a frame.
+    if (trace_.strings.Get(frame.filename) == "nn.Module") {
+      f.in_forward = true;
+      if (module_kind.empty()) {
+        std::string_view name = function;
+        const size_t cut = name.rfind('_');
+        if (cut != std::string_view::npos && cut + 1 < name.size() &&
+            name.find_first_not_of("0123456789", cut + 1) == std::string_view::npos) {
+          name = name.substr(0, cut);
+        }
+        module_kind = trace_.strings.Get(trace_.strings.Intern(name));
+      }
+      return;
+    }
     if (frame.kind == model::FrameKind::kNative) {
       if (Contains(function, "AccumulateGrad") || Contains(function, "accumulateGrad")) {
         f.accumulate_grad = true;
@@ -79,9 +99,11 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
           (Contains(function, "cublas") && Contains(function, "orkspace"))) {
         f.workspace = true;
       }
-      if (Contains(function, "_fused_adam") || Contains(function, "_fused_sgd")) {
+      if (Contains(function, "_fused_adam") || Contains(function, "_fused_sgd") ||
+          StartsWith(function, "Optimizer.step#")) {
         f.in_optimizer = true;
       }
+      if (StartsWith(function, "Optimizer.zero_grad#")) f.zero_grad = true;
       const std::string_view op = OpsName(function);
       if (native_op.empty() && !op.empty() && !IsAllocationHelper(op)) native_op = op;
       if (!op.empty() && (op == "_to_copy" || op == "to" || op == "copy_")) f.host_copy = true;
@@ -107,7 +129,8 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
       f.weight_creation = true;
     }
     if ((EndsWith(file, "torch/_tensor.py") && function == "backward") ||
-        (EndsWith(file, "torch/autograd/__init__.py") && function == "backward") ||
+        (EndsWith(file, "torch/autograd/__init__.py") &&
+         (function == "backward" || function == "_make_grads")) ||
         function == "_engine_run_backward") {
       f.in_backward = true;
     }

@@ -77,15 +77,23 @@ Status Run(const ReportOptions& options) {
   // The allocator model's replay of the recording goes into the vramscope_sim_* tables. A trace
   // it cannot replay (none recorded) is not an error for the report.
   std::optional<analysis::Simulations> sims;
-  if (trace.facts.has_trace) {
+  // The replay's comparison needs the allocator's recorded state (a snapshot).
+  if (trace.facts.has_trace && trace.facts.has_allocator_state) {
     analysis::SimulationRequest request;
     request.device = options.device;
     auto replayed = analysis::Simulate(trace, *analysis.sites, request);
     if (replayed.ok()) sims = std::move(*replayed);
   }
-  const report::ReportInput input{trace,   analysis.timelines,     analysis.attribution,
-                                  summary, analysis.entries,       *analysis.sites,
-                                  root,    sims ? &*sims : nullptr};
+  const report::ReportInput input{trace,
+                                  analysis.timelines,
+                                  analysis.attribution,
+                                  summary,
+                                  analysis.entries,
+                                  *analysis.sites,
+                                  root,
+                                  sims ? &*sims : nullptr,
+                                  &analysis.category_timelines,
+                                  analysis.owners.get()};
 
   // Write.
   const auto t_write = Clock::now();

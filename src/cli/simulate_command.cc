@@ -82,7 +82,9 @@ Status Run(const SimulateOptions& o) {
                                     analysis.entries,
                                     *analysis.sites,
                                     root,
-                                    &sims};
+                                    &sims,
+                                    &analysis.category_timelines,
+                                    analysis.owners.get()};
     RETURN_IF_ERROR(report::WriteSqliteReport(output->temp_path(), input, &info));
     RETURN_IF_ERROR(output->Commit());
   }

@@ -45,15 +45,51 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
       {"allocations_alive_before_trace", f.allocations_alive_before_trace},
   };
   out["notes"] = f.notes;
+  out["attribution"] = {{"phases_evidence", in.attribution.phases.evidence},
+                        {"phases_detected", in.attribution.phases.detected},
+                        {"notes", in.attribution.notes}};
   out["peak_usage_bytes"] = in.summary.peak_usage_bytes;
+  // Memory timelines record no reserved memory at all.
+  const bool reserved_known = f.has_allocator_state || f.reserved_from_totals;
   json devices = json::array();
   for (const analysis::DeviceSummary& d : in.summary.devices) {
     json categories = json::array();
+    const double whole = static_cast<double>(d.live_at_peak_bytes);
+    uint64_t unknown = 0;
     for (const auto& c : d.live_at_peak_by_category) {
+      json owners = json::array();
+      for (const analysis::OwnerGroup& o : d.live_at_peak_by_owner) {
+        if (o.category != c.category) continue;
+        if (top_sites >= 0 && owners.size() >= static_cast<size_t>(top_sites)) break;
+        owners.push_back({{"owner", o.label}, {"bytes", o.bytes}, {"count", o.count}});
+      }
+      if (c.category == attribution::Category::kUnknown) unknown = c.bytes;
       categories.push_back({{"category", attribution::CategoryName(c.category)},
                             {"bytes", c.bytes},
-                            {"count", c.count}});
+                            {"count", c.count},
+                            {"share", whole > 0 ? static_cast<double>(c.bytes) / whole : 0.0},
+                            {"largest_owners", owners}});
     }
+    json iterations = json::array();
+    for (const analysis::IterationSummary& it : d.iterations) {
+      json at_peak = json::object();
+      for (int c = 0; c < attribution::kCategoryCount; ++c) {
+        at_peak[attribution::CategoryName(static_cast<attribution::Category>(c))] = it.at_peak[c];
+      }
+      iterations.push_back({{"step", it.step},
+                            {"first_event", it.first_event},
+                            {"last_event", it.last_event},
+                            {"start_time_us", TimeOrNull(it.start_time_us)},
+                            {"end_time_us", TimeOrNull(it.end_time_us)},
+                            {"has_forward", it.has_forward},
+                            {"has_backward", it.has_backward},
+                            {"has_optimizer", it.has_optimizer},
+                            {"peak_allocated_bytes", it.peak_allocated},
+                            {"peak_event", EventOrNull(it.peak_event)},
+                            {"peak_phase", attribution::PhaseName(it.peak_phase)},
+                            {"at_peak_by_category", at_peak}});
+    }
+    const auto& conf = d.live_at_peak_by_confidence;
     json sites = json::array();
     const size_t shown = top_sites < 0 ? d.live_at_peak_by_site.size()
                                        : std::min<size_t>(d.live_at_peak_by_site.size(),
@@ -83,12 +119,22 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
           {"reserved_bytes", d.reserved_at_dump},
           {"active_bytes", d.active_at_dump},
           {"requested_bytes", d.requested_at_dump},
-          {"reserved_not_allocated_bytes", d.reserved_at_dump - d.allocated_at_dump},
+          {"reserved_not_allocated_bytes",
+           reserved_known ? json(d.reserved_at_dump - d.allocated_at_dump) : json(nullptr)},
           {"largest_cached_free_block_bytes", d.largest_cached_free_block},
           {"segments", d.segments},
           {"small_segments", d.small_segments},
           {"blocks", d.blocks},
           {"active_blocks", d.active_blocks}}},
+        {"breakdown_at_peak",
+         {{"step", d.peak_step},
+          {"phase", attribution::PhaseName(d.peak_phase)},
+          {"bytes", d.live_at_peak_bytes},
+          {"unknown_bytes", unknown},
+          {"unknown_share", whole > 0 ? static_cast<double>(unknown) / whole : 0.0},
+          {"by_confidence_bytes", {{"high", conf[2]}, {"medium", conf[1]}, {"low", conf[0]}}},
+          {"by_category", categories}}},
+        {"iterations", iterations},
         {"live_at_peak",
          {{"bytes", d.live_at_peak_bytes},
           {"count", d.live_at_peak_count},

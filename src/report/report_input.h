@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "analysis/breakdown.h"
 #include "analysis/simulation.h"
 #include "analysis/sites.h"
 #include "analysis/skyline_entries.h"
@@ -23,6 +24,10 @@ struct ReportInput {
   const analysis::ProjectRoot& project_root;
   // The allocator model's runs (vramscope_sim_* tables); null when none were made.
   const analysis::Simulations* simulations = nullptr;
+  // Bytes by category over time (vramscope_category_timeline); null when not computed.
+  const std::vector<std::vector<analysis::CategoryPoint>>* category_timelines = nullptr;
+  // Owner labels of the allocations (vramscope_owners); null: computed by the writer.
+  analysis::OwnerNamer* owners = nullptr;
 };
 
 inline constexpr const char* kToolVersion = "0.1.0";

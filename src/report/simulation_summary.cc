@@ -50,6 +50,23 @@ void RenderReplay(std::string& out, const model::Trace& trace,
                   const analysis::DeviceSimulation& dev, const analysis::SimulationRun& run) {
   const ReplayResult& r = run.result;
   const ReplayComparison& c = r.comparison;
+  if (!dev.compared) {
+    out += fmt::format(
+        "  this source records no allocator state (segments, blocks), so there is nothing to "
+        "compare against; the model's own run over the recorded requests:\n"
+        "    peak reserved {}, peak allocated {}, fragmentation at the peak {:.1f}%, {} cudaMalloc "
+        "/ {} cudaFree\n",
+        Bytes(r.stats.peak_reserved), Bytes(r.stats.peak_allocated),
+        100.0 * r.FragmentationAtPeak(), Count(r.stats.cuda_mallocs), Count(r.stats.cuda_frees));
+    if (trace.facts.reserved_from_totals) {
+      out += fmt::format("    recorded peak reserved (the profiler's Total Reserved): {}\n",
+                         Bytes(dev.recorded_peak_reserved));
+    }
+    out +=
+        "    memory allocated before recording began is not among the requests, so the model "
+        "starts empty\n";
+    return;
+  }
   out += "  replay against the recording\n";
   if (r.initial_segments > 0 || r.initial_blocks > 0) {
     out += fmt::format(

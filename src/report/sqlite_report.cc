@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "report/sqlite_tables.h"
+
 namespace vramscope::report {
 
 const char* const kSkylineSchema = R"sql(CREATE TABLE weight_entries (
@@ -49,9 +51,6 @@ CREATE TABLE misc_sizes (
 )sql";
 
 namespace {
-
-// Points kept per device in vramscope_timeline (the exact curve is in vramscope_allocations).
-constexpr size_t kTimelinePoints = 30000;
 
 // Our own tables. Sizes are bytes; event ids index vramscope_events; stack ids index
 // vramscope_stacks (0 = no stack recorded).
@@ -110,7 +109,29 @@ CREATE TABLE vramscope_allocations (
   free_requested_event INTEGER, free_requested_time_us INTEGER, free_stack_id INTEGER NOT NULL,
   free_completed_event INTEGER, free_completed_time_us INTEGER,
   category TEXT NOT NULL, confidence TEXT NOT NULL, rule_id INTEGER NOT NULL, operation TEXT,
-  site_id INTEGER NOT NULL, user_metadata TEXT, compile_context TEXT);
+  site_id INTEGER NOT NULL, user_metadata TEXT, compile_context TEXT,
+  phase TEXT NOT NULL, step INTEGER NOT NULL, owner_id INTEGER NOT NULL);
+CREATE TABLE vramscope_owners (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
+CREATE TABLE vramscope_category_timeline (
+  device INTEGER NOT NULL, event INTEGER, time_us INTEGER,
+  weight INTEGER NOT NULL, gradient INTEGER NOT NULL, optimizer_state INTEGER NOT NULL,
+  activation INTEGER NOT NULL, input INTEGER NOT NULL, workspace INTEGER NOT NULL,
+  temporary INTEGER NOT NULL, unknown INTEGER NOT NULL);
+CREATE TABLE vramscope_iterations (
+  device INTEGER NOT NULL, step INTEGER NOT NULL, first_event INTEGER NOT NULL,
+  last_event INTEGER NOT NULL, start_time_us INTEGER, end_time_us INTEGER,
+  forward_begin_event INTEGER, backward_begin_event INTEGER, optimizer_begin_event INTEGER,
+  peak_allocated_bytes INTEGER NOT NULL, peak_event INTEGER, peak_phase TEXT NOT NULL,
+  weight INTEGER NOT NULL, gradient INTEGER NOT NULL, optimizer_state INTEGER NOT NULL,
+  activation INTEGER NOT NULL, input INTEGER NOT NULL, workspace INTEGER NOT NULL,
+  temporary INTEGER NOT NULL, unknown INTEGER NOT NULL, PRIMARY KEY (device, step));
+CREATE TABLE vramscope_phases (
+  device INTEGER NOT NULL, step INTEGER NOT NULL, phase TEXT NOT NULL,
+  first_event INTEGER NOT NULL, last_event INTEGER NOT NULL, start_time_us INTEGER,
+  end_time_us INTEGER);
+CREATE TABLE vramscope_owners_at_peak (
+  device INTEGER NOT NULL, category TEXT NOT NULL, owner TEXT NOT NULL, bytes INTEGER NOT NULL,
+  count INTEGER NOT NULL);
 CREATE TABLE vramscope_rules (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
 CREATE TABLE vramscope_sites (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
 CREATE TABLE vramscope_live_at_peak (
@@ -155,111 +176,6 @@ CREATE TABLE vramscope_sim_notes (
   run INTEGER NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
   PRIMARY KEY (run, seq)) WITHOUT ROWID;
 )sql";
-
-class Db {
- public:
-  ~Db() {
-    if (db_ != nullptr) sqlite3_close(db_);
-  }
-  Status Open(const std::string& path) {
-    path_ = path;
-    // One connection on one thread: no need for SQLite's per-call mutexes.
-    if (sqlite3_open_v2(path.c_str(), &db_,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                        nullptr) != SQLITE_OK) {
-      return Error("cannot create the database");
-    }
-    return Status::Ok();
-  }
-  Status Exec(const char* sql) {
-    char* err = nullptr;
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-      const std::string message = err != nullptr ? err : "unknown error";
-      sqlite3_free(err);
-      return InvalidInput(fmt::format("{}: writing the report failed: {}", path_, message));
-    }
-    return Status::Ok();
-  }
-  Status Error(const char* what) const {
-    return InvalidInput(fmt::format("{}: {}: {}", path_, what,
-                                    db_ != nullptr ? sqlite3_errmsg(db_) : "out of memory"));
-  }
-  sqlite3* get() const { return db_; }
-
- private:
-  sqlite3* db_ = nullptr;
-  std::string path_;
-};
-
-// A prepared INSERT bound by position; Row() binds values in order and steps.
-class Insert {
- public:
-  Insert(Db& db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v2(db.get(), sql, -1, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
-  }
-  ~Insert() { sqlite3_finalize(stmt_); }
-  bool ok() const { return stmt_ != nullptr; }
-
-  struct MaybeInt {
-    int64_t value;
-    bool present;
-  };
-  struct MaybeText {
-    std::string_view value;
-    bool present;
-  };
-
-  template <typename... Args>
-  Status Row(const Args&... args) {
-    if (stmt_ == nullptr) return db_.Error("cannot prepare an insert");
-    int index = 0;
-    (Bind(++index, args), ...);
-    const int rc = sqlite3_step(stmt_);
-    sqlite3_reset(stmt_);
-    if (rc != SQLITE_DONE) return db_.Error("cannot insert a row");
-    ++rows_;
-    return Status::Ok();
-  }
-  uint64_t rows() const { return rows_; }
-
- private:
-  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
-  void Bind(int i, uint64_t v) { sqlite3_bind_int64(stmt_, i, static_cast<int64_t>(v)); }
-  void Bind(int i, int32_t v) { sqlite3_bind_int64(stmt_, i, v); }
-  void Bind(int i, uint32_t v) { sqlite3_bind_int64(stmt_, i, v); }
-  void Bind(int i, bool v) { sqlite3_bind_int(stmt_, i, v ? 1 : 0); }
-  void Bind(int i, std::string_view v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()),
-                      SQLITE_STATIC);  // valid until step()
-  }
-  void Bind(int i, const std::string& v) { Bind(i, std::string_view(v)); }
-  void Bind(int i, const char* v) { Bind(i, std::string_view(v)); }
-  void Bind(int i, std::nullptr_t) { sqlite3_bind_null(stmt_, i); }
-  // Optional integers: events and times that may be absent are NULL.
-  void Bind(int i, MaybeText v) {
-    if (v.present) {
-      Bind(i, v.value);
-    } else {
-      sqlite3_bind_null(stmt_, i);
-    }
-  }
-  void Bind(int i, MaybeInt v) {
-    if (v.present) {
-      sqlite3_bind_int64(stmt_, i, v.value);
-    } else {
-      sqlite3_bind_null(stmt_, i);
-    }
-  }
-
- public:
-  static MaybeInt Event(int64_t e) { return {e, e != model::kNoEvent}; }
-  static MaybeInt Time(int64_t t) { return {t, t != model::kNoTime}; }
-
- private:
-  Db& db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  uint64_t rows_ = 0;
-};
 
 // Devices that hold memory: the rows of vramscope_devices.
 std::string DeviceList(const analysis::Summary& summary) {
@@ -369,6 +285,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     Insert note(db, "INSERT INTO vramscope_notes VALUES (?, ?)");
     int64_t n = 0;
     for (const auto& text : f.notes) RETURN_IF_ERROR(note.Row(++n, text));
+    for (const auto& text : in.attribution.notes) RETURN_IF_ERROR(note.Row(++n, text));
     *rows += note.rows();
   }
   {
@@ -465,8 +382,12 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     Insert site(db, "INSERT INTO vramscope_sites VALUES (?, ?)");
     Insert alloc(db,
                  "INSERT INTO vramscope_allocations VALUES "
-                 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     const model::Events& ev = t.events;
+    // The analysis' owner ids when it made them, else our own.
+    std::unique_ptr<analysis::OwnerNamer> own;
+    if (in.owners == nullptr) own = std::make_unique<analysis::OwnerNamer>(t, in.sites);
+    analysis::OwnerNamer& owners = in.owners != nullptr ? *in.owners : *own;
     for (size_t i = 0; i < t.allocations.size(); ++i) {
       const model::Allocation& a = t.allocations[i];
       const attribution::AllocationInfo& info = in.attribution.allocations[i];
@@ -493,10 +414,18 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
           attribution::CategoryName(info.category), attribution::ConfidenceName(info.confidence),
           rule_it->second,
           Insert::MaybeText{t.strings.Get(info.operation), info.operation != model::kEmptyString},
-          site_it->second, text_of(ev.user_metadata), text_of(ev.compile_context)));
+          site_it->second, text_of(ev.user_metadata), text_of(ev.compile_context),
+          attribution::PhaseName(info.phase), in.attribution.phases.StepAt(a.alloc_event),
+          owners.Id(a, info)));
     }
     *rows += alloc.rows() + rule.rows() + site.rows();
+    Insert owner(db, "INSERT INTO vramscope_owners VALUES (?, ?)");
+    for (uint32_t id = 0; id < owners.size(); ++id) {
+      RETURN_IF_ERROR(owner.Row(id, owners.Label(id)));
+    }
+    *rows += owner.rows();
   }
+  RETURN_IF_ERROR(WriteAttributionTables(db, in, rows));
   {
     Insert live(db, "INSERT INTO vramscope_live_at_peak VALUES (?, ?, ?, ?, ?)");
     Insert cat(db, "INSERT INTO vramscope_categories_at_peak VALUES (?, ?, ?, ?)");
@@ -521,113 +450,6 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     }
     *rows += ann.rows();
   }
-  return Status::Ok();
-}
-
-// The simulated curve keeps, per bucket of consecutive events, the lowest and highest allocated
-// and the highest reserved event, so local extremes and both peaks survive the reduction.
-std::vector<size_t> ReduceSimulatedCurve(const allocator::ReplayResult& r, size_t max_points) {
-  const size_t n = r.allocated.size();
-  std::vector<size_t> keep;
-  if (n <= max_points) {
-    keep.resize(n);
-    for (size_t i = 0; i < n; ++i) keep[i] = i;
-    return keep;
-  }
-  const size_t bucket = (n + max_points / 3 - 1) / (max_points / 3);
-  for (size_t start = 0; start < n; start += bucket) {
-    const size_t stop = std::min(n, start + bucket);
-    size_t lo = start;
-    size_t hi = start;
-    size_t res = start;
-    for (size_t i = start; i < stop; ++i) {
-      if (r.allocated[i] < r.allocated[lo]) lo = i;
-      if (r.allocated[i] > r.allocated[hi]) hi = i;
-      if (r.reserved[i] > r.reserved[res]) res = i;
-    }
-    keep.push_back(lo);
-    keep.push_back(hi);
-    keep.push_back(res);
-  }
-  std::sort(keep.begin(), keep.end());
-  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
-  return keep;
-}
-
-const char* BlockStateText(allocator::BlockView::State s) {
-  switch (s) {
-    case allocator::BlockView::State::kFree:
-      return "inactive";
-    case allocator::BlockView::State::kAllocated:
-      return "active_allocated";
-    case allocator::BlockView::State::kPendingFree:
-      return "active_pending_free";
-    case allocator::BlockView::State::kUnmapped:
-      return "unmapped";
-  }
-  return "?";
-}
-
-Status WriteSimulationTables(Db& db, const ReportInput& in, uint64_t* rows) {
-  if (in.simulations == nullptr) return Status::Ok();
-  Insert run_row(db,
-                 "INSERT INTO vramscope_sim_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                 "?,?,?,?,?,?,?,?,?,?,?,?,?)");
-  Insert point(db, "INSERT INTO vramscope_sim_timeline VALUES (?,?,?,?,?)");
-  Insert seg(db, "INSERT INTO vramscope_sim_segment_events VALUES (?,?,?,?,?,?,?,?)");
-  Insert block(db, "INSERT INTO vramscope_sim_final_blocks VALUES (?,?,?,?,?,?,?,?,?)");
-  Insert note(db, "INSERT INTO vramscope_sim_notes VALUES (?,?,?,?)");
-  int64_t id = 0;
-  for (const analysis::DeviceSimulation& dev : in.simulations->devices) {
-    for (const analysis::SimulationRun& run : dev.runs) {
-      const allocator::ReplayResult& r = run.result;
-      const allocator::ReplayComparison& c = r.comparison;
-      const bool cmp = r.follow_recording;
-      auto opt = [&](uint64_t v) { return Insert::MaybeInt{static_cast<int64_t>(v), cmp}; };
-      const bool limited = r.settings.capacity != allocator::kUnlimited;
-      RETURN_IF_ERROR(run_row.Row(
-          id, dev.device, run.label, run.alloc_conf,
-          Insert::MaybeInt{static_cast<int64_t>(r.settings.capacity), limited},
-          r.settings.memory_fraction > 0
-              ? Insert::MaybeText{fmt::format("{}", r.settings.memory_fraction), true}
-              : Insert::MaybeText{{}, false},
-          r.events_replayed, r.initial_segments, r.initial_reserved, r.initial_blocks,
-          r.stats.peak_reserved, Insert::Event(r.peak_reserved_event), r.allocated_at_peak_reserved,
-          fmt::format("{:.6f}", r.FragmentationAtPeak()), r.stats.peak_allocated,
-          r.stats.cuda_mallocs, r.stats.cuda_frees, r.stats.alloc_retries,
-          Insert::Event(r.oom ? r.oom->event : model::kNoEvent),
-          Insert::MaybeInt{r.oom ? static_cast<int64_t>(r.oom->requested) : 0, r.oom.has_value()},
-          opt(c.allocs), opt(c.allocs_at_recorded_address), opt(c.recorded_segment_allocs),
-          opt(c.segment_allocs_matched), opt(c.recorded_segment_frees),
-          opt(c.segment_frees_matched), opt(c.compared_points), opt(c.reserved_equal_points),
-          opt(c.final_segments_recorded), opt(c.final_segments_matched),
-          opt(c.final_blocks_recorded), opt(c.final_blocks_matched), opt(c.divergence_count)));
-      for (const size_t k : ReduceSimulatedCurve(r, kTimelinePoints)) {
-        RETURN_IF_ERROR(point.Row(id, r.begin_event + static_cast<int64_t>(k), r.allocated[k],
-                                  r.reserved[k], r.requested[k]));
-      }
-      int64_t seq = 0;
-      for (const allocator::SimulatedSegmentEvent& e : r.segment_events) {
-        RETURN_IF_ERROR(seg.Row(id, seq++, e.event, allocator::SegmentActionName(e.what.action),
-                                allocator::PoolKindName(e.what.pool), e.what.addr, e.what.size,
-                                e.what.stream));
-      }
-      for (const allocator::SegmentView& s : r.final_state) {
-        for (const allocator::BlockView& b : s.blocks) {
-          RETURN_IF_ERROR(block.Row(id, s.addr, allocator::PoolKindName(s.pool), s.expandable,
-                                    s.stream, b.addr, b.size, b.requested,
-                                    BlockStateText(b.state)));
-        }
-      }
-      seq = 0;
-      for (const std::string& n : r.notes) RETURN_IF_ERROR(note.Row(id, seq++, "note", n));
-      for (const std::string& d : c.divergences) {
-        RETURN_IF_ERROR(note.Row(id, seq++, "divergence", d));
-      }
-      ++id;
-    }
-  }
-  *rows += run_row.rows() + point.rows() + seg.rows() + block.rows() + note.rows();
   return Status::Ok();
 }
 

@@ -94,7 +94,9 @@ class ExampleReport : public ::testing::Test {
                             analysis_->entries,
                             *analysis_->sites,
                             *root_,
-                            sims_.get()};
+                            sims_.get(),
+                            &analysis_->category_timelines,
+                            analysis_->owners.get()};
     const Status status = WriteSqliteReport(path_, input, &info_);
     ASSERT_TRUE(status.ok()) << status.message();
   }
@@ -125,7 +127,7 @@ TEST_F(ExampleReport, SkylineSchemaIsVerbatim) {
                          name == "stack_frames" || name == "misc_sizes";
     EXPECT_TRUE(skyline || name.rfind("vramscope_", 0) == 0) << name;
   }
-  EXPECT_EQ(info_.vramscope_tables, 21);
+  EXPECT_EQ(info_.vramscope_tables, 26);
 }
 
 TEST_F(ExampleReport, SimulationTablesHoldTheReplayAndTheWhatIf) {

@@ -31,6 +31,37 @@ std::string When(const model::Trace& trace, const analysis::DeviceSummary& d, in
   return text;
 }
 
+// "at the peak of step 3 (backward)" / "at the peak (before the first iteration)" / ...
+std::string PeakHeadline(const model::Trace& trace, const analysis::DeviceSummary& d) {
+  if (!d.peak_from_trace) return "at the dump";
+  if (d.peak_step > 0) {
+    return fmt::format("at the peak of step {} ({})", d.peak_step,
+                       attribution::PhaseName(d.peak_phase));
+  }
+  if (d.peak_phase == attribution::Phase::kSetup) return "at the peak (before the first step)";
+  return "at the peak";
+}
+
+// "activation 3.12 GiB (56.9%), weight 1.01 GiB (18.5%), ...; unknown 0 B (0.0%)"
+std::string Breakdown(const std::vector<analysis::CategoryShare>& shares, int64_t whole) {
+  std::string text;
+  uint64_t unknown = 0;
+  for (const auto& share : shares) {
+    if (share.category == attribution::Category::kUnknown) {
+      unknown = share.bytes;
+      continue;
+    }
+    if (share.bytes == 0) continue;
+    if (!text.empty()) text += ", ";
+    text += fmt::format("{} {} ({})", attribution::CategoryName(share.category),
+                        FormatBytes(static_cast<int64_t>(share.bytes)),
+                        Percent(static_cast<int64_t>(share.bytes), whole));
+  }
+  if (text.empty()) text = "nothing live";
+  return text + fmt::format("; unknown {} ({})", FormatBytes(static_cast<int64_t>(unknown)),
+                            Percent(static_cast<int64_t>(unknown), whole));
+}
+
 std::string Bytes(int64_t bytes) {
   return fmt::format("{} ({} B)", FormatBytes(bytes), FormatCount(bytes));
 }
@@ -48,15 +79,24 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
                                ? "built-in example (synthetic, see examples/README.md)"
                                : t.source.path;
   line(fmt::format("vramscope report: {}", name));
-  line(fmt::format("  {}, {} schema ({}), {}; {} trace events, {} segments, {} blocks",
-                   t.source.format, t.source.generation,
-                   t.source.pickle_protocol > 0
-                       ? fmt::format("pickle protocol {}", t.source.pickle_protocol)
-                       : std::string("pickle"),
-                   FormatBytes(static_cast<int64_t>(t.source.file_bytes)),
-                   FormatCount(static_cast<int64_t>(t.events.count())),
-                   FormatCount(static_cast<int64_t>(t.segments.size())),
-                   FormatCount(static_cast<int64_t>(t.blocks.size()))));
+  const bool state = t.facts.has_allocator_state;
+  const bool reserved_known = state || t.facts.reserved_from_totals;
+  if (state) {
+    line(fmt::format("  {}, {} schema ({}), {}; {} trace events, {} segments, {} blocks",
+                     t.source.format, t.source.generation,
+                     t.source.pickle_protocol > 0
+                         ? fmt::format("pickle protocol {}", t.source.pickle_protocol)
+                         : std::string("pickle"),
+                     FormatBytes(static_cast<int64_t>(t.source.file_bytes)),
+                     FormatCount(static_cast<int64_t>(t.events.count())),
+                     FormatCount(static_cast<int64_t>(t.segments.size())),
+                     FormatCount(static_cast<int64_t>(t.blocks.size()))));
+  } else {
+    line(fmt::format("  {}, {}, {}; {} events, {} allocations", t.source.format,
+                     t.source.generation, FormatBytes(static_cast<int64_t>(t.source.file_bytes)),
+                     FormatCount(static_cast<int64_t>(t.events.count())),
+                     FormatCount(static_cast<int64_t>(t.allocations.size()))));
+  }
   if (in.summary.devices.empty()) line("  no device holds any memory in this snapshot");
 
   for (const analysis::DeviceSummary& d : in.summary.devices) {
@@ -65,43 +105,80 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
     line(fmt::format("cuda:{}", d.device));
     line(fmt::format("  peak allocated  {}  {}", Bytes(d.peak_allocated),
                      When(t, d, d.peak_allocated_event, d.peak_allocated_time_us)));
-    line(fmt::format("  peak reserved   {}  {}", Bytes(d.peak_reserved),
-                     When(t, d, d.peak_reserved_event, d.peak_reserved_time_us)));
-    if (d.peak_from_trace) {
+    if (reserved_known) {
+      line(fmt::format("  peak reserved   {}  {}", Bytes(d.peak_reserved),
+                       When(t, d, d.peak_reserved_event, d.peak_reserved_time_us)));
+    } else {
+      line("  peak reserved   not recorded by this source");
+    }
+    if (d.peak_from_trace && reserved_known) {
       line(fmt::format("  at the allocated peak, reserved was {}: {} reserved but not allocated",
                        FormatBytes(d.reserved_at_peak_allocated),
                        FormatBytes(d.reserved_at_peak_allocated - d.peak_allocated)));
     }
-    line(
-        fmt::format("  at the dump     allocated {}, reserved {}: {} reserved but not allocated "
-                    "({} of reserved)",
-                    FormatBytes(d.allocated_at_dump), FormatBytes(d.reserved_at_dump),
-                    FormatBytes(d.reserved_at_dump - d.allocated_at_dump),
-                    Percent(d.reserved_at_dump - d.allocated_at_dump, d.reserved_at_dump)));
-    line(
-        fmt::format("                  {} segments ({} small-pool), {} blocks ({} active), "
-                    "largest cached free block {}",
-                    FormatCount(static_cast<int64_t>(d.segments)),
-                    FormatCount(static_cast<int64_t>(d.small_segments)),
-                    FormatCount(static_cast<int64_t>(d.blocks)),
-                    FormatCount(static_cast<int64_t>(d.active_blocks)),
-                    FormatBytes(d.largest_cached_free_block)));
+    if (!state) {
+      line(fmt::format("  at the end      allocated {}{}", FormatBytes(d.allocated_at_dump),
+                       reserved_known
+                           ? fmt::format(", reserved {}", FormatBytes(d.reserved_at_dump))
+                           : std::string()));
+    } else {
+      line(
+          fmt::format("  at the dump     allocated {}, reserved {}: {} reserved but not allocated "
+                      "({} of reserved)",
+                      FormatBytes(d.allocated_at_dump), FormatBytes(d.reserved_at_dump),
+                      FormatBytes(d.reserved_at_dump - d.allocated_at_dump),
+                      Percent(d.reserved_at_dump - d.allocated_at_dump, d.reserved_at_dump)));
+      line(
+          fmt::format("                  {} segments ({} small-pool), {} blocks ({} active), "
+                      "largest cached free block {}",
+                      FormatCount(static_cast<int64_t>(d.segments)),
+                      FormatCount(static_cast<int64_t>(d.small_segments)),
+                      FormatCount(static_cast<int64_t>(d.blocks)),
+                      FormatCount(static_cast<int64_t>(d.active_blocks)),
+                      FormatBytes(d.largest_cached_free_block)));
+    }
 
-    line(
-        fmt::format("  live at the peak: {} in {} allocations; by category (first-cut "
-                    "attribution):",
-                    FormatBytes(static_cast<int64_t>(d.live_at_peak_bytes)),
-                    FormatCount(static_cast<int64_t>(d.live_at_peak_count))));
     std::vector<analysis::CategoryShare> shares = d.live_at_peak_by_category;
     std::stable_sort(shares.begin(), shares.end(),
                      [](const auto& x, const auto& y) { return x.bytes > y.bytes; });
+    const auto whole = static_cast<int64_t>(d.live_at_peak_bytes);
+    line(fmt::format("  {}: {}", PeakHeadline(t, d), Breakdown(shares, whole)));
+    line(
+        fmt::format("  live at the peak: {} in {} allocations, by category with the largest "
+                    "owners ({} attributed with high, {} medium, {} low confidence):",
+                    FormatBytes(whole), FormatCount(static_cast<int64_t>(d.live_at_peak_count)),
+                    Percent(static_cast<int64_t>(d.live_at_peak_by_confidence[2]), whole),
+                    Percent(static_cast<int64_t>(d.live_at_peak_by_confidence[1]), whole),
+                    Percent(static_cast<int64_t>(d.live_at_peak_by_confidence[0]), whole)));
     for (const auto& share : shares) {
       if (share.count == 0) continue;
-      line(fmt::format(
-          "    {:>16}  {:>6}  {:>6} allocs  {}", FormatBytes(share.bytes),
-          Percent(static_cast<int64_t>(share.bytes), static_cast<int64_t>(d.live_at_peak_bytes)),
-          FormatCount(static_cast<int64_t>(share.count)),
-          attribution::CategoryName(share.category)));
+      line(fmt::format("    {:>16}  {:>6}  {:>6} allocs  {}", FormatBytes(share.bytes),
+                       Percent(static_cast<int64_t>(share.bytes), whole),
+                       FormatCount(static_cast<int64_t>(share.count)),
+                       attribution::CategoryName(share.category)));
+      int shown_owners = 0;
+      for (const analysis::OwnerGroup& o : d.live_at_peak_by_owner) {
+        if (o.category != share.category) continue;
+        if (shown_owners++ == options.top_owners) break;
+        line(fmt::format("        {:>12}  {:>4} allocs  {}", FormatBytes(o.bytes),
+                         FormatCount(static_cast<int64_t>(o.count)), o.label));
+      }
+    }
+    if (!d.iterations.empty()) {
+      line(fmt::format("  iterations: {} (phases from {})", d.iterations.size(),
+                       in.attribution.phases.evidence));
+      line("     step  peak allocated  peak in     phases seen");
+      for (const analysis::IterationSummary& it : d.iterations) {
+        std::string seen;
+        if (it.has_forward) seen += "forward ";
+        if (it.has_backward) seen += "backward ";
+        if (it.has_optimizer) seen += "optimizer ";
+        line(fmt::format("    {:>5}  {:>14}  {:<10}  {}", it.step, FormatBytes(it.peak_allocated),
+                         attribution::PhaseName(it.peak_phase), seen));
+      }
+    } else {
+      line(fmt::format("  iterations: none detected (phases from {})",
+                       in.attribution.phases.evidence));
     }
     line("  live at the peak, by allocation site:");
     const size_t shown =
@@ -125,17 +202,23 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
           Percent(static_cast<int64_t>(rest), static_cast<int64_t>(d.live_at_peak_bytes)),
           FormatCount(static_cast<int64_t>(d.live_at_peak_by_site.size() - shown))));
     }
-    if (d.estimated_sizes > 0) {
+    if (d.estimated_sizes > 0 && !state) {
+      line(
+          fmt::format("  note: {} allocations count with their size rounded up to 512 B (the "
+                      "source records tensor sizes, not the allocator's blocks)",
+                      FormatCount(static_cast<int64_t>(d.estimated_sizes))));
+    } else if (d.estimated_sizes > 0) {
       line(
           fmt::format("  note: {} allocations freed during the trace count with their request "
                       "rounded to 512 B (the snapshot records block sizes only for live blocks)",
                       FormatCount(static_cast<int64_t>(d.estimated_sizes))));
     }
   }
-  if (!t.facts.notes.empty()) {
+  if (!t.facts.notes.empty() || !in.attribution.notes.empty()) {
     line("");
     line("notes:");
     for (const auto& n : t.facts.notes) line("  - " + n);
+    for (const auto& n : in.attribution.notes) line("  - " + n);
   }
   return out;
 }

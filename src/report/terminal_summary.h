@@ -12,6 +12,7 @@ namespace vramscope::report {
 
 struct TerminalOptions {
   int top_sites = 10;
+  int top_owners = 3;             // owners listed under each category at the peak
   std::optional<int32_t> device;  // only this device
 };
 

@@ -1,0 +1,142 @@
+#include "analysis/breakdown.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace vramscope::analysis {
+
+using model::kNoEvent;
+
+std::vector<CategoryBytes> CategoriesAfter(const model::Trace& trace,
+                                           const attribution::Attribution& attribution,
+                                           int32_t device, const std::vector<int64_t>& events) {
+  // (event, category, delta) for every alloc and release of the device, swept in event order.
+  struct Change {
+    int64_t event;
+    uint8_t category;
+    int64_t delta;
+  };
+  std::vector<Change> changes;
+  CategoryBytes running{};
+  for (size_t i = 0; i < trace.allocations.size(); ++i) {
+    const model::Allocation& a = trace.allocations[i];
+    if (a.device != device) continue;
+    const auto c = static_cast<uint8_t>(attribution.allocations[i].category);
+    const auto size = static_cast<int64_t>(a.size);
+    if (a.alloc_event == kNoEvent) {
+      running[c] += size;
+    } else {
+      changes.push_back({a.alloc_event, c, size});
+    }
+    if (a.ReleaseEvent() != kNoEvent) changes.push_back({a.ReleaseEvent(), c, -size});
+  }
+  // Changes are nearly in event order already (allocations are made in alloc order); a counting
+  // sort by event keeps it linear for million-event traces.
+  if (!std::is_sorted(changes.begin(), changes.end(),
+                      [](const Change& x, const Change& y) { return x.event < y.event; })) {
+    int64_t lo = changes.front().event, hi = lo;
+    for (const Change& c : changes) {
+      lo = std::min(lo, c.event);
+      hi = std::max(hi, c.event);
+    }
+    std::vector<uint32_t> start(static_cast<size_t>(hi - lo) + 2, 0);
+    for (const Change& c : changes) ++start[static_cast<size_t>(c.event - lo) + 1];
+    for (size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
+    std::vector<Change> sorted(changes.size());
+    for (const Change& c : changes) sorted[start[static_cast<size_t>(c.event - lo)]++] = c;
+    changes = std::move(sorted);
+  }
+  std::vector<CategoryBytes> out;
+  out.reserve(events.size());
+  size_t next = 0;
+  for (const int64_t event : events) {
+    while (event != kNoEvent && next < changes.size() && changes[next].event <= event) {
+      running[changes[next].category] += changes[next].delta;
+      ++next;
+    }
+    out.push_back(running);
+  }
+  return out;
+}
+
+std::vector<std::vector<CategoryPoint>> CategoryTimelines(
+    const model::Trace& trace, const Timelines& timelines,
+    const attribution::Attribution& attribution, size_t max_points) {
+  std::vector<std::vector<CategoryPoint>> out;
+  for (const DeviceTimeline& t : timelines.devices) {
+    std::vector<int64_t> events = {kNoEvent};
+    for (const size_t e : ReduceTimeline(t, max_points)) events.push_back(static_cast<int64_t>(e));
+    const std::vector<CategoryBytes> sums = CategoriesAfter(trace, attribution, t.device, events);
+    std::vector<CategoryPoint> points;
+    points.reserve(events.size());
+    for (size_t i = 0; i < events.size(); ++i) points.push_back({events[i], sums[i]});
+    out.push_back(std::move(points));
+  }
+  return out;
+}
+
+std::vector<IterationSummary> SummarizeIterations(const model::Trace& trace,
+                                                  const DeviceTimeline& timeline,
+                                                  const attribution::Attribution& attribution) {
+  std::vector<IterationSummary> out;
+  for (const attribution::Iteration& it : attribution.phases.iterations) {
+    if (it.device != timeline.device) continue;
+    IterationSummary s;
+    s.step = it.step;
+    s.first_event = it.first_event;
+    s.last_event = it.last_event;
+    s.start_time_us = trace.events.time_us[it.first_event];
+    s.end_time_us = trace.events.time_us[it.last_event];
+    s.has_forward = it.has_forward;
+    s.has_backward = it.has_backward;
+    s.has_optimizer = it.has_optimizer;
+    s.forward_begin = it.forward_begin;
+    s.backward_begin = it.backward_begin;
+    s.optimizer_begin = it.optimizer_begin;
+    s.peak_allocated = -1;
+    for (uint32_t e = it.first_event; e <= it.last_event; ++e) {
+      const int64_t level = timeline.allocated[e - timeline.begin];
+      if (level > s.peak_allocated) {
+        s.peak_allocated = level;
+        s.peak_event = e;
+      }
+    }
+    s.peak_phase = attribution.phases.At(s.peak_event);
+    out.push_back(s);
+  }
+  std::vector<int64_t> peaks;
+  for (const IterationSummary& s : out) peaks.push_back(s.peak_event);
+  const std::vector<CategoryBytes> at = CategoriesAfter(trace, attribution, timeline.device, peaks);
+  for (size_t i = 0; i < out.size(); ++i) out[i].at_peak = at[i];
+  return out;
+}
+
+uint32_t OwnerNamer::Id(const model::Allocation& allocation,
+                        const attribution::AllocationInfo& info) {
+  const model::StringId name =
+      info.category == attribution::Category::kWeight
+          ? info.module_kind
+          : (info.operation != model::kEmptyString ? info.operation : info.module_kind);
+  const bool before_trace = allocation.alloc_event == kNoEvent;
+  auto& by_key = by_key_[before_trace ? 1 : 0];
+  const uint64_t key = (static_cast<uint64_t>(allocation.alloc_stack) << 32) | name;
+  if (const auto it = by_key.find(key); it != by_key.end()) return it->second;
+  std::string label;
+  const uint32_t site = sites_.Site(allocation.alloc_stack);
+  if (site == SiteNamer::kNoSite) {
+    label = before_trace ? "(no stack; allocated before the trace)" : "(no stack recorded)";
+  } else {
+    label = sites_.Label(site);
+    if (name != model::kEmptyString) {
+      const std::string_view what = trace_.strings.Get(name);
+      if (label != what) label = fmt::format("{} @ {}", what, label);
+    }
+  }
+  auto [it, inserted] = by_label_.emplace(std::move(label), static_cast<uint32_t>(labels_.size()));
+  if (inserted) labels_.push_back(it->first);
+  by_key.emplace(key, it->second);
+  return it->second;
+}
+
+}  // namespace vramscope::analysis

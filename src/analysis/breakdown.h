@@ -1,0 +1,75 @@
+// The breakdown users ask for: bytes by category over time, at the peak of each iteration, and
+// by owner at the peak. Pure functions of (trace, timelines, attribution).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "analysis/sites.h"
+#include "analysis/timeline.h"
+#include "attribution/attribution.h"
+#include "model/trace.h"
+
+namespace vramscope::analysis {
+
+using CategoryBytes = std::array<int64_t, attribution::kCategoryCount>;
+
+// Live bytes by category right after each of `events` (ascending indices into Trace::events of
+// `device`; kNoEvent first means "at the start of the trace"). One sweep over the allocations.
+std::vector<CategoryBytes> CategoriesAfter(const model::Trace& trace,
+                                           const attribution::Attribution& attribution,
+                                           int32_t device, const std::vector<int64_t>& events);
+
+struct CategoryPoint {
+  int64_t event = model::kNoEvent;  // kNoEvent: the start of the trace
+  CategoryBytes bytes{};
+};
+
+// Per device, the category stack at the points of the reduced allocated curve (ReduceTimeline),
+// so the extremes of every category's sum survive. Parallel to Timelines::devices.
+std::vector<std::vector<CategoryPoint>> CategoryTimelines(
+    const model::Trace& trace, const Timelines& timelines,
+    const attribution::Attribution& attribution, size_t max_points);
+
+struct IterationSummary {
+  int32_t step = 0;
+  uint32_t first_event = 0, last_event = 0;
+  int64_t start_time_us = model::kNoTime, end_time_us = model::kNoTime;
+  bool has_forward = false, has_backward = false, has_optimizer = false;
+  int64_t forward_begin = model::kNoEvent, backward_begin = model::kNoEvent,
+          optimizer_begin = model::kNoEvent;
+  int64_t peak_allocated = 0;
+  int64_t peak_event = model::kNoEvent;
+  attribution::Phase peak_phase = attribution::Phase::kUnknown;
+  CategoryBytes at_peak{};  // live bytes by category at the iteration's peak
+};
+
+// One summary per detected iteration of `device`, in order.
+std::vector<IterationSummary> SummarizeIterations(const model::Trace& trace,
+                                                  const DeviceTimeline& timeline,
+                                                  const attribution::Attribution& attribution);
+
+// Who the bytes of an allocation belong to, for grouping: "linear @ model.py:57 __init__" for a
+// weight, "aten::addmm @ modeling_llama.py:216 forward" for an activation, the site alone when
+// nothing names an operation, "(no stack recorded)" without a stack. Labels are built once per
+// distinct (stack, name) and handed out as ids: a million allocations share a few thousand.
+class OwnerNamer {
+ public:
+  OwnerNamer(const model::Trace& trace, SiteNamer& sites) : trace_(trace), sites_(sites) {}
+  uint32_t Id(const model::Allocation& allocation, const attribution::AllocationInfo& info);
+  const std::string& Label(uint32_t id) const { return labels_[id]; }
+  size_t size() const { return labels_.size(); }
+
+ private:
+  const model::Trace& trace_;
+  SiteNamer& sites_;
+  // (stack << 32 | name) -> id, apart for allocations made before the trace and in it.
+  std::unordered_map<uint64_t, uint32_t> by_key_[2];
+  std::unordered_map<std::string, uint32_t> by_label_;
+  std::vector<std::string> labels_;
+};
+
+}  // namespace vramscope::analysis

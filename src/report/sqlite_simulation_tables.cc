@@ -1,0 +1,119 @@
+#include <algorithm>
+#include <vector>
+
+#include "report/sqlite_tables.h"
+
+namespace vramscope::report {
+
+namespace {
+
+// The simulated curve keeps, per bucket of consecutive events, the lowest and highest allocated
+// and the highest reserved event, so local extremes and both peaks survive the reduction.
+std::vector<size_t> ReduceSimulatedCurve(const allocator::ReplayResult& r, size_t max_points) {
+  const size_t n = r.allocated.size();
+  std::vector<size_t> keep;
+  if (n <= max_points) {
+    keep.resize(n);
+    for (size_t i = 0; i < n; ++i) keep[i] = i;
+    return keep;
+  }
+  const size_t bucket = (n + max_points / 3 - 1) / (max_points / 3);
+  for (size_t start = 0; start < n; start += bucket) {
+    const size_t stop = std::min(n, start + bucket);
+    size_t lo = start;
+    size_t hi = start;
+    size_t res = start;
+    for (size_t i = start; i < stop; ++i) {
+      if (r.allocated[i] < r.allocated[lo]) lo = i;
+      if (r.allocated[i] > r.allocated[hi]) hi = i;
+      if (r.reserved[i] > r.reserved[res]) res = i;
+    }
+    keep.push_back(lo);
+    keep.push_back(hi);
+    keep.push_back(res);
+  }
+  std::sort(keep.begin(), keep.end());
+  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  return keep;
+}
+
+const char* BlockStateText(allocator::BlockView::State s) {
+  switch (s) {
+    case allocator::BlockView::State::kFree:
+      return "inactive";
+    case allocator::BlockView::State::kAllocated:
+      return "active_allocated";
+    case allocator::BlockView::State::kPendingFree:
+      return "active_pending_free";
+    case allocator::BlockView::State::kUnmapped:
+      return "unmapped";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Status WriteSimulationTables(Db& db, const ReportInput& in, uint64_t* rows) {
+  if (in.simulations == nullptr) return Status::Ok();
+  Insert run_row(db,
+                 "INSERT INTO vramscope_sim_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                 "?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  Insert point(db, "INSERT INTO vramscope_sim_timeline VALUES (?,?,?,?,?)");
+  Insert seg(db, "INSERT INTO vramscope_sim_segment_events VALUES (?,?,?,?,?,?,?,?)");
+  Insert block(db, "INSERT INTO vramscope_sim_final_blocks VALUES (?,?,?,?,?,?,?,?,?)");
+  Insert note(db, "INSERT INTO vramscope_sim_notes VALUES (?,?,?,?)");
+  int64_t id = 0;
+  for (const analysis::DeviceSimulation& dev : in.simulations->devices) {
+    for (const analysis::SimulationRun& run : dev.runs) {
+      const allocator::ReplayResult& r = run.result;
+      const allocator::ReplayComparison& c = r.comparison;
+      const bool cmp = r.follow_recording;
+      auto opt = [&](uint64_t v) { return Insert::MaybeInt{static_cast<int64_t>(v), cmp}; };
+      const bool limited = r.settings.capacity != allocator::kUnlimited;
+      RETURN_IF_ERROR(run_row.Row(
+          id, dev.device, run.label, run.alloc_conf,
+          Insert::MaybeInt{static_cast<int64_t>(r.settings.capacity), limited},
+          r.settings.memory_fraction > 0
+              ? Insert::MaybeText{fmt::format("{}", r.settings.memory_fraction), true}
+              : Insert::MaybeText{{}, false},
+          r.events_replayed, r.initial_segments, r.initial_reserved, r.initial_blocks,
+          r.stats.peak_reserved, Insert::Event(r.peak_reserved_event), r.allocated_at_peak_reserved,
+          fmt::format("{:.6f}", r.FragmentationAtPeak()), r.stats.peak_allocated,
+          r.stats.cuda_mallocs, r.stats.cuda_frees, r.stats.alloc_retries,
+          Insert::Event(r.oom ? r.oom->event : model::kNoEvent),
+          Insert::MaybeInt{r.oom ? static_cast<int64_t>(r.oom->requested) : 0, r.oom.has_value()},
+          opt(c.allocs), opt(c.allocs_at_recorded_address), opt(c.recorded_segment_allocs),
+          opt(c.segment_allocs_matched), opt(c.recorded_segment_frees),
+          opt(c.segment_frees_matched), opt(c.compared_points), opt(c.reserved_equal_points),
+          opt(c.final_segments_recorded), opt(c.final_segments_matched),
+          opt(c.final_blocks_recorded), opt(c.final_blocks_matched), opt(c.divergence_count)));
+      for (const size_t k : ReduceSimulatedCurve(r, kTimelinePoints)) {
+        RETURN_IF_ERROR(point.Row(id, r.begin_event + static_cast<int64_t>(k), r.allocated[k],
+                                  r.reserved[k], r.requested[k]));
+      }
+      int64_t seq = 0;
+      for (const allocator::SimulatedSegmentEvent& e : r.segment_events) {
+        RETURN_IF_ERROR(seg.Row(id, seq++, e.event, allocator::SegmentActionName(e.what.action),
+                                allocator::PoolKindName(e.what.pool), e.what.addr, e.what.size,
+                                e.what.stream));
+      }
+      for (const allocator::SegmentView& s : r.final_state) {
+        for (const allocator::BlockView& b : s.blocks) {
+          RETURN_IF_ERROR(block.Row(id, s.addr, allocator::PoolKindName(s.pool), s.expandable,
+                                    s.stream, b.addr, b.size, b.requested,
+                                    BlockStateText(b.state)));
+        }
+      }
+      seq = 0;
+      for (const std::string& n : r.notes) RETURN_IF_ERROR(note.Row(id, seq++, "note", n));
+      for (const std::string& d : c.divergences) {
+        RETURN_IF_ERROR(note.Row(id, seq++, "divergence", d));
+      }
+      ++id;
+    }
+  }
+  *rows += run_row.rows() + point.rows() + seg.rows() + block.rows() + note.rows();
+  return Status::Ok();
+}
+
+}  // namespace vramscope::report

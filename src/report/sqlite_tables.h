@@ -1,0 +1,23 @@
+// The groups of vramscope_ tables, each written by its own file. The schema of every table is in
+// sqlite_report.cc (one place); these fill them. Internal to the report library.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "report/report_input.h"
+#include "report/sqlite_writer.h"
+
+namespace vramscope::report {
+
+// Points kept per device in vramscope_timeline and vramscope_sim_timeline (the exact curve is in
+// vramscope_allocations).
+inline constexpr size_t kTimelinePoints = 30000;
+
+// vramscope_phases, _iterations, _owners_at_peak, _category_timeline.
+Status WriteAttributionTables(Db& db, const ReportInput& in, uint64_t* rows);
+
+// vramscope_sim_runs, _sim_timeline, _sim_segment_events, _sim_final_blocks, _sim_notes.
+Status WriteSimulationTables(Db& db, const ReportInput& in, uint64_t* rows);
+
+}  // namespace vramscope::report
