@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "analysis/timeline.h"
@@ -9,6 +10,41 @@
 namespace vramscope::analysis {
 
 using attribution::Category;
+
+namespace {
+
+// The event after which the most activation bytes of `device` are live (kNoEvent: the start).
+int64_t ActivationPeakEvent(const model::Trace& trace, const attribution::Attribution& attribution,
+                            int32_t device) {
+  std::vector<std::pair<int64_t, int64_t>> changes;  // (event, delta)
+  int64_t live = 0;
+  for (size_t i = 0; i < trace.allocations.size(); ++i) {
+    const model::Allocation& a = trace.allocations[i];
+    if (a.device != device || attribution.allocations[i].category != Category::kActivation) {
+      continue;
+    }
+    const auto size = static_cast<int64_t>(a.size);
+    if (a.alloc_event == model::kNoEvent) {
+      live += size;
+    } else {
+      changes.emplace_back(a.alloc_event, size);
+    }
+    if (a.ReleaseEvent() != model::kNoEvent) changes.emplace_back(a.ReleaseEvent(), -size);
+  }
+  std::sort(changes.begin(), changes.end());
+  int64_t best = live, best_event = model::kNoEvent;
+  for (size_t k = 0; k < changes.size(); ++k) {
+    live += changes[k].second;
+    // Compare once all changes of one event are in.
+    if ((k + 1 == changes.size() || changes[k + 1].first != changes[k].first) && live > best) {
+      best = live;
+      best_event = changes[k].first;
+    }
+  }
+  return best_event;
+}
+
+}  // namespace
 
 SkylineEntries BuildSkylineEntries(const model::Trace& trace, const Summary& summary,
                                    const attribution::Attribution& attribution, SiteNamer& sites) {
@@ -23,6 +59,7 @@ SkylineEntries BuildSkylineEntries(const model::Trace& trace, const Summary& sum
   for (const DeviceSummary& d : summary.devices) {
     std::map<std::string, int> seen;  // name -> count, to number repeated sites
     for (const size_t i : LiveAfter(trace, d.device, d.peak_allocated_event)) {
+      if (attribution.allocations[i].category == Category::kActivation) continue;
       const model::Allocation& a = trace.allocations[i];
       const attribution::AllocationInfo& info = attribution.allocations[i];
       if (info.category == Category::kWeight) {
@@ -41,7 +78,13 @@ SkylineEntries BuildSkylineEntries(const model::Trace& trace, const Summary& sum
           it->second.pop_back();
         }
         out.weights.push_back(std::move(w));
-      } else if (info.category == Category::kActivation) {
+      }
+    }
+    for (const size_t i :
+         LiveAfter(trace, d.device, ActivationPeakEvent(trace, attribution, d.device))) {
+      const model::Allocation& a = trace.allocations[i];
+      const attribution::AllocationInfo& info = attribution.allocations[i];
+      if (info.category == Category::kActivation) {
         ActivationEntry e;
         e.operation_name = info.operation != model::kEmptyString
                                ? std::string(trace.strings.Get(info.operation))

@@ -4,8 +4,9 @@
 // the module kind and the line that created them (snapshots do not record parameter names; the
 // capture sidecar of `vramscope run` will). A weight's gradient size is the size of a gradient
 // allocation of the same requested size, matched one to one in order.
-// Activations: allocations attributed as activations that are live at the peak (the activations
-// kept for backward in the iteration that peaks), with the operation that produced them.
+// Activations: allocations attributed as activations that are live when the activations of the
+// device peak (the end of the forward pass that keeps the most for backward; the memory peak
+// itself may fall in the optimizer step, when none is left), with the operation that made them.
 #pragma once
 
 #include <cstdint>

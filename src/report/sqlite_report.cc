@@ -223,6 +223,11 @@ Status WriteSkylineTables(Db& db, const ReportInput& in, uint64_t* rows) {
   // peak_usage_bytes is Skyline's figure (peak allocated); the other keys are ours.
   const analysis::Summary& s = in.summary;
   RETURN_IF_ERROR(misc.Row("peak_usage_bytes", s.peak_usage_bytes));
+  // activation_entries hold the activations when they peak, which is before the memory peak
+  // when that falls in the optimizer step.
+  int64_t activations = 0;
+  for (const auto& a : in.entries.activations) activations += static_cast<int64_t>(a.size_bytes);
+  RETURN_IF_ERROR(misc.Row("activations_at_their_peak_bytes", activations));
   int64_t peak_reserved = 0, allocated_dump = 0, reserved_dump = 0;
   for (const auto& d : s.devices) {
     peak_reserved = std::max(peak_reserved, d.peak_reserved);
