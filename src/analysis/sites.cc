@@ -108,7 +108,10 @@ uint32_t SiteNamer::Compute(model::StackId stack) const {
     int level;
     if (f.kind == model::FrameKind::kPython) {
       const std::string norm = Normalise(file);
-      if (root_.Relative(norm)) {
+      if (norm.empty()) {
+        level = 3;  // a built-in ("<built-in function linear>" in profiler traces): its caller
+                    // is the line to show
+      } else if (root_.Relative(norm)) {
         level = 0;
       } else if (!IsTorchFile(norm) && !Contains(norm, "<frozen")) {
         level = 1;  // the user's code or a model library (transformers, ...): innermost wins
@@ -136,6 +139,7 @@ std::string SiteNamer::Label(uint32_t site) const {
   const std::string_view file = trace_.strings.Get(f.filename);
   const std::string_view function = trace_.strings.Get(f.function);
   if (f.kind == model::FrameKind::kPython) {
+    if (file.empty()) return std::string(function);
     const auto rel = root_.Relative(file);
     return fmt::format("{}:{} {}", rel ? *rel : ShortPath(file), f.line, function);
   }

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Benchmark: ``vramscope report`` on a PyTorch profiler trace against Python's ``json.load``.
+
+Every Python tool that reads Kineto traces (TensorBoard's profiler plugin, HTA, TraceLens) starts
+by inflating the gzip and building the whole JSON document in memory; this script measures that
+floor, ``gzip`` + ``json.load``, on the same file against vramscope's whole report (parse, event
+model, attribution, analyses, SQLite database). Standard library only.
+
+Usage:
+    python3 bench/profiler_trace_vs_json.py [--vramscope build/vramscope] [--repeat K] [TRACE...]
+
+Without TRACE, the profiler traces of ../shared/fixtures/real are used (the script says so and
+exits 2 when there are none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(os.environ.get("VRAMSCOPE_SHARED_DIR", REPO.parent / "shared")) / "fixtures" / "real"
+
+
+def python_floor(path: Path, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as f:
+            json.load(f)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def vramscope(binary: Path, path: Path, repeat: int) -> tuple[float, float]:
+    """(best wall seconds, peak RSS MiB of the last run) of a full report with its database."""
+    best = float("inf")
+    rss = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            child = subprocess.Popen([str(binary), "report", str(path), "-q", "-o",
+                                      str(Path(tmp) / "r.sqlite"), "--force"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            # wait4 gives this child's own peak RSS (RUSAGE_CHILDREN would be the largest of all).
+            _, status, usage = os.wait4(child.pid, 0)
+            wall = time.perf_counter() - t0
+            err = child.stderr.read().decode(errors="replace")
+            child.stderr.close()
+            if os.waitstatus_to_exitcode(status) != 0:
+                sys.exit(f"vramscope failed on {path}: {err.strip()}")
+            best = min(best, wall)
+            rss = usage.ru_maxrss / 1024
+    return best, rss
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("traces", nargs="*", type=Path)
+    ap.add_argument("--vramscope", type=Path, default=REPO / "build" / "vramscope")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    if not args.vramscope.is_file():
+        print(f"no vramscope binary at {args.vramscope}; build it or pass --vramscope",
+              file=sys.stderr)
+        return 2
+    traces = args.traces or sorted(FIXTURES.glob("kineto_*.json.gz"))
+    if not traces:
+        print(f"no profiler traces given and none in {FIXTURES}", file=sys.stderr)
+        return 2
+    print(f"{'trace':<62} {'MiB':>6} {'json.load':>10} {'vramscope':>10} {'ratio':>6} {'RSS MiB':>8}")
+    # vramscope first: a child forked after json.load would count the parent's big heap in its
+    # peak RSS until it execs.
+    measured = [vramscope(args.vramscope, path, args.repeat) for path in traces]
+    for path, (wall, rss) in zip(traces, measured):
+        floor = python_floor(path, args.repeat)
+        size = path.stat().st_size / 2**20
+        print(f"{path.name:<62} {size:>6.2f} {floor:>9.3f}s {wall:>9.3f}s {floor / wall:>5.1f}x "
+              f"{rss:>8.1f}")
+    print("json.load = gzip + json.load of the file (best of --repeat); vramscope = the whole "
+          "report with its SQLite database, process start to exit (best of --repeat); ratio = "
+          "json.load / vramscope")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
