@@ -1,7 +1,5 @@
 #include "analysis/summary.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <array>
 #include <unordered_map>

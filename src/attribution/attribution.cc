@@ -189,7 +189,6 @@ void Decide(const Context& c, const std::unordered_map<uint32_t, Category>& reco
   Decider d(info);
   const model::Allocation& a = c.a;
   const StackFacts& s = c.at_alloc;
-  const Confidence native = Confidence::kHigh;
   if (a.alloc_event != model::kNoEvent) {
     if (auto it = recorded.find(static_cast<uint32_t>(a.alloc_event)); it != recorded.end()) {
       d.Set(it->second, Confidence::kHigh, kRuleSource);
@@ -197,11 +196,13 @@ void Decide(const Context& c, const std::unordered_map<uint32_t, Category>& reco
     }
   }
   if (s.workspace) {
-    d.Set(Category::kWorkspace, native, "allocated by cuBLAS/cuBLASLt/cuDNN workspace code");
+    d.Set(Category::kWorkspace, Confidence::kHigh,
+          "allocated by cuBLAS/cuBLASLt/cuDNN workspace code");
     return;
   }
   if (s.accumulate_grad) {
-    d.Set(Category::kGradient, native, "allocated by AccumulateGrad (a parameter's .grad)");
+    d.Set(Category::kGradient, Confidence::kHigh,
+          "allocated by AccumulateGrad (a parameter's .grad)");
     return;
   }
   if (s.weight_creation && !s.in_backward && !s.in_optimizer && !s.in_forward) {
@@ -210,20 +211,21 @@ void Decide(const Context& c, const std::unordered_map<uint32_t, Category>& reco
           "state-dict load, parameter init)");
     return;
   }
-  // The stack's own phase: the code that allocated it.
+  // The stack's own phase: the code that allocated it. zero_grad code has none of its own
+  // (set_to_none=False fills in place).
   Phase stack_phase = Phase::kUnknown;
-  if (s.zero_grad) {
-    stack_phase = Phase::kUnknown;  // zero_grad(set_to_none=False) fills in place
-  } else if (s.in_backward) {
-    stack_phase = Phase::kBackward;
-  } else if (s.in_optimizer) {
-    stack_phase = Phase::kOptimizer;
-  } else if (s.in_forward) {
-    stack_phase = Phase::kForward;
+  if (!s.zero_grad) {
+    if (s.in_backward) {
+      stack_phase = Phase::kBackward;
+    } else if (s.in_optimizer) {
+      stack_phase = Phase::kOptimizer;
+    } else if (s.in_forward) {
+      stack_phase = Phase::kForward;
+    }
   }
-  if (stack_phase != Phase::kUnknown) {
-    const Confidence conf = Confidence::kMedium;
-    if (ByPhase(c, stack_phase, conf, /*from_stack=*/true, d)) return;
+  if (stack_phase != Phase::kUnknown &&
+      ByPhase(c, stack_phase, Confidence::kMedium, /*from_stack=*/true, d)) {
+    return;
   }
   if (s.host_copy) {
     d.Set(Category::kInput, Confidence::kMedium,

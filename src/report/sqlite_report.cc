@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <ctime>
 #include <memory>
