@@ -3,9 +3,11 @@
 
 THIS FILE WAS NOT RECORDED ON A GPU.  Every number in it is computed by this
 script from the layer shapes of a small model, pushed through a simplified model
-of PyTorch's CUDA caching allocator.  It exists so that vramscope has a built-in
-example that needs neither a GPU nor torch.  It uses the Python standard library
-only, and its output is byte-for-byte deterministic.
+of PyTorch's CUDA caching allocator.  It was vramscope's built-in example before
+a real capture replaced it (goldens/h200/mlp_adam_fp32.pickle.gz, see
+examples/README.md); it stays as an input of the C++ unit tests, which assert
+the figures computed here.  It uses the Python standard library only, and its
+output is byte-for-byte deterministic.
 
 The pickle has the layout of ``torch.cuda.memory._dump_snapshot()`` from PyTorch
 2.6 recorded with ``_record_memory_history(stacks="all")`` (mixed C++ and Python

@@ -75,9 +75,11 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
     out += s;
     out += '\n';
   };
-  const std::string name = t.source.built_in_example
-                               ? "built-in example (synthetic, see examples/README.md)"
-                               : t.source.path;
+  const std::string name =
+      t.source.built_in_example
+          ? "built-in example (recorded on an NVIDIA H200: a 2-layer MLP trained with Adam for 3 "
+            "steps, torch 2.11; see examples/README.md)"
+          : t.source.path;
   line(fmt::format("vramscope report: {}", name));
   const bool state = t.facts.has_allocator_state;
   const bool reserved_known = state || t.facts.reserved_from_totals;

@@ -27,7 +27,23 @@ SPEC_SCHEMA = SHARED / "spec" / "report-schema.md"
 REAL_FIXTURES = SHARED / "fixtures" / "real"
 
 ERROR_PREFIX = "vramscope: error: "
-BUILT_IN_NAME = "examples/synthetic_mlp_adam_step.pickle"
+# The built-in example (what `report`, `simulate` and `view` use with no input): the real capture
+# goldens/h200/mlp_adam_fp32.pickle.gz, embedded in the binary. A 2-layer MLP trained with Adam
+# for 3 steps on an NVIDIA H200 (torch 2.11, stacks="all"); PyTorch's own counters for the run are
+# in its sidecar and in goldens/h200/metadata.json, and the figures below agree with them
+# (test_report_cli.py::test_built_in_example_agrees_with_pytorch checks it).
+BUILT_IN_NAME = "goldens/h200/mlp_adam_fp32.pickle.gz"
+BUILT_IN_PATH = REPO / BUILT_IN_NAME
+BUILT_IN_SIDECAR = REPO / "goldens" / "h200" / "mlp_adam_fp32.sidecar.json"
+BUILT_IN_METADATA = REPO / "goldens" / "h200" / "metadata.json"
+BUILT_IN_CASE = "mlp_adam_fp32"
+BUILT_IN_EVENTS = 193               # trace events (the sidecar's snapshot summary)
+BUILT_IN_ALLOCS = 72                # allocation.all.allocated
+BUILT_IN_SEGMENT_ALLOCS = 15        # num_device_alloc (and segment.all.current at the dump)
+BUILT_IN_PEAK_ALLOCATED = 237_080_576  # torch.cuda.max_memory_allocated()
+BUILT_IN_PEAK_RESERVED = 241_172_480   # torch.cuda.max_memory_reserved()
+BUILT_IN_ALLOCATED_AT_DUMP = 202_457_088  # torch.cuda.memory_allocated() before the dump
+BUILT_IN_RESERVED_AT_DUMP = 241_172_480   # torch.cuda.memory_reserved() before the dump
 CATEGORIES = ("weight", "gradient", "optimizer_state", "activation", "input", "workspace",
               "temporary", "unknown")
 SKYLINE_TABLES = ("weight_entries", "activation_entries", "entry_types", "stack_correlation",

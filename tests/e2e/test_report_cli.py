@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (AUTOGRAD_PY, BIN, BUILT_IN_NAME, CATEGORIES, ERROR_PREFIX, MODULE_PY,
-                      SnapshotBuilder, assert_one_error_line, frame, list_dir, open_db,
+from conftest import (AUTOGRAD_PY, BIN, BUILT_IN_ALLOCATED_AT_DUMP, BUILT_IN_ALLOCS,
+                      BUILT_IN_CASE, BUILT_IN_EVENTS, BUILT_IN_METADATA, BUILT_IN_NAME,
+                      BUILT_IN_PATH, BUILT_IN_PEAK_ALLOCATED, BUILT_IN_PEAK_RESERVED,
+                      BUILT_IN_RESERVED_AT_DUMP, BUILT_IN_SIDECAR, CATEGORIES, ERROR_PREFIX,
+                      MODULE_PY, SnapshotBuilder, assert_one_error_line, frame, list_dir, open_db,
                       real_snapshot_params, small_training_snapshot, write_pickle)
 
 # --------------------------------------------------------------------------------------------
@@ -363,8 +366,12 @@ def test_built_in_example(run, out_dir):
     rc, out, err = run("report", cwd=out_dir)
     assert rc == 0, err
     assert err == ""
-    assert "built-in example" in out
-    assert "peak allocated" in out
+    assert out.startswith("vramscope report: built-in example (recorded on an NVIDIA H200: a "
+                          "2-layer MLP trained with Adam for 3 steps, torch 2.11; see "
+                          "examples/README.md)\n"), out
+    assert "synthetic" not in out
+    assert "peak allocated  226.10 MiB (237,080,576 B)" in out
+    assert "peak reserved   230.00 MiB (241,172,480 B)" in out
     assert "report written to vramscope-example.sqlite" in out
     assert list_dir(out_dir) == ["vramscope-example.sqlite"]
     assert _is_report(out_dir / "vramscope-example.sqlite")
@@ -381,6 +388,60 @@ def test_built_in_example(run, out_dir):
     rc, out, err = run("report", "--force", cwd=out_dir)
     assert rc == 0, err
     assert list_dir(out_dir) == ["vramscope-example.sqlite"]
+
+
+def test_built_in_example_agrees_with_pytorch(run, out_dir):
+    """The built-in example is a real capture: its peaks, its state at the dump and its counts are
+    PyTorch's own (torch.cuda.max_memory_allocated/reserved and memory_stats in the sidecar)."""
+    rc, out, err = run("report", "--json", "--summary-only", cwd=out_dir)
+    assert rc == 0, err
+    doc = json.loads(out)
+    sidecar = json.loads(BUILT_IN_SIDECAR.read_text())
+    case = json.loads(BUILT_IN_METADATA.read_text())["cases"][BUILT_IN_CASE]
+    stats = sidecar["snapshot"]["memory_before_dump"]["stats"]
+    assert case["snapshot"] == BUILT_IN_PATH.name
+    assert doc["source"]["bytes"] == BUILT_IN_PATH.stat().st_size == sidecar["snapshot"]["gz_bytes"]
+    assert doc["source"]["events"] == BUILT_IN_EVENTS == sidecar["snapshot"]["summary"][
+        "trace_events"]
+    assert doc["source"]["allocations"] == BUILT_IN_ALLOCS == stats["allocation.all.allocated"]
+    (device,) = doc["devices"]
+    assert device["peak_allocated"]["bytes"] == BUILT_IN_PEAK_ALLOCATED == \
+        case["max_memory_allocated"] == sidecar["peak"]["max_allocated"]
+    assert device["peak_reserved"]["bytes"] == BUILT_IN_PEAK_RESERVED == \
+        case["max_memory_reserved"] == sidecar["peak"]["max_reserved"]
+    dump = device["at_dump"]
+    assert dump["allocated_bytes"] == BUILT_IN_ALLOCATED_AT_DUMP == \
+        stats["allocated_bytes.all.current"]
+    assert dump["reserved_bytes"] == BUILT_IN_RESERVED_AT_DUMP == \
+        stats["reserved_bytes.all.current"]
+    assert dump["requested_bytes"] == stats["requested_bytes.all.current"]
+    assert dump["segments"] == stats["segment.all.current"] == 15
+    assert dump["active_blocks"] == stats["allocation.all.current"] == 19
+    # Every step's peak is the one PyTorch measured over that step's phases, in the same phase.
+    torch_steps: dict[int, tuple[int, str]] = {}
+    for phase in sidecar["phases"]:
+        peak = phase["memory"]["max_allocated"]
+        if phase["step"] >= 1 and peak > torch_steps.get(phase["step"], (0, ""))[0]:
+            torch_steps[phase["step"]] = (peak, phase["phase"])
+    assert {it["step"]: (it["peak_allocated_bytes"], it["peak_phase"])
+            for it in device["iterations"]} == torch_steps == {
+                step: (BUILT_IN_PEAK_ALLOCATED, "optimizer") for step in (1, 2, 3)}
+
+
+def test_built_in_example_is_the_golden(run, out_dir):
+    """The embedded bytes are goldens/h200/mlp_adam_fp32.pickle.gz: reading the file gives the same
+    report, apart from the name."""
+    rc, built_in, err = run("report", "--json", "--summary-only", cwd=out_dir)
+    assert rc == 0, err
+    rc, golden, err = run("report", BUILT_IN_PATH, "--json", "--summary-only", cwd=out_dir)
+    assert rc == 0, err
+    built_in, golden = json.loads(built_in), json.loads(golden)
+    assert built_in["source"].pop("built_in_example") is True
+    assert golden["source"].pop("built_in_example") is False
+    assert built_in["source"].pop("path") == BUILT_IN_NAME
+    assert golden["source"].pop("path") == str(BUILT_IN_PATH)
+    for key in ("source", "facts", "devices", "peak_usage_bytes"):
+        assert built_in[key] == golden[key], key
 
 
 def test_built_in_example_is_deterministic(run, out_dir):

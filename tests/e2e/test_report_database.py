@@ -1,6 +1,7 @@
 """End-to-end checks of the report database `vramscope report` writes: the Skyline /
 DeepView.Profile tables exactly as the spec defines them, their invariants, and the vramscope_*
-tables against the exact figures of the real snapshots in ../shared/fixtures/real.
+tables against the exact figures of the real snapshots in ../shared/fixtures/real and of the
+built-in example (a real H200 capture, whose figures are PyTorch's own).
 
 Each report is built once per (input, project root) and shared by the tests of this module. The
 inputs are the built-in example and every *.pickle in VRAMSCOPE_SHARED_DIR/fixtures/real (those
@@ -19,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BUILT_IN_NAME, CATEGORIES, SKYLINE_TABLES, SPEC_SCHEMA, open_db,
-                      real_snapshot_files, run_binary)
+from conftest import (BUILT_IN_ALLOCATED_AT_DUMP, BUILT_IN_NAME, BUILT_IN_PATH,
+                      BUILT_IN_RESERVED_AT_DUMP, BUILT_IN_SIDECAR, CATEGORIES, SKYLINE_TABLES,
+                      SPEC_SCHEMA, open_db, real_snapshot_files, run_binary)
 
 # A copy of the ```sql block of shared/spec/report-schema.md, used when the spec is not there.
 EXPECTED_SKYLINE_SQL = """\
@@ -92,6 +94,24 @@ REAL_FIGURES = {
         actions={(0, "segment_free"): 742, (0, "alloc"): 3020, (0, "free_requested"): 2377,
                  (0, "free_completed"): 2377, (0, "segment_alloc"): 178}),
 }
+# The built-in example (goldens/h200/mlp_adam_fp32.pickle.gz): PyTorch's own counters before the
+# dump (memory_stats in the sidecar) and the trace's actions as the capture script counted them.
+BUILT_IN_FIGURES = dict(
+    devices=[0], segments=15, small=3, blocks=26, active=19,
+    reserved=BUILT_IN_RESERVED_AT_DUMP, allocated=BUILT_IN_ALLOCATED_AT_DUMP,
+    actions={(0, "alloc"): 72, (0, "free_requested"): 53, (0, "free_completed"): 53,
+             (0, "segment_alloc"): 15})
+
+
+def test_built_in_figures_are_pytorchs():
+    sidecar = json.loads(BUILT_IN_SIDECAR.read_text())["snapshot"]
+    stats = sidecar["memory_before_dump"]["stats"]
+    assert BUILT_IN_FIGURES["segments"] == stats["segment.all.current"]
+    assert BUILT_IN_FIGURES["active"] == stats["allocation.all.current"]
+    assert BUILT_IN_FIGURES["reserved"] == stats["reserved_bytes.all.current"]
+    assert BUILT_IN_FIGURES["allocated"] == stats["allocated_bytes.all.current"]
+    assert BUILT_IN_FIGURES["actions"] == {
+        (0, a): n for a, n in sidecar["summary"]["actions"].items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,6 +340,7 @@ def test_metadata(report, tool_version):
     if report.source == "builtin":
         assert meta["source_path"] == BUILT_IN_NAME
         assert meta["built_in_example"] == "1"
+        assert int(meta["source_bytes"]) == BUILT_IN_PATH.stat().st_size
     else:
         assert meta["source_path"] == report.source
         assert meta["built_in_example"] == "0"
@@ -391,11 +412,9 @@ def test_json_matches_database(report):
 
 
 def test_real_snapshot_figures(report):
-    if report.name is None:
-        pytest.skip("the built-in example is not a real snapshot")
-    if report.name not in REAL_FIGURES:
+    if report.name is not None and report.name not in REAL_FIGURES:
         pytest.skip(f"no exact figures recorded for {report.name}")
-    want = REAL_FIGURES[report.name]
+    want = BUILT_IN_FIGURES if report.name is None else REAL_FIGURES[report.name]
     assert sorted({r[0] for r in report.query("SELECT device FROM vramscope_segments")}) == \
         want["devices"]
     assert report.scalar("SELECT count(*) FROM vramscope_segments") == want["segments"]

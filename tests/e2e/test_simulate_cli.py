@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ERROR_PREFIX, REAL_FIXTURES, SKYLINE_TABLES, SnapshotBuilder,
-                      assert_one_error_line, list_dir, open_db, real_snapshot_files,
-                      small_training_snapshot, write_pickle)
+from conftest import (BUILT_IN_ALLOCS, BUILT_IN_EVENTS, BUILT_IN_PEAK_RESERVED,
+                      BUILT_IN_SEGMENT_ALLOCS, ERROR_PREFIX, REAL_FIXTURES, SKYLINE_TABLES,
+                      SnapshotBuilder, assert_one_error_line, list_dir, open_db,
+                      real_snapshot_files, small_training_snapshot, write_pickle)
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -38,10 +39,11 @@ EXPECTED_TRACED = (
     CS336_FORWARD,
 )
 
-# The built-in example's figures (examples/synthetic_mlp_adam_step.pickle).
-EXAMPLE_EVENTS = 191
-EXAMPLE_ALLOCS = 71
-EXAMPLE_SEGMENT_ALLOCS = 14
+# The built-in example's figures (goldens/h200/mlp_adam_fp32.pickle.gz, a real H200 capture; they
+# are PyTorch's own counts, see conftest.py).
+EXAMPLE_EVENTS = BUILT_IN_EVENTS
+EXAMPLE_ALLOCS = BUILT_IN_ALLOCS
+EXAMPLE_SEGMENT_ALLOCS = BUILT_IN_SEGMENT_ALLOCS
 
 MATCH_LINE = re.compile(
     r"allocations at the recorded address\s+([\d,]+) of ([\d,]+)\s+100\.00%")
@@ -154,7 +156,8 @@ def test_built_in_example_text(run, out_dir):
     rc, out, err = run("simulate", cwd=out_dir)
     assert rc == 0, err
     assert err == ""
-    assert "built-in example" in out
+    assert out.startswith("vramscope simulate: built-in example (recorded on an NVIDIA H200: a "
+                          "2-layer MLP trained with Adam for 3 steps)\n"), out
     m = MATCH_LINE.search(out)
     assert m, out
     assert m.group(1) == m.group(2) == str(EXAMPLE_ALLOCS)
@@ -181,7 +184,9 @@ def test_built_in_example_json(run, out_dir):
     assert dev["recorded_settings"]["alloc_conf"] == ""
     assert dev["recorded_settings"]["expandable_segments"] is False
     assert dev["replay"]["settings"]["capacity"] is None
-    assert dev["replay"]["peak_reserved_bytes"] == dev["recorded_peak_reserved_bytes"]
+    # PyTorch's torch.cuda.max_memory_reserved() for the run, recorded and replayed.
+    assert dev["replay"]["peak_reserved_bytes"] == dev["recorded_peak_reserved_bytes"] == \
+        BUILT_IN_PEAK_RESERVED
     assert list_dir(out_dir) == []
 
 
