@@ -8,6 +8,7 @@
 #include "cli/exit_codes.h"
 #include "cli/report_command.h"
 #include "cli/simulate_command.h"
+#include "cli/view_command.h"
 #include "common/atomic_output.h"
 #include "report/report_input.h"
 
@@ -18,7 +19,8 @@ int main(int argc, char** argv) {
       "vramscope: where the GPU memory of deep-learning training goes.\n"
       "Reads PyTorch CUDA memory snapshots and writes a memory report (Skyline/DeepView.Profile "
       "SQLite schema + vramscope tables) with a summary; replays them through a model of "
-      "PyTorch's caching allocator to answer what-if questions.",
+      "PyTorch's caching allocator to answer what-if questions; writes an interactive HTML "
+      "viewer.",
       "vramscope"};
   app.set_version_flag("--version", std::string("vramscope ") + report::kToolVersion);
   app.require_subcommand(0, 1);
@@ -26,6 +28,8 @@ int main(int argc, char** argv) {
   cli::RegisterReportCommand(app, report_options);
   cli::SimulateOptions simulate_options;
   cli::RegisterSimulateCommand(app, simulate_options);
+  cli::ViewOptions view_options;
+  cli::RegisterViewCommand(app, view_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -43,6 +47,7 @@ int main(int argc, char** argv) {
   }
   if (app.got_subcommand("report")) return cli::RunReportCommand(report_options);
   if (app.got_subcommand("simulate")) return cli::RunSimulateCommand(simulate_options);
+  if (app.got_subcommand("view")) return cli::RunViewCommand(view_options);
   fmt::print(stderr, "{}", app.help());
   fmt::print(stderr,
              "\nvramscope: error: no command given; try 'vramscope report' to see the "

@@ -10,6 +10,7 @@
 #include "analysis/simulation.h"
 #include "cli/exit_codes.h"
 #include "cli/load_input.h"
+#include "cli/view_command.h"
 #include "common/atomic_output.h"
 #include "common/peak_memory.h"
 #include "common/units.h"
@@ -37,7 +38,9 @@ std::string DefaultOutput(const std::string& input) {
   return base + ".sqlite";
 }
 
-Status Run(const ReportOptions& options) {
+}  // namespace
+
+Status WriteReport(const ReportOptions& options) {
   const auto t_start = Clock::now();
   if (options.top < 0) return UsageError("--top must be 0 or more");
   ASSIGN_OR_RETURN(const std::string project_root, ResolveProjectRoot(options.project_root));
@@ -49,6 +52,16 @@ Status Run(const ReportOptions& options) {
         options.output.empty() ? DefaultOutput(options.input) : options.output;
     ASSIGN_OR_RETURN(AtomicOutput prepared, AtomicOutput::Prepare(target, options.force));
     output.emplace(std::move(prepared));
+  }
+  // The viewer reads the report database; with --summary-only it gets a temporary one.
+  std::optional<AtomicOutput> viewer_db;
+  if (!options.html.empty()) {
+    { ASSIGN_OR_RETURN(AtomicOutput check, AtomicOutput::Prepare(options.html, options.force)); }
+    if (!output) {
+      ASSIGN_OR_RETURN(AtomicOutput temp,
+                       AtomicOutput::Prepare(options.html + ".sqlite", /*overwrite=*/true));
+      viewer_db.emplace(std::move(temp));
+    }
   }
 
   // Read.
@@ -102,6 +115,14 @@ Status Run(const ReportOptions& options) {
     RETURN_IF_ERROR(report::WriteSqliteReport(output->temp_path(), input, &info));
     RETURN_IF_ERROR(output->Commit());
   }
+  if (!options.html.empty()) {
+    if (viewer_db) {
+      report::SqliteReportInfo ignored;
+      RETURN_IF_ERROR(report::WriteSqliteReport(viewer_db->temp_path(), input, &ignored));
+    }
+    RETURN_IF_ERROR(WriteViewerPage({output ? output->target() : viewer_db->temp_path()},
+                                    options.html, options.force, ""));
+  }
   const auto t_end = Clock::now();
 
   if (options.json) {
@@ -141,6 +162,7 @@ Status Run(const ReportOptions& options) {
       fmt::print("\nreport written to {} ({} Skyline tables + {} vramscope_ tables, {} rows)\n",
                  output->target(), info.skyline_tables, info.vramscope_tables, info.rows);
     }
+    if (!options.html.empty()) fmt::print("viewer written to {}\n", options.html);
     if (options.timings) {
       fmt::print(
           "timings: read {:.3f} s, parse {:.3f} s, model {:.3f} s, analyze {:.3f} s, "
@@ -152,8 +174,6 @@ Status Run(const ReportOptions& options) {
   }
   return Status::Ok();
 }
-
-}  // namespace
 
 void RegisterReportCommand(CLI::App& app, ReportOptions& o) {
   CLI::App* cmd = app.add_subcommand(
@@ -179,10 +199,12 @@ void RegisterReportCommand(CLI::App& app, ReportOptions& o) {
   cmd->add_option("--top", o.top, "allocation sites to list per device (default: 10)")
       ->check(CLI::Range(0, 1000000));
   cmd->add_flag("--timings", o.timings, "print how long each stage took");
+  cmd->add_option("--html", o.html,
+                  "also write the interactive HTML viewer to this file (as 'vramscope view')");
 }
 
 int RunReportCommand(const ReportOptions& options) {
-  return RunAndReport(options.input, [&] { return Run(options); });
+  return RunAndReport(options.input, [&] { return WriteReport(options); });
 }
 
 }  // namespace vramscope::cli

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "common/status.h"
+
 namespace vramscope::cli {
 
 struct ReportOptions {
@@ -17,11 +19,16 @@ struct ReportOptions {
   bool no_sqlite = false;
   bool timings = false;
   std::string project_root;  // empty: the current directory
+  std::string html;          // empty: no HTML viewer
   std::optional<int32_t> device;
   int top = 10;
 };
 
 void RegisterReportCommand(CLI::App& app, ReportOptions& options);
 int RunReportCommand(const ReportOptions& options);
+
+// The report's work without the exit-code handling: what `view` runs for inputs that are not
+// report databases.
+Status WriteReport(const ReportOptions& options);
 
 }  // namespace vramscope::cli

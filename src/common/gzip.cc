@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <new>
 
 namespace vramscope {
 
@@ -60,6 +61,40 @@ Result<std::string> Gunzip(std::span<const uint8_t> compressed, const std::strin
     }
   }
   inflateEnd(&zs);
+  return out;
+}
+
+std::string Gzip(std::string_view data, int level) {
+  z_stream zs{};
+  // 16 + MAX_WBITS: write a gzip header and trailer.
+  if (deflateInit2(&zs, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    throw std::bad_alloc();
+  }
+  std::string out;
+  out.resize(deflateBound(&zs, static_cast<uLong>(data.size())));
+  size_t consumed = 0;
+  size_t produced = 0;
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    const size_t chunk = std::min<size_t>(data.size() - consumed, 1u << 30);
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data() + consumed));
+    zs.avail_in = static_cast<uInt>(chunk);
+    if (out.size() - produced < (1u << 16)) out.resize(out.size() * 2 + (1u << 16));
+    zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
+    zs.avail_out = static_cast<uInt>(std::min<size_t>(out.size() - produced, 1u << 30));
+    const uInt in_before = zs.avail_in;
+    const uInt out_before = zs.avail_out;
+    const bool last = consumed + chunk == data.size();
+    rc = deflate(&zs, last ? Z_FINISH : Z_NO_FLUSH);
+    consumed += in_before - zs.avail_in;
+    produced += out_before - zs.avail_out;
+    if (rc == Z_STREAM_ERROR) {
+      deflateEnd(&zs);
+      throw std::bad_alloc();
+    }
+  }
+  deflateEnd(&zs);
+  out.resize(produced);
   return out;
 }
 

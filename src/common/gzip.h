@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -15,5 +16,9 @@ namespace vramscope {
 // line naming `what` when the data is corrupt, truncated, or inflates past `max_bytes`.
 Result<std::string> Gunzip(std::span<const uint8_t> compressed, const std::string& what,
                            uint64_t max_bytes = uint64_t{16} << 30);
+
+// One gzip member holding `data` (what browsers' DecompressionStream('gzip') reads). `level` is
+// zlib's 1 (fastest) to 9 (smallest).
+std::string Gzip(std::string_view data, int level = 6);
 
 }  // namespace vramscope

@@ -1,0 +1,22 @@
+// The self-contained HTML viewer: the page template, stylesheet and scripts compiled into the
+// binary (src/report/viewer/, bundled at build time by cmake/BundleViewer.cmake) with the
+// encoded reports embedded as base64. The page needs no network access.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "report/viewer_data.h"
+
+namespace vramscope::report {
+
+// The whole page for `reports` (one, or two to compare). `title` goes in the page's <title>.
+std::string RenderHtmlViewer(const std::vector<const ViewerReport*>& reports,
+                             const std::string& title);
+
+// Writes the page to `path` (a temporary file the caller commits).
+Status WriteHtmlViewer(const std::string& path, const std::vector<const ViewerReport*>& reports,
+                       const std::string& title);
+
+}  // namespace vramscope::report
