@@ -6,8 +6,10 @@ set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libsqlite3-dev libcli11-dev nlohmann-json3-dev
           libfmt-dev libabsl-dev zlib1g-dev sqlite3)
 if [[ "${1:-}" == "--test" ]]; then
-  # Tests: GoogleTest, clang's libFuzzer and sanitizer runtimes, Python for the end-to-end suite.
-  packages+=(libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 python3-venv)
+  # Tests: GoogleTest, clang's libFuzzer and sanitizer runtimes, Python for the end-to-end suite,
+  # Node.js for the viewer's unit tests and Chromium for its browser tests.
+  packages+=(libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 python3-venv nodejs
+             chromium)
 fi
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run):
-#   1. unit tests (GoogleTest) and end-to-end tests (pytest) under ASan + UBSan, via CTest;
+#   1. unit tests (GoogleTest), the viewer's JavaScript tests (node --test), end-to-end tests
+#      (pytest, the viewer's in headless Chromium) under ASan + UBSan, via CTest;
 #   2. every libFuzzer target (pickle reader, allocator replay, profiler-trace and memory-timeline
 #      sources) under ASan + UBSan for a bounded number of runs.
 # Set VRAMSCOPE_FUZZ_RUNS=0 to skip the fuzzing step. The run is reproducible (a fixed seed,
@@ -15,7 +16,12 @@ venv=$root/build-test/venv
 if [[ ! -x $venv/bin/python ]]; then
   python3 -m venv "$venv"
 fi
-"$venv/bin/python" -c 'import pytest' 2>/dev/null || "$venv/bin/python" -m pip install -q pytest
+"$venv/bin/python" -c 'import pytest, playwright' 2>/dev/null ||
+  "$venv/bin/python" -m pip install -q pytest playwright
+# The viewer's browser tests drive Debian's Chromium (Playwright's own browser download is not
+# needed); here they must run, not skip.
+export VRAMSCOPE_CHROMIUM=${VRAMSCOPE_CHROMIUM:-$(command -v chromium || true)}
+export VRAMSCOPE_REQUIRE_BROWSER=1
 
 echo "== build (ASan + UBSan) =="
 cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Debug \
