@@ -367,6 +367,9 @@ class Replayer {
     ++result_.comparison.allocs;
     if (m.addr == ev_.addr[i]) {
       ++result_.comparison.allocs_at_recorded_address;
+      if (a >= 0 && !trace_.allocations[a].size_exact) {
+        result_.confirmed_block_sizes.emplace_back(a, m.size);
+      }
       Bind(a, m.block);
       AdoptLeftoverSegments(i);
       return true;

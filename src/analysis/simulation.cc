@@ -167,4 +167,21 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
   return out;
 }
 
+size_t AdoptReplayedBlockSizes(model::Trace& trace, const Simulations& sims) {
+  size_t changed = 0;
+  for (const DeviceSimulation& device : sims.devices) {
+    if (!device.compared || device.runs.empty()) continue;
+    for (const auto& [index, size] : device.runs.front().result.confirmed_block_sizes) {
+      if (index < 0 || static_cast<size_t>(index) >= trace.allocations.size()) continue;
+      model::Allocation& a = trace.allocations[index];
+      // The model's block always holds the request; anything else is not this allocation.
+      if (a.size_exact || size < a.requested_size) continue;
+      changed += a.size != size;
+      a.size = size;
+      a.size_exact = true;
+    }
+  }
+  return changed;
+}
+
 }  // namespace vramscope::analysis

@@ -72,6 +72,22 @@ Status WriteReport(const ReportOptions& options) {
   // Analyse.
   const auto t_analyze = Clock::now();
   const analysis::ProjectRoot root(project_root);
+  // The allocator model's replay of the recording goes into the vramscope_sim_* tables. It runs
+  // first: where it confirms a block at its recorded address, its block size replaces the
+  // estimate the trace gives for blocks freed during it, so the curves count what PyTorch
+  // counted. A trace it cannot replay (none recorded) is not an error for the report; the
+  // comparison needs the allocator's recorded state (a snapshot).
+  std::optional<analysis::Simulations> sims;
+  if (trace.facts.has_trace && trace.facts.has_allocator_state) {
+    analysis::SiteNamer replay_sites(trace, root);
+    analysis::SimulationRequest request;
+    request.device = options.device;
+    auto replayed = analysis::Simulate(trace, replay_sites, request);
+    if (replayed.ok()) {
+      sims = std::move(*replayed);
+      analysis::AdoptReplayedBlockSizes(trace, *sims);
+    }
+  }
   const analysis::Analysis analysis = analysis::Analyze(trace, root);
   const analysis::Summary& summary = analysis.summary;
   if (options.device) {
@@ -86,16 +102,6 @@ Status WriteReport(const ReportOptions& options) {
           "--device {}: the snapshot holds memory on device(s) {}", *options.device,
           known.empty() ? std::string("none") : fmt::format("{}", fmt::join(known, ", "))));
     }
-  }
-  // The allocator model's replay of the recording goes into the vramscope_sim_* tables. A trace
-  // it cannot replay (none recorded) is not an error for the report.
-  std::optional<analysis::Simulations> sims;
-  // The replay's comparison needs the allocator's recorded state (a snapshot).
-  if (trace.facts.has_trace && trace.facts.has_allocator_state) {
-    analysis::SimulationRequest request;
-    request.device = options.device;
-    auto replayed = analysis::Simulate(trace, *analysis.sites, request);
-    if (replayed.ok()) sims = std::move(*replayed);
   }
   const report::ReportInput input{trace,
                                   analysis.timelines,
