@@ -79,3 +79,36 @@ def test_peaks_match_pytorch(tmp_path, folder, name, case):
     assert phases[peak_step] == case["peak_at"]["phase"]
     # Every block size came out exact (the replay confirmed the estimated ones).
     assert device["estimated_block_sizes"] == 0
+
+
+OOM = GOLDENS / "h200" / "oom_gpt_fp32.pickle.gz"
+
+
+def test_real_oom_is_recorded_as_pytorch_reported_it(tmp_path):
+    """A CUDA OOM captured on the H200 (scripts/capture_oom_golden.py): the report holds the
+    failing request and the levels PyTorch's own error message gives."""
+    if not OOM.is_file():
+        pytest.skip("no OOM golden")
+    import re
+    import sqlite3
+
+    sidecar = json.loads(OOM.with_name("oom_gpt_fp32.json").read_text())
+    message = sidecar["failure"]["message"]
+    tried = re.search(r"Tried to allocate ([\d.]+) MiB", message)
+    unallocated = re.search(r"([\d.]+) MiB is reserved by PyTorch but unallocated", message)
+    assert tried and unallocated, message
+    code, _, err = run_binary("report", "-q", OOM, "-o", "oom.sqlite", cwd=tmp_path)
+    assert code == 0, err
+    con = sqlite3.connect(tmp_path / "oom.sqlite")
+    rows = con.execute("SELECT size, allocated_bytes, reserved_bytes FROM vramscope_events "
+                       "WHERE action = 'oom'").fetchall()
+    assert len(rows) == 1
+    size, allocated, reserved = rows[0]
+    assert size == round(float(tried.group(1)) * 2**20)
+    assert allocated == sidecar["max_memory_allocated"]
+    assert reserved == sidecar["max_memory_reserved"]
+    assert f"{(reserved - allocated) / 2**20:.2f}" == unallocated.group(1)
+    # The cap it ran under: what was reserved plus the request would have passed it.
+    assert reserved + size > sidecar["cap_bytes"]
+    (peak,) = con.execute("SELECT peak_allocated_bytes FROM vramscope_devices").fetchone()
+    assert peak == sidecar["max_memory_allocated"]
