@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -120,14 +121,10 @@ Status Run(const ViewOptions& options) {
   }
   RETURN_IF_ERROR(WriteViewerPage(databases, target, options.force, options.title));
   if (!options.quiet) {
-    std::FILE* f = std::fopen(target.c_str(), "rb");
-    int64_t bytes = 0;
-    if (f != nullptr) {
-      std::fseek(f, 0, SEEK_END);
-      bytes = std::ftell(f);
-      std::fclose(f);
-    }
-    fmt::print("viewer written to {} ({}); open it in a browser\n", target, FormatBytes(bytes));
+    std::error_code ec;
+    const auto bytes = static_cast<int64_t>(std::filesystem::file_size(target, ec));
+    fmt::print("viewer written to {} ({}); open it in a browser\n", target,
+               FormatBytes(ec ? 0 : bytes));
   }
   return Status::Ok();
 }

@@ -271,14 +271,14 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
                     d.device, first, last));
   }
   d.first_event_id = last < 0 ? 0 : first;
-  const int32_t E = last < 0 ? 0 : static_cast<int32_t>(last - first + 1);
-  d.events = E;
+  const int32_t num_events = last < 0 ? 0 : static_cast<int32_t>(last - first + 1);
+  d.events = num_events;
   auto local = [&](int64_t e) { return static_cast<int32_t>(e - d.first_event_id); };
 
   // Times: an event without one (rare) takes the time of the event before it.
   d.has_time = !times.empty();
   if (d.has_time) {
-    std::vector<int64_t> at(E, INT64_MIN);
+    std::vector<int64_t> at(num_events, INT64_MIN);
     for (const auto& [e, t] : times) at[local(e)] = t;
     int64_t previous = INT64_MIN;
     for (int64_t& t : at) {
@@ -293,9 +293,9 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
       }
     }
     d.time0_us = first_time;
-    d.time_delta_us.resize(E);
+    d.time_delta_us.resize(num_events);
     previous = first_time;
-    for (int32_t e = 0; e < E; ++e) {
+    for (int32_t e = 0; e < num_events; ++e) {
       const int64_t t = at[e] == INT64_MIN ? first_time : at[e];
       d.time_delta_us[e] = static_cast<uint32_t>(std::clamp<int64_t>(t - previous, 0, UINT32_MAX));
       previous = std::max(previous, t);
@@ -328,16 +328,16 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
     const int32_t requested = x.free_requested >= 0 ? local(x.free_requested) : -1;
     const int32_t completed = x.free_completed >= 0 ? local(x.free_completed) : -1;
     const int32_t end =
-        std::max(requested >= 0 ? requested : (completed >= 0 ? completed : E), start);
+        std::max(requested >= 0 ? requested : (completed >= 0 ? completed : num_events), start);
     a.start.push_back(start);
     a.end.push_back(end);
     a.free_completed.push_back(completed >= 0 ? std::max(completed, end)
-                                              : (requested >= 0 ? E : end));
+                                              : (requested >= 0 ? num_events : end));
   }
   auto local_event = [&](sqlite3_stmt* s, int col, int32_t if_null) -> int32_t {
     if (IsNull(s, col)) return if_null;
     const int64_t e = Int(s, col) - d.first_event_id;
-    return e < 0 || e >= E ? if_null : static_cast<int32_t>(e);
+    return e < 0 || e >= num_events ? if_null : static_cast<int32_t>(e);
   };
 
   // Segments: recorded ones, else the allocator model's first run.
@@ -367,10 +367,10 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
   }
 
   // Which allocation each event makes live or frees.
-  d.ev_alloc.assign(E, -1);
-  d.ev_sign.assign(E, 0);
+  d.ev_alloc.assign(num_events, -1);
+  d.ev_sign.assign(num_events, 0);
   auto claim = [&](int32_t e, size_t alloc, int8_t sign) {
-    if (e < 0 || e >= E) return;
+    if (e < 0 || e >= num_events) return;
     if (d.ev_alloc[e] != -1) {
       ++d.event_conflicts;
       return;
@@ -380,7 +380,7 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
   };
   for (size_t i = 0; i < a.count(); ++i) {
     if (a.start[i] >= 0 && a.end[i] > a.start[i]) claim(a.start[i], i, +1);
-    if (a.end[i] < E && a.end[i] > a.start[i]) claim(a.end[i], i, -1);
+    if (a.end[i] < num_events && a.end[i] > a.start[i]) claim(a.end[i], i, -1);
   }
   AssignSegments(d);
 
@@ -407,7 +407,7 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
         d.phases.push_back({{"step", Int(s, 0)},
                             {"phase", Text(s, 1)},
                             {"first_event", local_event(s, 2, 0)},
-                            {"last_event", local_event(s, 3, E - 1)}});
+                            {"last_event", local_event(s, 3, num_events - 1)}});
       }));
   nlohmann::json& sum = d.summary;
   RETURN_IF_ERROR(
@@ -578,40 +578,41 @@ Result<ViewerReport> LoadViewerReport(const std::string& path, const std::string
 void BuildViewerLod(ViewerReport& report) {
   for (ViewerDevice& d : report.devices) {
     d.levels.clear();
-    const int64_t E = d.events;
-    const size_t G = d.owner_series.size();
+    const int64_t num_events = d.events;
+    const size_t num_series = d.owner_series.size();
     const ViewerAllocations& a = d.allocations;
     // Finest level: buckets of one event up to 16,384 events, else the smallest power of 4
     // that keeps 16,384 buckets or fewer (the page replays the exact curve within a bucket).
     int64_t bucket = 1;
-    while ((E + bucket - 1) / bucket > 16384) bucket *= 4;
+    while ((num_events + bucket - 1) / bucket > 16384) bucket *= 4;
     ViewerLevel& fine = d.levels.emplace_back();
     fine.bucket = bucket;
-    const size_t B = static_cast<size_t>(std::max<int64_t>(1, (E + bucket - 1) / bucket));
-    fine.peak_event.assign(B, 0);
-    fine.allocated.assign(B, 0);
-    fine.reserved.assign(B, 0);
-    fine.category.assign(B * kViewerCategories, 0);
-    fine.owner.assign(B * G, 0);
-    fine.category_start.assign(B * kViewerCategories, 0);
-    fine.owner_start.assign(B * G, 0);
+    const size_t num_buckets =
+        static_cast<size_t>(std::max<int64_t>(1, (num_events + bucket - 1) / bucket));
+    fine.peak_event.assign(num_buckets, 0);
+    fine.allocated.assign(num_buckets, 0);
+    fine.reserved.assign(num_buckets, 0);
+    fine.category.assign(num_buckets * kViewerCategories, 0);
+    fine.owner.assign(num_buckets * num_series, 0);
+    fine.category_start.assign(num_buckets * kViewerCategories, 0);
+    fine.owner_start.assign(num_buckets * num_series, 0);
     // Running values; allocations live before the first event start them.
-    std::vector<double> cat(kViewerCategories, 0), own(G, 0);
+    std::vector<double> cat(kViewerCategories, 0), own(num_series, 0);
     double total = 0;
     for (size_t i = 0; i < a.count(); ++i) {
       if (a.start[i] < 0) {
         cat[a.category[i]] += a.size[i];
-        if (G > 0) own[a.owner_group[i]] += a.size[i];
+        if (num_series > 0) own[a.owner_group[i]] += a.size[i];
         total += a.size[i];
       }
     }
     size_t reserved_step = 0;
     double reserved = 0;
-    for (size_t b = 0; b < B; ++b) {
+    for (size_t b = 0; b < num_buckets; ++b) {
       const int64_t first = static_cast<int64_t>(b) * bucket;
-      const int64_t last = std::min<int64_t>(E, first + bucket);
+      const int64_t last = std::min<int64_t>(num_events, first + bucket);
       std::copy(cat.begin(), cat.end(), fine.category_start.begin() + b * kViewerCategories);
-      std::copy(own.begin(), own.end(), fine.owner_start.begin() + b * G);
+      std::copy(own.begin(), own.end(), fine.owner_start.begin() + b * num_series);
       double best = -1;
       double best_reserved = 0;
       for (int64_t e = first; e < last; ++e) {
@@ -619,7 +620,7 @@ void BuildViewerLod(ViewerReport& report) {
         if (alloc >= 0) {
           const double delta = d.ev_sign[e] * a.size[alloc];
           cat[a.category[alloc]] += delta;
-          if (G > 0) own[a.owner_group[alloc]] += delta;
+          if (num_series > 0) own[a.owner_group[alloc]] += delta;
           total += delta;
         }
         while (reserved_step < d.reserved.event.size() && d.reserved.event[reserved_step] <= e) {
@@ -630,7 +631,7 @@ void BuildViewerLod(ViewerReport& report) {
           best = total;
           fine.peak_event[b] = static_cast<int32_t>(e);
           std::copy(cat.begin(), cat.end(), fine.category.begin() + b * kViewerCategories);
-          std::copy(own.begin(), own.end(), fine.owner.begin() + b * G);
+          std::copy(own.begin(), own.end(), fine.owner.begin() + b * num_series);
         }
       }
       fine.allocated[b] = std::max(best, 0.0);
@@ -647,7 +648,7 @@ void BuildViewerLod(ViewerReport& report) {
       up.allocated.resize(n);
       up.reserved.resize(n);
       up.category.resize(n * kViewerCategories);
-      up.owner.resize(n * G);
+      up.owner.resize(n * num_series);
       for (size_t b = 0; b < n; ++b) {
         size_t pick = 4 * b;
         double res = 0;
@@ -660,7 +661,8 @@ void BuildViewerLod(ViewerReport& report) {
         up.reserved[b] = res;
         std::copy_n(below.category.begin() + pick * kViewerCategories, kViewerCategories,
                     up.category.begin() + b * kViewerCategories);
-        std::copy_n(below.owner.begin() + pick * G, G, up.owner.begin() + b * G);
+        std::copy_n(below.owner.begin() + pick * num_series, num_series,
+                    up.owner.begin() + b * num_series);
       }
       d.levels.push_back(std::move(up));
     }
