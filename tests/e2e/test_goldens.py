@@ -112,3 +112,30 @@ def test_real_oom_is_recorded_as_pytorch_reported_it(tmp_path):
     assert reserved + size > sidecar["cap_bytes"]
     (peak,) = con.execute("SELECT peak_allocated_bytes FROM vramscope_devices").fetchone()
     assert peak == sidecar["max_memory_allocated"]
+
+
+def hf_cases():
+    meta_path = GOLDENS / "h200" / "hf" / "metadata.json"
+    if not meta_path.is_file():
+        return [pytest.param(None, None, marks=pytest.mark.skip(reason="no HF goldens"))]
+    meta = json.loads(meta_path.read_text())
+    return [pytest.param(meta_path.parent, case, id=name)
+            for name, case in sorted(meta["cases"].items())
+            if case.get("status") == "ok" and case.get("snapshot")]
+
+
+@pytest.mark.parametrize("folder,case", hf_cases())
+def test_hugging_face_models_peaks_match_pytorch(tmp_path, folder, case):
+    """Real architectures from transformers (GPT-2, LLaMA- and Qwen2-style, BERT, ViT; fp32, bf16
+    autocast, pure bf16, gradient checkpointing, LoRA), recorded with Python stacks on the H200
+    by scripts/capture_hf_goldens.py: the report's peaks are PyTorch's to the byte."""
+    code, out, err = run_binary("report", "--json", "--summary-only", folder / case["snapshot"],
+                                cwd=tmp_path, timeout=120)
+    assert code == 0, err
+    (device,) = json.loads(out)["devices"]
+    assert device["peak_allocated"]["bytes"] == case["max_memory_allocated"]
+    assert device["peak_reserved"]["bytes"] == case["max_memory_reserved"]
+    assert device["breakdown_at_peak"]["unknown_bytes"] == 0
+    # Weights at the peak hold at least the parameters' bytes (buffers come on top).
+    weights = {c["category"]: c["bytes"] for c in device["breakdown_at_peak"]["by_category"]}
+    assert weights.get("weight", 0) >= case["parameter_bytes"]
