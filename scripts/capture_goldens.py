@@ -526,18 +526,7 @@ def run_child(args) -> int:
     end_memory = hooks._memory()
 
     phases = hooks.phases
-    peak = None
-    if not dry:
-        best = max(phases, key=lambda p: p["memory"]["max_allocated"])
-        best_r = max(phases, key=lambda p: p["memory"]["max_reserved"])
-        peak = {
-            "max_allocated": best["memory"]["max_allocated"],
-            "max_allocated_at": {"step": best["step"], "phase": best["phase"]},
-            "max_reserved": best_r["memory"]["max_reserved"],
-            "max_reserved_at": {"step": best_r["step"], "phase": best_r["phase"]},
-            "how": "the maximum over phases of max_memory_allocated()/max_memory_reserved(), "
-                   "whose peaks are reset when each phase begins",
-        }
+    peak = None if dry else peak_over_phases(phases)
 
     snapshot_info = None
     if not dry:
@@ -632,11 +621,7 @@ def run_child(args) -> int:
         "tensor_fields": "shape, dtype, device, numel, nbytes (numel * element size), data_ptr; "
                          "storage_data_ptr/storage_nbytes only when the tensor is a view that "
                          "does not start at, or does not cover, its storage",
-        "memory_fields": None if dry else (
-            "allocated/reserved: torch.cuda.memory_allocated()/memory_reserved() after the phase; "
-            "max_allocated/max_reserved: max_memory_allocated()/max_memory_reserved() with the "
-            "peak statistics reset when the phase began, i.e. the phase's own peak; stats: "
-            "selected torch.cuda.memory_stats() keys"),
+        "memory_fields": None if dry else MEMORY_FIELDS,
         "peak": peak,
         "end_memory": end_memory,
         "phases": phases,
@@ -726,18 +711,40 @@ def symbolize_mode(args) -> str | None:
     return None
 
 
-def repo_commit() -> str | None:
+def repo_commit(paths=("examples/training", "scripts/capture_goldens.py")) -> str | None:
+    """HEAD, with "+local-changes" when any of `paths` (the code that made the goldens) differs."""
     try:
         r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
                            text=True, timeout=10)
         if r.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--",
-                                "examples/training", "scripts/capture_goldens.py"],
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", *paths],
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return r.stdout.strip() + ("+local-changes" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+# What the per-phase memory fields of a sidecar mean (shared with capture_hf_goldens.py).
+MEMORY_FIELDS = (
+    "allocated/reserved: torch.cuda.memory_allocated()/memory_reserved() after the phase; "
+    "max_allocated/max_reserved: max_memory_allocated()/max_memory_reserved() with the "
+    "peak statistics reset when the phase began, i.e. the phase's own peak; stats: "
+    "selected torch.cuda.memory_stats() keys")
+
+
+def peak_over_phases(phases: list[dict]) -> dict:
+    """The run's peaks: the highest per-phase peak of allocated and of reserved, and where."""
+    best = max(phases, key=lambda p: p["memory"]["max_allocated"])
+    best_r = max(phases, key=lambda p: p["memory"]["max_reserved"])
+    return {
+        "max_allocated": best["memory"]["max_allocated"],
+        "max_allocated_at": {"step": best["step"], "phase": best["phase"]},
+        "max_reserved": best_r["memory"]["max_reserved"],
+        "max_reserved_at": {"step": best_r["step"], "phase": best_r["phase"]},
+        "how": "the maximum over phases of max_memory_allocated()/max_memory_reserved(), "
+               "whose peaks are reset when each phase begins",
+    }
 
 
 class Driver:

@@ -344,18 +344,7 @@ def run_child(args) -> int:
     end_memory = hooks._memory()
 
     phases = hooks.phases
-    peak = None
-    if not dry:
-        best = max(phases, key=lambda p: p["memory"]["max_allocated"])
-        best_r = max(phases, key=lambda p: p["memory"]["max_reserved"])
-        peak = {
-            "max_allocated": best["memory"]["max_allocated"],
-            "max_allocated_at": {"step": best["step"], "phase": best["phase"]},
-            "max_reserved": best_r["memory"]["max_reserved"],
-            "max_reserved_at": {"step": best_r["step"], "phase": best_r["phase"]},
-            "how": "the maximum over phases of max_memory_allocated()/max_memory_reserved(), "
-                   "whose peaks are reset when each phase begins",
-        }
+    peak = None if dry else CG.peak_over_phases(phases)
 
     snapshot_info = None
     if not dry:
@@ -454,11 +443,7 @@ def run_child(args) -> int:
         "clock": "begin_us/end_us/synced_us: time.time_ns() // 1000, µs since the Unix epoch "
                  "(the snapshot's time_us); begin_us just before the phase's code, end_us just "
                  "after it, synced_us after torch.cuda.synchronize() and reading the counters",
-        "memory_fields": None if dry else (
-            "allocated/reserved: torch.cuda.memory_allocated()/memory_reserved() after the phase; "
-            "max_allocated/max_reserved: max_memory_allocated()/max_memory_reserved() with the "
-            "peak statistics reset when the phase began, i.e. the phase's own peak; stats: "
-            "selected torch.cuda.memory_stats() keys"),
+        "memory_fields": None if dry else CG.MEMORY_FIELDS,
         "peak": peak,
         "end_memory": end_memory,
         "phases": phases,
@@ -485,18 +470,8 @@ def package_version(name: str) -> str | None:
 
 
 def repo_commit() -> str | None:
-    try:
-        r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                           text=True, timeout=10)
-        if r.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--",
-                                "examples/training", "scripts/capture_goldens.py",
-                                "scripts/capture_hf_goldens.py"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return r.stdout.strip() + ("+local-changes" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
+    return CG.repo_commit(("examples/training", "scripts/capture_goldens.py",
+                           "scripts/capture_hf_goldens.py"))
 
 
 class Driver:
