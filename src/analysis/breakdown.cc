@@ -119,6 +119,26 @@ uint32_t OwnerNamer::Id(const model::Allocation& allocation,
           ? info.module_kind
           : (info.operation != model::kEmptyString ? info.operation : info.module_kind);
   const bool before_trace = allocation.alloc_event == kNoEvent;
+  // A name the source gave the tensor (the predictor, a capture sidecar) is its owner.
+  if (!before_trace) {
+    const auto& names = trace_.events.tensor_name;
+    if (const auto named = names.find(static_cast<uint32_t>(allocation.alloc_event));
+        named != names.end()) {
+      const bool state = info.category == attribution::Category::kWeight ||
+                         info.category == attribution::Category::kGradient ||
+                         info.category == attribution::Category::kOptimizerState ||
+                         info.category == attribution::Category::kInput ||
+                         info.category == attribution::Category::kWorkspace;
+      const std::string_view tensor = trace_.strings.Get(named->second);
+      std::string label = state || info.operation == model::kEmptyString
+                              ? std::string(tensor)
+                              : fmt::format("{} @ {}", trace_.strings.Get(info.operation), tensor);
+      auto [it, inserted] =
+          by_label_.emplace(std::move(label), static_cast<uint32_t>(labels_.size()));
+      if (inserted) labels_.push_back(it->first);
+      return it->second;
+    }
+  }
   auto& by_key = by_key_[before_trace ? 1 : 0];
   const uint64_t key = (static_cast<uint64_t>(allocation.alloc_stack) << 32) | name;
   if (const auto it = by_key.find(key); it != by_key.end()) return it->second;

@@ -56,6 +56,19 @@ SkylineEntries BuildSkylineEntries(const model::Trace& trace, const Summary& sum
       gradients[trace.allocations[i].requested_size].push_back(trace.allocations[i].size);
     }
   }
+  std::map<std::string, uint64_t, std::less<>> named_gradients;
+  if (!trace.events.tensor_name.empty()) {
+    for (const model::Allocation& a : trace.allocations) {
+      if (a.alloc_event == model::kNoEvent) continue;
+      const auto event = static_cast<uint32_t>(a.alloc_event);
+      const auto name = trace.events.tensor_name.find(event);
+      const auto c = trace.events.category.find(event);
+      if (name != trace.events.tensor_name.end() && c != trace.events.category.end() &&
+          c->second == Category::kGradient) {
+        named_gradients[std::string(trace.strings.Get(name->second))] = a.size;
+      }
+    }
+  }
   for (const DeviceSummary& d : summary.devices) {
     std::map<std::string, int> seen;  // name -> count, to number repeated sites
     for (const size_t i : LiveAfter(trace, d.device, d.peak_allocated_event)) {
@@ -63,6 +76,23 @@ SkylineEntries BuildSkylineEntries(const model::Trace& trace, const Summary& sum
       const model::Allocation& a = trace.allocations[i];
       const attribution::AllocationInfo& info = attribution.allocations[i];
       if (info.category == Category::kWeight) {
+        // A weight the source named ("h.0.attn.c_attn.weight") keeps its name, and its gradient
+        // is the allocation named "<name>.grad".
+        const auto named =
+            a.alloc_event == model::kNoEvent
+                ? trace.events.tensor_name.end()
+                : trace.events.tensor_name.find(static_cast<uint32_t>(a.alloc_event));
+        if (named != trace.events.tensor_name.end()) {
+          WeightEntry w;
+          w.name = std::string(trace.strings.Get(named->second));
+          w.size_bytes = a.size;
+          w.stack = a.alloc_stack;
+          if (auto g = named_gradients.find(w.name + ".grad"); g != named_gradients.end()) {
+            w.grad_size_bytes = g->second;
+          }
+          out.weights.push_back(std::move(w));
+          continue;
+        }
         std::string base = sites.Label(sites.Site(a.alloc_stack));
         if (info.module_kind != model::kEmptyString) {
           base = fmt::format("{} @ {}", trace.strings.Get(info.module_kind), base);

@@ -390,6 +390,12 @@ Attribution Attribute(model::Trace& trace) {
     info.phase = c.alloc_phase;
     info.operation = at_alloc.operation;
     info.module_kind = at_alloc.module_kind;
+    if (a.alloc_event != model::kNoEvent) {
+      const auto event = static_cast<uint32_t>(a.alloc_event);
+      if (auto op = trace.events.operation.find(event); op != trace.events.operation.end()) {
+        info.operation = op->second;
+      }
+    }
     out.allocations.push_back(info);
   }
   RefineBySizes(trace, phases, out.allocations, out.notes);

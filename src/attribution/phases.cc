@@ -162,6 +162,47 @@ std::vector<size_t> StepStartsFromAnnotations(const model::Trace& trace, int32_t
   return starts;
 }
 
+// Applies the phases the source recorded (Trace::phase_marks) to one device's events. Returns
+// false when the source recorded none for it.
+bool FromRecordedPhases(const model::Trace& trace, int32_t device, size_t begin, size_t end,
+                        Phases& out) {
+  bool any = false;
+  size_t next = begin;
+  Phase phase = Phase::kUnknown;
+  int32_t step = 0;
+  auto fill_to = [&](size_t to) {
+    for (; next < to && next < end; ++next) {
+      out.event_phase[next] = phase;
+      out.event_step[next] = step;
+    }
+  };
+  for (const model::PhaseMark& m : trace.phase_marks) {
+    if (m.device != device) continue;
+    any = true;
+    fill_to(std::max<size_t>(m.event, begin));
+    step = m.step;
+    switch (m.phase) {
+      case model::RecordedPhase::kSetup:
+        phase = Phase::kSetup;
+        break;
+      case model::RecordedPhase::kBeforeForward:
+        phase = Phase::kBeforeForward;
+        break;
+      case model::RecordedPhase::kForward:
+        phase = Phase::kForward;
+        break;
+      case model::RecordedPhase::kBackward:
+        phase = Phase::kBackward;
+        break;
+      case model::RecordedPhase::kOptimizer:
+        phase = Phase::kOptimizer;
+        break;
+    }
+  }
+  if (any) fill_to(end);
+  return any;
+}
+
 }  // namespace
 
 Phases DetectPhases(const model::Trace& trace, StackFactsCache& cache) {
@@ -169,14 +210,16 @@ Phases DetectPhases(const model::Trace& trace, StackFactsCache& cache) {
   const size_t n = trace.events.count();
   out.event_phase.assign(n, Phase::kUnknown);
   out.event_step.assign(n, 0);
-  bool any_markers = false, any_annotations = false;
+  bool any_markers = false, any_annotations = false, any_recorded = false;
   for (size_t d = 0; d < trace.devices.size(); ++d) {
     const int32_t device = trace.devices[d];
     const auto [begin, end] = trace.device_event_ranges[d];
     if (begin == end) continue;
+    const bool recorded = FromRecordedPhases(trace, device, begin, end, out);
+    any_recorded |= recorded;
     const std::vector<size_t> annotated = StepStartsFromAnnotations(trace, device, begin, end);
     bool had_markers = false;
-    if (FromMarkers(trace, cache, begin, end, annotated, had_markers, out)) {
+    if (!recorded && FromMarkers(trace, cache, begin, end, annotated, had_markers, out)) {
       any_markers = any_markers || had_markers;
       any_annotations = any_annotations || !annotated.empty();
     }
@@ -214,9 +257,11 @@ Phases DetectPhases(const model::Trace& trace, StackFactsCache& cache) {
       out.spans.back().last_event = static_cast<uint32_t>(i);
     }
   }
-  out.detected = any_markers || any_annotations;
+  out.detected = any_markers || any_annotations || any_recorded;
   out.from_native_frames = any_markers && trace.facts.has_native_frames;
-  if (any_markers) {
+  if (any_recorded) {
+    out.evidence = trace.facts.predicted ? "the predictor's own steps" : "the recorded phase marks";
+  } else if (any_markers) {
     out.evidence = trace.facts.has_native_frames
                        ? "the stacks (C++ autograd frames, nn.Module calls, torch.optim)"
                        : "Python frames (nn.Module calls, torch.optim, Tensor.backward) and event "

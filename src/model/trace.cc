@@ -111,6 +111,8 @@ void StableSortEventsByDevice(Events& e) {
   rekey(e.user_metadata);
   rekey(e.other_action);
   rekey(e.category);
+  rekey(e.tensor_name);
+  rekey(e.operation);
 }
 
 uint64_t RoundedRequestSize(uint64_t requested) {

@@ -63,6 +63,11 @@ struct Events {
   // kAlloc: the category the source itself recorded for this tensor (PyTorch's memory
   // profiler, a capture sidecar). Attribution takes it as the strongest evidence.
   std::unordered_map<uint32_t, Category> category;
+  // kAlloc: the source's name for the tensor ("h.0.attn.c_attn.weight", "h.0.mlp.act" for an
+  // activation made in that module) and the operation that produced it ("aten::addmm"). The
+  // predictor knows both; a capture sidecar knows the names of weights and their state.
+  std::unordered_map<uint32_t, StringId> tensor_name;
+  std::unordered_map<uint32_t, StringId> operation;
 
   size_t count() const { return action.size(); }
   void Reserve(size_t n);
@@ -130,6 +135,34 @@ struct Allocation {
 };
 static_assert(sizeof(Allocation) == 64, "one per tensor allocation: keep it one cache line");
 
+// A phase of a training step the source recorded itself (the predictor knows its own phases; a
+// capture marks them): from event `event` on, the device's events belong to `phase` of
+// iteration `step` (0: set-up before the first iteration). Phase detection takes these over any
+// evidence from stacks.
+enum class RecordedPhase : uint8_t { kSetup, kBeforeForward, kForward, kBackward, kOptimizer };
+struct PhaseMark {
+  int32_t device = 0;
+  uint32_t event = 0;
+  int32_t step = 0;
+  RecordedPhase phase = RecordedPhase::kSetup;
+};
+
+// What a prediction assumed and found, for reports to show next to the figures (absent for
+// measured traces).
+struct PredictionInfo {
+  std::string model;  // "gpt2 (built-in family: GPT-2)", "mlp.json (layer list)"
+  std::string setup;  // "batch 8, seq 1024, bf16 autocast, AdamW (foreach), 3 steps"
+  std::string gpu;    // "NVIDIA H100 80GB HBM3 (capacity 79.1 GiB for the allocator)"
+  std::string torch_version;
+  uint64_t parameters = 0;            // every parameter element
+  uint64_t trainable_parameters = 0;  // the elements the optimizer updates
+  uint64_t parameter_bytes = 0;
+  uint64_t buffer_bytes = 0;
+  uint64_t capacity = 0;  // bytes the allocator may reserve on the GPU; 0: unlimited
+  std::vector<std::pair<std::string, std::string>> facts;  // more key/value lines
+  std::vector<std::string> assumptions;                    // one line each
+};
+
 struct Annotation {
   int32_t device = 0;
   int64_t time_us = kNoTime;
@@ -164,6 +197,7 @@ struct TraceFacts {
   bool has_segment_events = false;
   bool starts_mid_run = false;  // frees of allocations the trace never saw
   bool ring_buffer_overflowed = false;
+  bool predicted = false;  // made by `vramscope predict`, not measured
   uint64_t frees_without_alloc = 0;
   uint64_t allocations_alive_before_trace = 0;
   std::vector<std::string> notes;  // caveats worth telling the user, one line each
@@ -193,6 +227,8 @@ struct Trace {
   std::vector<std::pair<std::string, std::string>> allocator_settings;
   std::vector<Annotation> annotations;
   std::vector<StartLevels> start_levels;  // only when !facts.has_allocator_state
+  std::vector<PhaseMark> phase_marks;     // by device, then event
+  std::optional<PredictionInfo> prediction;
   SourceInfo source;
   TraceFacts facts;
 
