@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "cli/exit_codes.h"
+#include "cli/predict_command.h"
 #include "cli/report_command.h"
 #include "cli/simulate_command.h"
 #include "cli/view_command.h"
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
   cli::RegisterSimulateCommand(app, simulate_options);
   cli::ViewOptions view_options;
   cli::RegisterViewCommand(app, view_options);
+  cli::PredictOptions predict_options;
+  cli::RegisterPredictCommand(app, predict_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -48,6 +51,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("report")) return cli::RunReportCommand(report_options);
   if (app.got_subcommand("simulate")) return cli::RunSimulateCommand(simulate_options);
   if (app.got_subcommand("view")) return cli::RunViewCommand(view_options);
+  if (app.got_subcommand("predict")) return cli::RunPredictCommand(predict_options);
   fmt::print(stderr, "{}", app.help());
   fmt::print(stderr,
              "\nvramscope: error: no command given; try 'vramscope report' to see the "

@@ -41,8 +41,12 @@ std::string DefaultOutput(const std::string& input) {
 }  // namespace
 
 Status WriteReport(const ReportOptions& options) {
-  const auto t_start = Clock::now();
   if (options.top < 0) return UsageError("--top must be 0 or more");
+  return ReportTrace(std::nullopt, options);
+}
+
+Status ReportTrace(std::optional<model::Trace> given, const ReportOptions& options) {
+  const auto t_start = Clock::now();
   ASSIGN_OR_RETURN(const std::string project_root, ResolveProjectRoot(options.project_root));
 
   // Check the output before any heavy work, so "already exists" comes at once.
@@ -67,7 +71,12 @@ Status WriteReport(const ReportOptions& options) {
   // Read.
   const auto t_read = Clock::now();
   snapshot::LoadTimings load_timings;
-  ASSIGN_OR_RETURN(model::Trace trace, LoadInput(options.input, options.quiet, &load_timings));
+  model::Trace trace;
+  if (given) {
+    trace = std::move(*given);
+  } else {
+    ASSIGN_OR_RETURN(trace, LoadInput(options.input, options.quiet, &load_timings));
+  }
 
   // Analyse.
   const auto t_analyze = Clock::now();

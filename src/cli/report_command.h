@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "model/trace.h"
 
 namespace vramscope::cli {
 
@@ -30,5 +31,9 @@ int RunReportCommand(const ReportOptions& options);
 // The report's work without the exit-code handling: what `view` runs for inputs that are not
 // report databases.
 Status WriteReport(const ReportOptions& options);
+
+// The same for a trace made elsewhere (`vramscope predict`): analysis, the database (unless
+// no_sqlite), the viewer, and the summary or JSON. `options.input` only names the default output.
+Status ReportTrace(std::optional<model::Trace> trace, const ReportOptions& options);
 
 }  // namespace vramscope::cli

@@ -1,0 +1,304 @@
+#include "cli/predict_command.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/exit_codes.h"
+#include "cli/report_command.h"
+#include "common/units.h"
+#include "predict/model_description.h"
+#include "predict/predict.h"
+
+namespace vramscope::cli {
+
+namespace {
+
+using predict::DType;
+
+// "80GiB", "80GB", "81920MiB", "85899345920": bytes.
+Result<uint64_t> ParseCapacity(const std::string& text, const char* flag) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    ++i;
+  }
+  double value = 0;
+  try {
+    value = std::stod(text.substr(0, i));
+  } catch (...) {
+    return UsageError(fmt::format("{} {}: give a GPU name or a size such as 80GiB", flag, text));
+  }
+  std::string unit = text.substr(i);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 1;
+  if (unit.empty() || unit == "b") {
+    scale = 1;
+  } else if (unit == "kib") {
+    scale = 1024.0;
+  } else if (unit == "mib") {
+    scale = 1024.0 * 1024;
+  } else if (unit == "gib" || unit == "g") {
+    scale = 1024.0 * 1024 * 1024;
+  } else if (unit == "tib") {
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  } else if (unit == "kb") {
+    scale = 1e3;
+  } else if (unit == "mb") {
+    scale = 1e6;
+  } else if (unit == "gb") {
+    scale = 1e9;
+  } else if (unit == "tb") {
+    scale = 1e12;
+  } else {
+    return UsageError(
+        fmt::format("{} {}: unknown unit '{}'; use GiB, GB, MiB or bytes", flag, text, unit));
+  }
+  const double bytes = value * scale;
+  if (!(bytes >= 1) || bytes > 1e18) {
+    return UsageError(fmt::format("{} {}: not a usable capacity", flag, text));
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
+// A GPU key or a capacity, for --gpu / --fit.
+Status ApplyTarget(const std::string& text, const char* flag, predict::PredictRequest& r) {
+  if (!text.empty() && std::isdigit(static_cast<unsigned char>(text[0]))) {
+    ASSIGN_OR_RETURN(r.capacity, ParseCapacity(text, flag));
+    return Status::Ok();
+  }
+  auto gpu = predict::FindGpu(text);
+  if (!gpu.ok()) return UsageError(fmt::format("{}{}", flag, gpu.status().message().substr(5)));
+  r.gpu = *gpu;
+  return Status::Ok();
+}
+
+Result<predict::PredictRequest> BuildRequest(const PredictOptions& o) {
+  predict::PredictRequest r;
+  r.model = o.model;
+  predict::TrainingSetup& s = r.setup;
+  s.batch = o.batch;
+  s.seq = o.seq;
+  s.image_size = o.image_size;
+  if (o.dtype == "fp32") {
+    s.precision.param = DType::kF32;
+  } else if (o.dtype == "bf16") {
+    s.precision.param = DType::kBF16;
+  } else if (o.dtype == "fp16") {
+    s.precision.param = DType::kF16;
+  } else if (o.dtype == "bf16-amp") {
+    s.precision.autocast = DType::kBF16;
+  } else if (o.dtype == "fp16-amp") {
+    s.precision.autocast = DType::kF16;
+  } else {
+    return UsageError(fmt::format(
+        "--dtype {}: use fp32, bf16, fp16 (weights in that dtype) or bf16-amp, fp16-amp (fp32 "
+        "weights under torch.autocast)",
+        o.dtype));
+  }
+  s.optimizer.master_weights = o.master_weights;
+  if (o.master_weights && s.precision.param == DType::kF32) {
+    return UsageError(
+        "--master-weights keeps fp32 copies of bf16/fp16 weights; it needs "
+        "--dtype bf16 or fp16");
+  }
+  using predict::OptimizerKind;
+  if (o.optimizer == "sgd") {
+    s.optimizer.kind = OptimizerKind::kSgd;
+  } else if (o.optimizer == "momentum") {
+    s.optimizer.kind = OptimizerKind::kMomentum;
+  } else if (o.optimizer == "adam") {
+    s.optimizer.kind = OptimizerKind::kAdam;
+  } else if (o.optimizer == "adamw") {
+    s.optimizer.kind = OptimizerKind::kAdamW;
+  } else if (o.optimizer == "none") {
+    s.optimizer.kind = OptimizerKind::kNone;
+  } else {
+    return UsageError(
+        fmt::format("--optimizer {}: use sgd, momentum, adam, adamw or none", o.optimizer));
+  }
+  using predict::OptimizerImpl;
+  if (o.optimizer_impl == "foreach") {
+    s.optimizer.impl = OptimizerImpl::kForeach;
+  } else if (o.optimizer_impl == "fused") {
+    s.optimizer.impl = OptimizerImpl::kFused;
+  } else if (o.optimizer_impl == "for-loop") {
+    s.optimizer.impl = OptimizerImpl::kForLoop;
+  } else {
+    return UsageError(
+        fmt::format("--optimizer-impl {}: use foreach, fused or for-loop", o.optimizer_impl));
+  }
+  s.optimizer.weight_decay = o.weight_decay;
+  if (o.zero_grad == "set-to-none") {
+    s.zero_grad = true;
+    s.set_to_none = true;
+  } else if (o.zero_grad == "zero") {
+    s.zero_grad = true;
+    s.set_to_none = false;
+  } else if (o.zero_grad == "none") {
+    s.zero_grad = false;
+  } else {
+    return UsageError(fmt::format("--zero-grad {}: use set-to-none, zero or none", o.zero_grad));
+  }
+  s.grad_accum = o.grad_accum;
+  s.steps = o.steps;
+  s.checkpointing = o.checkpointing;
+  s.lora_rank = o.lora;
+  if (o.zero != 0 && o.fsdp) return UsageError("--zero and --fsdp: choose one");
+  if (o.zero == 1) s.zero = predict::ZeroMode::kZero1;
+  if (o.zero == 2) s.zero = predict::ZeroMode::kZero2;
+  if (o.zero == 3) s.zero = predict::ZeroMode::kZero3;
+  if (o.fsdp) s.zero = predict::ZeroMode::kFsdp;
+  s.world_size = o.world_size;
+  if (s.zero != predict::ZeroMode::kNone && o.world_size < 2) {
+    return UsageError(
+        "--zero/--fsdp shard over the GPUs of data parallelism: give --world-size N "
+        "(2 or more)");
+  }
+  if (!o.gpu.empty()) RETURN_IF_ERROR(ApplyTarget(o.gpu, "--gpu", r));
+  if (!o.capacity.empty()) {
+    ASSIGN_OR_RETURN(r.capacity, ParseCapacity(o.capacity, "--capacity"));
+  }
+  if (!o.fit.empty()) RETURN_IF_ERROR(ApplyTarget(o.fit, "--fit", r));
+  r.torch_version = o.torch_version;
+  r.alloc_conf = o.alloc_conf;
+  r.context_bytes = o.cuda_context_mib << 20;
+  return r;
+}
+
+Status Run(const PredictOptions& o) {
+  ASSIGN_OR_RETURN(predict::PredictRequest request, BuildRequest(o));
+  ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(o.model));
+  std::optional<predict::FitResult> fit;
+  if (!o.fit.empty()) {
+    predict::FitDimension dim = predict::FitDimension::kBatch;
+    if (o.fit_dim == "seq") {
+      dim = predict::FitDimension::kSeq;
+    } else if (o.fit_dim != "batch") {
+      return UsageError(fmt::format("--fit-dim {}: use batch or seq", o.fit_dim));
+    }
+    ASSIGN_OR_RETURN(fit, predict::Fit(model, request, dim, o.fit_max));
+    const char* what = dim == predict::FitDimension::kBatch ? "batch" : "sequence length";
+    if (fit->largest == 0) {
+      if (o.json) {
+        nlohmann::json j = {{"fit",
+                             {{"dimension", what},
+                              {"largest", 0},
+                              {"capacity_bytes", fit->capacity},
+                              {"simulations", fit->simulations}}}};
+        fmt::print("{}\n", j.dump(2));
+      }
+      return InvalidInput(fmt::format(
+          "--fit: not even {} 1 fits: the step needs more than the {} the allocator can have; "
+          "try --dtype bf16-amp, --checkpointing, --lora, --zero or a larger GPU",
+          what, FormatBytes(static_cast<int64_t>(fit->capacity))));
+    }
+    if (!o.quiet && !o.json) {
+      fmt::print(
+          "fit: the largest {} that fits is {} (peak reserved {} of the {} the allocator "
+          "can have; {} simulations)\n\n",
+          what, FormatCount(static_cast<int64_t>(fit->largest)),
+          FormatBytes(static_cast<int64_t>(fit->peak_reserved)),
+          FormatBytes(static_cast<int64_t>(fit->capacity)), fit->simulations);
+    }
+    if (dim == predict::FitDimension::kBatch) {
+      request.setup.batch = fit->largest;
+    } else {
+      request.setup.seq = fit->largest;
+    }
+  }
+  ASSIGN_OR_RETURN(predict::BuiltTrace built, predict::Predict(model, request));
+  if (fit) {
+    built.trace.prediction->facts.emplace_back(
+        "fit", fmt::format("largest {} that fits: {}",
+                           fit->dimension == predict::FitDimension::kBatch ? "batch" : "seq",
+                           fit->largest));
+  }
+  ReportOptions r;
+  r.input = o.model;
+  r.output = o.output;
+  r.no_sqlite = o.output.empty();
+  r.html = o.html;
+  r.force = o.force;
+  r.json = o.json;
+  r.quiet = o.quiet;
+  r.top = o.top;
+  return ReportTrace(std::move(built.trace), r);
+}
+
+}  // namespace
+
+void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "predict",
+      "Predict the GPU memory of training steps without a GPU: a built-in model family (a "
+      "preset or a Hugging Face config.json), a layer list, or a tracer file of your own model, "
+      "with a batch, dtype and optimizer. Prints the same summary as 'report' (marked "
+      "predicted); -o writes the report database, --html the viewer, --fit finds the largest "
+      "batch that fits a GPU.");
+  cmd->add_option("--model", o.model,
+                  fmt::format("a preset ({}), a Hugging Face config.json (gpt2, llama, mistral, "
+                              "qwen2, bert, roberta, vit), a layer list .json "
+                              "(docs/predict-models.md), or a tracer .jsonl "
+                              "(python -m vramscope.tracer)",
+                              fmt::join(predict::PresetNames(), ", ")))
+      ->required();
+  cmd->add_option("--batch", o.batch, "samples per micro-batch (default: 1)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24));
+  cmd->add_option("--seq", o.seq, "tokens per sample (default: the model's context length)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24));
+  cmd->add_option("--image-size", o.image_size, "image side in pixels (default: the model's)")
+      ->check(CLI::Range(uint64_t{8}, uint64_t{1} << 16));
+  cmd->add_option("--dtype", o.dtype,
+                  "fp32 (default), bf16, fp16 (weights in that dtype), bf16-amp, fp16-amp (fp32 "
+                  "weights, torch.autocast)");
+  cmd->add_flag("--master-weights", o.master_weights,
+                "keep fp32 master weights in the optimizer (bf16/fp16 weights; 16 B/param Adam)");
+  cmd->add_option("--optimizer", o.optimizer, "sgd, momentum, adam, adamw (default), none");
+  cmd->add_option("--optimizer-impl", o.optimizer_impl,
+                  "foreach (PyTorch's default on CUDA), fused or for-loop");
+  cmd->add_option("--weight-decay", o.weight_decay, "Adam's L2 weight decay (default: 0)");
+  cmd->add_option("--zero-grad", o.zero_grad,
+                  "set-to-none (default, frees gradients), zero (keeps them), none");
+  cmd->add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step (default: 1)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--steps", o.steps, "training steps to simulate (default: 3)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--checkpointing", o.checkpointing,
+                "activation checkpointing of every transformer block");
+  cmd->add_option("--lora", o.lora, "LoRA rank: freeze the base weights, train adapters")
+      ->check(CLI::Range(0, 65536));
+  cmd->add_option("--zero", o.zero, "ZeRO stage 1, 2 or 3 over --world-size GPUs (per-GPU memory)")
+      ->check(CLI::Range(0, 3));
+  cmd->add_flag("--fsdp", o.fsdp, "FSDP full sharding over --world-size GPUs");
+  cmd->add_option("--world-size", o.world_size, "data-parallel GPUs (default: 1)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--gpu", o.gpu,
+                  "the GPU (capacity, workspace sizes): h200, h100-80gb, a100-80gb, a100-40gb, "
+                  "l40s, a10g, l4, rtx4090, rtx3090, v100-32gb, t4, or a size such as 80GiB");
+  cmd->add_option("--capacity", o.capacity, "GPU memory, e.g. 80GiB (overrides --gpu's)");
+  cmd->add_option("--fit", o.fit,
+                  "find the largest batch (or --fit-dim seq) that fits this GPU or capacity, and "
+                  "report that size");
+  cmd->add_option("--fit-dim", o.fit_dim, "what --fit grows: batch (default) or seq");
+  cmd->add_option("--fit-max", o.fit_max, "the largest size --fit tries (default: 1048576)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  cmd->add_option("--torch", o.torch_version,
+                  "the PyTorch version (workspace rules; default: 2.11)");
+  cmd->add_option("--alloc-conf", o.alloc_conf, "PYTORCH_CUDA_ALLOC_CONF of the predicted run");
+  cmd->add_option("--cuda-context", o.cuda_context_mib,
+                  "MiB the CUDA context takes outside the allocator (default: 500)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  cmd->add_option("-o,--output", o.output, "write the report database here (default: none)");
+  cmd->add_option("--html", o.html, "write the interactive HTML viewer here");
+  cmd->add_flag("--force", o.force, "overwrite outputs that exist");
+  cmd->add_flag("--json", o.json, "print the summary as JSON");
+  cmd->add_flag("-q,--quiet", o.quiet, "print nothing but errors (and JSON with --json)");
+  cmd->add_option("--top", o.top, "owners and sites to list (default: 10)")
+      ->check(CLI::Range(0, 1000000));
+}
+
+int RunPredictCommand(const PredictOptions& options) {
+  return RunAndReport(options.model, [&] { return Run(options); });
+}
+
+}  // namespace vramscope::cli

@@ -1,0 +1,49 @@
+// `vramscope predict --model M --batch N ...`: the memory of a training step before you have
+// the GPU. Builds the predicted trace (src/predict) and reports it like a measured one.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+namespace vramscope::cli {
+
+struct PredictOptions {
+  std::string model;
+  uint64_t batch = 1;
+  uint64_t seq = 0;
+  uint64_t image_size = 0;
+  std::string dtype = "fp32";
+  bool master_weights = false;
+  std::string optimizer = "adamw";
+  std::string optimizer_impl = "foreach";
+  double weight_decay = 0;
+  std::string zero_grad = "set-to-none";
+  int grad_accum = 1;
+  int steps = 3;
+  bool checkpointing = false;
+  int lora = 0;
+  int zero = 0;
+  bool fsdp = false;
+  int world_size = 1;
+  std::string gpu;
+  std::string capacity;
+  std::string fit;
+  std::string fit_dim = "batch";
+  uint64_t fit_max = 1 << 20;
+  std::string torch_version = "2.11";
+  std::string alloc_conf;
+  uint64_t cuda_context_mib = 500;
+  // Output, as `report`.
+  std::string output;
+  std::string html;
+  bool force = false;
+  bool json = false;
+  bool quiet = false;
+  int top = 10;
+};
+
+void RegisterPredictCommand(CLI::App& app, PredictOptions& options);
+int RunPredictCommand(const PredictOptions& options);
+
+}  // namespace vramscope::cli

@@ -1,0 +1,54 @@
+// What the GPU and the PyTorch version decide about a training step's memory, besides the
+// model: the capacity the caching allocator can use, and the workspaces CUDA libraries take
+// (cuBLAS per thread, cuBLASLt, cuDNN). Sources: the shared spec (allocator-policy.md) and the
+// H200 goldens (goldens/h200, torch 2.11), where each rule below is visible in the trace.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "predict/tensor_stream.h"
+
+namespace vramscope::predict {
+
+struct GpuSpec {
+  std::string key;            // "h100-80gb"
+  std::string name;           // "NVIDIA H100 80GB HBM3"
+  uint64_t total_memory = 0;  // torch.cuda.get_device_properties().total_memory
+  int sm = 0;                 // compute capability x10 (90 for sm_90)
+  std::string memory_source;  // where total_memory comes from
+};
+
+// The GPUs `--gpu` knows, in table order.
+const std::vector<GpuSpec>& KnownGpus();
+// A GPU by key ("h100-80gb", case-insensitive, '_' or '-'), or an error listing the keys.
+Result<GpuSpec> FindGpu(std::string_view key);
+
+struct DeviceRules {
+  std::string torch_version = "2.11";
+  int sm = 90;
+  // cuBLAS workspace per (handle, stream): one for the main thread, one for the autograd
+  // thread. 0 disables (CUBLAS_WORKSPACE_CONFIG=:0:0).
+  uint64_t cublas_workspace = 32ull << 20;
+  // cuBLASLt workspace kept per handle, taken by the first addmm with a bias epilogue on the
+  // main thread (seen on the H200 with torch 2.11); 0: none.
+  uint64_t cublaslt_workspace = 1ull << 20;
+  // The CUDA context and library handles outside the allocator: taken off the GPU's memory
+  // before the allocator can reserve any.
+  uint64_t context_bytes = 0;
+};
+
+// The rules for a GPU (sm) and a PyTorch version ("2.11", "2.1", ...).
+Result<DeviceRules> RulesFor(int sm, std::string_view torch_version);
+
+// Expands the kMatmul/kConv markers of `stream` into workspace allocations by `rules`: the
+// cuBLAS workspace of a thread at its first matmul (kept for the rest of the run), the cuBLASLt
+// workspace at the first addmm of the main thread, a cuDNN workspace around each convolution
+// that names one. Markers are kept (they allocate nothing themselves).
+void AddWorkspaces(TensorStream& stream, const DeviceRules& rules);
+
+}  // namespace vramscope::predict

@@ -1,0 +1,561 @@
+#include "predict/layers.h"
+
+#include <algorithm>
+
+namespace vramscope::predict {
+
+Ops::Ops(StepSimulator& sim, Precision precision) : sim_(sim), precision_(precision) {
+  sim_.param_dtype = precision.param;
+}
+
+void Ops::SetDtype(TensorId t, DType d, uint64_t elements) {
+  if (static_cast<size_t>(t) >= dtype_.size()) {
+    dtype_.resize(static_cast<size_t>(t) + 1024, DType::kF32);
+    elements_.resize(static_cast<size_t>(t) + 1024, 0);
+  }
+  dtype_[t] = d;
+  elements_[t] = elements;
+}
+
+DType Ops::Dtype(TensorId t) const {
+  return static_cast<size_t>(t) < dtype_.size() ? dtype_[t] : DType::kF32;
+}
+
+uint64_t Ops::Elements(TensorId t) const {
+  return static_cast<size_t>(t) < elements_.size() ? elements_[t] : 0;
+}
+
+TensorId Ops::New(uint64_t elements, DType dtype, std::string_view op) {
+  const TensorId t = sim_.New(elements * ElementSize(dtype), op);
+  SetDtype(t, dtype, elements);
+  return t;
+}
+
+Weight Ops::MakeWeight(std::string_view name, uint64_t elements, bool trainable) {
+  Weight w;
+  w.elements = elements;
+  w.trainable = trainable;
+  w.t = sim_.Parameter(name, elements * ElementSize(precision_.param), trainable);
+  SetDtype(w.t, precision_.param, elements);
+  return w;
+}
+
+LinearWeights Ops::MakeLinear(std::string_view name, uint64_t in, uint64_t out, bool bias,
+                              bool trainable) {
+  LinearWeights lw;
+  lw.in = in;
+  lw.out = out;
+  sim_.EnterModule(name);
+  lw.w = MakeWeight("weight", in * out, trainable);
+  if (bias) lw.b = MakeWeight("bias", out, trainable);
+  sim_.ExitModule();
+  return lw;
+}
+
+TensorId Ops::MakeBuffer(std::string_view name, uint64_t elements) {
+  const TensorId t = sim_.Buffer(name, elements * 4);
+  SetDtype(t, DType::kF32, elements);
+  return t;
+}
+
+TensorId Ops::Input(std::string_view name, uint64_t elements, DType dtype) {
+  const TensorId t = sim_.Input(name, elements * ElementSize(dtype));
+  SetDtype(t, dtype, elements);
+  return t;
+}
+
+TensorId Ops::Cast(TensorId x, DType to) {
+  const DType from = Dtype(x);
+  const uint64_t n = Elements(x);
+  const TensorId y = New(n, to, "aten::_to_copy");
+  const uint64_t back = n * ElementSize(from);
+  sim_.Node("ToCopyBackward0", {x}, {y}, {}, [back](BackwardContext& b) {
+    if (b.Needs(0)) b.GiveGrad(0, b.New(back, "aten::_to_copy"));
+  });
+  return y;
+}
+
+TensorId Ops::ForMatmul(TensorId x, bool is_weight) {
+  if (!precision_.autocast || Dtype(x) == *precision_.autocast) {
+    sim_.Ref(x);
+    return x;
+  }
+  if (is_weight && sim_.IsParameter(x)) {
+    const TensorId c = sim_.AutocastWeight(x, *precision_.autocast);
+    SetDtype(c, *precision_.autocast, Elements(x));
+    return c;
+  }
+  return Cast(x, *precision_.autocast);
+}
+
+TensorId Ops::Copy(TensorId x, std::string_view op) {
+  const uint64_t bytes = sim_.Bytes(x);
+  const TensorId y = New(Elements(x), Dtype(x), op);
+  sim_.Node("CloneBackward0", {x}, {y}, {}, [bytes](BackwardContext& b) { b.PassGrad(0); });
+  (void)bytes;
+  return y;
+}
+
+TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
+  // Autocast casts the arguments last to first (bias, weight, input), as the H200 goldens show
+  // (linear_adam_bf16, events 6-8).
+  const bool has_bias = lw.b.t != kNoTensor;
+  const TensorId b = has_bias ? ForMatmul(lw.b.t, true) : kNoTensor;
+  const TensorId w = ForMatmul(lw.w.t, true);
+  const TensorId xin = ForMatmul(x, false);
+  const DType out_dtype = precision_.Compute();
+  const char* op = has_bias ? "aten::addmm" : "aten::mm";
+  const TensorId y = New(rows * lw.out, out_dtype, op);
+  sim_.Matmul(op);
+  // addmm saves mat1 when mat2 needs a gradient and mat2 when mat1 does.
+  std::vector<TensorId> saved;
+  if (sim_.RequiresGrad(w)) saved.push_back(xin);
+  if (sim_.RequiresGrad(xin)) saved.push_back(w);
+  const uint64_t gx = rows * lw.in * ElementSize(Dtype(xin));
+  const uint64_t gw = lw.in * lw.out * ElementSize(Dtype(w));
+  const uint64_t gb = has_bias ? lw.out * ElementSize(Dtype(b)) : 0;
+  std::vector<TensorId> inputs = {xin, w};
+  if (has_bias) inputs.push_back(b);
+  sim_.Node(has_bias ? "AddmmBackward0" : "MmBackward0", inputs, {y}, saved,
+            [gx, gw, gb](BackwardContext& c) {
+              if (c.Needs(0)) {
+                c.GiveGrad(0, c.New(gx, "aten::mm"));
+                c.Matmul();
+              }
+              if (c.Needs(1)) {
+                c.GiveGrad(1, c.New(gw, "aten::mm"));
+                c.Matmul();
+              }
+              // The bias gradient: the engine sums the broadcast gradient (reduce_grad).
+              if (gb > 0 && c.Needs(2)) c.GiveGrad(2, c.New(gb, "aten::sum"));
+            });
+  sim_.Free(xin);
+  sim_.Free(w);
+  sim_.Free(b);
+  return y;
+}
+
+TensorId Ops::LoraLinear(TensorId x, const LinearWeights& base, const LinearWeights& a,
+                         const LinearWeights& b, uint64_t rows, double dropout) {
+  const TensorId y = Linear(x, base, rows);
+  const TensorId xd = Dropout(x, dropout);
+  const TensorId h = Linear(xd, a, rows);
+  sim_.Free(xd);
+  const TensorId z = Linear(h, b, rows);
+  sim_.Free(h);
+  const TensorId zs = MulScalar(z);
+  sim_.Free(z);
+  const TensorId out = Add(y, zs);
+  sim_.Free(y);
+  sim_.Free(zs);
+  return out;
+}
+
+namespace {
+
+// An elementwise op whose backward allocates one gradient of the input's size.
+TensorId Elementwise(Ops& ops, TensorId x, std::string_view op, std::string_view node,
+                     bool save_input, bool save_output) {
+  StepSimulator& sim = ops.sim();
+  const TensorId y = ops.New(ops.Elements(x), ops.Dtype(x), op);
+  std::vector<TensorId> saved;
+  if (save_input) saved.push_back(x);
+  if (save_output) saved.push_back(y);
+  const uint64_t bytes = sim.Bytes(x);
+  const std::string backward_op = std::string(op) + "_backward";
+  sim.Node(node, {x}, {y}, saved, [bytes, backward_op](BackwardContext& b) {
+    if (b.Needs(0)) b.GiveGrad(0, b.New(bytes, backward_op));
+  });
+  return y;
+}
+
+}  // namespace
+
+TensorId Ops::Gelu(TensorId x) {
+  return Elementwise(*this, x, "aten::gelu", "GeluBackward0", true, false);
+}
+TensorId Ops::GeluTanh(TensorId x) {
+  return Elementwise(*this, x, "aten::gelu", "GeluBackward0", true, false);
+}
+TensorId Ops::Silu(TensorId x) {
+  return Elementwise(*this, x, "aten::silu", "SiluBackward0", true, false);
+}
+TensorId Ops::Tanh(TensorId x) {
+  return Elementwise(*this, x, "aten::tanh", "TanhBackward0", false, true);
+}
+TensorId Ops::Sigmoid(TensorId x) {
+  return Elementwise(*this, x, "aten::sigmoid", "SigmoidBackward0", false, true);
+}
+
+TensorId Ops::Relu(TensorId x, bool inplace) {
+  if (!inplace) return Elementwise(*this, x, "aten::relu", "ReluBackward0", false, true);
+  // In place: no new storage; the node saves the result, which is x itself.
+  sim_.Ref(x);
+  const uint64_t bytes = sim_.Bytes(x);
+  sim_.Node("ReluBackward0", {x}, {x}, {x}, [bytes](BackwardContext& b) {
+    if (b.Needs(0)) b.GiveGrad(0, b.New(bytes, "aten::threshold_backward"));
+  });
+  return x;
+}
+
+TensorId Ops::Mul(TensorId a, TensorId b) {
+  const TensorId y = New(Elements(a), Dtype(a), "aten::mul");
+  const uint64_t ba = sim_.Bytes(a), bb = sim_.Bytes(b);
+  sim_.Node("MulBackward0", {a, b}, {y}, {a, b}, [ba, bb](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(ba, "aten::mul"));
+    if (c.Needs(1)) c.GiveGrad(1, c.New(bb, "aten::mul"));
+  });
+  return y;
+}
+
+TensorId Ops::MulScalar(TensorId a) {
+  const TensorId y = New(Elements(a), Dtype(a), "aten::mul");
+  const uint64_t ba = sim_.Bytes(a);
+  sim_.Node("MulBackward1", {a}, {y}, {}, [ba](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(ba, "aten::mul"));
+  });
+  return y;
+}
+
+TensorId Ops::Add(TensorId a, TensorId b) {
+  const DType d = ElementSize(Dtype(a)) >= ElementSize(Dtype(b)) ? Dtype(a) : Dtype(b);
+  const TensorId y = New(std::max(Elements(a), Elements(b)), d, "aten::add");
+  sim_.Node("AddBackward0", {a, b}, {y}, {}, [](BackwardContext& c) {
+    c.PassGrad(0);
+    c.PassGrad(1);
+  });
+  return y;
+}
+
+TensorId Ops::Dropout(TensorId x, double p) {
+  if (p <= 0) {
+    sim_.Ref(x);
+    return x;
+  }
+  // native_dropout: the output, then the bool mask it saves.
+  const TensorId y = New(Elements(x), Dtype(x), "aten::native_dropout");
+  const TensorId mask = New(Elements(x), DType::kBool, "aten::native_dropout");
+  const uint64_t bytes = sim_.Bytes(x);
+  sim_.Node("NativeDropoutBackward0", {x}, {y}, {mask}, [bytes](BackwardContext& b) {
+    if (b.Needs(0)) b.GiveGrad(0, b.New(bytes, "aten::native_dropout_backward"));
+  });
+  sim_.Free(mask);
+  return y;
+}
+
+TensorId Ops::LayerNorm(TensorId x, const Weight& gamma, const Weight& beta, uint64_t rows,
+                        uint64_t hidden) {
+  // layer_norm runs in fp32 under autocast.
+  TensorId xin = x;
+  if (precision_.autocast && Dtype(x) != DType::kF32) {
+    xin = Cast(x, DType::kF32);
+  } else {
+    sim_.Ref(xin);
+  }
+  const DType d = Dtype(xin);
+  const TensorId y = New(rows * hidden, d, "aten::native_layer_norm");
+  const TensorId mean = New(rows, DType::kF32, "aten::native_layer_norm");
+  const TensorId rstd = New(rows, DType::kF32, "aten::native_layer_norm");
+  const uint64_t gx = sim_.Bytes(xin);
+  const uint64_t gg = gamma.t != kNoTensor ? sim_.Bytes(gamma.t) : 0;
+  const uint64_t gb = beta.t != kNoTensor ? sim_.Bytes(beta.t) : 0;
+  sim_.Node("NativeLayerNormBackward0", {xin, gamma.t, beta.t}, {y},
+            {xin, gamma.t, beta.t, mean, rstd}, [gx, gg, gb](BackwardContext& c) {
+              if (c.Needs(0)) c.GiveGrad(0, c.New(gx, "aten::native_layer_norm_backward"));
+              if (gg > 0 && c.Needs(1)) {
+                c.GiveGrad(1, c.New(gg, "aten::native_layer_norm_backward"));
+              }
+              if (gb > 0 && c.Needs(2)) {
+                c.GiveGrad(2, c.New(gb, "aten::native_layer_norm_backward"));
+              }
+            });
+  sim_.Free(mean);
+  sim_.Free(rstd);
+  sim_.Free(xin);
+  return y;
+}
+
+TensorId Ops::RmsNorm(TensorId x, const Weight& gamma, uint64_t rows, uint64_t hidden) {
+  // transformers' LlamaRMSNorm: h = x.to(float32); var = h.pow(2).mean(-1, keepdim=True);
+  // h = h * rsqrt(var + eps); return weight * h.to(input_dtype).
+  const DType in_dtype = Dtype(x);
+  TensorId h = x;
+  if (in_dtype != DType::kF32) {
+    h = Cast(x, DType::kF32);
+  } else {
+    sim_.Ref(h);
+  }
+  const TensorId sq = Elementwise(*this, h, "aten::pow", "PowBackward0", true, false);
+  const TensorId var = New(rows, DType::kF32, "aten::mean");
+  sim_.Node("MeanBackward1", {sq}, {var}, {}, [bytes = sim_.Bytes(sq)](BackwardContext& b) {
+    if (b.Needs(0)) b.GiveGrad(0, b.New(bytes, "aten::expand"));
+  });
+  sim_.Free(sq);
+  const TensorId var_eps = New(rows, DType::kF32, "aten::add");
+  sim_.Node("AddBackward0", {var}, {var_eps}, {}, [](BackwardContext& b) { b.PassGrad(0); });
+  sim_.Free(var);
+  const TensorId inv = Elementwise(*this, var_eps, "aten::rsqrt", "RsqrtBackward0", false, true);
+  sim_.Free(var_eps);
+  // h * inv (broadcast): saves both.
+  const TensorId normed = New(rows * hidden, DType::kF32, "aten::mul");
+  const uint64_t bh = sim_.Bytes(h), bi = sim_.Bytes(inv);
+  sim_.Node("MulBackward0", {h, inv}, {normed}, {h, inv}, [bh, bi](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(bh, "aten::mul"));
+    if (c.Needs(1)) {
+      const TensorId full = c.New(bh, "aten::mul");
+      c.GiveGrad(1, c.New(bi, "aten::sum"));
+      c.Free(full);
+    }
+  });
+  sim_.Free(inv);
+  sim_.Free(h);
+  TensorId back = normed;
+  if (in_dtype != DType::kF32) {
+    back = Cast(normed, in_dtype);
+    sim_.Free(normed);
+  }
+  // weight * h: the weight is in the parameter dtype (fp32 under autocast: the product is
+  // fp32, as type promotion says).
+  const DType out_dtype =
+      ElementSize(precision_.param) > ElementSize(in_dtype) ? precision_.param : in_dtype;
+  const TensorId y = New(rows * hidden, out_dtype, "aten::mul");
+  const uint64_t bw = sim_.Bytes(gamma.t), bx = sim_.Bytes(back);
+  sim_.Node("MulBackward0", {gamma.t, back}, {y}, {gamma.t, back}, [bw, bx](BackwardContext& c) {
+    if (c.Needs(0)) {
+      const TensorId full = c.New(bx * 2, "aten::mul");
+      c.GiveGrad(0, c.New(bw, "aten::sum"));
+      c.Free(full);
+    }
+    if (c.Needs(1)) c.GiveGrad(1, c.New(bx, "aten::mul"));
+  });
+  sim_.Free(back);
+  return y;
+}
+
+TensorId Ops::Embedding(TensorId ids, const Weight& table, uint64_t rows, uint64_t hidden) {
+  const TensorId y = New(rows * hidden, Dtype(table.t), "aten::embedding");
+  const uint64_t gt = sim_.Bytes(table.t);
+  sim_.Node("EmbeddingBackward0", {table.t}, {y}, {ids}, [gt, rows](BackwardContext& c) {
+    if (!c.Needs(0)) return;
+    // embedding_dense_backward on CUDA sorts the indices first.
+    const TensorId sorted = c.New(rows * 8, "aten::sort");
+    const TensorId order = c.New(rows * 8, "aten::sort");
+    c.GiveGrad(0, c.New(gt, "aten::embedding_dense_backward"));
+    c.Free(sorted);
+    c.Free(order);
+  });
+  return y;
+}
+
+TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
+                             uint64_t kv_heads, uint64_t seq, uint64_t head_dim) {
+  (void)kv_heads;
+  const DType d = Dtype(q);
+  const TensorId out =
+      New(batch * heads * seq * head_dim, d, "aten::_scaled_dot_product_attention");
+  const TensorId lse = New(batch * heads * seq, DType::kF32, "aten::_scaled_dot_product_attention");
+  const uint64_t bq = sim_.Bytes(q), bk = sim_.Bytes(k), bv = sim_.Bytes(v);
+  const uint64_t delta = batch * heads * seq * 4;
+  sim_.Node("ScaledDotProductAttentionBackward0", {q, k, v}, {out}, {q, k, v, out, lse},
+            [bq, bk, bv, delta](BackwardContext& c) {
+              const TensorId dq = c.New(bq, "aten::_scaled_dot_product_attention_backward");
+              const TensorId dk = c.New(bk, "aten::_scaled_dot_product_attention_backward");
+              const TensorId dv = c.New(bv, "aten::_scaled_dot_product_attention_backward");
+              const TensorId softmax_d =
+                  c.New(delta, "aten::_scaled_dot_product_attention_backward");
+              c.Free(softmax_d);
+              c.GiveGrad(0, dq);
+              c.GiveGrad(1, dk);
+              c.GiveGrad(2, dv);
+            });
+  sim_.Free(lse);
+  return out;
+}
+
+TensorId Ops::MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
+                            uint64_t seq, uint64_t head_dim, double dropout) {
+  const DType d = Dtype(q);
+  const uint64_t scores_n = batch * heads * seq * seq;
+  // scores = q @ k^T (bmm saves both operands).
+  const TensorId scores = New(scores_n, d, "aten::bmm");
+  sim_.Matmul("aten::bmm");
+  const uint64_t bq = sim_.Bytes(q), bk = sim_.Bytes(k), bv = sim_.Bytes(v);
+  sim_.Node("BmmBackward0", {q, k}, {scores}, {q, k}, [bq, bk](BackwardContext& c) {
+    if (c.Needs(0)) {
+      c.GiveGrad(0, c.New(bq, "aten::bmm"));
+      c.Matmul("aten::bmm");
+    }
+    if (c.Needs(1)) {
+      c.GiveGrad(1, c.New(bk, "aten::bmm"));
+      c.Matmul("aten::bmm");
+    }
+  });
+  // / sqrt(d), + mask: one new tensor each, nothing saved.
+  const TensorId scaled = MulScalar(scores);
+  sim_.Free(scores);
+  // softmax (fp32 under autocast) saves its output.
+  TensorId probs_in = scaled;
+  if (precision_.autocast && d != DType::kF32) {
+    probs_in = Cast(scaled, DType::kF32);
+    sim_.Free(scaled);
+  }
+  const TensorId probs =
+      Elementwise(*this, probs_in, "aten::_softmax", "SoftmaxBackward0", false, true);
+  sim_.Free(probs_in);
+  TensorId p = probs;
+  if (precision_.autocast && d != DType::kF32) {
+    p = Cast(probs, d);
+    sim_.Free(probs);
+  }
+  const TensorId pd = Dropout(p, dropout);
+  sim_.Free(p);
+  // out = probs @ v
+  const TensorId out = New(batch * heads * seq * head_dim, d, "aten::bmm");
+  sim_.Matmul("aten::bmm");
+  const uint64_t bp = sim_.Bytes(pd);
+  sim_.Node("BmmBackward0", {pd, v}, {out}, {pd, v}, [bp, bv](BackwardContext& c) {
+    if (c.Needs(0)) {
+      c.GiveGrad(0, c.New(bp, "aten::bmm"));
+      c.Matmul("aten::bmm");
+    }
+    if (c.Needs(1)) {
+      c.GiveGrad(1, c.New(bv, "aten::bmm"));
+      c.Matmul("aten::bmm");
+    }
+  });
+  sim_.Free(pd);
+  return out;
+}
+
+TensorId Ops::Rotary(TensorId x) {
+  // x * cos + rotate_half(x) * sin: rotate_half makes two halves, a negation and a cat; each
+  // product saves its operands' other side (cos/sin are small and shared).
+  const uint64_t n = Elements(x);
+  const DType d = Dtype(x);
+  const TensorId a = New(n, d, "aten::mul");
+  sim_.Node("MulBackward0", {x}, {a}, {}, [bytes = sim_.Bytes(x)](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::mul"));
+  });
+  const TensorId neg = New(n / 2, d, "aten::neg");
+  const TensorId rot = New(n, d, "aten::cat");
+  sim_.Free(neg);
+  sim_.Node("CatBackward0", {x}, {rot}, {}, [](BackwardContext& c) { c.PassGrad(0); });
+  const TensorId b = New(n, d, "aten::mul");
+  sim_.Node("MulBackward0", {rot}, {b}, {}, [bytes = sim_.Bytes(rot)](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::mul"));
+  });
+  sim_.Free(rot);
+  const TensorId y = Add(a, b);
+  sim_.Free(a);
+  sim_.Free(b);
+  return y;
+}
+
+TensorId Ops::Conv2d(TensorId x, const Weight& w, uint64_t out_elements) {
+  const TensorId xin = ForMatmul(x, false);
+  const TensorId win = ForMatmul(w.t, true);
+  const TensorId y = New(out_elements, precision_.Compute(), "aten::cudnn_convolution");
+  sim_.Conv(0);
+  const uint64_t gx = sim_.Bytes(xin), gw = sim_.Bytes(win);
+  std::vector<TensorId> saved;
+  if (sim_.RequiresGrad(win)) saved.push_back(xin);
+  if (sim_.RequiresGrad(xin)) saved.push_back(win);
+  sim_.Node("ConvolutionBackward0", {xin, win}, {y}, saved, [gx, gw](BackwardContext& c) {
+    if (c.Needs(0)) {
+      c.GiveGrad(0, c.New(gx, "aten::convolution_backward"));
+      c.Conv(0);
+    }
+    if (c.Needs(1)) {
+      c.GiveGrad(1, c.New(gw, "aten::convolution_backward"));
+      c.Conv(0);
+    }
+  });
+  sim_.Free(xin);
+  sim_.Free(win);
+  return y;
+}
+
+TensorId Ops::BatchNorm2d(TensorId x, const Weight& gamma, const Weight& beta, uint64_t channels) {
+  // cudnn_batch_norm (fp32 under autocast? batch_norm is not on autocast's lists: it runs in
+  // the input's dtype with fp32 statistics): output, save_mean, save_invstd, reserve.
+  const TensorId y = New(Elements(x), Dtype(x), "aten::cudnn_batch_norm");
+  const TensorId mean = New(channels, DType::kF32, "aten::cudnn_batch_norm");
+  const TensorId invstd = New(channels, DType::kF32, "aten::cudnn_batch_norm");
+  const uint64_t gx = sim_.Bytes(x), gg = sim_.Bytes(gamma.t), gb = sim_.Bytes(beta.t);
+  sim_.Node("CudnnBatchNormBackward0", {x, gamma.t, beta.t}, {y}, {x, gamma.t, mean, invstd},
+            [gx, gg, gb](BackwardContext& c) {
+              if (c.Needs(0)) c.GiveGrad(0, c.New(gx, "aten::cudnn_batch_norm_backward"));
+              if (c.Needs(1)) c.GiveGrad(1, c.New(gg, "aten::cudnn_batch_norm_backward"));
+              if (c.Needs(2)) c.GiveGrad(2, c.New(gb, "aten::cudnn_batch_norm_backward"));
+            });
+  sim_.Free(mean);
+  sim_.Free(invstd);
+  return y;
+}
+
+TensorId Ops::MaxPool2d(TensorId x, uint64_t out_elements) {
+  const TensorId y = New(out_elements, Dtype(x), "aten::max_pool2d_with_indices");
+  const TensorId idx = New(out_elements, DType::kI64, "aten::max_pool2d_with_indices");
+  const uint64_t gx = sim_.Bytes(x);
+  sim_.Node("MaxPool2DWithIndicesBackward0", {x}, {y}, {x, idx}, [gx](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(gx, "aten::max_pool2d_with_indices_backward"));
+  });
+  sim_.Free(idx);
+  return y;
+}
+
+TensorId Ops::AdaptiveAvgPool(TensorId x, uint64_t out_elements) {
+  const TensorId y = New(out_elements, Dtype(x), "aten::mean");
+  const uint64_t gx = sim_.Bytes(x);
+  sim_.Node("MeanBackward1", {x}, {y}, {}, [gx](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(gx, "aten::expand"));
+  });
+  return y;
+}
+
+TensorId Ops::MseLoss(TensorId out, TensorId target) {
+  // mse_loss runs in fp32 under autocast; the kernel writes the elementwise loss into a
+  // tensor the mean then lives in (the loss's storage keeps the full size: the goldens'
+  // sidecars show a 4-byte loss on a 256 KiB storage) and uses one more temporary.
+  TensorId o = out;
+  if (precision_.autocast && Dtype(out) != DType::kF32) {
+    o = Cast(out, DType::kF32);
+  } else {
+    sim_.Ref(o);
+  }
+  const uint64_t n = Elements(o);
+  const TensorId loss = New(n, DType::kF32, "aten::mse_loss");
+  const TensorId tmp = New(n, DType::kF32, "aten::mse_loss");
+  sim_.Free(tmp);
+  const uint64_t go = sim_.Bytes(o);
+  sim_.Node("MseLossBackward0", {o}, {loss}, {o, target}, [go](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(go, "aten::mse_loss_backward"));
+  });
+  sim_.Free(o);
+  return loss;
+}
+
+TensorId Ops::CrossEntropy(TensorId logits, uint64_t rows, uint64_t classes) {
+  // log_softmax (fp32 under autocast) saves its output; nll_loss saves it again with the
+  // target and writes a scalar and total_weight.
+  TensorId x = logits;
+  if (precision_.autocast && Dtype(logits) != DType::kF32) {
+    x = Cast(logits, DType::kF32);
+  } else {
+    sim_.Ref(x);
+  }
+  const TensorId logp =
+      Elementwise(*this, x, "aten::_log_softmax", "LogSoftmaxBackward0", false, true);
+  sim_.Free(x);
+  const TensorId loss = New(1, DType::kF32, "aten::nll_loss_forward");
+  const TensorId total_weight = New(1, DType::kF32, "aten::nll_loss_forward");
+  const uint64_t gl = rows * classes * 4;
+  sim_.Node("NllLossBackward0", {logp}, {loss}, {logp, total_weight}, [gl](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(gl, "aten::nll_loss_backward"));
+  });
+  sim_.Free(total_weight);
+  sim_.Free(logp);
+  return loss;
+}
+
+}  // namespace vramscope::predict

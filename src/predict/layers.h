@@ -1,0 +1,112 @@
+// The forward ops of the layers vramscope predicts, each with what it allocates on CUDA, what it
+// saves for backward and what its backward allocates, in kernel order (PyTorch 2.x eager,
+// checked against the H200 goldens). Shapes are element counts; dtypes follow autocast's policy
+// (matmuls in the autocast dtype; layer_norm, softmax, losses in fp32).
+//
+// Convention: every op returns a new tensor holding one reference (the caller's) and never
+// consumes its inputs; the caller Free()s what its Python code would drop.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "predict/step_simulator.h"
+
+namespace vramscope::predict {
+
+struct Precision {
+  DType param = DType::kF32;      // the weights' dtype
+  std::optional<DType> autocast;  // torch.autocast dtype, when on
+  DType Compute() const { return autocast ? *autocast : param; }
+};
+
+// A module's weight: the tensor and its shape.
+struct Weight {
+  TensorId t = kNoTensor;
+  uint64_t elements = 0;
+  bool trainable = true;
+};
+
+struct LinearWeights {
+  Weight w, b;  // b.t == kNoTensor without a bias
+  uint64_t in = 0, out = 0;
+};
+
+class Ops {
+ public:
+  Ops(StepSimulator& sim, Precision precision);
+  StepSimulator& sim() { return sim_; }
+  const Precision& precision() const { return precision_; }
+
+  // --- weights (made in the set-up phase, inside the current module scope) -----------------
+  Weight MakeWeight(std::string_view name, uint64_t elements, bool trainable = true);
+  LinearWeights MakeLinear(std::string_view name, uint64_t in, uint64_t out, bool bias,
+                           bool trainable = true);
+  // A buffer (BatchNorm's running statistics): fp32.
+  TensorId MakeBuffer(std::string_view name, uint64_t elements);
+
+  // --- tensors --------------------------------------------------------------------------------
+  TensorId Input(std::string_view name, uint64_t elements, DType dtype);
+  DType Dtype(TensorId t) const;
+  uint64_t Elements(TensorId t) const;
+  TensorId New(uint64_t elements, DType dtype, std::string_view op);
+  void Free(TensorId t) { sim_.Free(t); }
+
+  // --- ops ------------------------------------------------------------------------------------
+  // x [rows, in] -> [rows, out]; addmm with a bias, mm without (F.linear folds leading dims).
+  TensorId Linear(TensorId x, const LinearWeights& lw, uint64_t rows);
+  // LoRA around a frozen linear: base(x) + B(A(dropout(x))) * scaling.
+  TensorId LoraLinear(TensorId x, const LinearWeights& base, const LinearWeights& a,
+                      const LinearWeights& b, uint64_t rows, double dropout);
+  TensorId Gelu(TensorId x);
+  TensorId GeluTanh(TensorId x);  // GPT-2's NewGELU written out (tanh form) is fused here
+  TensorId Relu(TensorId x, bool inplace);
+  TensorId Silu(TensorId x);
+  TensorId Tanh(TensorId x);
+  TensorId Sigmoid(TensorId x);
+  TensorId Mul(TensorId a, TensorId b);  // same shapes (SwiGLU's gate * up)
+  TensorId MulScalar(TensorId a);
+  TensorId Add(TensorId a, TensorId b);  // residual add
+  TensorId Dropout(TensorId x, double p);
+  TensorId LayerNorm(TensorId x, const Weight& gamma, const Weight& beta, uint64_t rows,
+                     uint64_t hidden);
+  // LLaMA/Qwen2's RMSNorm as transformers writes it (fp32 upcast, pow, mean, rsqrt, two muls).
+  TensorId RmsNorm(TensorId x, const Weight& gamma, uint64_t rows, uint64_t hidden);
+  TensorId Embedding(TensorId ids, const Weight& table, uint64_t rows, uint64_t hidden);
+  // Contiguous copy (transpose + contiguous, reshape of a non-contiguous tensor).
+  TensorId Copy(TensorId x, std::string_view op = "aten::clone");
+  TensorId Cast(TensorId x, DType to);
+  // F.scaled_dot_product_attention on q, k, v [b, heads, s, d] (k/v may have fewer heads),
+  // with the fused kernels (flash / cuDNN / memory-efficient): saves q, k, v, out and the
+  // log-sum-exp; no s^2 tensor.
+  TensorId FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
+                          uint64_t kv_heads, uint64_t seq, uint64_t head_dim);
+  // Attention written out: softmax(q k^T / sqrt(d) + mask) v, with dropout on the probabilities.
+  TensorId MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
+                         uint64_t seq, uint64_t head_dim, double dropout);
+  // Rotary embeddings applied to q or k [b, h, s, d] as transformers does (x*cos + rotate(x)*sin).
+  TensorId Rotary(TensorId x);
+  // Conv2d without bias: x [n, cin, h, w] -> [n, cout, ho, wo].
+  TensorId Conv2d(TensorId x, const Weight& w, uint64_t out_elements);
+  TensorId BatchNorm2d(TensorId x, const Weight& gamma, const Weight& beta, uint64_t channels);
+  TensorId MaxPool2d(TensorId x, uint64_t out_elements);
+  TensorId AdaptiveAvgPool(TensorId x, uint64_t out_elements);
+  // Losses: the loss tensor (fp32 scalar storage as the kernel leaves it).
+  TensorId MseLoss(TensorId out, TensorId target);
+  TensorId CrossEntropy(TensorId logits, uint64_t rows, uint64_t classes);
+
+ private:
+  // Autocast's view of an operand of a matmul: the cast (cached for trainable weights).
+  TensorId ForMatmul(TensorId x, bool is_weight);
+  void SetDtype(TensorId t, DType d, uint64_t elements);
+
+  StepSimulator& sim_;
+  Precision precision_;
+  std::vector<DType> dtype_;
+  std::vector<uint64_t> elements_;
+};
+
+}  // namespace vramscope::predict

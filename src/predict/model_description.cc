@@ -1,0 +1,374 @@
+#include "predict/model_description.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace vramscope::predict {
+
+namespace {
+
+using nlohmann::json;
+
+ModelSpec Gpt2(uint64_t layers, uint64_t hidden, uint64_t heads, std::string_view label) {
+  ModelSpec m;
+  m.family = Family::kGpt2;
+  m.label = std::string(label);
+  m.vocab = 50257;
+  m.hidden = hidden;
+  m.layers = layers;
+  m.heads = m.kv_heads = heads;
+  m.intermediate = 4 * hidden;
+  m.max_positions = 1024;
+  m.default_seq = 1024;
+  m.dropout = m.attention_dropout = 0.1;
+  m.activation = "gelu_new";
+  return m;
+}
+
+ModelSpec Llama(uint64_t vocab, uint64_t hidden, uint64_t inter, uint64_t layers, uint64_t heads,
+                uint64_t kv, uint64_t seq, bool tie, bool qkv_bias, std::string_view label) {
+  ModelSpec m;
+  m.family = Family::kLlama;
+  m.label = std::string(label);
+  m.vocab = vocab;
+  m.hidden = hidden;
+  m.intermediate = inter;
+  m.layers = layers;
+  m.heads = heads;
+  m.kv_heads = kv;
+  m.max_positions = seq;
+  m.default_seq = seq;
+  m.tie_embeddings = tie;
+  m.qkv_bias = qkv_bias;
+  m.activation = "silu";
+  return m;
+}
+
+ModelSpec Bert(uint64_t layers, uint64_t hidden, uint64_t heads, uint64_t vocab, uint64_t pos,
+               uint64_t types, std::string_view label) {
+  ModelSpec m;
+  m.family = Family::kBert;
+  m.label = std::string(label);
+  m.vocab = vocab;
+  m.hidden = hidden;
+  m.layers = layers;
+  m.heads = m.kv_heads = heads;
+  m.intermediate = 4 * hidden;
+  m.max_positions = pos;
+  m.type_vocab = types;
+  m.default_seq = 512;
+  m.dropout = m.attention_dropout = 0.1;
+  return m;
+}
+
+ModelSpec Vit(uint64_t layers, uint64_t hidden, uint64_t heads, uint64_t patch,
+              std::string_view label) {
+  ModelSpec m;
+  m.family = Family::kVit;
+  m.label = std::string(label);
+  m.hidden = hidden;
+  m.layers = layers;
+  m.heads = m.kv_heads = heads;
+  m.intermediate = 4 * hidden;
+  m.patch = patch;
+  m.image_size = 224;
+  m.num_labels = 1000;
+  return m;
+}
+
+ModelSpec Resnet(std::vector<uint64_t> blocks, bool bottleneck, std::string_view label) {
+  ModelSpec m;
+  m.family = Family::kResnet;
+  m.label = std::string(label);
+  m.blocks = std::move(blocks);
+  m.bottleneck = bottleneck;
+  m.image_size = 224;
+  m.num_labels = 1000;
+  return m;
+}
+
+const std::map<std::string, ModelSpec>& Presets() {
+  static const std::map<std::string, ModelSpec> presets = [] {
+    std::map<std::string, ModelSpec> p;
+    p["gpt2"] = Gpt2(12, 768, 12, "gpt2 (GPT-2 small, 124M)");
+    p["gpt2-medium"] = Gpt2(24, 1024, 16, "gpt2-medium (355M)");
+    p["gpt2-large"] = Gpt2(36, 1280, 20, "gpt2-large (774M)");
+    p["gpt2-xl"] = Gpt2(48, 1600, 25, "gpt2-xl (1.5B)");
+    p["llama2-7b"] = Llama(32000, 4096, 11008, 32, 32, 32, 4096, false, false, "llama2-7b");
+    p["llama2-13b"] = Llama(32000, 5120, 13824, 40, 40, 40, 4096, false, false, "llama2-13b");
+    p["llama2-70b"] = Llama(32000, 8192, 28672, 80, 64, 8, 4096, false, false, "llama2-70b");
+    p["llama3-8b"] = Llama(128256, 4096, 14336, 32, 32, 8, 8192, false, false, "llama3-8b");
+    p["llama3-70b"] = Llama(128256, 8192, 28672, 80, 64, 8, 8192, false, false, "llama3-70b");
+    p["mistral-7b"] = Llama(32000, 4096, 14336, 32, 32, 8, 4096, false, false, "mistral-7b");
+    p["qwen2-0.5b"] = Llama(151936, 896, 4864, 24, 14, 2, 4096, true, true, "qwen2-0.5b");
+    p["qwen2-7b"] = Llama(152064, 3584, 18944, 28, 28, 4, 4096, false, true, "qwen2-7b");
+    p["bert-base"] = Bert(12, 768, 12, 30522, 512, 2, "bert-base (110M)");
+    p["bert-large"] = Bert(24, 1024, 16, 30522, 512, 2, "bert-large (340M)");
+    p["roberta-base"] = Bert(12, 768, 12, 50265, 514, 1, "roberta-base (125M)");
+    p["vit-b16"] = Vit(12, 768, 12, 16, "vit-b16 (ViT-B/16, 86M)");
+    p["vit-l16"] = Vit(24, 1024, 16, 16, "vit-l16 (ViT-L/16, 304M)");
+    p["resnet18"] = Resnet({2, 2, 2, 2}, false, "resnet18");
+    p["resnet34"] = Resnet({3, 4, 6, 3}, false, "resnet34");
+    p["resnet50"] = Resnet({3, 4, 6, 3}, true, "resnet50");
+    p["resnet101"] = Resnet({3, 4, 23, 3}, true, "resnet101");
+    p["resnet152"] = Resnet({3, 8, 36, 3}, true, "resnet152");
+    return p;
+  }();
+  return presets;
+}
+
+// Field readers: errors say which field, where, and what it should be.
+class Fields {
+ public:
+  Fields(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
+  Status status() const { return status_; }
+
+  uint64_t Count(const char* key, uint64_t fallback, bool required = false) {
+    if (!status_.ok()) return fallback;
+    const auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) {
+      if (required) Fail(fmt::format("/{} is missing; it must be a positive integer", key));
+      return fallback;
+    }
+    if (!it->is_number_integer() || it->get<int64_t>() <= 0 ||
+        it->get<int64_t>() > (int64_t{1} << 40)) {
+      Fail(fmt::format("/{} is {}; it must be a positive integer", key, Short(*it)));
+      return fallback;
+    }
+    return it->get<uint64_t>();
+  }
+  double Probability(const char* key, double fallback) {
+    if (!status_.ok()) return fallback;
+    const auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return fallback;
+    if (!it->is_number() || it->get<double>() < 0 || it->get<double>() >= 1) {
+      Fail(fmt::format("/{} is {}; it must be a number in [0, 1)", key, Short(*it)));
+      return fallback;
+    }
+    return it->get<double>();
+  }
+  bool Flag(const char* key, bool fallback) {
+    if (!status_.ok()) return fallback;
+    const auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) {
+      Fail(fmt::format("/{} is {}; it must be true or false", key, Short(*it)));
+      return fallback;
+    }
+    return it->get<bool>();
+  }
+  std::string Text(const char* key, std::string fallback) {
+    if (!status_.ok()) return fallback;
+    const auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return fallback;
+    if (!it->is_string()) {
+      Fail(fmt::format("/{} is {}; it must be a string", key, Short(*it)));
+      return fallback;
+    }
+    return it->get<std::string>();
+  }
+  void Fail(std::string what) {
+    if (status_.ok()) status_ = InvalidInput(fmt::format("{}: {}", where_, what));
+  }
+
+ private:
+  static std::string Short(const json& v) {
+    std::string s = v.dump();
+    return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+  }
+  const json& j_;
+  std::string where_;
+  Status status_;
+};
+
+Result<ModelSpec> FromHfConfig(const json& j, std::string_view where) {
+  Fields f(j, std::string(where));
+  const std::string type = f.Text("model_type", "");
+  ModelSpec m;
+  m.label = fmt::format("{} ({})", where, type);
+  if (type == "gpt2") {
+    m = Gpt2(f.Count("n_layer", 12), f.Count("n_embd", 768), f.Count("n_head", 12), m.label);
+    m.vocab = f.Count("vocab_size", 50257);
+    m.max_positions = f.Count("n_positions", 1024);
+    m.default_seq = m.max_positions;
+    if (j.contains("n_inner") && !j["n_inner"].is_null()) m.intermediate = f.Count("n_inner", 0);
+    m.dropout = f.Probability("resid_pdrop", 0.1);
+    m.attention_dropout = f.Probability("attn_pdrop", 0.1);
+    m.activation = f.Text("activation_function", "gelu_new");
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+    const uint64_t heads = f.Count("num_attention_heads", 32, true);
+    m = Llama(f.Count("vocab_size", 32000, true), f.Count("hidden_size", 4096, true),
+              f.Count("intermediate_size", 11008, true), f.Count("num_hidden_layers", 32, true),
+              heads, f.Count("num_key_value_heads", heads),
+              f.Count("max_position_embeddings", 4096), f.Flag("tie_word_embeddings", false),
+              type == "qwen2" ? true : f.Flag("attention_bias", false), m.label);
+    m.mlp_bias = f.Flag("mlp_bias", false);
+    m.default_seq = std::min<uint64_t>(m.max_positions, 4096);
+    m.attention_dropout = f.Probability("attention_dropout", 0);
+  } else if (type == "bert" || type == "roberta") {
+    m = Bert(f.Count("num_hidden_layers", 12), f.Count("hidden_size", 768),
+             f.Count("num_attention_heads", 12), f.Count("vocab_size", 30522),
+             f.Count("max_position_embeddings", 512), f.Count("type_vocab_size", 2), m.label);
+    m.intermediate = f.Count("intermediate_size", 4 * m.hidden);
+    m.dropout = f.Probability("hidden_dropout_prob", 0.1);
+    m.attention_dropout = f.Probability("attention_probs_dropout_prob", 0.1);
+    m.default_seq = std::min<uint64_t>(512, m.max_positions);
+  } else if (type == "vit") {
+    m = Vit(f.Count("num_hidden_layers", 12), f.Count("hidden_size", 768),
+            f.Count("num_attention_heads", 12), f.Count("patch_size", 16), m.label);
+    m.intermediate = f.Count("intermediate_size", 4 * m.hidden);
+    m.image_size = f.Count("image_size", 224);
+    m.channels = f.Count("num_channels", 3);
+    m.dropout = f.Probability("hidden_dropout_prob", 0);
+    m.attention_dropout = f.Probability("attention_probs_dropout_prob", 0);
+    uint64_t labels = 2;
+    if (j.contains("id2label") && j["id2label"].is_object()) labels = j["id2label"].size();
+    m.num_labels = f.Count("num_labels", labels);
+  } else {
+    f.Fail(fmt::format(
+        "/model_type is \"{}\"; vramscope predicts gpt2, llama, mistral, qwen2, bert, roberta "
+        "and vit configs (or use a preset, a layer list, or the tracer for other models)",
+        type));
+  }
+  if (m.heads > 0 && m.hidden % m.heads != 0) {
+    f.Fail(fmt::format("the hidden size {} is not a multiple of the {} attention heads", m.hidden,
+                       m.heads));
+  }
+  if (m.kv_heads > 0 && m.heads % m.kv_heads != 0) {
+    f.Fail(fmt::format("{} attention heads are not a multiple of {} key/value heads", m.heads,
+                       m.kv_heads));
+  }
+  if (!f.status().ok()) return f.status();
+  return m;
+}
+
+Result<ModelSpec> FromLayerList(const json& j, std::string_view where) {
+  static const std::set<std::string> kTypes = {
+      "linear",    "conv2d",   "batchnorm2d", "layernorm", "rmsnorm", "relu",
+      "gelu",      "silu",     "tanh",        "sigmoid",   "dropout", "embedding",
+      "attention", "residual", "flatten",     "maxpool2d", "avgpool"};
+  ModelSpec m;
+  m.family = Family::kLayerList;
+  m.label = fmt::format("{} (layer list)", where);
+  Fields top(j, std::string(where));
+  m.loss = top.Text("loss", "mse");
+  if (m.loss != "mse" && m.loss != "cross_entropy") {
+    top.Fail(fmt::format("/loss is \"{}\"; it must be \"mse\" or \"cross_entropy\"", m.loss));
+  }
+  if (!top.status().ok()) return top.status();
+  const auto input = j.find("input");
+  if (input == j.end() || !input->is_array() || input->empty() || input->size() > 3) {
+    return InvalidInput(
+        fmt::format("{}: /input must be the shape of one sample: [features], [tokens, features] or "
+                    "[channels, height, width]",
+                    where));
+  }
+  for (size_t i = 0; i < input->size(); ++i) {
+    const json& d = (*input)[i];
+    if (!d.is_number_integer() || d.get<int64_t>() <= 0 || d.get<int64_t>() > (1 << 24)) {
+      return InvalidInput(fmt::format("{}: /input/{} must be a positive integer", where, i));
+    }
+    m.input_shape.push_back(d.get<uint64_t>());
+  }
+  const auto layers = j.find("layers");
+  if (layers == j.end() || !layers->is_array() || layers->empty()) {
+    return InvalidInput(fmt::format("{}: /layers must be a non-empty array of layers", where));
+  }
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const json& l = (*layers)[i];
+    const std::string at = fmt::format("{}: /layers/{}", where, i);
+    if (!l.is_object()) return InvalidInput(at + " must be an object such as {\"type\": \"relu\"}");
+    Fields f(l, at);
+    LayerSpec s;
+    s.type = f.Text("type", "");
+    if (kTypes.count(s.type) == 0) {
+      return InvalidInput(fmt::format("{}/type is \"{}\"; it must be one of {}", at, s.type,
+                                      fmt::join(kTypes, ", ")));
+    }
+    s.name = f.Text("name", "");
+    const bool sized = s.type == "linear" || s.type == "conv2d" || s.type == "embedding";
+    const bool normed = s.type == "batchnorm2d" || s.type == "layernorm" || s.type == "rmsnorm" ||
+                        s.type == "attention";
+    s.in = f.Count("in", 0, sized || normed);
+    s.out = f.Count("out", 0, sized);
+    s.kernel = f.Count("kernel", s.type == "maxpool2d" ? 2 : 1);
+    s.stride = f.Count("stride", s.type == "maxpool2d" ? s.kernel : 1);
+    if (l.contains("padding")) {
+      if (!l["padding"].is_number_integer() || l["padding"].get<int64_t>() < 0) {
+        return InvalidInput(at + "/padding must be a non-negative integer");
+      }
+      s.padding = l["padding"].get<uint64_t>();
+    }
+    s.heads = f.Count("heads", 1, s.type == "attention");
+    s.bias = f.Flag("bias", true);
+    s.p = f.Probability("p", s.type == "dropout" ? 0.5 : 0);
+    if (s.type == "residual") {
+      const auto from = l.find("from");
+      if (from == l.end() || !from->is_number_integer() || from->get<int64_t>() < 0 ||
+          from->get<int64_t>() >= static_cast<int64_t>(i)) {
+        return InvalidInput(at + "/from must name an earlier layer by its index");
+      }
+      s.from = from->get<int32_t>();
+    }
+    if (s.type == "attention" && s.in % s.heads != 0) {
+      return InvalidInput(
+          fmt::format("{}: {} features are not a multiple of {} heads", at, s.in, s.heads));
+    }
+    if (!f.status().ok()) return f.status();
+    m.layer_list.push_back(s);
+  }
+  if (m.input_shape.size() == 3 && m.layer_list.front().type != "conv2d") {
+    return InvalidInput(fmt::format(
+        "{}: an image input ([channels, height, width]) must start with a conv2d layer", where));
+  }
+  return m;
+}
+
+}  // namespace
+
+std::vector<std::string> PresetNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, spec] : Presets()) names.push_back(name);
+  return names;
+}
+
+Result<ModelSpec> ParseModelJson(std::string_view text, std::string_view where) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return InvalidInput(
+        fmt::format("{}: not valid JSON; give a Hugging Face config.json or a "
+                    "vramscope layer list (docs/predict-models.md)",
+                    where));
+  }
+  if (!j.is_object()) {
+    return InvalidInput(fmt::format("{}: the top level must be a JSON object", where));
+  }
+  if (j.contains("layers")) return FromLayerList(j, where);
+  if (j.contains("model_type")) return FromHfConfig(j, where);
+  return InvalidInput(fmt::format(
+      "{}: neither a Hugging Face config (no \"model_type\") nor a layer list (no \"layers\")",
+      where));
+}
+
+Result<ModelSpec> LoadModelSpec(std::string_view model) {
+  const auto& presets = Presets();
+  if (const auto it = presets.find(std::string(model)); it != presets.end()) return it->second;
+  std::ifstream in{std::string(model), std::ios::binary};
+  if (!in) {
+    return UsageError(fmt::format("--model {}: neither a preset nor a readable file; presets: {}",
+                                  model, fmt::join(PresetNames(), ", ")));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > (64u << 20)) {
+    return InvalidInput(fmt::format("{}: larger than 64 MiB; not a model description", model));
+  }
+  return ParseModelJson(text.str(), model);
+}
+
+}  // namespace vramscope::predict

@@ -1,0 +1,83 @@
+// What vramscope predicts for: a model (a built-in family configured like a Hugging Face
+// config.json, or a list of layers) and a training set-up.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "predict/device_rules.h"
+#include "predict/layers.h"
+#include "predict/step_simulator.h"
+
+namespace vramscope::predict {
+
+enum class Family : uint8_t { kGpt2, kLlama, kBert, kVit, kResnet, kLayerList };
+const char* FamilyName(Family family);
+
+// One entry of a layer list (docs/predict-models.md): a JSON object {"type": "linear", ...}.
+struct LayerSpec {
+  std::string type;  // linear, conv2d, batchnorm2d, layernorm, rmsnorm, relu, gelu, silu, tanh,
+                     // sigmoid, dropout, embedding, attention, residual, flatten, maxpool2d,
+                     // avgpool
+  std::string name;
+  uint64_t in = 0, out = 0;  // features / channels
+  uint64_t kernel = 1, stride = 1, padding = 0;
+  uint64_t heads = 0;  // attention
+  bool bias = true;
+  double p = 0;       // dropout
+  int32_t from = -1;  // residual: index of the layer whose output is added
+};
+
+struct ModelSpec {
+  Family family = Family::kGpt2;
+  std::string label;  // "gpt2 (preset)", "config.json (LlamaForCausalLM)"
+  // Transformers.
+  uint64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, intermediate = 0;
+  uint64_t max_positions = 0, type_vocab = 0;
+  bool tie_embeddings = true;
+  bool qkv_bias = false;  // Qwen2
+  bool mlp_bias = false;  // LLaMA: false
+  double dropout = 0;     // hidden / residual dropout
+  double attention_dropout = 0;
+  std::string activation = "gelu";  // gelu, gelu_new, silu, relu
+  std::string attention = "sdpa";   // sdpa (fused kernels) or eager (written out)
+  // Vision.
+  uint64_t image_size = 224, patch = 16, channels = 3, num_labels = 1000;
+  // ResNet.
+  std::vector<uint64_t> blocks = {2, 2, 2, 2};
+  std::vector<uint64_t> widths = {64, 128, 256, 512};
+  bool bottleneck = false;
+  // Layer list: input features (or [C, H, W]) and layers.
+  std::vector<uint64_t> input_shape;
+  std::string loss = "mse";  // mse or cross_entropy (layer lists)
+  std::vector<LayerSpec> layer_list;
+  uint64_t default_seq = 0;
+};
+
+enum class ZeroMode : uint8_t { kNone, kZero1, kZero2, kZero3, kFsdp };
+
+struct TrainingSetup {
+  uint64_t batch = 1;
+  uint64_t seq = 0;  // 0: the model's default
+  uint64_t image_size = 0;
+  Precision precision;
+  OptimizerSetup optimizer;
+  bool zero_grad = true;
+  bool set_to_none = true;
+  int grad_accum = 1;
+  int steps = 3;
+  bool checkpointing = false;
+  int lora_rank = 0;
+  double lora_alpha = 16;
+  double lora_dropout = 0.05;
+  ZeroMode zero = ZeroMode::kNone;
+  int world_size = 1;
+};
+
+// Runs the training steps of `model` under `setup` through the step simulator. The stream has
+// no workspaces yet (AddWorkspaces adds them for a GPU).
+Result<TensorStream> SimulateTraining(const ModelSpec& model, const TrainingSetup& setup);
+
+}  // namespace vramscope::predict

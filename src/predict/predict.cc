@@ -1,0 +1,211 @@
+#include "predict/predict.h"
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "predict/model_description.h"
+#include "predict/tracer_stream.h"
+
+namespace vramscope::predict {
+
+namespace {
+
+const char* OptimizerName(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::kNone:
+      return "no optimizer";
+    case OptimizerKind::kSgd:
+      return "SGD";
+    case OptimizerKind::kMomentum:
+      return "SGD with momentum";
+    case OptimizerKind::kAdam:
+      return "Adam";
+    case OptimizerKind::kAdamW:
+      return "AdamW";
+  }
+  return "?";
+}
+
+const char* ImplName(OptimizerImpl i) {
+  switch (i) {
+    case OptimizerImpl::kForeach:
+      return "foreach";
+    case OptimizerImpl::kFused:
+      return "fused";
+    case OptimizerImpl::kForLoop:
+      return "for-loop";
+  }
+  return "?";
+}
+
+std::string SetupText(const ModelSpec& m, const TrainingSetup& s) {
+  std::string text = fmt::format("batch {}", s.batch);
+  const bool lm =
+      m.family == Family::kGpt2 || m.family == Family::kLlama || m.family == Family::kBert;
+  if (lm) text += fmt::format(", seq {}", s.seq ? s.seq : m.default_seq);
+  if (m.family == Family::kVit || m.family == Family::kResnet) {
+    text += fmt::format(", image {}", s.image_size ? s.image_size : m.image_size);
+  }
+  text += fmt::format(", {} weights", DTypeName(s.precision.param));
+  if (s.precision.autocast) text += fmt::format(", {} autocast", DTypeName(*s.precision.autocast));
+  text += fmt::format(", {} ({})", OptimizerName(s.optimizer.kind), ImplName(s.optimizer.impl));
+  if (s.optimizer.master_weights) text += ", fp32 master weights";
+  if (s.checkpointing) text += ", activation checkpointing";
+  if (s.lora_rank > 0) text += fmt::format(", LoRA r={}", s.lora_rank);
+  if (s.grad_accum > 1) text += fmt::format(", {} micro-batches", s.grad_accum);
+  if (!s.set_to_none) text += ", zero_grad(set_to_none=False)";
+  if (s.zero != ZeroMode::kNone) {
+    static const char* kNames[] = {"", "ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP"};
+    text +=
+        fmt::format(", {} over {} GPUs (per GPU)", kNames[static_cast<int>(s.zero)], s.world_size);
+  }
+  text += fmt::format(", {} step{}", s.steps, s.steps == 1 ? "" : "s");
+  return text;
+}
+
+}  // namespace
+
+Result<LoadedModel> LoadModel(const std::string& model) {
+  LoadedModel out;
+  if (IsTracerStreamFile(model)) {
+    // Read once here so that a damaged file is reported before any other work.
+    ASSIGN_OR_RETURN(TensorStream checked, ReadTracerStream(model));
+    (void)checked;
+    out.traced = model;
+    return out;
+  }
+  ASSIGN_OR_RETURN(ModelSpec spec, LoadModelSpec(model));
+  out.spec = std::move(spec);
+  return out;
+}
+
+Result<allocator::AllocatorSettings> SettingsFor(const PredictRequest& request) {
+  ASSIGN_OR_RETURN(allocator::AllocatorSettings settings,
+                   allocator::ParseAllocConf(request.alloc_conf));
+  const uint64_t total =
+      request.capacity ? request.capacity : (request.gpu ? request.gpu->total_memory : 0);
+  if (total > 0) {
+    if (total <= request.context_bytes) {
+      return UsageError(fmt::format("the capacity {} is not more than the CUDA context ({})",
+                                    FormatBytes(static_cast<int64_t>(total)),
+                                    FormatBytes(static_cast<int64_t>(request.context_bytes))));
+    }
+    settings.capacity = total - request.context_bytes;
+    settings.total_memory = total;
+  }
+  return settings;
+}
+
+Result<TensorStream> PredictStream(const LoadedModel& model, const PredictRequest& request) {
+  const int sm = request.gpu ? request.gpu->sm : 90;
+  ASSIGN_OR_RETURN(DeviceRules rules, RulesFor(sm, request.torch_version));
+  TensorStream stream;
+  if (!model.traced.empty()) {
+    ASSIGN_OR_RETURN(stream, ReadTracerStream(model.traced));
+  } else {
+    const ModelSpec& m = *model.spec;
+    ASSIGN_OR_RETURN(stream, SimulateTraining(m, request.setup));
+    model::PredictionInfo& info = stream.info;
+    info.model = fmt::format("{} (built-in family: {})", m.label, FamilyName(m.family));
+    info.setup = SetupText(m, request.setup);
+  }
+  model::PredictionInfo& info = stream.info;
+  info.torch_version = rules.torch_version;
+  const uint64_t total =
+      request.capacity ? request.capacity : (request.gpu ? request.gpu->total_memory : 0);
+  info.gpu =
+      request.gpu
+          ? fmt::format("{} ({})", request.gpu->name,
+                        FormatBytes(static_cast<int64_t>(request.gpu->total_memory)))
+          : (request.capacity
+                 ? fmt::format("a GPU with {}", FormatBytes(static_cast<int64_t>(request.capacity)))
+                 : std::string("any (no capacity given)"));
+  info.capacity = total > request.context_bytes ? total - request.context_bytes : 0;
+  info.facts.emplace_back("cublas_workspace", std::to_string(rules.cublas_workspace));
+  info.facts.emplace_back("cublaslt_workspace", std::to_string(rules.cublaslt_workspace));
+  info.facts.emplace_back("cuda_context_bytes", std::to_string(request.context_bytes));
+  if (!request.alloc_conf.empty()) info.facts.emplace_back("alloc_conf", request.alloc_conf);
+  info.assumptions.push_back(fmt::format(
+      "the CUDA context and library handles take {} outside the allocator (--cuda-context)",
+      FormatBytes(static_cast<int64_t>(request.context_bytes))));
+  info.assumptions.push_back(fmt::format(
+      "cuBLAS keeps one {} workspace per thread (main, autograd) for torch {} on sm_{}",
+      FormatBytes(static_cast<int64_t>(rules.cublas_workspace)), rules.torch_version, sm));
+  if (model.spec && model.spec->family == Family::kResnet) {
+    info.assumptions.push_back(
+        "cuDNN's per-call convolution workspaces depend on the algorithm cuDNN picks at run "
+        "time and are not predicted");
+  }
+  AddWorkspaces(stream, rules);
+  return stream;
+}
+
+Result<BuiltTrace> Predict(const LoadedModel& model, const PredictRequest& request) {
+  ASSIGN_OR_RETURN(TensorStream stream, PredictStream(model, request));
+  ASSIGN_OR_RETURN(allocator::AllocatorSettings settings, SettingsFor(request));
+  BuildOptions options;
+  options.settings = settings;
+  return BuildPredictedTrace(std::move(stream), options);
+}
+
+Result<FitResult> Fit(const LoadedModel& model, const PredictRequest& request,
+                      FitDimension dimension, uint64_t limit) {
+  if (!model.traced.empty()) {
+    return UsageError(
+        "--fit needs a model vramscope can resize (a preset, a config or a layer "
+        "list); a tracer file is one fixed size: trace it at other sizes instead");
+  }
+  ASSIGN_OR_RETURN(allocator::AllocatorSettings settings, SettingsFor(request));
+  if (settings.capacity == allocator::kUnlimited) {
+    return UsageError("--fit needs a GPU (--gpu) or a capacity to fit into");
+  }
+  FitResult out;
+  out.dimension = dimension;
+  out.capacity = settings.capacity;
+  auto fits = [&](uint64_t size, PeakOnly* peaks) -> Result<bool> {
+    PredictRequest r = request;
+    if (dimension == FitDimension::kBatch) {
+      r.setup.batch = size;
+    } else {
+      r.setup.seq = size;
+    }
+    ASSIGN_OR_RETURN(TensorStream stream, PredictStream(model, r));
+    ASSIGN_OR_RETURN(PeakOnly p, SimulatePeaks(stream, settings));
+    ++out.simulations;
+    out.tried.emplace_back(size, !p.oom);
+    if (peaks) *peaks = p;
+    return !p.oom;
+  };
+  // Doubling from 1 to the first size that does not fit, then bisection.
+  uint64_t good = 0, bad = 0;
+  PeakOnly best;
+  for (uint64_t size = 1; size <= limit; size *= 2) {
+    PeakOnly p;
+    ASSIGN_OR_RETURN(const bool ok, fits(size, &p));
+    if (!ok) {
+      bad = size;
+      break;
+    }
+    good = size;
+    best = p;
+    if (size > limit / 2) break;
+  }
+  if (bad == 0) bad = std::min(limit, good * 2) + 1;
+  while (bad - good > 1) {
+    const uint64_t mid = good + (bad - good) / 2;
+    PeakOnly p;
+    ASSIGN_OR_RETURN(const bool ok, fits(mid, &p));
+    if (ok) {
+      good = mid;
+      best = p;
+    } else {
+      bad = mid;
+    }
+  }
+  out.largest = good;
+  out.peak_reserved = best.peak_reserved;
+  out.peak_allocated = best.peak_allocated;
+  return out;
+}
+
+}  // namespace vramscope::predict

@@ -1,0 +1,57 @@
+// `vramscope predict` as a library: a model and a training set-up in, the predicted trace out
+// (through the step simulator or a tracer file, the GPU's workspace rules and the allocator
+// model), and the largest batch or sequence length that fits a capacity.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "predict/build_trace.h"
+#include "predict/device_rules.h"
+#include "predict/model_spec.h"
+
+namespace vramscope::predict {
+
+struct PredictRequest {
+  std::string model;  // preset, config.json, layer list, or a tracer .jsonl file
+  TrainingSetup setup;
+  std::optional<GpuSpec> gpu;
+  uint64_t capacity = 0;  // explicit capacity (bytes of GPU memory); 0: the GPU's, or unlimited
+  std::string torch_version = "2.11";
+  std::string alloc_conf;                 // PYTORCH_CUDA_ALLOC_CONF of the predicted run
+  uint64_t context_bytes = 500ull << 20;  // outside the allocator (CUDA context, handles)
+};
+
+// The model, loaded once (a preset, a config, a layer list or a tracer stream).
+struct LoadedModel {
+  std::optional<ModelSpec> spec;
+  std::string traced;  // a tracer file (checked when loaded, read again for each prediction)
+};
+Result<LoadedModel> LoadModel(const std::string& model);
+
+// The stream of the request (with workspaces) and its description; no allocator yet.
+Result<TensorStream> PredictStream(const LoadedModel& model, const PredictRequest& request);
+
+// The allocator settings of the request, with the capacity the allocator may reserve.
+Result<allocator::AllocatorSettings> SettingsFor(const PredictRequest& request);
+
+Result<BuiltTrace> Predict(const LoadedModel& model, const PredictRequest& request);
+
+enum class FitDimension : uint8_t { kBatch, kSeq };
+struct FitResult {
+  FitDimension dimension = FitDimension::kBatch;
+  uint64_t largest = 0;  // 0: not even 1 fits
+  uint64_t peak_reserved = 0;
+  uint64_t peak_allocated = 0;
+  uint64_t capacity = 0;  // what the allocator may reserve
+  int simulations = 0;
+  std::vector<std::pair<uint64_t, bool>> tried;  // (size, fits), in the order tried
+};
+// Searches the largest batch (or sequence length) whose predicted step fits, with the full
+// simulation at each size: doubling, then bisection. `limit` bounds the search.
+Result<FitResult> Fit(const LoadedModel& model, const PredictRequest& request,
+                      FitDimension dimension, uint64_t limit);
+
+}  // namespace vramscope::predict

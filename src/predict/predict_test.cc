@@ -1,0 +1,4 @@
+#include <gtest/gtest.h>
+
+#include "predict/step_simulator.h"
+TEST(Predict, Placeholder) {}

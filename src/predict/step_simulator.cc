@@ -1,0 +1,534 @@
+#include "predict/step_simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace vramscope::predict {
+
+uint64_t ElementSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+    case DType::kF8:
+    case DType::kBool:
+      return 1;
+    case DType::kI64:
+      return 8;
+  }
+  return 4;
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    case DType::kF8:
+      return "float8";
+    case DType::kI64:
+      return "int64";
+    case DType::kI32:
+      return "int32";
+    case DType::kBool:
+      return "bool";
+  }
+  return "?";
+}
+
+// --- BackwardContext ----------------------------------------------------------------------------
+
+bool BackwardContext::Needs(size_t input) const {
+  const auto& n = sim_.nodes_[node_];
+  return input < n.inputs.size() && sim_.tensors_[n.inputs[input]].requires_grad;
+}
+
+TensorId BackwardContext::GradOut(size_t output) const {
+  const auto& n = sim_.nodes_[node_];
+  return output < n.outputs.size() ? sim_.tensors_[n.outputs[output]].grad : kNoTensor;
+}
+
+uint64_t BackwardContext::Bytes(TensorId t) const { return sim_.tensors_[t].bytes; }
+
+TensorId BackwardContext::New(uint64_t bytes, std::string_view op) {
+  return sim_.Alloc(bytes, model::Category::kTemporary, sim_.nodes_[node_].name, op);
+}
+
+void BackwardContext::Free(TensorId t) { sim_.Free(t); }
+void BackwardContext::Matmul(std::string_view op) { sim_.Matmul(op); }
+void BackwardContext::Conv(uint64_t workspace_bytes) { sim_.Conv(workspace_bytes); }
+
+void BackwardContext::GiveGrad(size_t input, TensorId grad) {
+  if (grad == kNoTensor) return;
+  sim_.nodes_[node_].given.emplace_back(input, grad);
+}
+
+void BackwardContext::PassGrad(size_t input, size_t output) {
+  const TensorId g = GradOut(output);
+  if (g == kNoTensor || !Needs(input)) return;
+  sim_.Ref(g);
+  GiveGrad(input, g);
+}
+
+// --- StepSimulator ------------------------------------------------------------------------------
+
+StepSimulator::StepSimulator(TensorStream& out) : out_(out) {}
+
+void StepSimulator::EnterModule(std::string_view name) {
+  scope_lengths_.push_back(scope_.size());
+  if (name.empty()) return;
+  if (!scope_.empty()) scope_ += '.';
+  scope_ += name;
+}
+
+void StepSimulator::ExitModule() {
+  if (scope_lengths_.empty()) return;
+  scope_.resize(scope_lengths_.back());
+  scope_lengths_.pop_back();
+}
+
+TensorId StepSimulator::Alloc(uint64_t bytes, model::Category category, std::string_view name,
+                              std::string_view op) {
+  Tensor t;
+  t.bytes = bytes;
+  t.id = next_id_++;
+  t.refs = 1;
+  t.alive = true;
+  t.alloc_event = out_.events.size();
+  StreamEvent e;
+  e.kind = StreamEvent::Kind::kAlloc;
+  e.thread = thread();
+  e.id = t.id;
+  e.bytes = bytes;
+  e.category = category;
+  e.name = name.empty() ? model::kEmptyString : out_.strings.Intern(name);
+  e.op = op.empty() ? model::kEmptyString : out_.strings.Intern(op);
+  out_.events.push_back(e);
+  tensors_.push_back(t);
+  return static_cast<TensorId>(tensors_.size() - 1);
+}
+
+void StepSimulator::Relabel(TensorId t, model::Category category, std::string_view name) {
+  StreamEvent& e = out_.events[tensors_[t].alloc_event];
+  e.category = category;
+  if (!name.empty()) e.name = out_.strings.Intern(name);
+}
+
+TensorId StepSimulator::Parameter(std::string_view name, uint64_t bytes, bool trainable,
+                                  uint64_t full_bytes) {
+  const std::string full = scope_.empty() ? std::string(name) : scope_ + "." + std::string(name);
+  const TensorId t = Alloc(bytes, model::Category::kWeight, full, "aten::empty");
+  Param p;
+  p.tensor = t;
+  p.name = full;
+  p.trainable = trainable;
+  p.full_bytes = full_bytes == 0 ? bytes : full_bytes;
+  tensors_[t].param = static_cast<int32_t>(params_.size());
+  tensors_[t].requires_grad = trainable;
+  params_.push_back(std::move(p));
+  parameter_bytes_ += bytes;
+  const uint64_t elements = (full_bytes == 0 ? bytes : full_bytes) / ElementSize(param_dtype);
+  parameter_elements_ += elements;
+  if (trainable) trainable_elements_ += elements;
+  return t;
+}
+
+TensorId StepSimulator::Buffer(std::string_view name, uint64_t bytes) {
+  const std::string full = scope_.empty() ? std::string(name) : scope_ + "." + std::string(name);
+  buffer_bytes_ += bytes;
+  return Alloc(bytes, model::Category::kWeight, full, "aten::empty");
+}
+
+TensorId StepSimulator::Input(std::string_view name, uint64_t bytes) {
+  return Alloc(bytes, model::Category::kInput, name, "aten::_to_copy");
+}
+
+TensorId StepSimulator::New(uint64_t bytes, std::string_view op) {
+  return Alloc(bytes, model::Category::kTemporary, scope_, op);
+}
+
+void StepSimulator::Ref(TensorId t) {
+  if (t != kNoTensor) ++tensors_[t].refs;
+}
+
+void StepSimulator::Free(TensorId t) {
+  if (t == kNoTensor) return;
+  Tensor& x = tensors_[t];
+  if (--x.refs > 0 || !x.alive) return;
+  x.alive = false;
+  if (x.bytes == 0) return;  // an alias made by checkpointing: owns no storage
+  StreamEvent e;
+  e.kind = StreamEvent::Kind::kFree;
+  e.id = x.id;
+  out_.events.push_back(e);
+}
+
+void StepSimulator::Node(std::string_view name, const std::vector<TensorId>& inputs,
+                         const std::vector<TensorId>& outputs, const std::vector<TensorId>& saved,
+                         BackwardFn backward) {
+  if (!grad_enabled_) return;
+  bool any = false;
+  for (const TensorId t : inputs) any |= t != kNoTensor && tensors_[t].requires_grad;
+  if (!any) return;
+  const auto index = static_cast<int32_t>(nodes_.size());
+  NodeRec n;
+  n.name = scope_.empty() ? std::string(name) : scope_ + " (" + std::string(name) + ")";
+  n.inputs = inputs;
+  n.outputs = outputs;
+  n.saved = saved;
+  n.backward = std::move(backward);
+  for (const TensorId t : outputs) {
+    tensors_[t].requires_grad = true;
+    tensors_[t].producer = index;
+  }
+  for (const TensorId t : inputs) {
+    if (t != kNoTensor && tensors_[t].param >= 0 && tensors_[t].requires_grad) {
+      ++params_[tensors_[t].param].uses;
+    }
+  }
+  for (const TensorId t : saved) {
+    Ref(t);
+    if (out_.events[tensors_[t].alloc_event].category == model::Category::kTemporary) {
+      out_.events[tensors_[t].alloc_event].category = model::Category::kActivation;
+    }
+  }
+  nodes_.push_back(std::move(n));
+}
+
+void StepSimulator::Matmul(std::string_view op) {
+  StreamEvent e;
+  e.kind = StreamEvent::Kind::kMatmul;
+  e.thread = thread();
+  e.op = out_.strings.Intern(op);
+  out_.events.push_back(e);
+}
+
+void StepSimulator::Conv(uint64_t workspace_bytes, std::string_view op) {
+  StreamEvent e;
+  e.kind = StreamEvent::Kind::kConv;
+  e.thread = thread();
+  e.bytes = workspace_bytes;
+  e.op = out_.strings.Intern(op);
+  out_.events.push_back(e);
+}
+
+TensorId StepSimulator::AutocastWeight(TensorId param, DType to) {
+  for (const auto& [p, cast] : autocast_cache_) {
+    if (p == param) {
+      Ref(cast);
+      return cast;
+    }
+  }
+  const uint64_t elements = tensors_[param].bytes / ElementSize(param_dtype);
+  const Tensor& source = tensors_[param];
+  const std::string name =
+      source.param >= 0 ? params_[source.param].name + " (autocast copy)" : scope_;
+  const TensorId cast =
+      Alloc(elements * ElementSize(to), model::Category::kTemporary, name, "aten::_to_copy");
+  const uint64_t source_bytes = tensors_[param].bytes;
+  Node("ToCopyBackward0", {param}, {cast}, {}, [source_bytes](BackwardContext& b) {
+    if (b.Needs(0)) b.GiveGrad(0, b.New(source_bytes, "aten::_to_copy"));
+  });
+  // Autocast caches casts of leaves that require a gradient (trainable weights) until the
+  // region ends; a frozen weight is cast again at every use.
+  if (tensors_[param].requires_grad) {
+    autocast_cache_.emplace_back(param, cast);
+    Ref(cast);
+  }
+  return cast;
+}
+
+void StepSimulator::EndAutocast() {
+  for (const auto& [p, cast] : autocast_cache_) Free(cast);
+  autocast_cache_.clear();
+}
+
+TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(TensorId)>& block) {
+  const bool was = grad_enabled_;
+  grad_enabled_ = false;
+  const TensorId y = block(input);
+  grad_enabled_ = was;
+  if (!was) return y;
+  // The output requires a gradient when the block holds trainable weights or the input does.
+  tensors_[y].requires_grad = false;
+  // (Approximated by: the model has trainable weights, as in every checkpointed block that
+  // matters; torch's non-reentrant checkpoint, the default, behaves this way.)
+  const bool any_trainable =
+      std::any_of(params_.begin(), params_.end(), [](const Param& p) { return p.trainable; });
+  const bool needs = tensors_[input].requires_grad || any_trainable;
+  if (!needs) return y;
+  // The node takes the input (to pass its gradient on) and saves it, as checkpoint does.
+  const TensorId input_copy = input;
+  auto backward = [this, block, input_copy](BackwardContext& b) {
+    const auto mark = static_cast<int32_t>(nodes_.size());
+    const bool was_enabled = grad_enabled_;
+    grad_enabled_ = true;
+    // The recomputation starts from a detached alias of the saved input.
+    Tensor alias;
+    alias.bytes = 0;
+    alias.refs = 1;
+    alias.alive = true;
+    alias.requires_grad = tensors_[input_copy].requires_grad;
+    alias.alloc_event = tensors_[input_copy].alloc_event;
+    tensors_.push_back(alias);
+    const auto x = static_cast<TensorId>(tensors_.size() - 1);
+    // Parameters of the block get a gradient only through the recomputed graph.
+    tensors_[x].requires_grad = true;
+    const TensorId y2 = block(x);
+    grad_enabled_ = was_enabled;
+    const TensorId g = b.GradOut(0);
+    if (g != kNoTensor && tensors_[y2].requires_grad) {
+      Ref(g);
+      tensors_[y2].grad = g;
+      RunEngine(mark);
+    }
+    Free(y2);
+    const TensorId gx = tensors_[x].grad;
+    tensors_[x].grad = kNoTensor;
+    Free(x);
+    if (b.Needs(0)) {
+      b.GiveGrad(0, gx);
+    } else {
+      Free(gx);
+    }
+  };
+  // Node() needs an input that requires a gradient: the weights inside make the output need
+  // one even when the input does not, so mark the node's input side accordingly.
+  const bool input_required = tensors_[input].requires_grad;
+  tensors_[input].requires_grad = true;
+  Node("CheckpointFunctionBackward", {input}, {y}, {input}, std::move(backward));
+  tensors_[input].requires_grad = input_required;
+  return y;
+}
+
+void StepSimulator::RunNode(int32_t index) {
+  BackwardFn fn = nodes_[index].backward;  // the function may append nodes (checkpointing)
+  BackwardContext ctx(*this, index);
+  fn(ctx);
+  // The engine drops the incoming gradients, then the node's saved tensors, then hands the
+  // node's outputs on (goldens/h200/mlp_adam_fp32: events 28-33).
+  for (const TensorId o : std::vector<TensorId>(nodes_[index].outputs)) {
+    const TensorId g = tensors_[o].grad;
+    tensors_[o].grad = kNoTensor;
+    Free(g);
+  }
+  std::vector<TensorId> saved = std::move(nodes_[index].saved);
+  nodes_[index].saved.clear();
+  for (const TensorId s : saved) Free(s);
+  nodes_[index].done = true;
+  const auto given = std::move(nodes_[index].given);
+  nodes_[index].given.clear();
+  const std::vector<TensorId> inputs = nodes_[index].inputs;
+  for (const auto& [input, grad] : given) {
+    if (input >= inputs.size()) {
+      Free(grad);
+      continue;
+    }
+    DeliverGrad(inputs[input], grad);
+  }
+}
+
+void StepSimulator::DeliverGrad(TensorId input, TensorId grad) {
+  Tensor& t = tensors_[input];
+  if (!t.requires_grad) {
+    Free(grad);
+    return;
+  }
+  if (t.param >= 0) {
+    AccumulateIntoParam(t.param, grad);
+    return;
+  }
+  if (t.grad == kNoTensor) {
+    t.grad = grad;
+  } else {
+    Free(grad);  // InputBuffer::accumulate adds in place into the first gradient
+  }
+}
+
+void StepSimulator::AccumulateIntoParam(int32_t param, TensorId grad) {
+  Param& p = params_[param];
+  if (p.pending == kNoTensor) {
+    p.pending = grad;
+  } else {
+    Free(grad);
+  }
+  if (--p.uses > 0) return;
+  p.uses = 0;
+  const TensorId g = p.pending;
+  p.pending = kNoTensor;
+  if (p.grad != kNoTensor) {
+    Free(g);  // accumulation into an existing .grad happens in place
+    return;
+  }
+  // AccumulateGrad steals a gradient nobody else holds; a shared one is cloned.
+  TensorId own = g;
+  if (tensors_[g].refs > 1) {
+    own = Alloc(tensors_[g].bytes, model::Category::kGradient, p.name + ".grad", "aten::clone");
+    Free(g);
+  } else {
+    Relabel(g, model::Category::kGradient, p.name + ".grad");
+  }
+  if (grad_shards > 1) {
+    // ZeRO-2: reduce-scatter into this rank's shard; the full gradient goes.
+    const uint64_t shard = (tensors_[own].bytes + grad_shards - 1) / grad_shards;
+    const TensorId part =
+        Alloc(shard, model::Category::kGradient, p.name + ".grad (shard)", "c10d::reduce_scatter");
+    Free(own);
+    own = part;
+  }
+  p.grad = own;
+}
+
+void StepSimulator::RunEngine(int32_t from_node) {
+  for (auto i = static_cast<int32_t>(nodes_.size()) - 1; i >= from_node; --i) {
+    if (nodes_[i].done) continue;
+    bool has_grad = false;
+    for (const TensorId o : nodes_[i].outputs) has_grad |= tensors_[o].grad != kNoTensor;
+    if (!has_grad) continue;
+    RunNode(i);
+  }
+}
+
+void StepSimulator::ReleaseGraph(int32_t from_node) {
+  for (auto i = static_cast<size_t>(from_node); i < nodes_.size(); ++i) {
+    std::vector<TensorId> saved = std::move(nodes_[i].saved);
+    nodes_[i].saved.clear();
+    for (const TensorId s : saved) Free(s);
+    nodes_[i].done = true;
+  }
+}
+
+void StepSimulator::Backward(TensorId loss) {
+  in_backward_ = true;
+  // torch.autograd's _make_grads: ones_like(loss), held by the Python call until it returns.
+  // The loss is a scalar (its storage may be larger: mse_loss leaves the mean in a tensor of
+  // the input's size); its gradient is one fp32 element.
+  const TensorId g = Alloc(4, model::Category::kTemporary, "loss gradient", "aten::ones_like");
+  Ref(g);
+  tensors_[loss].grad = g;
+  RunEngine(0);
+  // Gradients still waiting for a use that never ran (a weight used by an unreachable node).
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].pending != kNoTensor) {
+      const TensorId pending = params_[i].pending;
+      params_[i].pending = kNoTensor;
+      params_[i].uses = 1;
+      AccumulateIntoParam(static_cast<int32_t>(i), pending);
+    }
+    params_[i].uses = 0;
+  }
+  Free(g);
+  in_backward_ = false;
+  ReleaseGraph(0);
+  nodes_.clear();
+  for (Tensor& t : tensors_) {
+    if (t.grad != kNoTensor && t.param < 0) {
+      const TensorId stale = t.grad;
+      t.grad = kNoTensor;
+      Free(stale);
+    }
+    t.producer = -1;
+  }
+}
+
+void StepSimulator::ZeroGrad(bool set_to_none) {
+  if (!set_to_none) return;  // kept, and zeroed in place
+  for (Param& p : params_) {
+    if (p.grad == kNoTensor) continue;
+    Free(p.grad);
+    p.grad = kNoTensor;
+  }
+}
+
+void StepSimulator::OptimizerStep(const OptimizerSetup& setup) {
+  if (setup.kind == OptimizerKind::kNone || setup.kind == OptimizerKind::kSgd) {
+    ++optimizer_steps_;  // plain SGD updates in place (foreach, fused or not)
+    return;
+  }
+  const bool first = optimizer_steps_ == 0;
+  ++optimizer_steps_;
+  const auto shard = [&](uint64_t bytes) {
+    return (bytes + setup.shards - 1) / static_cast<uint64_t>(setup.shards);
+  };
+  std::vector<int32_t> stepped;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].trainable && params_[i].grad != kNoTensor) {
+      stepped.push_back(static_cast<int32_t>(i));
+    }
+  }
+  const auto element_bytes = ElementSize(param_dtype);
+  // State: created at the first step, in parameter order (_init_group).
+  if (first) {
+    for (const int32_t i : stepped) {
+      Param& p = params_[i];
+      const uint64_t elements = p.full_bytes / element_bytes;
+      const uint64_t state_bytes = setup.master_weights ? elements * 4 : tensors_[p.tensor].bytes;
+      const uint64_t own = setup.shards > 1
+                               ? shard(setup.master_weights ? elements * 4 : p.full_bytes)
+                               : state_bytes;
+      const bool device_step =
+          setup.impl == OptimizerImpl::kFused && setup.kind != OptimizerKind::kMomentum;
+      if (device_step) {
+        p.state.push_back(
+            Alloc(4, model::Category::kOptimizerState, p.name + ".step", "aten::zeros"));
+      }
+      if (setup.master_weights) {
+        p.state.push_back(
+            Alloc(own, model::Category::kOptimizerState, p.name + ".master", "aten::_to_copy"));
+      }
+      if (setup.kind == OptimizerKind::kMomentum) {
+        p.state.push_back(Alloc(own, model::Category::kOptimizerState, p.name + ".momentum_buffer",
+                                "aten::clone"));
+      } else {
+        p.state.push_back(
+            Alloc(own, model::Category::kOptimizerState, p.name + ".exp_avg", "aten::zeros_like"));
+        p.state.push_back(Alloc(own, model::Category::kOptimizerState, p.name + ".exp_avg_sq",
+                                "aten::zeros_like"));
+      }
+    }
+  }
+  if (setup.kind == OptimizerKind::kMomentum) return;  // the momentum update is in place
+  // Adam/AdamW step temporaries.
+  const auto state_size = [&](int32_t i) {
+    const Param& p = params_[i];
+    const uint64_t bytes = setup.master_weights ? p.full_bytes / element_bytes * 4 : p.full_bytes;
+    return setup.shards > 1 ? shard(bytes)
+                            : (setup.master_weights ? bytes : tensors_[p.tensor].bytes);
+  };
+  if (setup.impl == OptimizerImpl::kFused) return;
+  std::vector<TensorId> temps;
+  if (setup.impl == OptimizerImpl::kForeach) {
+    // Low-precision gradients stepped into fp32 masters are converted first.
+    if (setup.master_weights) {
+      for (const int32_t i : stepped) temps.push_back(New(state_size(i), "aten::_to_copy"));
+    }
+    if (setup.kind == OptimizerKind::kAdam && setup.weight_decay != 0) {
+      for (const int32_t i : stepped) temps.push_back(New(state_size(i), "aten::_foreach_add"));
+    }
+    // exp_avg_sq.sqrt() for every parameter at once (_multi_tensor_adam).
+    for (const int32_t i : stepped) temps.push_back(New(state_size(i), "aten::_foreach_sqrt"));
+    // The lists go when the function returns; Python drops a list's items last to first.
+    for (auto it = temps.rbegin(); it != temps.rend(); ++it) Free(*it);
+    return;
+  }
+  // The for-loop step: denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps).
+  TensorId previous = kNoTensor;
+  for (const int32_t i : stepped) {
+    const TensorId root = New(state_size(i), "aten::sqrt");
+    const TensorId denom = New(state_size(i), "aten::div");
+    Free(root);
+    Free(previous);
+    previous = denom;
+  }
+  Free(previous);
+}
+
+}  // namespace vramscope::predict

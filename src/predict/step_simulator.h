@@ -1,0 +1,191 @@
+// A model of what PyTorch's eager autograd does with memory during a training step, at the level
+// of tensor storages: the forward ops' outputs and what each op saves for backward, the
+// autograd engine's order (nodes in reverse creation order, AccumulateGrad at once), when it
+// frees incoming gradients and saved tensors, how it accumulates gradients, autocast's weight
+// cache, activation checkpointing, and the optimizers' state and step temporaries. Layers
+// (layers.h) describe their ops through it; the result is a TensorStream.
+//
+// The rules, and the goldens that show each of them, are in docs/design/predict.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "predict/tensor_stream.h"
+
+namespace vramscope::predict {
+
+enum class DType : uint8_t { kF32, kBF16, kF16, kF8, kI64, kI32, kBool };
+uint64_t ElementSize(DType dtype);
+const char* DTypeName(DType dtype);
+
+using TensorId = int32_t;
+inline constexpr TensorId kNoTensor = -1;
+
+class StepSimulator;
+
+// What one node's backward sees and does. Allocation order inside a backward function is the
+// order of the kernels it launches.
+class BackwardContext {
+ public:
+  bool Needs(size_t input) const;                     // the input requires a gradient
+  TensorId GradOut(size_t output = 0) const;          // the incoming gradient, kNoTensor if none
+  uint64_t Bytes(TensorId t) const;                   // a tensor's storage bytes
+  TensorId New(uint64_t bytes, std::string_view op);  // a temporary (autograd thread)
+  void Free(TensorId t);
+  void Matmul(std::string_view op = "aten::mm");
+  void Conv(uint64_t workspace_bytes);
+  // Hands `grad` (its reference) to `input`. Inputs that need no gradient drop it.
+  void GiveGrad(size_t input, TensorId grad);
+  // The incoming gradient of `output` flows on unchanged to `input` (add, views).
+  void PassGrad(size_t input, size_t output = 0);
+  StepSimulator& sim() { return sim_; }
+
+ private:
+  friend class StepSimulator;
+  BackwardContext(StepSimulator& sim, int32_t node) : sim_(sim), node_(node) {}
+  StepSimulator& sim_;
+  int32_t node_;
+};
+
+using BackwardFn = std::function<void(BackwardContext&)>;
+
+enum class OptimizerKind : uint8_t { kNone, kSgd, kMomentum, kAdam, kAdamW };
+enum class OptimizerImpl : uint8_t { kForeach, kFused, kForLoop };
+
+struct OptimizerSetup {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  OptimizerImpl impl = OptimizerImpl::kForeach;
+  bool master_weights = false;  // fp32 master copies of low-precision weights in the state
+  double weight_decay = 0;      // Adam's L2 term allocates a gradient-sized temporary
+  int shards = 1;               // ZeRO-1 and up: each rank keeps 1/shards of the state
+};
+
+class StepSimulator {
+ public:
+  explicit StepSimulator(TensorStream& out);
+
+  // --- names: the module path of what is being built ("transformer.h.0.attn") -------------
+  void EnterModule(std::string_view name);
+  void ExitModule();
+  const std::string& Scope() const { return scope_; }
+
+  // --- tensors ------------------------------------------------------------------------------
+  // A parameter (allocated now, category weight, named scope + "." + name). `bytes` is what
+  // this rank holds (a shard under ZeRO-3/FSDP; then `full_bytes` is the gathered size).
+  TensorId Parameter(std::string_view name, uint64_t bytes, bool trainable,
+                     uint64_t full_bytes = 0);
+  TensorId Buffer(std::string_view name, uint64_t bytes);
+  TensorId Input(std::string_view name, uint64_t bytes);
+  // A forward op's output (one reference: the caller's).
+  TensorId New(uint64_t bytes, std::string_view op);
+  void Ref(TensorId t);
+  void Free(TensorId t);  // drops one reference; the storage goes with the last one
+  uint64_t Bytes(TensorId t) const { return tensors_[t].bytes; }
+  bool RequiresGrad(TensorId t) const { return tensors_[t].requires_grad; }
+  bool IsParameter(TensorId t) const { return tensors_[t].param >= 0; }
+
+  // --- autograd -----------------------------------------------------------------------------
+  bool grad_enabled() const { return grad_enabled_; }
+  void set_grad_enabled(bool on) { grad_enabled_ = on; }
+  // Records the node that computed `outputs` from `inputs`, keeping `saved` until its
+  // backward runs (they become activations). Nothing is recorded, and nothing saved, when
+  // grad mode is off or no input requires a gradient; then the outputs require none either.
+  void Node(std::string_view name, const std::vector<TensorId>& inputs,
+            const std::vector<TensorId>& outputs, const std::vector<TensorId>& saved,
+            BackwardFn backward);
+  void Matmul(std::string_view op);
+  void Conv(uint64_t workspace_bytes, std::string_view op = "aten::cudnn_convolution");
+
+  // --- autocast ------------------------------------------------------------------------------
+  // Autocast's cast of a parameter to the autocast dtype: made at its first use inside the
+  // autocast region and cached until the region ends (EndAutocast).
+  TensorId AutocastWeight(TensorId param, DType to);
+  void EndAutocast();
+  DType param_dtype = DType::kF32;
+
+  // --- activation checkpointing: runs `block` without saving, saves its input, and runs it
+  // again in backward when its gradient arrives (torch.utils.checkpoint).
+  TensorId Checkpoint(TensorId input, const std::function<TensorId(TensorId)>& block);
+
+  // --- the step -----------------------------------------------------------------------------
+  void Phase(int32_t step, model::RecordedPhase phase) { out_.Phase(step, phase); }
+  // loss.backward(): the gradient of the loss, the engine over every recorded node, and the
+  // release of what the graph still holds.
+  void Backward(TensorId loss);
+  // optimizer.zero_grad(set_to_none): frees the gradients (or keeps them to zero in place).
+  void ZeroGrad(bool set_to_none);
+  void OptimizerStep(const OptimizerSetup& setup);
+  // ZeRO-2 and up: each gradient, once accumulated, is reduced into this rank's shard.
+  int grad_shards = 1;
+  // ZeRO-3 / FSDP: sharded parameters are gathered around each use (forward and backward).
+  bool gather_parameters = false;
+
+  // --- facts for the report -------------------------------------------------------------------
+  uint64_t parameter_bytes() const { return parameter_bytes_; }
+  uint64_t parameter_elements() const { return parameter_elements_; }
+  uint64_t trainable_elements() const { return trainable_elements_; }
+  uint64_t buffer_bytes() const { return buffer_bytes_; }
+
+ private:
+  friend class BackwardContext;
+  struct Tensor {
+    uint64_t bytes = 0;
+    uint64_t id = 0;         // stream id
+    size_t alloc_event = 0;  // index into out_.events of its kAlloc
+    int32_t refs = 0;
+    int32_t producer = -1;  // node index, -1 for leaves
+    int32_t param = -1;
+    TensorId grad = kNoTensor;  // gradient accumulated for it during backward
+    bool requires_grad = false;
+    bool alive = false;
+  };
+  struct Param {
+    TensorId tensor = kNoTensor;
+    std::string name;
+    bool trainable = true;
+    uint64_t full_bytes = 0;
+    TensorId grad = kNoTensor;     // .grad (after AccumulateGrad)
+    TensorId pending = kNoTensor;  // contributions summed before AccumulateGrad runs
+    int32_t uses = 0;              // nodes of the current graph that take it as input
+    std::vector<TensorId> state;   // optimizer state
+  };
+  struct NodeRec {
+    std::string name;
+    std::vector<TensorId> inputs, outputs, saved;
+    BackwardFn backward;
+    bool done = false;
+    std::vector<std::pair<size_t, TensorId>> given;  // grads handed out while it runs
+  };
+
+  TensorId Alloc(uint64_t bytes, model::Category category, std::string_view name,
+                 std::string_view op);
+  void Relabel(TensorId t, model::Category category, std::string_view name);
+  void RunNode(int32_t index);
+  void RunEngine(int32_t from_node);
+  void DeliverGrad(TensorId input, TensorId grad);
+  void AccumulateIntoParam(int32_t param, TensorId grad);
+  void ReleaseGraph(int32_t from_node);
+  Thread thread() const { return in_backward_ ? Thread::kBackward : Thread::kMain; }
+
+  TensorStream& out_;
+  std::vector<Tensor> tensors_;
+  std::vector<Param> params_;
+  std::vector<NodeRec> nodes_;
+  std::vector<std::pair<TensorId, TensorId>> autocast_cache_;  // (param, cast)
+  std::vector<size_t> scope_lengths_;
+  std::string scope_;
+  uint64_t next_id_ = 0;
+  uint64_t parameter_bytes_ = 0;
+  uint64_t parameter_elements_ = 0;
+  uint64_t trainable_elements_ = 0;
+  uint64_t buffer_bytes_ = 0;
+  bool grad_enabled_ = true;
+  bool in_backward_ = false;
+  int32_t optimizer_steps_ = 0;
+};
+
+}  // namespace vramscope::predict

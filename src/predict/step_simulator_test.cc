@@ -1,0 +1,4 @@
+#include "predict/step_simulator.h"
+
+#include <gtest/gtest.h>
+TEST(StepSimulator, Placeholder) {}

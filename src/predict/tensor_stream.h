@@ -1,0 +1,61 @@
+// The tensor-level event stream of predicted training steps: the contract between the things
+// that predict what a step allocates (the built-in families and layer lists through the step
+// simulator, the Python tracer's file) and the allocator model that turns it into a report.
+//
+// Every allocation a step makes, in order: its bytes as PyTorch requests them (before the
+// allocator's rounding), what it is (category), whose it is (name) and the operation that made
+// it; every free; the phase boundaries; and the matmul and convolution calls that make CUDA
+// libraries allocate workspaces (their sizes depend on the GPU and the PyTorch version, so they
+// are added by device_rules, not by the producer).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/category.h"
+#include "model/interning.h"
+#include "model/trace.h"
+
+namespace vramscope::predict {
+
+// Which CPU thread issues the kernels: the autograd engine runs backward on its own thread, and
+// cuBLAS handles (with their workspaces) are per thread.
+enum class Thread : uint8_t { kMain, kBackward };
+
+struct StreamEvent {
+  enum class Kind : uint8_t {
+    kAlloc,       // id, bytes, category, name, op
+    kFree,        // id
+    kPhase,       // step, phase
+    kEmptyCache,  // torch.cuda.empty_cache()
+    kMatmul,      // thread, op: a cuBLAS call (workspaces at the first one per thread)
+    kConv,        // thread, bytes: a cuDNN convolution needing this much workspace (0: unknown)
+  };
+  Kind kind = Kind::kAlloc;
+  Thread thread = Thread::kMain;
+  model::Category category = model::Category::kTemporary;
+  model::RecordedPhase phase = model::RecordedPhase::kSetup;
+  int32_t step = 0;
+  uint64_t id = 0;
+  uint64_t bytes = 0;
+  model::StringId name = model::kEmptyString;
+  model::StringId op = model::kEmptyString;
+};
+
+struct TensorStream {
+  model::StringTable strings;  // names and operations; moves into the trace
+  std::vector<StreamEvent> events;
+  model::PredictionInfo info;
+
+  // Helpers for producers.
+  void Phase(int32_t step, model::RecordedPhase phase) {
+    StreamEvent e;
+    e.kind = StreamEvent::Kind::kPhase;
+    e.step = step;
+    e.phase = phase;
+    events.push_back(e);
+  }
+};
+
+}  // namespace vramscope::predict

@@ -1,0 +1,188 @@
+#include "predict/tracer_stream.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+
+namespace vramscope::predict {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kFormat = "vramscope-tensor-stream";
+
+std::optional<model::RecordedPhase> PhaseOf(std::string_view name) {
+  if (name == "setup") return model::RecordedPhase::kSetup;
+  if (name == "zero_grad" || name == "inputs" || name == "before_forward") {
+    return model::RecordedPhase::kBeforeForward;
+  }
+  if (name == "forward") return model::RecordedPhase::kForward;
+  if (name == "backward") return model::RecordedPhase::kBackward;
+  if (name == "optimizer" || name == "step_end") return model::RecordedPhase::kOptimizer;
+  return std::nullopt;
+}
+
+std::string HeaderText(const json& h, const char* key) {
+  const auto it = h.find(key);
+  return it != h.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+uint64_t HeaderCount(const json& h, const char* outer, const char* key) {
+  const auto o = h.find(outer);
+  if (o == h.end() || !o->is_object()) return 0;
+  const auto it = o->find(key);
+  return it != o->end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+
+}  // namespace
+
+bool IsTracerStreamFile(std::string_view path) {
+  std::ifstream in{std::string(path)};
+  if (!in) return false;
+  std::string line;
+  line.resize(256);
+  in.read(line.data(), static_cast<std::streamsize>(line.size()));
+  line.resize(static_cast<size_t>(in.gcount()));
+  return line.find(kFormat) != std::string::npos;
+}
+
+Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view where) {
+  TensorStream out;
+  std::unordered_map<uint64_t, size_t> alloc_index;  // id -> index of its kAlloc event
+  size_t line_no = 0;
+  size_t pos = 0;
+  bool header = false, ended = false;
+  auto fail = [&](std::string_view what) {
+    return InvalidInput(fmt::format("{}:{}: {}", where, line_no, what));
+  };
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    const std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    if (ended) return fail("content after the \"end\" line");
+    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return fail("not a JSON object");
+    if (!header) {
+      if (HeaderText(j, "format") != kFormat) {
+        return fail("the first line is not a vramscope-tensor-stream header");
+      }
+      const auto v = j.find("version");
+      if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() != 1) {
+        return fail("unsupported version; this vramscope reads version 1 (update vramscope)");
+      }
+      header = true;
+      model::PredictionInfo& info = out.info;
+      info.model = HeaderText(j, "model");
+      if (const std::string cls = HeaderText(j, "model_class"); !cls.empty()) {
+        info.model += fmt::format(" ({}, traced)", cls);
+      }
+      info.parameters = HeaderCount(j, "parameters", "total");
+      info.trainable_parameters = HeaderCount(j, "parameters", "trainable");
+      info.parameter_bytes = HeaderCount(j, "parameters", "bytes");
+      info.buffer_bytes = HeaderCount(j, "parameters", "buffers_bytes");
+      if (j.contains("setup") && j["setup"].is_object()) info.setup = j["setup"].dump();
+      info.facts.emplace_back("producer", HeaderText(j, "producer"));
+      info.facts.emplace_back("device_emulation", HeaderText(j, "device_emulation"));
+      if (j.contains("notes") && j["notes"].is_array()) {
+        for (const json& n : j["notes"]) {
+          if (n.is_string()) info.assumptions.push_back(n.get<std::string>());
+        }
+      }
+      continue;
+    }
+    const std::string ev = HeaderText(j, "ev");
+    auto count = [&](const char* key, uint64_t& value) {
+      const auto it = j.find(key);
+      if (it == j.end() || !it->is_number_unsigned()) return false;
+      value = it->get<uint64_t>();
+      return true;
+    };
+    StreamEvent e;
+    if (ev == "alloc") {
+      e.kind = StreamEvent::Kind::kAlloc;
+      if (!count("id", e.id) || !count("bytes", e.bytes)) {
+        return fail("an alloc needs a non-negative integer \"id\" and \"bytes\"");
+      }
+      if (e.bytes > (uint64_t{1} << 50)) return fail("an allocation over 1 PiB");
+      const auto c = model::ParseCategory(HeaderText(j, "category"));
+      if (!c) return fail(fmt::format("unknown category \"{}\"", HeaderText(j, "category")));
+      e.category = *c;
+      std::string name = HeaderText(j, "name");
+      if (name.empty()) name = HeaderText(j, "module");
+      if (!name.empty()) e.name = out.strings.Intern(name);
+      if (const std::string op = HeaderText(j, "op"); !op.empty()) e.op = out.strings.Intern(op);
+      if (!alloc_index.emplace(e.id, out.events.size()).second) {
+        return fail(fmt::format("id {} allocated twice", e.id));
+      }
+    } else if (ev == "free") {
+      e.kind = StreamEvent::Kind::kFree;
+      if (!count("id", e.id)) return fail("a free needs an integer \"id\"");
+      if (alloc_index.count(e.id) == 0) {
+        return fail(fmt::format("id {} freed but never allocated", e.id));
+      }
+    } else if (ev == "set") {
+      uint64_t id = 0;
+      if (!count("id", id)) return fail("a set needs an integer \"id\"");
+      const auto it = alloc_index.find(id);
+      if (it == alloc_index.end()) return fail(fmt::format("set of unknown id {}", id));
+      StreamEvent& target = out.events[it->second];
+      if (j.contains("category")) {
+        const auto c = model::ParseCategory(HeaderText(j, "category"));
+        if (!c) return fail(fmt::format("unknown category \"{}\"", HeaderText(j, "category")));
+        target.category = *c;
+      }
+      if (const std::string name = HeaderText(j, "name"); !name.empty()) {
+        target.name = out.strings.Intern(name);
+      }
+      continue;
+    } else if (ev == "phase") {
+      e.kind = StreamEvent::Kind::kPhase;
+      const auto p = PhaseOf(HeaderText(j, "phase"));
+      if (!p) return fail(fmt::format("unknown phase \"{}\"", HeaderText(j, "phase")));
+      e.phase = *p;
+      uint64_t step = 0;
+      if (!count("step", step) || step > 1000000) return fail("a phase needs an integer \"step\"");
+      e.step = static_cast<int32_t>(step);
+    } else if (ev == "matmul" || ev == "conv") {
+      e.kind = ev == "matmul" ? StreamEvent::Kind::kMatmul : StreamEvent::Kind::kConv;
+      e.thread = HeaderText(j, "thread") == "backward" ? Thread::kBackward : Thread::kMain;
+      std::string op = HeaderText(j, "op");
+      if (op.empty()) op = ev == "matmul" ? "aten::mm" : "aten::convolution";
+      e.op = out.strings.Intern(op);
+      uint64_t bytes = 0;
+      if (count("bytes", bytes)) e.bytes = bytes;
+    } else if (ev == "empty_cache") {
+      e.kind = StreamEvent::Kind::kEmptyCache;
+    } else if (ev == "end") {
+      ended = true;
+      continue;
+    } else {
+      return fail(fmt::format("unknown event \"{}\"", ev));
+    }
+    out.events.push_back(e);
+  }
+  if (!header) return InvalidInput(fmt::format("{}: empty; not a tracer stream", where));
+  if (!ended) {
+    return InvalidInput(fmt::format(
+        "{}: truncated after line {} (no \"end\" line): the tracer did not finish; run it again",
+        where, line_no));
+  }
+  return out;
+}
+
+Result<TensorStream> ReadTracerStream(std::string_view path) {
+  std::ifstream in{std::string(path), std::ios::binary};
+  if (!in) return UsageError(fmt::format("{}: cannot be read", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseTracerStream(text.str(), path);
+}
+
+}  // namespace vramscope::predict
