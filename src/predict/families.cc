@@ -1131,7 +1131,7 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
   OptimizerSetup optimizer = setup.optimizer;
   optimizer.shards = shards;
   auto model = MakeModel(m, setup);
-  stream.Phase(0, model::RecordedPhase::kSetup);
+  stream.Phase(0, model::RecordedPhase::kSetup, "setup");
   model->Build(ops);
   if (auto* encoder = dynamic_cast<Encoder*>(model.get())) encoder->BuildHead(ops);
   stream.info.parameters = sim.parameter_elements();
@@ -1139,18 +1139,20 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
   stream.info.parameter_bytes = sim.parameter_bytes();
   stream.info.buffer_bytes = sim.buffer_bytes();
   const bool autocast = setup.precision.autocast.has_value();
+  using model::RecordedPhase;
+  // The loop of examples/training/train.py (and of most training scripts).
   for (int step = 1; step <= setup.steps; ++step) {
-    stream.Phase(step, model::RecordedPhase::kBeforeForward);
+    stream.Phase(step, RecordedPhase::kBeforeForward, "zero_grad");
     if (setup.zero_grad) sim.ZeroGrad(setup.set_to_none);
     StepTensors kept;
     for (int micro = 1; micro <= setup.grad_accum; ++micro) {
-      if (micro > 1) stream.Phase(step, model::RecordedPhase::kBeforeForward);
+      stream.Phase(step, RecordedPhase::kBeforeForward, "inputs");
       std::vector<TensorId> inputs = model->Inputs(ops);
-      stream.Phase(step, model::RecordedPhase::kForward);
+      stream.Phase(step, RecordedPhase::kForward, "forward");
       StepTensors t = model->Forward(ops, inputs);
       t.inputs = std::move(inputs);
       if (autocast) sim.EndAutocast();
-      stream.Phase(step, model::RecordedPhase::kBackward);
+      stream.Phase(step, RecordedPhase::kBackward, "backward");
       sim.Backward(t.loss);
       if (micro < setup.grad_accum) {
         for (const TensorId i : t.inputs) sim.Free(i);
@@ -1160,9 +1162,10 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
         kept = std::move(t);
       }
     }
-    stream.Phase(step, model::RecordedPhase::kOptimizer);
+    stream.Phase(step, RecordedPhase::kOptimizer, "optimizer");
     sim.OptimizerStep(optimizer);
     // The loop drops the batch, the output and the loss at the end of the step.
+    stream.Phase(step, RecordedPhase::kOptimizer, "step_end");
     for (const TensorId i : kept.inputs) sim.Free(i);
     sim.Free(kept.output);
     sim.Free(kept.loss);

@@ -112,7 +112,9 @@ class StepSimulator {
   TensorId Checkpoint(TensorId input, const std::function<TensorId(TensorId)>& block);
 
   // --- the step -----------------------------------------------------------------------------
-  void Phase(int32_t step, model::RecordedPhase phase) { out_.Phase(step, phase); }
+  void Phase(int32_t step, model::RecordedPhase phase, std::string_view label = {}) {
+    out_.Phase(step, phase, label);
+  }
   // loss.backward(): the gradient of the loss, the engine over every recorded node, and the
   // release of what the graph still holds.
   void Backward(TensorId loss);

@@ -39,7 +39,7 @@ struct StreamEvent {
   int32_t step = 0;
   uint64_t id = 0;
   uint64_t bytes = 0;
-  model::StringId name = model::kEmptyString;
+  model::StringId name = model::kEmptyString;  // kPhase: the loop's own name ("zero_grad")
   model::StringId op = model::kEmptyString;
 };
 
@@ -49,11 +49,14 @@ struct TensorStream {
   model::PredictionInfo info;
 
   // Helpers for producers.
-  void Phase(int32_t step, model::RecordedPhase phase) {
+  // `label` is the training loop's finer name for the phase ("zero_grad", "inputs",
+  // "step_end"), the names the goldens' sidecars use.
+  void Phase(int32_t step, model::RecordedPhase phase, std::string_view label = {}) {
     StreamEvent e;
     e.kind = StreamEvent::Kind::kPhase;
     e.step = step;
     e.phase = phase;
+    if (!label.empty()) e.name = strings.Intern(label);
     events.push_back(e);
   }
 };

@@ -147,6 +147,7 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
       const auto p = PhaseOf(HeaderText(j, "phase"));
       if (!p) return fail(fmt::format("unknown phase \"{}\"", HeaderText(j, "phase")));
       e.phase = *p;
+      e.name = out.strings.Intern(HeaderText(j, "phase"));
       uint64_t step = 0;
       if (!count("step", step) || step > 1000000) return fail("a phase needs an integer \"step\"");
       e.step = static_cast<int32_t>(step);
