@@ -79,6 +79,8 @@ LayerNormWeights MakeLayerNorm(Ops& ops, std::string_view name, uint64_t hidden,
 }
 
 // A linear that may carry a LoRA adapter (peft names: <name>.base_layer, lora_A.default, ...).
+// The targets are peft's defaults for each architecture: q_proj and v_proj (LLaMA, Qwen2),
+// c_attn (GPT-2), query and value (BERT, ViT).
 struct AdaptedLinear {
   LinearWeights base;
   LoraPair lora;
@@ -144,13 +146,13 @@ class Gpt2 : public Model {
       {
         Scope a(ops.sim(), "attn");
         b.c_attn = MakeAdapted(ops, "c_attn", m_.hidden, 3 * m_.hidden, true, s_, true);
-        b.c_proj = MakeAdapted(ops, "c_proj", m_.hidden, m_.hidden, true, s_, true);
+        b.c_proj = MakeAdapted(ops, "c_proj", m_.hidden, m_.hidden, true, s_, false);
       }
       b.ln_2 = MakeLayerNorm(ops, "ln_2", m_.hidden, true, s_.lora_rank == 0);
       {
         Scope f(ops.sim(), "mlp");
-        b.c_fc = MakeAdapted(ops, "c_fc", m_.hidden, Inner(), true, s_, true);
-        b.mlp_proj = MakeAdapted(ops, "c_proj", Inner(), m_.hidden, true, s_, true);
+        b.c_fc = MakeAdapted(ops, "c_fc", m_.hidden, Inner(), true, s_, false);
+        b.mlp_proj = MakeAdapted(ops, "c_proj", Inner(), m_.hidden, true, s_, false);
       }
       blocks_.push_back(b);
     }
@@ -291,12 +293,24 @@ class Gpt2 : public Model {
 
   TensorId Activation(Ops& ops, TensorId x) {
     if (m_.activation == "gelu_new") {
-      // NewGELUActivation written out: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
+      // NewGELUActivation written out: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 *
+      // pow(x, 3)))), evaluated left to right. Under autocast pow is an fp32 op (x is cast
+      // first) and type promotion keeps everything after it in fp32 (the H200 golden
+      // gpt2_b8s512_bf16amp holds three fp32 [b, s, 4h] tensors per layer at its peak).
       StepSimulator& sim = ops.sim();
-      const TensorId cube = ops.New(ops.Elements(x), ops.Dtype(x), "aten::pow");
-      sim.Node("PowBackward0", {x}, {cube}, {x}, [bytes = sim.Bytes(x)](BackwardContext& c) {
-        if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::pow_backward"));
-      });
+      const TensorId half = ops.MulScalar(x);
+      TensorId base = x;
+      if (ops.precision().autocast && ops.Dtype(x) != DType::kF32) {
+        base = ops.Cast(x, DType::kF32);
+      } else {
+        sim.Ref(base);
+      }
+      const TensorId cube = ops.New(ops.Elements(base), ops.Dtype(base), "aten::pow");
+      sim.Node("PowBackward0", {base}, {cube}, {base},
+               [bytes = sim.Bytes(base)](BackwardContext& c) {
+                 if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::pow_backward"));
+               });
+      sim.Free(base);
       const TensorId scaled = ops.MulScalar(cube);
       sim.Free(cube);
       const TensorId inner = ops.Add(x, scaled);
@@ -308,7 +322,6 @@ class Gpt2 : public Model {
       const TensorId one_plus = ops.New(ops.Elements(t), ops.Dtype(t), "aten::add");
       sim.Node("AddBackward1", {t}, {one_plus}, {}, [](BackwardContext& c) { c.PassGrad(0); });
       sim.Free(t);
-      const TensorId half = ops.MulScalar(x);
       const TensorId y = ops.Mul(half, one_plus);
       sim.Free(half);
       sim.Free(one_plus);
@@ -352,9 +365,9 @@ class Llama : public Model {
         {
           Scope a(ops.sim(), "self_attn");
           layer.q = MakeAdapted(ops, "q_proj", h, h, m_.qkv_bias, s_, true);
-          layer.k = MakeAdapted(ops, "k_proj", h, kv, m_.qkv_bias, s_, true);
+          layer.k = MakeAdapted(ops, "k_proj", h, kv, m_.qkv_bias, s_, false);
           layer.v = MakeAdapted(ops, "v_proj", h, kv, m_.qkv_bias, s_, true);
-          layer.o = MakeAdapted(ops, "o_proj", h, h, false, s_, true);
+          layer.o = MakeAdapted(ops, "o_proj", h, h, false, s_, false);
         }
         {
           Scope f(ops.sim(), "mlp");
@@ -573,20 +586,20 @@ class Encoder : public Model {
         {
           Scope s(ops.sim(), "attention");
           layer.q = MakeAdapted(ops, "query", h, h, true, s_, true);
-          layer.k = MakeAdapted(ops, "key", h, h, true, s_, true);
+          layer.k = MakeAdapted(ops, "key", h, h, true, s_, false);
           layer.v = MakeAdapted(ops, "value", h, h, true, s_, true);
         }
-        layer.o = MakeAdapted(ops, "output.dense", h, h, true, s_, true);
+        layer.o = MakeAdapted(ops, "output.dense", h, h, true, s_, false);
       } else {
         Scope a(ops.sim(), "attention");
         {
           Scope s(ops.sim(), "self");
           layer.q = MakeAdapted(ops, "query", h, h, true, s_, true);
-          layer.k = MakeAdapted(ops, "key", h, h, true, s_, true);
+          layer.k = MakeAdapted(ops, "key", h, h, true, s_, false);
           layer.v = MakeAdapted(ops, "value", h, h, true, s_, true);
         }
         Scope o(ops.sim(), "output");
-        layer.o = MakeAdapted(ops, "dense", h, h, true, s_, true);
+        layer.o = MakeAdapted(ops, "dense", h, h, true, s_, false);
         layer.ln1 = MakeLayerNorm(ops, "LayerNorm", h, true, t);
       }
       layer.inter = MakeAdapted(ops, "intermediate.dense", h, m_.intermediate, true, s_, false);

@@ -199,7 +199,9 @@ TensorId Ops::Relu(TensorId x, bool inplace) {
 }
 
 TensorId Ops::Mul(TensorId a, TensorId b) {
-  const TensorId y = New(Elements(a), Dtype(a), "aten::mul");
+  // Type promotion: bf16 * fp32 is fp32.
+  const DType d = ElementSize(Dtype(a)) >= ElementSize(Dtype(b)) ? Dtype(a) : Dtype(b);
+  const TensorId y = New(std::max(Elements(a), Elements(b)), d, "aten::mul");
   const uint64_t ba = sim_.Bytes(a), bb = sim_.Bytes(b);
   sim_.Node("MulBackward0", {a, b}, {y}, {a, b}, [ba, bb](BackwardContext& c) {
     if (c.Needs(0)) c.GiveGrad(0, c.New(ba, "aten::mul"));

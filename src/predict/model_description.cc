@@ -229,11 +229,63 @@ Result<ModelSpec> FromHfConfig(const json& j, std::string_view where) {
     uint64_t labels = 2;
     if (j.contains("id2label") && j["id2label"].is_object()) labels = j["id2label"].size();
     m.num_labels = f.Count("num_labels", labels);
+  } else if (type == "resnet") {
+    // transformers' ResNetConfig fields (depths, layer_type, hidden_sizes), plus num_labels and
+    // image_size for the input.
+    std::vector<uint64_t> depths = {2, 2, 2, 2};
+    if (j.contains("depths")) {
+      depths.clear();
+      if (!j["depths"].is_array() || j["depths"].empty() || j["depths"].size() > 8) {
+        f.Fail("/depths must be an array of 1 to 8 block counts");
+      } else {
+        for (const json& d : j["depths"]) {
+          if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > 256) {
+            f.Fail("/depths must hold positive block counts");
+            break;
+          }
+          depths.push_back(d.get<uint64_t>());
+        }
+      }
+    }
+    const std::string layer = f.Text("layer_type", "basic");
+    if (layer != "basic" && layer != "bottleneck") {
+      f.Fail(fmt::format("/layer_type is \"{}\"; it must be \"basic\" or \"bottleneck\"", layer));
+    }
+    m = Resnet(depths, layer == "bottleneck", m.label);
+    if (j.contains("hidden_sizes") && j["hidden_sizes"].is_array() &&
+        j["hidden_sizes"].size() == depths.size()) {
+      m.widths.clear();
+      for (const json& w : j["hidden_sizes"]) {
+        if (!w.is_number_integer() || w.get<int64_t>() < 1) {
+          f.Fail("/hidden_sizes must hold positive widths");
+          break;
+        }
+        // transformers gives the output width of a stage: 4x the inner width for bottlenecks.
+        m.widths.push_back(w.get<uint64_t>() / (m.bottleneck ? 4 : 1));
+      }
+    } else {
+      m.widths.resize(depths.size());
+      for (size_t i = 0; i < depths.size(); ++i)
+        m.widths[i] = uint64_t{64} << std::min<size_t>(i, 6);
+    }
+    m.num_labels = f.Count("num_labels", 1000);
+    m.image_size = f.Count("image_size", 224);
+    m.channels = f.Count("num_channels", 3);
   } else {
     f.Fail(fmt::format(
-        "/model_type is \"{}\"; vramscope predicts gpt2, llama, mistral, qwen2, bert, roberta "
-        "and vit configs (or use a preset, a layer list, or the tracer for other models)",
+        "/model_type is \"{}\"; vramscope predicts gpt2, llama, mistral, qwen2, bert, roberta, "
+        "vit and resnet configs (or use a preset, a layer list, or the tracer for other models)",
         type));
+  }
+  // transformers' attention implementation: "eager" writes attention out (an s x s tensor per
+  // head); "sdpa" and the flash variants use fused kernels.
+  const std::string attention = f.Text("attn_implementation", f.Text("_attn_implementation", ""));
+  if (attention == "eager") {
+    m.attention = "eager";
+  } else if (!attention.empty() && attention != "sdpa" &&
+             attention.find("flash") == std::string::npos) {
+    f.Fail(fmt::format("/attn_implementation is \"{}\"; use eager, sdpa or flash_attention_2",
+                       attention));
   }
   if (m.heads > 0 && m.hidden % m.heads != 0) {
     f.Fail(fmt::format("the hidden size {} is not a multiple of the {} attention heads", m.hidden,

@@ -71,7 +71,7 @@ struct TrainingSetup {
   bool checkpointing = false;
   int lora_rank = 0;
   double lora_alpha = 16;
-  double lora_dropout = 0.05;
+  double lora_dropout = 0;  // peft's default
   ZeroMode zero = ZeroMode::kNone;
   int world_size = 1;
 };
