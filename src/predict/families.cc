@@ -241,8 +241,9 @@ class Gpt2 : public Model {
       // split + view + transpose are views of qkv: q, k and v share its storage.
       const TensorId ctx = Attention(ops, qkv, qkv, qkv, b, heads, heads, s, d);
       sim.Free(qkv);
-      // transpose(1, 2).reshape(...).contiguous(): a copy.
-      const TensorId merged = ops.Copy(ctx, "aten::clone");
+      // transpose(1, 2).reshape(...).contiguous(): a copy after the written-out attention; the
+      // fused kernels already lay their output out as [b, s, heads, d], so it is a no-op.
+      const TensorId merged = MergeHeads(ops, ctx);
       sim.Free(ctx);
       {
         Scope c(sim, "c_proj");
@@ -330,6 +331,12 @@ class Gpt2 : public Model {
     if (m_.activation == "relu") return ops.Relu(x, false);
     if (m_.activation == "silu") return ops.Silu(x);
     return ops.Gelu(x);
+  }
+
+  TensorId MergeHeads(Ops& ops, TensorId ctx) {
+    if (m_.attention == "eager") return ops.Copy(ctx, "aten::clone");
+    ops.sim().Ref(ctx);
+    return ctx;
   }
 
   TensorId Attention(Ops& ops, TensorId q, TensorId k, TensorId v, uint64_t b, uint64_t heads,
@@ -494,7 +501,10 @@ class Llama : public Model {
       sim.Free(qr);
       sim.Free(kr);
       sim.Free(v);
-      const TensorId merged = ops.Copy(ctx, "aten::clone");
+      // The fused kernels' output is laid out [b, s, heads, d]: transpose + contiguous copy
+      // nothing.
+      const TensorId merged = ctx;
+      sim.Ref(merged);
       sim.Free(ctx);
       {
         Scope p(sim, "o_proj");
@@ -759,7 +769,12 @@ class Encoder : public Model {
     sim.Free(q);
     sim.Free(k);
     sim.Free(v);
-    const TensorId merged = ops.Copy(ctx, "aten::clone");
+    TensorId merged = ctx;
+    if (m_.attention == "eager") {
+      merged = ops.Copy(ctx, "aten::clone");
+    } else {
+      sim.Ref(merged);  // fused kernels write [b, s, heads, d]: contiguous() copies nothing
+    }
     sim.Free(ctx);
     const TensorId o = Apply(ops, layer.o, merged, rows, s_);
     sim.Free(merged);
@@ -1055,7 +1070,8 @@ class LayerList : public Model {
         const TensorId qkv = ops.Linear(x, b.linear, rows);
         const TensorId ctx = ops.FusedAttention(qkv, qkv, qkv, s_.batch, l.heads, l.heads, seq, d);
         sim.Free(qkv);
-        const TensorId merged = ops.Copy(ctx);
+        const TensorId merged = ctx;  // [b, s, heads, d] already: no copy
+        sim.Ref(merged);
         sim.Free(ctx);
         y = ops.Linear(merged, b.linear2, rows);
         sim.Free(merged);
