@@ -153,6 +153,15 @@ TensorId Ops::LoraLinear(TensorId x, const LinearWeights& base, const LinearWeig
 
 namespace {
 
+// a * b saves b when a needs a gradient and a when b does (MulBackward0): with a frozen weight
+// (LoRA) the other operand is not kept.
+std::vector<TensorId> MulSaves(const StepSimulator& sim, TensorId a, TensorId b) {
+  std::vector<TensorId> saved;
+  if (sim.RequiresGrad(b)) saved.push_back(a);
+  if (sim.RequiresGrad(a)) saved.push_back(b);
+  return saved;
+}
+
 // An elementwise op whose backward allocates one gradient of the input's size.
 TensorId Elementwise(Ops& ops, TensorId x, std::string_view op, std::string_view node,
                      bool save_input, bool save_output) {
@@ -203,7 +212,7 @@ TensorId Ops::Mul(TensorId a, TensorId b) {
   const DType d = ElementSize(Dtype(a)) >= ElementSize(Dtype(b)) ? Dtype(a) : Dtype(b);
   const TensorId y = New(std::max(Elements(a), Elements(b)), d, "aten::mul");
   const uint64_t ba = sim_.Bytes(a), bb = sim_.Bytes(b);
-  sim_.Node("MulBackward0", {a, b}, {y}, {a, b}, [ba, bb](BackwardContext& c) {
+  sim_.Node("MulBackward0", {a, b}, {y}, MulSaves(sim_, a, b), [ba, bb](BackwardContext& c) {
     if (c.Needs(0)) c.GiveGrad(0, c.New(ba, "aten::mul"));
     if (c.Needs(1)) c.GiveGrad(1, c.New(bb, "aten::mul"));
   });
@@ -301,14 +310,15 @@ TensorId Ops::RmsNorm(TensorId x, const Weight& gamma, uint64_t rows, uint64_t h
   // h * inv (broadcast): saves both.
   const TensorId normed = New(rows * hidden, DType::kF32, "aten::mul");
   const uint64_t bh = sim_.Bytes(h), bi = sim_.Bytes(inv);
-  sim_.Node("MulBackward0", {h, inv}, {normed}, {h, inv}, [bh, bi](BackwardContext& c) {
-    if (c.Needs(0)) c.GiveGrad(0, c.New(bh, "aten::mul"));
-    if (c.Needs(1)) {
-      const TensorId full = c.New(bh, "aten::mul");
-      c.GiveGrad(1, c.New(bi, "aten::sum"));
-      c.Free(full);
-    }
-  });
+  sim_.Node("MulBackward0", {h, inv}, {normed}, MulSaves(sim_, h, inv),
+            [bh, bi](BackwardContext& c) {
+              if (c.Needs(0)) c.GiveGrad(0, c.New(bh, "aten::mul"));
+              if (c.Needs(1)) {
+                const TensorId full = c.New(bh, "aten::mul");
+                c.GiveGrad(1, c.New(bi, "aten::sum"));
+                c.Free(full);
+              }
+            });
   sim_.Free(inv);
   sim_.Free(h);
   TensorId back = normed;
@@ -322,14 +332,15 @@ TensorId Ops::RmsNorm(TensorId x, const Weight& gamma, uint64_t rows, uint64_t h
       ElementSize(precision_.param) > ElementSize(in_dtype) ? precision_.param : in_dtype;
   const TensorId y = New(rows * hidden, out_dtype, "aten::mul");
   const uint64_t bw = sim_.Bytes(gamma.t), bx = sim_.Bytes(back);
-  sim_.Node("MulBackward0", {gamma.t, back}, {y}, {gamma.t, back}, [bw, bx](BackwardContext& c) {
-    if (c.Needs(0)) {
-      const TensorId full = c.New(bx * 2, "aten::mul");
-      c.GiveGrad(0, c.New(bw, "aten::sum"));
-      c.Free(full);
-    }
-    if (c.Needs(1)) c.GiveGrad(1, c.New(bx, "aten::mul"));
-  });
+  sim_.Node("MulBackward0", {gamma.t, back}, {y}, MulSaves(sim_, gamma.t, back),
+            [bw, bx](BackwardContext& c) {
+              if (c.Needs(0)) {
+                const TensorId full = c.New(bx * 2, "aten::mul");
+                c.GiveGrad(0, c.New(bw, "aten::sum"));
+                c.Free(full);
+              }
+              if (c.Needs(1)) c.GiveGrad(1, c.New(bx, "aten::mul"));
+            });
   sim_.Free(back);
   return y;
 }
@@ -538,25 +549,27 @@ TensorId Ops::MseLoss(TensorId out, TensorId target) {
 }
 
 TensorId Ops::CrossEntropy(TensorId logits, uint64_t rows, uint64_t classes) {
-  // log_softmax (fp32 under autocast) saves its output; nll_loss saves it again with the
-  // target and writes a scalar and total_weight.
-  TensorId x = logits;
-  if (precision_.autocast && Dtype(logits) != DType::kF32) {
-    x = Cast(logits, DType::kF32);
-  } else {
-    sim_.Ref(x);
-  }
+  // F.cross_entropy = log_softmax + nll_loss. log_softmax runs in the logits' dtype and saves
+  // its output; under autocast nll_loss is an fp32 op, so its input is a cast of that output,
+  // which it saves (golden bert_b16s512_bf16amp, events 1061-1246: bf16 log-probabilities,
+  // their fp32 copy; in backward the fp32 gradient, its bf16 copy, then the logits' gradient).
   const TensorId logp =
-      Elementwise(*this, x, "aten::_log_softmax", "LogSoftmaxBackward0", false, true);
-  sim_.Free(x);
+      Elementwise(*this, logits, "aten::_log_softmax", "LogSoftmaxBackward0", false, true);
+  TensorId nll_in = logp;
+  if (precision_.autocast && Dtype(logp) != DType::kF32) {
+    nll_in = Cast(logp, DType::kF32);
+  } else {
+    sim_.Ref(nll_in);
+  }
+  sim_.Free(logp);
   const TensorId loss = New(1, DType::kF32, "aten::nll_loss_forward");
   const TensorId total_weight = New(1, DType::kF32, "aten::nll_loss_forward");
-  const uint64_t gl = rows * classes * 4;
-  sim_.Node("NllLossBackward0", {logp}, {loss}, {logp, total_weight}, [gl](BackwardContext& c) {
+  const uint64_t gl = rows * classes * ElementSize(Dtype(nll_in));
+  sim_.Node("NllLossBackward0", {nll_in}, {loss}, {nll_in, total_weight}, [gl](BackwardContext& c) {
     if (c.Needs(0)) c.GiveGrad(0, c.New(gl, "aten::nll_loss_backward"));
   });
   sim_.Free(total_weight);
-  sim_.Free(logp);
+  sim_.Free(nll_in);
   return loss;
 }
 
