@@ -1,5 +1,7 @@
 #include "report/json_summary.h"
 
+#include "report/prediction_fit.h"
+
 namespace vramscope::report {
 
 namespace {
@@ -11,6 +13,41 @@ nlohmann::json TimeOrNull(int64_t v) {
   return v == model::kNoTime ? nlohmann::json(nullptr) : nlohmann::json(v);
 }
 
+// What a prediction assumed and found (null for a measured trace), with whether it fits the GPU's
+// capacity when one was given (report/prediction_fit.h).
+nlohmann::json Prediction(const ReportInput& in) {
+  using nlohmann::json;
+  if (!in.trace.prediction) return json(nullptr);
+  const model::PredictionInfo& p = *in.trace.prediction;
+  json facts = json::object();
+  for (const auto& [key, value] : p.facts) facts[key] = value;
+  json out = {
+      {"model", p.model},
+      {"setup", p.setup},
+      {"gpu", p.gpu},
+      {"torch_version", p.torch_version},
+      {"parameters", p.parameters},
+      {"trainable_parameters", p.trainable_parameters},
+      {"parameter_bytes", p.parameter_bytes},
+      {"buffer_bytes", p.buffer_bytes},
+      {"capacity_bytes", p.capacity},  // 0: unlimited
+      {"facts", facts},
+      {"assumptions", p.assumptions},
+  };
+  if (const auto fit = FitOfPrediction(in)) {
+    out["peak_reserved_bytes"] = fit->peak_reserved;
+    out["needed_bytes"] = fit->needed;
+    out["fits"] = fit->fits;
+    out["headroom_bytes"] = fit->headroom;
+    out["oom"] = fit->oom ? json{{"device", fit->oom_device},
+                                 {"event", fit->oom_event},
+                                 {"requested_bytes", fit->oom_requested},
+                                 {"reserved_bytes", fit->reserved_at_oom}}
+                          : json(nullptr);
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
@@ -18,6 +55,9 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
   const model::Trace& t = in.trace;
   json out;
   out["tool"] = {{"name", "vramscope"}, {"version", kToolVersion}};
+  // A prediction measured nothing: its figures are what `vramscope predict` expects.
+  out["predicted"] = IsPredictedTrace(t);
+  out["prediction"] = Prediction(in);
   out["source"] = {
       {"path", t.source.path},
       {"format", t.source.format},

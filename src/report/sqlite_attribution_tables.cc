@@ -1,3 +1,10 @@
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "report/prediction_fit.h"
 #include "report/sqlite_tables.h"
 
 namespace vramscope::report {
@@ -44,6 +51,59 @@ Status WriteAttributionTables(Db& db, const ReportInput& in, uint64_t* rows) {
     }
   }
   *rows += phase.rows() + iteration.rows() + owner.rows() + point.rows();
+  return Status::Ok();
+}
+
+// What `vramscope predict` assumed and found. Fixed keys first, then the verdict against the
+// capacity when one was given (report/prediction_fit.h), assumption.1, assumption.2, ... and the
+// prediction's own facts under their keys (fact.KEY where a key is taken).
+Status WritePredictionTable(Db& db, const ReportInput& in, uint64_t* rows) {
+  if (!in.trace.prediction) return Status::Ok();
+  const model::PredictionInfo& p = *in.trace.prediction;
+  std::vector<std::pair<std::string, std::string>> entries = {
+      {"model", p.model},
+      {"setup", p.setup},
+      {"gpu", p.gpu},
+      {"torch_version", p.torch_version},
+      {"parameters", std::to_string(p.parameters)},
+      {"trainable_parameters", std::to_string(p.trainable_parameters)},
+      {"parameter_bytes", std::to_string(p.parameter_bytes)},
+      {"buffer_bytes", std::to_string(p.buffer_bytes)},
+      {"capacity_bytes", std::to_string(p.capacity)},
+  };
+  if (const auto fit = FitOfPrediction(in)) {
+    entries.emplace_back("peak_reserved_bytes", std::to_string(fit->peak_reserved));
+    entries.emplace_back("needed_bytes", std::to_string(fit->needed));
+    entries.emplace_back("fits", fit->fits ? "true" : "false");
+    entries.emplace_back("headroom_bytes", std::to_string(fit->headroom));
+    if (fit->oom) {
+      entries.emplace_back("oom_event", std::to_string(fit->oom_event));
+      entries.emplace_back("oom_requested_bytes", std::to_string(fit->oom_requested));
+      entries.emplace_back("oom_reserved_bytes", std::to_string(fit->reserved_at_oom));
+    }
+  }
+  for (size_t i = 0; i < p.assumptions.size(); ++i) {
+    entries.emplace_back("assumption." + std::to_string(i + 1), p.assumptions[i]);
+  }
+  std::set<std::string> fixed;
+  for (const auto& entry : entries) fixed.insert(entry.first);
+  std::map<std::string, size_t> fact_rows;
+  for (const auto& [key, value] : p.facts) {
+    std::string name = key;
+    if (name.empty() || fixed.count(name) != 0 || name.rfind("assumption.", 0) == 0) {
+      name = "fact." + key;
+    }
+    // A fact given twice keeps its last value, as in the JSON summary.
+    const auto [it, added] = fact_rows.emplace(name, entries.size());
+    if (added) {
+      entries.emplace_back(std::move(name), value);
+    } else {
+      entries[it->second].second = value;
+    }
+  }
+  Insert row(db, "INSERT INTO vramscope_prediction VALUES (?, ?)");
+  for (const auto& [key, value] : entries) RETURN_IF_ERROR(row.Row(key, value));
+  *rows += row.rows();
   return Status::Ok();
 }
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "report/prediction_fit.h"
 #include "report/sqlite_tables.h"
 
 namespace vramscope::report {
@@ -178,6 +179,10 @@ CREATE TABLE vramscope_sim_notes (
   PRIMARY KEY (run, seq)) WITHOUT ROWID;
 )sql";
 
+// Only in the reports of `vramscope predict`: what the prediction assumed (key/value rows).
+const char* const kPredictionSchema =
+    "CREATE TABLE vramscope_prediction (key TEXT PRIMARY KEY, value TEXT);";
+
 // Devices that hold memory: the rows of vramscope_devices.
 std::string DeviceList(const analysis::Summary& summary) {
   std::vector<int32_t> devices;
@@ -269,6 +274,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
         {"source_bytes", std::to_string(src.file_bytes)},
         {"pickle_protocol", std::to_string(src.pickle_protocol)},
         {"built_in_example", src.built_in_example ? "1" : "0"},
+        {"predicted", IsPredictedTrace(t) ? "true" : "false"},
         {"project_root", in.project_root.path()},
         {"devices", DeviceList(in.summary)},
         {"has_trace", f.has_trace ? "1" : "0"},
@@ -478,6 +484,10 @@ Status WriteSqliteReport(const std::string& path, const ReportInput& input,
   RETURN_IF_ERROR(WriteSkylineTables(db, input, &rows));
   RETURN_IF_ERROR(WriteVramscopeTables(db, input, &rows));
   RETURN_IF_ERROR(WriteSimulationTables(db, input, &rows));
+  if (IsPredictedTrace(input.trace)) {
+    RETURN_IF_ERROR(db.Exec(kPredictionSchema));
+    RETURN_IF_ERROR(WritePredictionTable(db, input, &rows));
+  }
   RETURN_IF_ERROR(db.Exec("COMMIT"));
   if (info != nullptr) {
     info->rows = rows;

@@ -5,12 +5,18 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <sstream>
 
 #include "analysis/analyze.h"
+#include "common/gzip.h"
+#include "report/json_summary.h"
+#include "report/terminal_summary.h"
+#include "report/viewer_data.h"
 #include "sources/snapshot/snapshot_source.h"
 
 namespace vramscope::report {
@@ -200,6 +206,276 @@ TEST_F(ExampleReport, EntriesStacksAndSizes) {
   EXPECT_EQ(db.One("SELECT value FROM vramscope_metadata WHERE key = 'source_generation'"),
             "torch 2.5+");
   EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_allocations WHERE category = ''"), "0");
+}
+
+TEST_F(ExampleReport, MeasuredReportsSayTheyAreNotPredicted) {
+  Database db(path_);
+  EXPECT_EQ(db.One("SELECT value FROM vramscope_metadata WHERE key = 'predicted'"), "false");
+  EXPECT_EQ(db.One("SELECT count(*) FROM sqlite_master WHERE name = 'vramscope_prediction'"), "0");
+  const ReportInput input{*trace_,
+                          analysis_->timelines,
+                          analysis_->attribution,
+                          analysis_->summary,
+                          analysis_->entries,
+                          *analysis_->sites,
+                          *root_,
+                          sims_.get(),
+                          &analysis_->category_timelines,
+                          analysis_->owners.get()};
+  const nlohmann::json json = RenderJsonSummary(input, 10);
+  EXPECT_EQ(json["predicted"], false);
+  EXPECT_TRUE(json["prediction"].is_null());
+  const std::string text = RenderTerminalSummary(input, {});
+  EXPECT_EQ(text.rfind("vramscope report: ", 0), 0u) << text;
+  EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("PREDICTED")));
+  EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("predicted peak")));
+  EXPECT_THAT(text, ::testing::HasSubstr("  peak allocated  "));
+  auto viewer = LoadViewerReport(path_);
+  ASSERT_TRUE(viewer.ok()) << viewer.status().message();
+  EXPECT_FALSE(viewer->predicted);
+  EXPECT_EQ(viewer->kind, "measured");
+  EXPECT_TRUE(viewer->prediction.is_null());
+}
+
+constexpr uint64_t kMiB = 1 << 20;
+
+// A prediction made by hand, the way `vramscope predict` lays one out: one 20 MiB segment,
+// allocations of 4 MiB (freed) and 8 MiB (alive at the end), so the peaks are 12 MiB allocated
+// and 20 MiB reserved; `capacity` is what the GPU has for the allocator.
+class PredictedReport {
+ public:
+  // `oom`: the prediction ends with a request of 8 MiB the allocator could not place.
+  explicit PredictedReport(uint64_t capacity, bool oom = false) {
+    model::Trace& t = trace_;
+    t.devices = {0};
+    model::Segment seg;
+    seg.address = 0x7f0000000000;
+    seg.total_size = 20 * kMiB;
+    seg.allocated_size = 8 * kMiB;
+    seg.active_size = 8 * kMiB;
+    seg.requested_size = 8 * kMiB;
+    seg.block_count = 3;
+    t.segments.push_back(seg);
+    auto block = [&](uint64_t addr, uint64_t size, model::BlockState state) {
+      model::Block b;
+      b.address = addr;
+      b.size = size;
+      b.requested_size = state == model::BlockState::kInactive ? 0 : size;
+      b.state = state;
+      t.blocks.push_back(b);
+    };
+    block(seg.address, 4 * kMiB, model::BlockState::kInactive);
+    block(seg.address + 4 * kMiB, 8 * kMiB, model::BlockState::kActiveAllocated);
+    block(seg.address + 12 * kMiB, 8 * kMiB, model::BlockState::kInactive);
+    model::Events& e = t.events;
+    e.Push(model::Action::kSegmentAlloc, 0, seg.address, 20 * kMiB, 0, model::kNoTime, 0);
+    e.Push(model::Action::kAlloc, 0, seg.address, 4 * kMiB, 0, model::kNoTime, 0);
+    e.Push(model::Action::kAlloc, 0, seg.address + 4 * kMiB, 8 * kMiB, 0, model::kNoTime, 0);
+    e.Push(model::Action::kFreeRequested, 0, seg.address, 4 * kMiB, 0, model::kNoTime, 0);
+    e.Push(model::Action::kFreeCompleted, 0, seg.address, 4 * kMiB, 0, model::kNoTime, 0);
+    if (oom) e.Push(model::Action::kOom, 0, 0, 8 * kMiB, 0, model::kNoTime, 0);
+    t.device_event_ranges = {{0, e.count()}};
+    t.facts.has_allocator_state = true;
+    t.facts.has_trace = true;
+    t.facts.has_segment_events = true;
+    t.facts.predicted = true;
+    t.source.format = "vramscope prediction";
+    t.source.generation = "predicted";
+    model::PredictionInfo p;
+    p.model = "gpt2 (built-in family: GPT-2)";
+    p.setup = "batch 8, seq 1024, bf16 autocast, AdamW (foreach), 3 steps";
+    p.gpu = "test GPU";
+    p.torch_version = "2.5";
+    p.parameters = 124439808;
+    p.trainable_parameters = 124439808;
+    p.parameter_bytes = 497759232;
+    p.buffer_bytes = 4194304;
+    p.capacity = capacity;
+    p.facts = {{"optimizer state", "2 fp32 tensors per parameter"}, {"model", "taken key"}};
+    p.assumptions = {"no activation checkpointing", "cuBLAS workspace 8 MiB"};
+    t.prediction = std::move(p);
+    model::BuildAllocations(t);
+    root_ = std::make_unique<analysis::ProjectRoot>("");
+    analysis_ = std::make_unique<analysis::Analysis>(analysis::Analyze(t, *root_));
+    input_ = std::make_unique<ReportInput>(
+        ReportInput{t, analysis_->timelines, analysis_->attribution, analysis_->summary,
+                    analysis_->entries, *analysis_->sites, *root_, nullptr,
+                    &analysis_->category_timelines, analysis_->owners.get()});
+    path_ = (std::filesystem::temp_directory_path() /
+             ("vramscope_prediction_test_" + std::to_string(getpid()) + ".sqlite"))
+                .string();
+    std::filesystem::remove(path_);
+    status_ = WriteSqliteReport(path_, *input_, &info_);
+  }
+  ~PredictedReport() { std::filesystem::remove(path_); }
+
+  model::Trace trace_;
+  std::unique_ptr<analysis::ProjectRoot> root_;
+  std::unique_ptr<analysis::Analysis> analysis_;
+  std::unique_ptr<ReportInput> input_;
+  std::string path_;
+  Status status_ = Status::Ok();
+  SqliteReportInfo info_;
+};
+
+TEST(PredictedReport, DatabaseHoldsThePrediction) {
+  PredictedReport r(80 * kMiB);
+  ASSERT_TRUE(r.status_.ok()) << r.status_.message();
+  ASSERT_EQ(r.analysis_->summary.devices.size(), 1u);
+  EXPECT_EQ(r.analysis_->summary.devices[0].peak_allocated, static_cast<int64_t>(12 * kMiB));
+  EXPECT_EQ(r.analysis_->summary.devices[0].peak_reserved, static_cast<int64_t>(20 * kMiB));
+  Database db(r.path_);
+  EXPECT_EQ(db.One("SELECT value FROM vramscope_metadata WHERE key = 'predicted'"), "true");
+  EXPECT_EQ(r.info_.vramscope_tables, 27);  // the 26 of every report and vramscope_prediction
+  EXPECT_EQ(db.Query("SELECT key, value FROM vramscope_prediction ORDER BY rowid"),
+            (std::vector<std::vector<std::string>>{
+                {"model", "gpt2 (built-in family: GPT-2)"},
+                {"setup", "batch 8, seq 1024, bf16 autocast, AdamW (foreach), 3 steps"},
+                {"gpu", "test GPU"},
+                {"torch_version", "2.5"},
+                {"parameters", "124439808"},
+                {"trainable_parameters", "124439808"},
+                {"parameter_bytes", "497759232"},
+                {"buffer_bytes", "4194304"},
+                {"capacity_bytes", "83886080"},
+                {"peak_reserved_bytes", "20971520"},
+                {"needed_bytes", "20971520"},
+                {"fits", "true"},
+                {"headroom_bytes", "62914560"},
+                {"assumption.1", "no activation checkpointing"},
+                {"assumption.2", "cuBLAS workspace 8 MiB"},
+                {"optimizer state", "2 fp32 tensors per parameter"},
+                {"fact.model", "taken key"},
+            }));
+  // The Skyline tables are the same as for a measured report.
+  EXPECT_EQ(db.One("SELECT size_bytes FROM misc_sizes WHERE key = 'peak_usage_bytes'"),
+            std::to_string(12 * kMiB));
+}
+
+TEST(PredictedReport, JsonSummaryHoldsThePrediction) {
+  PredictedReport r(16 * kMiB);  // less than the 20 MiB peak reserved
+  ASSERT_TRUE(r.status_.ok()) << r.status_.message();
+  const nlohmann::json json = RenderJsonSummary(*r.input_, 10);
+  EXPECT_EQ(json["predicted"], true);
+  const nlohmann::json& p = json["prediction"];
+  ASSERT_TRUE(p.is_object()) << json.dump(2);
+  EXPECT_EQ(p["model"], "gpt2 (built-in family: GPT-2)");
+  EXPECT_EQ(p["setup"], "batch 8, seq 1024, bf16 autocast, AdamW (foreach), 3 steps");
+  EXPECT_EQ(p["gpu"], "test GPU");
+  EXPECT_EQ(p["torch_version"], "2.5");
+  EXPECT_EQ(p["parameters"], 124439808);
+  EXPECT_EQ(p["trainable_parameters"], 124439808);
+  EXPECT_EQ(p["parameter_bytes"], 497759232);
+  EXPECT_EQ(p["buffer_bytes"], 4194304);
+  EXPECT_EQ(p["capacity_bytes"], 16 * kMiB);
+  EXPECT_EQ(p["fits"], false);
+  EXPECT_EQ(p["headroom_bytes"], -static_cast<int64_t>(4 * kMiB));
+  EXPECT_EQ(p["peak_reserved_bytes"], 20 * kMiB);
+  EXPECT_EQ(p["needed_bytes"], 20 * kMiB);
+  EXPECT_TRUE(p["oom"].is_null());
+  EXPECT_EQ(p["facts"]["optimizer state"], "2 fp32 tensors per parameter");
+  EXPECT_EQ(p["assumptions"],
+            nlohmann::json::array({"no activation checkpointing", "cuBLAS workspace 8 MiB"}));
+  // Without a capacity there is nothing to fit into.
+  r.trace_.prediction->capacity = 0;
+  const nlohmann::json unlimited = RenderJsonSummary(*r.input_, 10);
+  EXPECT_EQ(unlimited["prediction"]["capacity_bytes"], 0);
+  EXPECT_FALSE(unlimited["prediction"].contains("fits"));
+  EXPECT_FALSE(unlimited["prediction"].contains("headroom_bytes"));
+}
+
+TEST(PredictedReport, TerminalSummaryOpensWithWhatWasAssumed) {
+  PredictedReport r(80 * kMiB);
+  ASSERT_TRUE(r.status_.ok()) << r.status_.message();
+  const std::string text = RenderTerminalSummary(*r.input_, {});
+  std::cout << text;
+  EXPECT_EQ(text.rfind("PREDICTED (vramscope predict, no GPU measured)\n", 0), 0u) << text;
+  using ::testing::HasSubstr;
+  using ::testing::Not;
+  EXPECT_THAT(text, HasSubstr("  model             gpt2 (built-in family: GPT-2)\n"));
+  EXPECT_THAT(text, HasSubstr("  GPU               test GPU, 80.00 MiB for the allocator\n"));
+  EXPECT_THAT(text, HasSubstr("  torch             2.5\n"));
+  EXPECT_THAT(text, HasSubstr("  parameters        124,439,808 (124.4 M), 124,439,808 (124.4 M) "
+                              "trainable\n"));
+  EXPECT_THAT(text, HasSubstr("  parameter bytes   474.70 MiB (497,759,232 B)\n"));
+  EXPECT_THAT(text, HasSubstr("  optimizer state   2 fp32 tensors per parameter\n"));
+  EXPECT_THAT(text, HasSubstr("  fits: yes, peak reserved 20.00 MiB of 80.00 MiB (75.0% "
+                              "headroom)\n"));
+  EXPECT_THAT(text, HasSubstr("  assumptions:\n    no activation checkpointing\n    cuBLAS "
+                              "workspace 8 MiB\n"));
+  EXPECT_THAT(text, HasSubstr("  predicted peak allocated  12.00 MiB (12,582,912 B)"));
+  EXPECT_THAT(text, HasSubstr("  predicted peak reserved   20.00 MiB (20,971,520 B)"));
+  EXPECT_THAT(text, HasSubstr("  at the end                allocated 8.00 MiB"));
+  // Nothing in it claims to have been measured or read from a snapshot.
+  EXPECT_THAT(text, Not(HasSubstr("at the dump")));
+  EXPECT_THAT(text, Not(HasSubstr("snapshot")));
+  EXPECT_THAT(text, Not(HasSubstr("  peak allocated")));
+  EXPECT_THAT(text, Not(HasSubstr("pickle")));
+
+  r.trace_.prediction->capacity = 16 * kMiB;
+  EXPECT_THAT(RenderTerminalSummary(*r.input_, {}),
+              HasSubstr("  fits: NO — needs 20.00 MiB, the GPU has 16.00 MiB for the allocator\n"));
+}
+
+TEST(PredictedReport, AnOutOfMemoryDoesNotFit) {
+  // 20 MiB reserved fits in 24 MiB, but the 8 MiB request after it did not: the prediction
+  // stopped there, so it does not fit whatever its peak.
+  PredictedReport r(24 * kMiB, /*oom=*/true);
+  ASSERT_TRUE(r.status_.ok()) << r.status_.message();
+  EXPECT_THAT(RenderTerminalSummary(*r.input_, {}),
+              ::testing::HasSubstr(
+                  "  fits: NO — needs more than the 24.00 MiB the GPU has for the allocator\n"
+                  "        out of memory at event 6 of 6: a request of 8.00 MiB with 20.00 MiB "
+                  "reserved (the prediction stops there)\n"));
+  const nlohmann::json p = RenderJsonSummary(*r.input_, 10)["prediction"];
+  EXPECT_EQ(p["fits"], false);
+  EXPECT_EQ(p["needed_bytes"], 28 * kMiB);
+  EXPECT_EQ(p["headroom_bytes"], -static_cast<int64_t>(4 * kMiB));
+  EXPECT_EQ(p["oom"]["event"], 5);
+  EXPECT_EQ(p["oom"]["requested_bytes"], 8 * kMiB);
+  EXPECT_EQ(p["oom"]["reserved_bytes"], 20 * kMiB);
+  Database db(r.path_);
+  EXPECT_EQ(db.Query("SELECT key, value FROM vramscope_prediction WHERE key IN ('fits', "
+                     "'headroom_bytes', 'oom_event', 'oom_requested_bytes') ORDER BY rowid"),
+            (std::vector<std::vector<std::string>>{{"fits", "false"},
+                                                   {"headroom_bytes", "-4194304"},
+                                                   {"oom_event", "5"},
+                                                   {"oom_requested_bytes", "8388608"}}));
+}
+
+TEST(PredictedReport, ViewerReadsThePredictionBack) {
+  PredictedReport r(80 * kMiB);
+  ASSERT_TRUE(r.status_.ok()) << r.status_.message();
+  auto v = LoadViewerReport(r.path_);
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_TRUE(v->predicted);
+  EXPECT_EQ(v->kind, "predicted");
+  EXPECT_EQ(v->title, "gpt2 (built-in family: GPT-2)");  // a prediction has no input file
+  BuildViewerLod(*v);
+  const std::string blob = EncodeViewerBlob({&*v});
+  auto raw = Gunzip({reinterpret_cast<const uint8_t*>(blob.data()), blob.size()}, "blob");
+  ASSERT_TRUE(raw.ok());
+  uint32_t length = 0;
+  std::memcpy(&length, raw->data() + 4, 4);
+  const auto header = nlohmann::json::parse(raw->substr(8, length));
+  const nlohmann::json& report = header["reports"][0];
+  EXPECT_EQ(report["kind"], "predicted");
+  EXPECT_EQ(report["predicted"], true);
+  const nlohmann::json& p = report["prediction"];
+  EXPECT_EQ(p["model"], "gpt2 (built-in family: GPT-2)");
+  EXPECT_EQ(p["setup"], "batch 8, seq 1024, bf16 autocast, AdamW (foreach), 3 steps");
+  EXPECT_EQ(p["gpu"], "test GPU");
+  EXPECT_EQ(p["torch_version"], "2.5");
+  EXPECT_EQ(p["parameters"], 124439808);
+  EXPECT_EQ(p["capacity_bytes"], 80 * kMiB);
+  EXPECT_EQ(p["fits"], true);
+  EXPECT_EQ(p["headroom_bytes"], 60 * kMiB);
+  EXPECT_EQ(p["assumptions"],
+            nlohmann::json::array({"no activation checkpointing", "cuBLAS workspace 8 MiB"}));
+  const nlohmann::json facts = nlohmann::json::array(
+      {nlohmann::json::array({"optimizer state", "2 fp32 tensors per parameter"}),
+       nlohmann::json::array({"fact.model", "taken key"})});
+  EXPECT_EQ(p["facts"], facts);
 }
 
 }  // namespace

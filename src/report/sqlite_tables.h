@@ -17,6 +17,10 @@ inline constexpr size_t kTimelinePoints = 30000;
 // vramscope_phases, _iterations, _owners_at_peak, _category_timeline.
 Status WriteAttributionTables(Db& db, const ReportInput& in, uint64_t* rows);
 
+// vramscope_prediction (the caller creates it, for predicted traces only): what the prediction
+// assumed and found, one key/value row per fact.
+Status WritePredictionTable(Db& db, const ReportInput& in, uint64_t* rows);
+
 // vramscope_sim_runs, _sim_timeline, _sim_segment_events, _sim_final_blocks, _sim_notes.
 Status WriteSimulationTables(Db& db, const ReportInput& in, uint64_t* rows);
 

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <string_view>
 
 #include "common/units.h"
+#include "report/prediction_fit.h"
 
 namespace vramscope::report {
 
@@ -18,7 +21,10 @@ std::string Percent(int64_t part, int64_t whole) {
 // "at event 4,512 of 10,307, 12.345 s into the trace" / "at the start of the trace" / "at the dump"
 std::string When(const model::Trace& trace, const analysis::DeviceSummary& d, int64_t event,
                  int64_t time_us) {
-  if (!d.peak_from_trace) return "at the dump (no trace recorded)";
+  if (!d.peak_from_trace) {
+    return IsPredictedTrace(trace) ? "at the end (no events predicted)"
+                                   : "at the dump (no trace recorded)";
+  }
   if (event == model::kNoEvent) return "at the start of the trace";
   const auto [begin, end] = trace.EventRange(d.device);
   std::string text =
@@ -33,7 +39,7 @@ std::string When(const model::Trace& trace, const analysis::DeviceSummary& d, in
 
 // "at the peak of step 3 (backward)" / "at the peak (before the first iteration)" / ...
 std::string PeakHeadline(const model::Trace& trace, const analysis::DeviceSummary& d) {
-  if (!d.peak_from_trace) return "at the dump";
+  if (!d.peak_from_trace) return IsPredictedTrace(trace) ? "at the end" : "at the dump";
   if (d.peak_step > 0) {
     return fmt::format("at the peak of step {} ({})", d.peak_step,
                        attribution::PhaseName(d.peak_phase));
@@ -66,6 +72,84 @@ std::string Bytes(int64_t bytes) {
   return fmt::format("{} ({} B)", FormatBytes(bytes), FormatCount(bytes));
 }
 
+// A figure's name as the report may claim it: a prediction measured nothing, so its figures say
+// so ("predicted peak allocated"); a recording's are plain ("peak allocated").
+std::string Figure(bool predicted, std::string_view what) {
+  return predicted ? fmt::format("predicted {}", what) : std::string(what);
+}
+
+// "124.4 M", "1.3 B", "812.0 K", "97": a count in words, next to its exact digits.
+std::string CountInWords(uint64_t n) {
+  const auto v = static_cast<double>(n);
+  if (n >= 1'000'000'000'000ull) return fmt::format("{:.1f} T", v / 1e12);
+  if (n >= 1'000'000'000ull) return fmt::format("{:.1f} B", v / 1e9);
+  if (n >= 1'000'000ull) return fmt::format("{:.1f} M", v / 1e6);
+  if (n >= 1'000ull) return fmt::format("{:.1f} K", v / 1e3);
+  return fmt::format("{}", n);
+}
+
+std::string Parameters(uint64_t n) {
+  return fmt::format("{} ({})", FormatCount(static_cast<int64_t>(n)), CountInWords(n));
+}
+
+// The block that opens a predicted report: what was predicted, on what, and what was assumed.
+void PredictionHeader(const ReportInput& in, const TerminalOptions& options,
+                      const std::function<void(const std::string&)>& line) {
+  const model::Trace& t = in.trace;
+  line("PREDICTED (vramscope predict, no GPU measured)");
+  if (!t.prediction) {
+    line("  the trace says it was predicted but carries no description of the prediction");
+    return;
+  }
+  const model::PredictionInfo& p = *t.prediction;
+  // One column of values: as wide as "parameter bytes", or the longest fact's key (up to 32).
+  size_t width = std::string_view("parameter bytes").size();
+  for (const auto& fact : p.facts) width = std::max(width, std::min<size_t>(fact.first.size(), 32));
+  auto field = [&](std::string_view key, const std::string& value) {
+    line(fmt::format("  {:<{}}   {}", key, width, value.empty() ? std::string("-") : value));
+  };
+  field("model", p.model);
+  field("setup", p.setup);
+  std::string gpu = p.gpu.empty() ? std::string("not given") : p.gpu;
+  if (p.capacity > 0 && gpu.find("capacity") == std::string::npos) {
+    gpu += fmt::format(", {} for the allocator", FormatBytes(static_cast<int64_t>(p.capacity)));
+  } else if (p.capacity == 0) {
+    gpu += " (no capacity limit)";
+  }
+  field("GPU", gpu);
+  field("torch", p.torch_version);
+  field("parameters", fmt::format("{}, {} trainable", Parameters(p.parameters),
+                                  Parameters(p.trainable_parameters)));
+  field("parameter bytes", Bytes(static_cast<int64_t>(p.parameter_bytes)));
+  field("buffer bytes", Bytes(static_cast<int64_t>(p.buffer_bytes)));
+  for (const auto& [key, value] : p.facts) field(key, value);
+  if (const auto fit = FitOfPrediction(in, options.device)) {
+    if (fit->fits) {
+      line(fmt::format("  fits: yes, peak reserved {} of {} ({} headroom)",
+                       FormatBytes(fit->peak_reserved), FormatBytes(fit->capacity),
+                       Percent(fit->headroom, fit->capacity)));
+    } else if (!fit->oom) {
+      line(fmt::format("  fits: NO — needs {}, the GPU has {} for the allocator",
+                       FormatBytes(fit->needed), FormatBytes(fit->capacity)));
+    } else {
+      const auto [begin, end] = t.EventRange(fit->oom_device);
+      line(fmt::format("  fits: NO — needs more than the {} the GPU has for the allocator",
+                       FormatBytes(fit->capacity)));
+      line(
+          fmt::format("        out of memory at event {} of {}: a request of {} with {} reserved "
+                      "(the prediction stops there)",
+                      FormatCount(fit->oom_event - static_cast<int64_t>(begin) + 1),
+                      FormatCount(static_cast<int64_t>(end - begin)),
+                      FormatBytes(fit->oom_requested), FormatBytes(fit->reserved_at_oom)));
+    }
+  }
+  if (!p.assumptions.empty()) {
+    line("  assumptions:");
+    for (const std::string& a : p.assumptions) line("    " + a);
+  }
+  line("");
+}
+
 }  // namespace
 
 std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& options) {
@@ -75,65 +159,90 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
     out += s;
     out += '\n';
   };
-  const std::string name =
-      t.source.built_in_example
-          ? "built-in example (recorded on an NVIDIA H200: a 2-layer MLP trained with Adam for 3 "
-            "steps, torch 2.11; see examples/README.md)"
-          : t.source.path;
-  line(fmt::format("vramscope report: {}", name));
+  const bool predicted = IsPredictedTrace(t);
   const bool state = t.facts.has_allocator_state;
   const bool reserved_known = state || t.facts.reserved_from_totals;
-  if (state) {
-    line(fmt::format("  {}, {} schema ({}), {}; {} trace events, {} segments, {} blocks",
-                     t.source.format, t.source.generation,
-                     t.source.pickle_protocol > 0
-                         ? fmt::format("pickle protocol {}", t.source.pickle_protocol)
-                         : std::string("pickle"),
-                     FormatBytes(static_cast<int64_t>(t.source.file_bytes)),
-                     FormatCount(static_cast<int64_t>(t.events.count())),
-                     FormatCount(static_cast<int64_t>(t.segments.size())),
-                     FormatCount(static_cast<int64_t>(t.blocks.size()))));
+  if (predicted) {
+    PredictionHeader(in, options, line);
+    const std::string name = !t.source.path.empty() ? t.source.path
+                             : t.prediction && !t.prediction->model.empty()
+                                 ? t.prediction->model
+                                 : std::string("prediction");
+    line(fmt::format("vramscope report: {}", name));
+    line(
+        fmt::format("  {}: {} predicted events, {} allocations; {} segments, {} blocks at the end",
+                    t.source.format.empty() ? std::string("vramscope prediction") : t.source.format,
+                    FormatCount(static_cast<int64_t>(t.events.count())),
+                    FormatCount(static_cast<int64_t>(t.allocations.size())),
+                    FormatCount(static_cast<int64_t>(t.segments.size())),
+                    FormatCount(static_cast<int64_t>(t.blocks.size()))));
   } else {
-    line(fmt::format("  {}, {}, {}; {} events, {} allocations", t.source.format,
-                     t.source.generation, FormatBytes(static_cast<int64_t>(t.source.file_bytes)),
-                     FormatCount(static_cast<int64_t>(t.events.count())),
-                     FormatCount(static_cast<int64_t>(t.allocations.size()))));
+    const std::string name =
+        t.source.built_in_example
+            ? "built-in example (recorded on an NVIDIA H200: a 2-layer MLP trained with Adam for "
+              "3 steps, torch 2.11; see examples/README.md)"
+            : t.source.path;
+    line(fmt::format("vramscope report: {}", name));
+    if (state) {
+      line(fmt::format("  {}, {} schema ({}), {}; {} trace events, {} segments, {} blocks",
+                       t.source.format, t.source.generation,
+                       t.source.pickle_protocol > 0
+                           ? fmt::format("pickle protocol {}", t.source.pickle_protocol)
+                           : std::string("pickle"),
+                       FormatBytes(static_cast<int64_t>(t.source.file_bytes)),
+                       FormatCount(static_cast<int64_t>(t.events.count())),
+                       FormatCount(static_cast<int64_t>(t.segments.size())),
+                       FormatCount(static_cast<int64_t>(t.blocks.size()))));
+    } else {
+      line(fmt::format("  {}, {}, {}; {} events, {} allocations", t.source.format,
+                       t.source.generation, FormatBytes(static_cast<int64_t>(t.source.file_bytes)),
+                       FormatCount(static_cast<int64_t>(t.events.count())),
+                       FormatCount(static_cast<int64_t>(t.allocations.size()))));
+    }
   }
-  if (in.summary.devices.empty()) line("  no device holds any memory in this snapshot");
+  if (in.summary.devices.empty()) {
+    line(fmt::format("  no device holds any memory in this {}",
+                     predicted ? "prediction" : "snapshot"));
+  }
+  // The figures' labels, in one column: "peak allocated" or "predicted peak allocated".
+  const size_t width = predicted ? 26 : 16;
+  const std::string end_label = predicted ? "at the end" : "at the dump";
 
   for (const analysis::DeviceSummary& d : in.summary.devices) {
     if (options.device && *options.device != d.device) continue;
     line("");
     line(fmt::format("cuda:{}", d.device));
-    line(fmt::format("  peak allocated  {}  {}", Bytes(d.peak_allocated),
+    line(fmt::format("  {:<{}}{}  {}", Figure(predicted, "peak allocated"), width,
+                     Bytes(d.peak_allocated),
                      When(t, d, d.peak_allocated_event, d.peak_allocated_time_us)));
     if (reserved_known) {
-      line(fmt::format("  peak reserved   {}  {}", Bytes(d.peak_reserved),
+      line(fmt::format("  {:<{}}{}  {}", Figure(predicted, "peak reserved"), width,
+                       Bytes(d.peak_reserved),
                        When(t, d, d.peak_reserved_event, d.peak_reserved_time_us)));
     } else {
-      line("  peak reserved   not recorded by this source");
+      line(fmt::format("  {:<{}}not recorded by this source", "peak reserved", width));
     }
     if (d.peak_from_trace && reserved_known) {
-      line(fmt::format("  at the allocated peak, reserved was {}: {} reserved but not allocated",
+      line(fmt::format("  at the {} peak, reserved {} {}: {} reserved but not allocated",
+                       Figure(predicted, "allocated"), predicted ? "would be" : "was",
                        FormatBytes(d.reserved_at_peak_allocated),
                        FormatBytes(d.reserved_at_peak_allocated - d.peak_allocated)));
     }
     if (!state) {
-      line(fmt::format("  at the end      allocated {}{}", FormatBytes(d.allocated_at_dump),
-                       reserved_known
-                           ? fmt::format(", reserved {}", FormatBytes(d.reserved_at_dump))
-                           : std::string()));
+      line(fmt::format(
+          "  {:<{}}allocated {}{}", "at the end", width, FormatBytes(d.allocated_at_dump),
+          reserved_known ? fmt::format(", reserved {}", FormatBytes(d.reserved_at_dump))
+                         : std::string()));
     } else {
+      line(fmt::format(
+          "  {:<{}}allocated {}, reserved {}: {} reserved but not allocated ({} of reserved)",
+          end_label, width, FormatBytes(d.allocated_at_dump), FormatBytes(d.reserved_at_dump),
+          FormatBytes(d.reserved_at_dump - d.allocated_at_dump),
+          Percent(d.reserved_at_dump - d.allocated_at_dump, d.reserved_at_dump)));
       line(
-          fmt::format("  at the dump     allocated {}, reserved {}: {} reserved but not allocated "
-                      "({} of reserved)",
-                      FormatBytes(d.allocated_at_dump), FormatBytes(d.reserved_at_dump),
-                      FormatBytes(d.reserved_at_dump - d.allocated_at_dump),
-                      Percent(d.reserved_at_dump - d.allocated_at_dump, d.reserved_at_dump)));
-      line(
-          fmt::format("                  {} segments ({} small-pool), {} blocks ({} active), "
+          fmt::format("  {:<{}}{} segments ({} small-pool), {} blocks ({} active), "
                       "largest cached free block {}",
-                      FormatCount(static_cast<int64_t>(d.segments)),
+                      "", width, FormatCount(static_cast<int64_t>(d.segments)),
                       FormatCount(static_cast<int64_t>(d.small_segments)),
                       FormatCount(static_cast<int64_t>(d.blocks)),
                       FormatCount(static_cast<int64_t>(d.active_blocks)),
@@ -210,10 +319,12 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
                       "source records tensor sizes, not the allocator's blocks)",
                       FormatCount(static_cast<int64_t>(d.estimated_sizes))));
     } else if (d.estimated_sizes > 0) {
-      line(
-          fmt::format("  note: {} allocations freed during the trace count with their request "
-                      "rounded to 512 B (the snapshot records block sizes only for live blocks)",
-                      FormatCount(static_cast<int64_t>(d.estimated_sizes))));
+      line(fmt::format(
+          "  note: {} allocations freed during the trace count with their request rounded to "
+          "512 B ({})",
+          FormatCount(static_cast<int64_t>(d.estimated_sizes)),
+          predicted ? "the prediction did not give their block sizes"
+                    : "the snapshot records block sizes only for live blocks"));
     }
   }
   if (!t.facts.notes.empty() || !in.attribution.notes.empty()) {

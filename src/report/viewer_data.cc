@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -488,6 +489,72 @@ void ChooseOwnerSeries(ViewerReport& r, ViewerDevice& d) {
   }
 }
 
+// Whether the report is a prediction (vramscope_metadata.predicted) and what it assumed
+// (vramscope_prediction, docs/report-database.md): the text fields as they are, the counts and
+// byte figures as numbers, `fits` as a boolean, assumption.N as the list `assumptions`, and
+// every other key as a [key, value] pair of `facts`, in the order written.
+Status LoadPrediction(ReportDb& db, const std::map<std::string, std::string>& meta,
+                      ViewerReport& r) {
+  const auto predicted = meta.find("predicted");
+  r.predicted = predicted != meta.end() && predicted->second == "true";
+  if (!db.HasTable("vramscope_prediction")) {
+    if (r.predicted) r.kind = "predicted";
+    return Status::Ok();
+  }
+  r.predicted = true;
+  r.kind = "predicted";
+  static const char* const kText[] = {"model", "setup", "gpu", "torch_version"};
+  static const char* const kNumbers[] = {
+      "parameters",     "trainable_parameters", "parameter_bytes",   "buffer_bytes",
+      "capacity_bytes", "peak_reserved_bytes",  "needed_bytes",      "headroom_bytes",
+      "oom_event",      "oom_requested_bytes",  "oom_reserved_bytes"};
+  nlohmann::json p = nlohmann::json::object();
+  for (const char* key : kText) p[key] = "";
+  std::map<int64_t, std::string> assumptions;
+  nlohmann::json facts = nlohmann::json::array();
+  RETURN_IF_ERROR(
+      db.Query("SELECT key, value FROM vramscope_prediction ORDER BY rowid", [&](sqlite3_stmt* s) {
+        const std::string key = Text(s, 0);
+        const std::string value = Text(s, 1);
+        for (const char* name : kText) {
+          if (key == name) {
+            p[key] = value;
+            return;
+          }
+        }
+        for (const char* name : kNumbers) {
+          if (key != name) continue;
+          char* end = nullptr;
+          const long long n = std::strtoll(value.c_str(), &end, 10);
+          if (!value.empty() && end != nullptr && *end == '\0') {
+            p[key] = static_cast<int64_t>(n);
+          } else {
+            p[key] = value;  // not a number: kept as written
+          }
+          return;
+        }
+        if (key == "fits") {
+          p[key] = value == "true";
+          return;
+        }
+        if (key.rfind("assumption.", 0) == 0) {
+          char* end = nullptr;
+          const char* digits = key.c_str() + std::strlen("assumption.");
+          const long long n = std::strtoll(digits, &end, 10);
+          if (*digits != '\0' && end != nullptr && *end == '\0') {
+            assumptions.emplace(static_cast<int64_t>(n), value);
+            return;
+          }
+        }
+        facts.push_back({key, value});
+      }));
+  p["assumptions"] = nlohmann::json::array();
+  for (const auto& [n, text] : assumptions) p["assumptions"].push_back(text);
+  p["facts"] = std::move(facts);
+  r.prediction = std::move(p);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ViewerReport> LoadViewerReport(const std::string& path, const std::string& title) {
@@ -509,10 +576,18 @@ Result<ViewerReport> LoadViewerReport(const std::string& path, const std::string
                            [&](sqlite3_stmt* s) { meta[Text(s, 0)] = Text(s, 1); }));
   r.source = meta["source_format"];
   if (meta.count("kind") != 0) r.kind = meta["kind"];
-  r.title = !title.empty() ? title
-            : meta["built_in_example"] == "1"
-                ? std::string("built-in example")
-                : BaseName(meta["source_path"].empty() ? path : meta["source_path"]);
+  RETURN_IF_ERROR(LoadPrediction(db, meta, r));
+  const std::string model =
+      r.prediction.is_object() ? r.prediction.value("model", std::string()) : std::string();
+  if (!title.empty()) {
+    r.title = title;
+  } else if (meta["built_in_example"] == "1") {
+    r.title = "built-in example";
+  } else if (meta["source_path"].empty() && !model.empty()) {
+    r.title = model;  // a prediction has no input file
+  } else {
+    r.title = BaseName(meta["source_path"].empty() ? path : meta["source_path"]);
+  }
   const analysis::ProjectRoot root(meta["project_root"]);
 
   RETURN_IF_ERROR(
@@ -792,6 +867,8 @@ std::string EncodeViewerBlob(const std::vector<const ViewerReport*>& reports) {
     j["title"] = r.title;
     j["kind"] = r.kind;
     j["source"] = r.source;
+    j["predicted"] = r.predicted;
+    j["prediction"] = r.prediction;  // null unless the report holds vramscope_prediction
     nlohmann::json categories = nlohmann::json::array();
     for (const char* name : kCategoryNames) categories.push_back(name);
     j["categories"] = categories;

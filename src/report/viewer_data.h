@@ -78,6 +78,10 @@ struct ViewerFrame {
 
 struct ViewerReport {
   std::string title, kind = "measured", source;
+  // Made by `vramscope predict`: kind is "predicted", and `prediction` holds what it assumed
+  // (vramscope_prediction read back; null when the report has no such table).
+  bool predicted = false;
+  nlohmann::json prediction;
   std::vector<std::string> phases{"unknown"};
   std::vector<std::string> strings{""};
   std::vector<std::string> owners{""};

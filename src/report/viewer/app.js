@@ -101,18 +101,51 @@
       $("#device-picker").hidden = false;
       sel.innerHTML = report.devices.map((d, i) => '<option value="' + i + '"' + (i === state.device ? " selected" : "") + ">" + deviceName(d) + "</option>").join("");
     } else $("#device-picker").hidden = true;
-    const badges = ['<span class="badge kind-' + F.escapeHtml(report.kind) + '">' + F.escapeHtml(report.kind) + "</span>"];
+    // A prediction (vramscope predict) measured nothing: it says so first, with what it predicted.
+    const predicted = report.predicted === true || report.kind === "predicted";
+    const prediction = predicted && report.prediction && typeof report.prediction === "object" ? report.prediction : null;
+    const badges = [];
+    if (predicted) {
+      badges.push('<span class="badge kind-predicted" title="made by vramscope predict: no GPU was measured"><strong>Predicted</strong></span>');
+      if (prediction) {
+        for (const [label, key] of [["model", "model"], ["setup", "setup"], ["GPU", "gpu"]]) {
+          if (prediction[key]) badges.push('<span class="badge kind-predicted">' + label + ": " + F.escapeHtml(String(prediction[key])) + "</span>");
+        }
+      }
+    } else badges.push('<span class="badge kind-' + F.escapeHtml(report.kind) + '">' + F.escapeHtml(report.kind) + "</span>");
     if (report.source) badges.push('<span class="badge">' + F.escapeHtml(report.source) + "</span>");
     if (m) badges.push('<span class="badge">' + deviceName(m.dev) + "</span>");
     $("#badges").innerHTML = badges.join("");
+    $("#badges").style.flexWrap = predicted ? "wrap" : "";
+    const fig = (name) => (predicted ? "predicted " + name : name);
+    const predictionItems = [];
+    if (prediction) {
+      const facts = [];
+      if (prediction.torch_version) facts.push("torch " + F.escapeHtml(String(prediction.torch_version)));
+      if (Number.isFinite(prediction.parameters)) facts.push(F.formatCount(prediction.parameters) + " parameters" + (Number.isFinite(prediction.trainable_parameters) ? " (" + F.formatCount(prediction.trainable_parameters) + " trainable)" : ""));
+      if (Number.isFinite(prediction.parameter_bytes)) facts.push(F.formatBytes(prediction.parameter_bytes) + " of parameters");
+      if (Number.isFinite(prediction.buffer_bytes) && prediction.buffer_bytes > 0) facts.push(F.formatBytes(prediction.buffer_bytes) + " of buffers");
+      for (const kv of Array.isArray(prediction.facts) ? prediction.facts : []) {
+        if (Array.isArray(kv) && kv.length === 2) facts.push(F.escapeHtml(String(kv[0])) + ": " + F.escapeHtml(String(kv[1])));
+      }
+      // The verdict the report database holds (fits, needed_bytes, oom_*), as the summary says it.
+      const capacity = prediction.capacity_bytes;
+      if (Number.isFinite(capacity) && capacity > 0 && typeof prediction.fits === "boolean") {
+        const peak = prediction.peak_reserved_bytes;
+        if (prediction.fits) facts.push("fits: yes, peak reserved " + F.formatBytes(peak) + " of " + F.formatBytes(capacity) + " (" + F.formatPercent(prediction.headroom_bytes / capacity) + " headroom)");
+        else if (Number.isFinite(prediction.oom_event)) facts.push("<strong>fits: NO</strong> — out of memory at event " + F.formatCount(prediction.oom_event) + " (a request of " + F.formatBytes(prediction.oom_requested_bytes) + "), more than the " + F.formatBytes(capacity) + " the GPU has for the allocator");
+        else facts.push("<strong>fits: NO</strong> — needs " + F.formatBytes(prediction.needed_bytes) + ", the GPU has " + F.formatBytes(capacity) + " for the allocator");
+      }
+      if (facts.length) predictionItems.push('<div class="stat wide"><div class="stat-label">predicted, no GPU measured</div><div class="stat-value iterations">' + facts.join(" · ") + "</div></div>");
+    }
     if (!m) {
-      $("#summary-line").innerHTML = '<span class="muted">this report holds no device with memory</span>';
+      $("#summary-line").innerHTML = predictionItems.join("") + '<span class="muted">this report holds no device with memory</span>';
     } else {
       const s = m.summary;
       const at = (e) => ' <span class="muted">' + (e >= 0 ? "at event " + F.formatCount(e) + (m.timeOf(e) !== null ? ", " + F.formatTimeUs(m.timeOf(e)) : "") : "before the first event") + "</span>";
       const items = [
-        '<div class="stat"><div class="stat-label">peak allocated</div><div class="stat-value"><button type="button" class="link" data-goto="' + s.peak_event + '">' + F.formatBytes(s.peak_allocated) + "</button>" + at(s.peak_event) + "</div></div>",
-        '<div class="stat"><div class="stat-label">peak reserved</div><div class="stat-value"><button type="button" class="link" data-goto="' + s.peak_reserved_event + '">' + F.formatBytes(s.peak_reserved) + "</button>" + at(s.peak_reserved_event) + "</div></div>",
+        '<div class="stat"><div class="stat-label">' + fig("peak allocated") + '</div><div class="stat-value"><button type="button" class="link" data-goto="' + s.peak_event + '">' + F.formatBytes(s.peak_allocated) + "</button>" + at(s.peak_event) + "</div></div>",
+        '<div class="stat"><div class="stat-label">' + fig("peak reserved") + '</div><div class="stat-value"><button type="button" class="link" data-goto="' + s.peak_reserved_event + '">' + F.formatBytes(s.peak_reserved) + "</button>" + at(s.peak_reserved_event) + "</div></div>",
         '<div class="stat"><div class="stat-label">at the end</div><div class="stat-value">' + F.formatBytes(s.allocated_at_end) + ' <span class="muted">allocated, ' + F.formatBytes(s.reserved_at_end) + " reserved</span></div></div>",
         '<div class="stat"><div class="stat-label">trace</div><div class="stat-value">' + F.formatCount(m.N) + ' <span class="muted">allocations, ' + F.formatCount(m.E) + " events, " + F.formatCount(m.dev.segments.count) + " segments</span></div></div>",
       ];
@@ -121,9 +154,11 @@
         const list = its.slice(0, 12).map((it) => '<button type="button" class="link" data-goto="' + it.peak_event + '">step ' + F.escapeHtml(String(it.step)) + "</button> " + F.formatBytes(it.peak_allocated) + (it.peak_phase ? ' <span class="muted">' + F.escapeHtml(it.peak_phase) + "</span>" : ""));
         items.push('<div class="stat wide"><div class="stat-label">every iteration\'s peak</div><div class="stat-value iterations">' + list.join(" · ") + (its.length > 12 ? ' <span class="muted">… ' + (its.length - 12) + " more</span>" : "") + "</div></div>");
       }
-      $("#summary-line").innerHTML = items.join("");
+      $("#summary-line").innerHTML = predictionItems.concat(items).join("");
     }
-    const notes = report.notes || [];
+    // What the prediction assumed leads the notes.
+    const assumed = prediction && Array.isArray(prediction.assumptions) ? prediction.assumptions.map((a) => "assumed: " + a) : [];
+    const notes = assumed.concat(report.notes || []);
     $("#notes").innerHTML = notes.map((n) => "<li>" + F.escapeHtml(n) + "</li>").join("");
     $("#notes-wrap").hidden = notes.length === 0;
   }
