@@ -1157,6 +1157,7 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
       setup.zero == ZeroMode::kFsdp) {
     sim.grad_shards = shards;
   }
+  if (setup.zero == ZeroMode::kZero3 || setup.zero == ZeroMode::kFsdp) sim.param_shards = shards;
   OptimizerSetup optimizer = setup.optimizer;
   optimizer.shards = shards;
   auto model = MakeModel(m, setup);

@@ -35,9 +35,27 @@ Weight Ops::MakeWeight(std::string_view name, uint64_t elements, bool trainable)
   Weight w;
   w.elements = elements;
   w.trainable = trainable;
-  w.t = sim_.Parameter(name, elements * ElementSize(precision_.param), trainable);
+  const uint64_t full = elements * ElementSize(precision_.param);
+  const auto shards = static_cast<uint64_t>(sim_.param_shards);
+  // A rank's shard of a flattened parameter: the elements divided evenly, rounded up.
+  const uint64_t own =
+      shards > 1 ? (elements + shards - 1) / shards * ElementSize(precision_.param) : full;
+  w.t = sim_.Parameter(name, own, trainable, full);
   SetDtype(w.t, precision_.param, elements);
   return w;
+}
+
+TensorId Ops::Gathered(TensorId weight) {
+  if (!sharded() || weight == kNoTensor || !sim_.IsParameter(weight)) {
+    sim_.Ref(weight);
+    return weight;
+  }
+  // The all-gather output is the full weight; its gradient goes back to the shard through
+  // the reduce-scatter the simulator models (grad_shards).
+  const uint64_t elements = Elements(weight);
+  const TensorId full = New(elements, Dtype(weight), "c10d::all_gather");
+  sim_.Node("AllGatherBackward", {weight}, {full}, {}, [](BackwardContext& c) { c.PassGrad(0); });
+  return full;
 }
 
 LinearWeights Ops::MakeLinear(std::string_view name, uint64_t in, uint64_t out, bool bias,
@@ -100,8 +118,10 @@ TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
   // Autocast casts the arguments last to first (bias, weight, input), as the H200 goldens show
   // (linear_adam_bf16, events 6-8).
   const bool has_bias = lw.b.t != kNoTensor;
-  const TensorId b = has_bias ? ForMatmul(lw.b.t, true) : kNoTensor;
-  const TensorId w = ForMatmul(lw.w.t, true);
+  const TensorId wg = Gathered(lw.w.t);
+  const TensorId bg = has_bias ? Gathered(lw.b.t) : kNoTensor;
+  const TensorId b = has_bias ? ForMatmul(bg, true) : kNoTensor;
+  const TensorId w = ForMatmul(wg, true);
   const TensorId xin = ForMatmul(x, false);
   const DType out_dtype = precision_.Compute();
   const char* op = has_bias ? "aten::addmm" : "aten::mm";
@@ -116,8 +136,12 @@ TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
   const uint64_t gb = has_bias ? lw.out * ElementSize(Dtype(b)) : 0;
   std::vector<TensorId> inputs = {xin, w};
   if (has_bias) inputs.push_back(b);
+  // Under ZeRO-3/FSDP backward gathers the weight again for the input gradient.
+  const uint64_t regather = sharded() ? Elements(lw.w.t) * ElementSize(Dtype(w)) : 0;
   sim_.Node(has_bias ? "AddmmBackward0" : "MmBackward0", inputs, {y}, saved,
-            [gx, gw, gb](BackwardContext& c) {
+            [gx, gw, gb, regather](BackwardContext& c) {
+              const TensorId gathered =
+                  regather > 0 ? c.New(regather, "c10d::all_gather") : kNoTensor;
               if (c.Needs(0)) {
                 c.GiveGrad(0, c.New(gx, "aten::mm"));
                 c.Matmul();
@@ -128,10 +152,19 @@ TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
               }
               // The bias gradient: the engine sums the broadcast gradient (reduce_grad).
               if (gb > 0 && c.Needs(2)) c.GiveGrad(2, c.New(gb, "aten::sum"));
+              c.Free(gathered);
             });
   sim_.Free(xin);
   sim_.Free(w);
   sim_.Free(b);
+  // FSDP frees the gathered weight after the module's forward even though backward saved it
+  // (it is gathered again for backward): its storage goes now.
+  if (sharded()) {
+    ReleaseGathered(wg);
+    ReleaseGathered(bg);
+  }
+  sim_.Free(wg);
+  sim_.Free(bg);
   return y;
 }
 
@@ -346,9 +379,10 @@ TensorId Ops::RmsNorm(TensorId x, const Weight& gamma, uint64_t rows, uint64_t h
 }
 
 TensorId Ops::Embedding(TensorId ids, const Weight& table, uint64_t rows, uint64_t hidden) {
-  const TensorId y = New(rows * hidden, Dtype(table.t), "aten::embedding");
-  const uint64_t gt = sim_.Bytes(table.t);
-  sim_.Node("EmbeddingBackward0", {table.t}, {y}, {ids}, [gt, rows](BackwardContext& c) {
+  const TensorId t = Gathered(table.t);
+  const TensorId y = New(rows * hidden, Dtype(t), "aten::embedding");
+  const uint64_t gt = Elements(t) * ElementSize(Dtype(t));
+  sim_.Node("EmbeddingBackward0", {t}, {y}, {ids}, [gt, rows](BackwardContext& c) {
     if (!c.Needs(0)) return;
     // embedding_dense_backward on CUDA sorts the indices first.
     const TensorId sorted = c.New(rows * 8, "aten::sort");
@@ -357,6 +391,8 @@ TensorId Ops::Embedding(TensorId ids, const Weight& table, uint64_t rows, uint64
     c.Free(sorted);
     c.Free(order);
   });
+  if (sharded()) ReleaseGathered(t);
+  sim_.Free(t);
   return y;
 }
 

@@ -26,7 +26,7 @@ struct Precision {
 // A module's weight: the tensor and its shape.
 struct Weight {
   TensorId t = kNoTensor;
-  uint64_t elements = 0;
+  uint64_t elements = 0;  // of the whole weight (a ZeRO-3/FSDP rank holds a shard of it)
   bool trainable = true;
 };
 
@@ -101,6 +101,13 @@ class Ops {
  private:
   // Autocast's view of an operand of a matmul: the cast (cached for trainable weights).
   TensorId ForMatmul(TensorId x, bool is_weight);
+  // ZeRO-3/FSDP: the all-gathered full weight (a temporary), or the weight itself (one more
+  // reference) when parameters are not sharded.
+  TensorId Gathered(TensorId weight);
+  bool sharded() const { return sim_.param_shards > 1; }
+  void ReleaseGathered(TensorId gathered) {
+    if (gathered != kNoTensor && !sim_.IsParameter(gathered)) sim_.ReleaseStorage(gathered);
+  }
   void SetDtype(TensorId t, DType d, uint64_t elements);
 
   StepSimulator& sim_;

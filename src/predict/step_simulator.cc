@@ -171,6 +171,18 @@ void StepSimulator::Free(TensorId t) {
   out_.events.push_back(e);
 }
 
+void StepSimulator::ReleaseStorage(TensorId t) {
+  if (t == kNoTensor) return;
+  Tensor& x = tensors_[t];
+  if (!x.alive) return;
+  x.alive = false;
+  if (x.bytes == 0) return;
+  StreamEvent e;
+  e.kind = StreamEvent::Kind::kFree;
+  e.id = x.id;
+  out_.events.push_back(e);
+}
+
 void StepSimulator::Node(std::string_view name, const std::vector<TensorId>& inputs,
                          const std::vector<TensorId>& outputs, const std::vector<TensorId>& saved,
                          BackwardFn backward) {
@@ -378,7 +390,9 @@ void StepSimulator::AccumulateIntoParam(int32_t param, TensorId grad) {
   }
   if (grad_shards > 1) {
     // ZeRO-2: reduce-scatter into this rank's shard; the full gradient goes.
-    const uint64_t shard = (tensors_[own].bytes + grad_shards - 1) / grad_shards;
+    // The shard of the whole parameter (small weights that layers use without gathering
+    // produce a shard-sized gradient already).
+    const uint64_t shard = (p.full_bytes + grad_shards - 1) / grad_shards;
     const TensorId part =
         Alloc(shard, model::Category::kGradient, p.name + ".grad (shard)", "c10d::reduce_scatter");
     Free(own);

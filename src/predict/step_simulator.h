@@ -84,6 +84,9 @@ class StepSimulator {
   TensorId New(uint64_t bytes, std::string_view op);
   void Ref(TensorId t);
   void Free(TensorId t);  // drops one reference; the storage goes with the last one
+  // Frees the storage now whatever holds it (FSDP resharding a gathered weight that backward
+  // saved); later references cost nothing.
+  void ReleaseStorage(TensorId t);
   uint64_t Bytes(TensorId t) const { return tensors_[t].bytes; }
   bool RequiresGrad(TensorId t) const { return tensors_[t].requires_grad; }
   bool IsParameter(TensorId t) const { return tensors_[t].param >= 0; }
@@ -123,8 +126,9 @@ class StepSimulator {
   void OptimizerStep(const OptimizerSetup& setup);
   // ZeRO-2 and up: each gradient, once accumulated, is reduced into this rank's shard.
   int grad_shards = 1;
-  // ZeRO-3 / FSDP: sharded parameters are gathered around each use (forward and backward).
-  bool gather_parameters = false;
+  // ZeRO-3 / FSDP: each rank keeps 1/param_shards of every parameter; layers gather the full
+  // weight around each use (forward, and again in backward) and free it right after.
+  int param_shards = 1;
 
   // --- facts for the report -------------------------------------------------------------------
   uint64_t parameter_bytes() const { return parameter_bytes_; }
