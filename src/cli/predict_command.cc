@@ -9,6 +9,7 @@
 #include "common/units.h"
 #include "predict/model_description.h"
 #include "predict/predict.h"
+#include "predict/tracer_stream.h"
 
 namespace vramscope::cli {
 
@@ -206,6 +207,10 @@ Status Run(const PredictOptions& o) {
       request.setup.seq = fit->largest;
     }
   }
+  if (!o.emit_stream.empty()) {
+    ASSIGN_OR_RETURN(const predict::TensorStream stream, predict::PredictStream(model, request));
+    RETURN_IF_ERROR(predict::WriteTensorStream(stream, o.emit_stream, o.force));
+  }
   ASSIGN_OR_RETURN(predict::BuiltTrace built, predict::Predict(model, request));
   if (fit) {
     built.trace.prediction->facts.emplace_back(
@@ -288,6 +293,9 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   cmd->add_option("--cuda-context", o.cuda_context_mib,
                   "MiB the CUDA context takes outside the allocator (default: 500)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  cmd->add_option("--emit-stream", o.emit_stream,
+                  "also write the predicted tensor stream (every allocation and free, with "
+                  "category, name and operation) as JSON Lines, the tracer's format");
   cmd->add_option("-o,--output", o.output, "write the report database here (default: none)");
   cmd->add_option("--html", o.html, "write the interactive HTML viewer here");
   cmd->add_flag("--force", o.force, "overwrite outputs that exist");

@@ -34,6 +34,7 @@ struct PredictOptions {
   std::string torch_version = "2.11";
   std::string alloc_conf;
   uint64_t cuda_context_mib = 500;
+  std::string emit_stream;  // write the predicted tensor stream here (tracer format)
   // Output, as `report`.
   std::string output;
   std::string html;

@@ -127,6 +127,7 @@ void AddWorkspaces(TensorStream& stream, const DeviceRules& rules) {
     a.category = model::Category::kWorkspace;
     a.name = name;
     a.op = op;
+    a.derived = true;
     out.push_back(a);
     return a.id;
   };
@@ -147,6 +148,7 @@ void AddWorkspaces(TensorStream& stream, const DeviceRules& rules) {
       StreamEvent f;
       f.kind = StreamEvent::Kind::kFree;
       f.id = id;
+      f.derived = true;
       out.push_back(f);
     }
   }

@@ -41,6 +41,9 @@ struct StreamEvent {
   uint64_t bytes = 0;
   model::StringId name = model::kEmptyString;  // kPhase: the loop's own name ("zero_grad")
   model::StringId op = model::kEmptyString;
+  // Added by device_rules (workspaces) rather than by the producer: a written stream leaves
+  // them out, since its reader adds them again from the markers.
+  bool derived = false;
 };
 
 struct TensorStream {

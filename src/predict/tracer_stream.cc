@@ -7,6 +7,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "common/atomic_output.h"
+
 namespace vramscope::predict {
 
 namespace {
@@ -184,6 +186,94 @@ Result<TensorStream> ReadTracerStream(std::string_view path) {
   std::ostringstream text;
   text << in.rdbuf();
   return ParseTracerStream(text.str(), path);
+}
+
+namespace {
+
+const char* PhaseName(model::RecordedPhase p) {
+  switch (p) {
+    case model::RecordedPhase::kSetup:
+      return "setup";
+    case model::RecordedPhase::kBeforeForward:
+      return "inputs";
+    case model::RecordedPhase::kForward:
+      return "forward";
+    case model::RecordedPhase::kBackward:
+      return "backward";
+    case model::RecordedPhase::kOptimizer:
+      return "optimizer";
+  }
+  return "setup";
+}
+
+}  // namespace
+
+Status WriteTensorStream(const TensorStream& stream, const std::string& path, bool overwrite) {
+  ASSIGN_OR_RETURN(AtomicOutput output, AtomicOutput::Prepare(path, overwrite));
+  {
+    std::ofstream out(output.temp_path(), std::ios::binary);
+    if (!out) return InvalidInput(fmt::format("{}: cannot be written", path));
+    const model::PredictionInfo& info = stream.info;
+    json header = {{"format", kFormat},
+                   {"version", 1},
+                   {"producer", "vramscope predict"},
+                   {"model", info.model},
+                   {"setup", info.setup},
+                   {"device_emulation", "none (the step simulator)"},
+                   {"parameters",
+                    {{"total", info.parameters},
+                     {"trainable", info.trainable_parameters},
+                     {"bytes", info.parameter_bytes},
+                     {"buffers_bytes", info.buffer_bytes}}},
+                   {"notes", info.assumptions}};
+    out << header.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
+    uint64_t allocs = 0, frees = 0;
+    for (const StreamEvent& e : stream.events) {
+      if (e.derived) continue;
+      json j;
+      switch (e.kind) {
+        case StreamEvent::Kind::kAlloc:
+          j = {{"ev", "alloc"},
+               {"id", e.id},
+               {"bytes", e.bytes},
+               {"category", model::CategoryName(e.category)},
+               {"name", std::string(stream.strings.Get(e.name))},
+               {"op", std::string(stream.strings.Get(e.op))}};
+          ++allocs;
+          break;
+        case StreamEvent::Kind::kFree:
+          j = {{"ev", "free"}, {"id", e.id}};
+          ++frees;
+          break;
+        case StreamEvent::Kind::kPhase: {
+          const std::string_view label = stream.strings.Get(e.name);
+          j = {{"ev", "phase"},
+               {"step", e.step},
+               {"phase", label.empty() ? std::string(PhaseName(e.phase)) : std::string(label)}};
+          break;
+        }
+        case StreamEvent::Kind::kEmptyCache:
+          j = {{"ev", "empty_cache"}};
+          break;
+        case StreamEvent::Kind::kMatmul:
+        case StreamEvent::Kind::kConv:
+          j = {{"ev", e.kind == StreamEvent::Kind::kMatmul ? "matmul" : "conv"},
+               {"thread", e.thread == Thread::kMain ? "forward" : "backward"},
+               {"op", std::string(stream.strings.Get(e.op))}};
+          if (e.bytes > 0) j["bytes"] = e.bytes;
+          break;
+      }
+      out << j.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
+    }
+    out << json{{"ev", "end"},
+                {"allocs", allocs},
+                {"frees", frees},
+                {"live_at_end", allocs - frees}}
+               .dump()
+        << '\n';
+    if (!out.flush()) return InvalidInput(fmt::format("{}: write failed (disk full?)", path));
+  }
+  return output.Commit();
 }
 
 }  // namespace vramscope::predict

@@ -17,4 +17,8 @@ Result<TensorStream> ReadTracerStream(std::string_view path);
 // The same from text (tests, fuzzing); `where` names the source in errors.
 Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view where);
 
+// Writes `stream` in the same format (what `vramscope predict --emit-stream` gives): a family's
+// prediction can then be compared with the tracer's stream of the same model, tensor by tensor.
+Status WriteTensorStream(const TensorStream& stream, const std::string& path, bool overwrite);
+
 }  // namespace vramscope::predict
