@@ -97,6 +97,8 @@ Status ReportTrace(std::optional<model::Trace> given, const ReportOptions& optio
       analysis::AdoptReplayedBlockSizes(trace, *sims);
     }
   }
+  // A prediction's replay agrees with itself by construction: nothing to tell the user.
+  const bool trace_is_predicted = trace.facts.predicted;
   const analysis::Analysis analysis = analysis::Analyze(trace, root);
   const analysis::Summary& summary = analysis.summary;
   if (options.device) {
@@ -160,7 +162,7 @@ Status ReportTrace(std::optional<model::Trace> given, const ReportOptions& optio
     terminal.top_sites = options.top;
     terminal.device = options.device;
     fmt::print("{}", report::RenderTerminalSummary(input, terminal));
-    if (sims) {
+    if (sims && !trace_is_predicted) {
       for (const auto& dev : sims->devices) {
         const auto& c = dev.runs.front().result.comparison;
         fmt::print(

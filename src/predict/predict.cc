@@ -121,9 +121,13 @@ Result<TensorStream> PredictStream(const LoadedModel& model, const PredictReques
                  ? fmt::format("a GPU with {}", FormatBytes(static_cast<int64_t>(request.capacity)))
                  : std::string("any (no capacity given)"));
   info.capacity = total > request.context_bytes ? total - request.context_bytes : 0;
-  info.facts.emplace_back("cublas_workspace", std::to_string(rules.cublas_workspace));
-  info.facts.emplace_back("cublaslt_workspace", std::to_string(rules.cublaslt_workspace));
-  info.facts.emplace_back("cuda_context_bytes", std::to_string(request.context_bytes));
+  auto bytes = [](uint64_t b) {
+    return fmt::format("{} ({} B)", FormatBytes(static_cast<int64_t>(b)),
+                       FormatCount(static_cast<int64_t>(b)));
+  };
+  info.facts.emplace_back("cuBLAS workspace", bytes(rules.cublas_workspace));
+  info.facts.emplace_back("cuBLASLt workspace", bytes(rules.cublaslt_workspace));
+  info.facts.emplace_back("CUDA context", bytes(request.context_bytes));
   if (!request.alloc_conf.empty()) info.facts.emplace_back("alloc_conf", request.alloc_conf);
   info.assumptions.push_back(fmt::format(
       "the CUDA context and library handles take {} outside the allocator (--cuda-context)",

@@ -291,9 +291,12 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
       line(fmt::format("  iterations: none detected (phases from {})",
                        in.attribution.phases.evidence));
     }
-    line("  live at the peak, by allocation site:");
-    const size_t shown =
-        std::min<size_t>(d.live_at_peak_by_site.size(), static_cast<size_t>(options.top_sites));
+    // A prediction has no stacks: its owners above already name every tensor.
+    const bool sites = !(in.trace.facts.predicted && !in.trace.facts.has_stacks);
+    if (sites) line("  live at the peak, by allocation site:");
+    const size_t shown = sites ? std::min<size_t>(d.live_at_peak_by_site.size(),
+                                                  static_cast<size_t>(options.top_sites))
+                               : 0;
     for (size_t i = 0; i < shown; ++i) {
       const auto& g = d.live_at_peak_by_site[i];
       line(fmt::format(
@@ -302,7 +305,7 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
           FormatCount(static_cast<int64_t>(g.count)), g.label,
           attribution::CategoryName(g.category)));
     }
-    if (d.live_at_peak_by_site.size() > shown) {
+    if (sites && d.live_at_peak_by_site.size() > shown) {
       uint64_t rest = 0;
       for (size_t i = shown; i < d.live_at_peak_by_site.size(); ++i) {
         rest += d.live_at_peak_by_site[i].bytes;
