@@ -144,6 +144,7 @@ Result<predict::PredictRequest> BuildRequest(const PredictOptions& o) {
   s.steps = o.steps;
   s.checkpointing = o.checkpointing;
   s.lora_rank = o.lora;
+  s.freeze = o.freeze;
   if (o.zero != 0 && o.fsdp) return UsageError("--zero and --fsdp: choose one");
   if (o.zero == 1) s.zero = predict::ZeroMode::kZero1;
   if (o.zero == 2) s.zero = predict::ZeroMode::kZero2;
@@ -272,6 +273,9 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                 "activation checkpointing of every transformer block");
   cmd->add_option("--lora", o.lora, "LoRA rank: freeze the base weights, train adapters")
       ->check(CLI::Range(0, 65536));
+  cmd->add_option("--freeze", o.freeze,
+                  "freeze the parameters whose name matches this shell pattern (repeatable), "
+                  "e.g. 'model.embed_tokens.*' or 'transformer.h.[0-5].*'");
   cmd->add_option("--zero", o.zero, "ZeRO stage 1, 2 or 3 over --world-size GPUs (per-GPU memory)")
       ->check(CLI::Range(0, 3));
   cmd->add_flag("--fsdp", o.fsdp, "FSDP full sharding over --world-size GPUs");

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace vramscope::cli {
 
@@ -23,6 +24,7 @@ struct PredictOptions {
   int steps = 3;
   bool checkpointing = false;
   int lora = 0;
+  std::vector<std::string> freeze;
   int zero = 0;
   bool fsdp = false;
   int world_size = 1;

@@ -1158,6 +1158,7 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
     sim.grad_shards = shards;
   }
   if (setup.zero == ZeroMode::kZero3 || setup.zero == ZeroMode::kFsdp) sim.param_shards = shards;
+  sim.frozen_patterns = setup.freeze;
   OptimizerSetup optimizer = setup.optimizer;
   optimizer.shards = shards;
   auto model = MakeModel(m, setup);

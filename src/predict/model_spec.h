@@ -74,6 +74,7 @@ struct TrainingSetup {
   double lora_dropout = 0;  // peft's default
   ZeroMode zero = ZeroMode::kNone;
   int world_size = 1;
+  std::vector<std::string> freeze;  // shell patterns of frozen parameter names
 };
 
 // Runs the training steps of `model` under `setup` through the step simulator. The stream has

@@ -1,6 +1,7 @@
 #include "predict/step_simulator.h"
 
 #include <fmt/format.h>
+#include <fnmatch.h>
 
 #include <algorithm>
 #include <utility>
@@ -125,6 +126,9 @@ void StepSimulator::Relabel(TensorId t, model::Category category, std::string_vi
 TensorId StepSimulator::Parameter(std::string_view name, uint64_t bytes, bool trainable,
                                   uint64_t full_bytes) {
   const std::string full = scope_.empty() ? std::string(name) : scope_ + "." + std::string(name);
+  for (const std::string& pattern : frozen_patterns) {
+    if (fnmatch(pattern.c_str(), full.c_str(), 0) == 0) trainable = false;
+  }
   const TensorId t = Alloc(bytes, model::Category::kWeight, full, "aten::empty");
   Param p;
   p.tensor = t;

@@ -129,6 +129,9 @@ class StepSimulator {
   // ZeRO-3 / FSDP: each rank keeps 1/param_shards of every parameter; layers gather the full
   // weight around each use (forward, and again in backward) and free it right after.
   int param_shards = 1;
+  // Parameters whose qualified name matches one of these shell patterns are frozen
+  // (requires_grad=False): no gradient, no optimizer state ("model.embed_tokens.*").
+  std::vector<std::string> frozen_patterns;
 
   // --- facts for the report -------------------------------------------------------------------
   uint64_t parameter_bytes() const { return parameter_bytes_; }
