@@ -55,8 +55,10 @@ Result<uint64_t> ParseCapacity(const std::string& text, const char* flag) {
         fmt::format("{} {}: unknown unit '{}'; use GiB, GB, MiB or bytes", flag, text, unit));
   }
   const double bytes = value * scale;
-  if (!(bytes >= 1) || bytes > 1e18) {
-    return UsageError(fmt::format("{} {}: not a usable capacity", flag, text));
+  if (!(bytes >= (1 << 20)) || bytes > 1e18) {
+    return UsageError(fmt::format(
+        "{} {}: not a usable capacity; give a GPU's memory such as 80GiB, or a GPU name", flag,
+        text));
   }
   return static_cast<uint64_t>(bytes);
 }
@@ -281,13 +283,21 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   cmd->add_flag("--fsdp", o.fsdp, "FSDP full sharding over --world-size GPUs");
   cmd->add_option("--world-size", o.world_size, "data-parallel GPUs (default: 1)")
       ->check(CLI::Range(1, 1 << 20));
+  const auto non_empty = CLI::Validator(
+      [](const std::string& v) {
+        return v.empty() ? std::string("give a GPU name or a size such as 80GiB") : std::string();
+      },
+      "GPU|SIZE");
   cmd->add_option("--gpu", o.gpu,
                   "the GPU (capacity, workspace sizes): h200, h100-80gb, a100-80gb, a100-40gb, "
-                  "l40s, a10g, l4, rtx4090, rtx3090, v100-32gb, t4, or a size such as 80GiB");
-  cmd->add_option("--capacity", o.capacity, "GPU memory, e.g. 80GiB (overrides --gpu's)");
+                  "l40s, a10g, l4, rtx4090, rtx3090, v100-32gb, t4, or a size such as 80GiB")
+      ->check(non_empty);
+  cmd->add_option("--capacity", o.capacity, "GPU memory, e.g. 80GiB (overrides --gpu's)")
+      ->check(non_empty);
   cmd->add_option("--fit", o.fit,
                   "find the largest batch (or --fit-dim seq) that fits this GPU or capacity, and "
-                  "report that size");
+                  "report that size")
+      ->check(non_empty);
   cmd->add_option("--fit-dim", o.fit_dim, "what --fit grows: batch (default) or seq");
   cmd->add_option("--fit-max", o.fit_max, "the largest size --fit tries (default: 1048576)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));

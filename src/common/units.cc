@@ -78,4 +78,20 @@ int64_t ParseBytes(const std::string& text) {
   return static_cast<int64_t>(std::llround(bytes));
 }
 
+std::string ForMessage(std::string_view text, size_t max) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < max; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  if (text.size() > max) out += "...";
+  return out;
+}
+
 }  // namespace vramscope

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <map>
+#include <unordered_set>
 
 namespace vramscope::predict {
 
@@ -107,8 +108,18 @@ Result<DeviceRules> RulesFor(int sm, std::string_view torch_version) {
 }
 
 void AddWorkspaces(TensorStream& stream, const DeviceRules& rules) {
+  // Ids for the workspaces: the smallest ones the producer did not use (its ids may be any
+  // 64-bit values).
+  std::unordered_set<uint64_t> used;
+  for (const StreamEvent& e : stream.events) {
+    if (e.kind == StreamEvent::Kind::kAlloc) used.insert(e.id);
+  }
   uint64_t next_id = 0;
-  for (const StreamEvent& e : stream.events) next_id = std::max(next_id, e.id + 1);
+  auto fresh_id = [&] {
+    while (used.count(next_id) > 0) ++next_id;
+    used.insert(next_id);
+    return next_id;
+  };
   const model::StringId cublas_main = stream.strings.Intern("cuBLAS workspace (main thread)");
   const model::StringId cublas_backward =
       stream.strings.Intern("cuBLAS workspace (autograd thread)");
@@ -122,7 +133,7 @@ void AddWorkspaces(TensorStream& stream, const DeviceRules& rules) {
   auto alloc = [&](uint64_t bytes, model::StringId name, model::StringId op) {
     StreamEvent a;
     a.kind = StreamEvent::Kind::kAlloc;
-    a.id = next_id++;
+    a.id = fresh_id();
     a.bytes = bytes;
     a.category = model::Category::kWorkspace;
     a.name = name;

@@ -189,7 +189,7 @@ class Gpt2 : public Model {
       for (uint64_t i = 0; i < m_.layers; ++i) {
         Scope hs(sim, fmt::format("h.{}", i));
         auto block = [&, i](TensorId input) { return BlockForward(ops, blocks_[i], input); };
-        const TensorId y = s_.checkpointing ? sim.Checkpoint(x, block) : block(x);
+        const TensorId y = s_.checkpointing ? ops.Checkpoint(x, block) : block(x);
         sim.Free(x);
         x = y;
       }
@@ -439,7 +439,7 @@ class Llama : public Model {
       for (uint64_t i = 0; i < m_.layers; ++i) {
         Scope l(sim, fmt::format("layers.{}", i));
         auto block = [&, i](TensorId input) { return LayerForward(ops, layers_[i], input); };
-        const TensorId y = s_.checkpointing ? sim.Checkpoint(x, block) : block(x);
+        const TensorId y = s_.checkpointing ? ops.Checkpoint(x, block) : block(x);
         sim.Free(x);
         x = y;
       }
@@ -697,7 +697,7 @@ class Encoder : public Model {
       for (uint64_t i = 0; i < m_.layers; ++i) {
         Scope l(sim, fmt::format("layer.{}", i));
         auto block = [&, i](TensorId input) { return LayerForward(ops, layers_[i], input); };
-        const TensorId y = s_.checkpointing ? sim.Checkpoint(x, block) : block(x);
+        const TensorId y = s_.checkpointing ? ops.Checkpoint(x, block) : block(x);
         sim.Free(x);
         x = y;
       }
@@ -1165,6 +1165,10 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
   stream.Phase(0, model::RecordedPhase::kSetup, "setup");
   model->Build(ops);
   if (auto* encoder = dynamic_cast<Encoder*>(model.get())) encoder->BuildHead(ops);
+  if (sim.too_large()) {
+    return UsageError(
+        "the model's weights are larger than any GPU (a tensor over 1 PiB): check the config");
+  }
   stream.info.parameters = sim.parameter_elements();
   stream.info.trainable_parameters = sim.trainable_elements();
   stream.info.parameter_bytes = sim.parameter_bytes();
@@ -1200,6 +1204,12 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
     for (const TensorId i : kept.inputs) sim.Free(i);
     sim.Free(kept.output);
     sim.Free(kept.loss);
+    if (sim.too_large()) {
+      return UsageError(fmt::format(
+          "batch {} x sequence {} makes a tensor of more than 1 PiB, beyond any GPU: use a "
+          "smaller --batch or --seq",
+          setup.batch, setup.seq ? setup.seq : m.default_seq));
+    }
   }
   return stream;
 }

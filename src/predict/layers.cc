@@ -70,6 +70,15 @@ LinearWeights Ops::MakeLinear(std::string_view name, uint64_t in, uint64_t out, 
   return lw;
 }
 
+TensorId Ops::Checkpoint(TensorId x, std::function<TensorId(TensorId)> block) {
+  const DType d = Dtype(x);
+  const uint64_t n = Elements(x);
+  return sim_.Checkpoint(x, [this, x, d, n, block = std::move(block)](TensorId in) {
+    if (in != x) SetDtype(in, d, n);
+    return block(in);
+  });
+}
+
 TensorId Ops::MakeBuffer(std::string_view name, uint64_t elements) {
   const TensorId t = sim_.Buffer(name, elements * 4);
   SetDtype(t, DType::kF32, elements);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,6 +55,8 @@ class Ops {
   uint64_t Elements(TensorId t) const;
   TensorId New(uint64_t elements, DType dtype, std::string_view op);
   void Free(TensorId t) { sim_.Free(t); }
+  // StepSimulator::Checkpoint, with the recomputation's input known to the ops (dtype, size).
+  TensorId Checkpoint(TensorId x, std::function<TensorId(TensorId)> block);
 
   // --- ops ------------------------------------------------------------------------------------
   // x [rows, in] -> [rows, out]; addmm with a bias, mm without (F.linear folds leading dims).

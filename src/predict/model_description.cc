@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+
+#include "common/units.h"
 
 namespace vramscope::predict {
 
@@ -249,7 +252,8 @@ Result<ModelSpec> FromHfConfig(const json& j, std::string_view where) {
     }
     const std::string layer = f.Text("layer_type", "basic");
     if (layer != "basic" && layer != "bottleneck") {
-      f.Fail(fmt::format("/layer_type is \"{}\"; it must be \"basic\" or \"bottleneck\"", layer));
+      f.Fail(fmt::format("/layer_type is \"{}\"; it must be \"basic\" or \"bottleneck\"",
+                         ForMessage(layer)));
     }
     m = Resnet(depths, layer == "bottleneck", m.label);
     if (j.contains("hidden_sizes") && j["hidden_sizes"].is_array() &&
@@ -275,7 +279,7 @@ Result<ModelSpec> FromHfConfig(const json& j, std::string_view where) {
     f.Fail(fmt::format(
         "/model_type is \"{}\"; vramscope predicts gpt2, llama, mistral, qwen2, bert, roberta, "
         "vit and resnet configs (or use a preset, a layer list, or the tracer for other models)",
-        type));
+        ForMessage(type)));
   }
   // transformers' attention implementation: "eager" writes attention out (an s x s tensor per
   // head); "sdpa" and the flash variants use fused kernels.
@@ -285,7 +289,7 @@ Result<ModelSpec> FromHfConfig(const json& j, std::string_view where) {
   } else if (!attention.empty() && attention != "sdpa" &&
              attention.find("flash") == std::string::npos) {
     f.Fail(fmt::format("/attn_implementation is \"{}\"; use eager, sdpa or flash_attention_2",
-                       attention));
+                       ForMessage(attention)));
   }
   if (m.heads > 0 && m.hidden % m.heads != 0) {
     f.Fail(fmt::format("the hidden size {} is not a multiple of the {} attention heads", m.hidden,
@@ -310,7 +314,8 @@ Result<ModelSpec> FromLayerList(const json& j, std::string_view where) {
   Fields top(j, std::string(where));
   m.loss = top.Text("loss", "mse");
   if (m.loss != "mse" && m.loss != "cross_entropy") {
-    top.Fail(fmt::format("/loss is \"{}\"; it must be \"mse\" or \"cross_entropy\"", m.loss));
+    top.Fail(fmt::format("/loss is \"{}\"; it must be \"mse\" or \"cross_entropy\"",
+                         ForMessage(m.loss)));
   }
   if (!top.status().ok()) return top.status();
   const auto input = j.find("input");
@@ -339,8 +344,8 @@ Result<ModelSpec> FromLayerList(const json& j, std::string_view where) {
     LayerSpec s;
     s.type = f.Text("type", "");
     if (kTypes.count(s.type) == 0) {
-      return InvalidInput(fmt::format("{}/type is \"{}\"; it must be one of {}", at, s.type,
-                                      fmt::join(kTypes, ", ")));
+      return InvalidInput(fmt::format("{}/type is \"{}\"; it must be one of {}", at,
+                                      ForMessage(s.type), fmt::join(kTypes, ", ")));
     }
     s.name = f.Text("name", "");
     const bool sized = s.type == "linear" || s.type == "conv2d" || s.type == "embedding";
@@ -390,12 +395,14 @@ std::vector<std::string> PresetNames() {
 }
 
 Result<ModelSpec> ParseModelJson(std::string_view text, std::string_view where) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return InvalidInput(
-        fmt::format("{}: not valid JSON; give a Hugging Face config.json or a "
-                    "vramscope layer list (docs/predict-models.md)",
-                    where));
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return InvalidInput(fmt::format(
+        "{}: not valid JSON (at byte {}); give a Hugging Face config.json or a vramscope layer "
+        "list (docs/predict-models.md)",
+        where, e.byte));
   }
   if (!j.is_object()) {
     return InvalidInput(fmt::format("{}: the top level must be a JSON object", where));
@@ -410,10 +417,25 @@ Result<ModelSpec> ParseModelJson(std::string_view text, std::string_view where) 
 Result<ModelSpec> LoadModelSpec(std::string_view model) {
   const auto& presets = Presets();
   if (const auto it = presets.find(std::string(model)); it != presets.end()) return it->second;
-  std::ifstream in{std::string(model), std::ios::binary};
+  std::error_code ec;
+  const std::filesystem::path path{std::string(model)};
+  if (std::filesystem::is_directory(path, ec)) {
+    return InvalidInput(fmt::format(
+        "--model {}: a folder; give its config.json (or a layer list, or a tracer .jsonl)", model));
+  }
+  std::ifstream in{path, std::ios::binary};
   if (!in) {
-    return UsageError(fmt::format("--model {}: neither a preset nor a readable file; presets: {}",
-                                  model, fmt::join(PresetNames(), ", ")));
+    // A path that names a file is a missing input (1); a bare word, an unknown preset (2).
+    const bool looks_like_file =
+        model.find('/') != std::string_view::npos || model.find('.') != std::string_view::npos;
+    if (looks_like_file) {
+      return InvalidInput(fmt::format(
+          "--model {}: cannot be read (no such file?); give a config.json, a layer list or a "
+          "tracer .jsonl",
+          model));
+    }
+    return UsageError(fmt::format("--model {}: not a preset (presets: {}) nor a file", model,
+                                  fmt::join(PresetNames(), ", ")));
   }
   std::ostringstream text;
   text << in.rdbuf();

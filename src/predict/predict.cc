@@ -87,9 +87,11 @@ Result<allocator::AllocatorSettings> SettingsFor(const PredictRequest& request) 
       request.capacity ? request.capacity : (request.gpu ? request.gpu->total_memory : 0);
   if (total > 0) {
     if (total <= request.context_bytes) {
-      return UsageError(fmt::format("the capacity {} is not more than the CUDA context ({})",
-                                    FormatBytes(static_cast<int64_t>(total)),
-                                    FormatBytes(static_cast<int64_t>(request.context_bytes))));
+      return UsageError(fmt::format(
+          "the GPU's {} (--gpu/--capacity/--fit) leave nothing for the allocator after the "
+          "CUDA context's {} (--cuda-context): give a larger capacity or a smaller --cuda-context",
+          FormatBytes(static_cast<int64_t>(total)),
+          FormatBytes(static_cast<int64_t>(request.context_bytes))));
     }
     settings.capacity = total - request.context_bytes;
     settings.total_memory = total;
@@ -107,7 +109,9 @@ Result<TensorStream> PredictStream(const LoadedModel& model, const PredictReques
     const ModelSpec& m = *model.spec;
     ASSIGN_OR_RETURN(stream, SimulateTraining(m, request.setup));
     model::PredictionInfo& info = stream.info;
-    info.model = fmt::format("{} (built-in family: {})", m.label, FamilyName(m.family));
+    info.model = m.family == Family::kLayerList
+                     ? m.label
+                     : fmt::format("{} (built-in family: {})", m.label, FamilyName(m.family));
     info.setup = SetupText(m, request.setup);
   }
   model::PredictionInfo& info = stream.info;

@@ -98,6 +98,10 @@ void StepSimulator::ExitModule() {
 
 TensorId StepSimulator::Alloc(uint64_t bytes, model::Category category, std::string_view name,
                               std::string_view op) {
+  if (bytes > kMaxTensorBytes) {
+    too_large_ = true;
+    bytes = kMaxTensorBytes;
+  }
   Tensor t;
   t.bytes = bytes;
   t.id = next_id_++;
@@ -168,7 +172,7 @@ void StepSimulator::Free(TensorId t) {
   Tensor& x = tensors_[t];
   if (--x.refs > 0 || !x.alive) return;
   x.alive = false;
-  if (x.bytes == 0) return;  // an alias made by checkpointing: owns no storage
+  if (x.bytes == 0 || !x.owns_storage) return;  // an alias made by checkpointing
   StreamEvent e;
   e.kind = StreamEvent::Kind::kFree;
   e.id = x.id;
@@ -180,7 +184,7 @@ void StepSimulator::ReleaseStorage(TensorId t) {
   Tensor& x = tensors_[t];
   if (!x.alive) return;
   x.alive = false;
-  if (x.bytes == 0) return;
+  if (x.bytes == 0 || !x.owns_storage) return;
   StreamEvent e;
   e.kind = StreamEvent::Kind::kFree;
   e.id = x.id;
@@ -199,7 +203,9 @@ void StepSimulator::Node(std::string_view name, const std::vector<TensorId>& inp
   n.name = scope_.empty() ? std::string(name) : scope_ + " (" + std::string(name) + ")";
   n.inputs = inputs;
   n.outputs = outputs;
-  n.saved = saved;
+  for (const TensorId t : saved) {
+    if (t != kNoTensor) n.saved.push_back(t);
+  }
   n.backward = std::move(backward);
   for (const TensorId t : outputs) {
     tensors_[t].requires_grad = true;
@@ -211,6 +217,7 @@ void StepSimulator::Node(std::string_view name, const std::vector<TensorId>& inp
     }
   }
   for (const TensorId t : saved) {
+    if (t == kNoTensor) continue;
     Ref(t);
     if (out_.events[tensors_[t].alloc_event].category == model::Category::kTemporary) {
       out_.events[tensors_[t].alloc_event].category = model::Category::kActivation;
@@ -283,13 +290,19 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
   if (!needs) return y;
   // The node takes the input (to pass its gradient on) and saves it, as checkpoint does.
   const TensorId input_copy = input;
-  auto backward = [this, block, input_copy](BackwardContext& b) {
+  const std::string forward_scope = scope_;
+  auto backward = [this, block, input_copy, forward_scope](BackwardContext& b) {
     const auto mark = static_cast<int32_t>(nodes_.size());
     const bool was_enabled = grad_enabled_;
     grad_enabled_ = true;
+    // The recomputation runs as the forward did: in its module scope, under its autocast
+    // state (torch.utils.checkpoint restores it), whose weight casts go when it ends.
+    const std::string backward_scope = scope_;
+    scope_ = forward_scope;
     // The recomputation starts from a detached alias of the saved input.
     Tensor alias;
-    alias.bytes = 0;
+    alias.bytes = tensors_[input_copy].bytes;
+    alias.owns_storage = false;
     alias.refs = 1;
     alias.alive = true;
     alias.requires_grad = tensors_[input_copy].requires_grad;
@@ -300,6 +313,8 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
     tensors_[x].requires_grad = true;
     const TensorId y2 = block(x);
     grad_enabled_ = was_enabled;
+    EndAutocast();
+    scope_ = backward_scope;
     const TensorId g = b.GradOut(0);
     if (g != kNoTensor && tensors_[y2].requires_grad) {
       Ref(g);
@@ -467,6 +482,13 @@ void StepSimulator::ZeroGrad(bool set_to_none) {
 }
 
 void StepSimulator::OptimizerStep(const OptimizerSetup& setup) {
+  // The step's temporaries are the optimizer's.
+  EnterModule("optimizer");
+  StepOptimizer(setup);
+  ExitModule();
+}
+
+void StepSimulator::StepOptimizer(const OptimizerSetup& setup) {
   if (setup.kind == OptimizerKind::kNone || setup.kind == OptimizerKind::kSgd) {
     ++optimizer_steps_;  // plain SGD updates in place (foreach, fused or not)
     return;
@@ -522,24 +544,39 @@ void StepSimulator::OptimizerStep(const OptimizerSetup& setup) {
                             : (setup.master_weights ? bytes : tensors_[p.tensor].bytes);
   };
   if (setup.impl == OptimizerImpl::kFused) return;
-  std::vector<TensorId> temps;
+  const bool l2 = setup.kind == OptimizerKind::kAdam && setup.weight_decay != 0;
+  // Python drops a list's items last to first.
+  auto drop = [this](std::vector<TensorId>& list) {
+    for (auto it = list.rbegin(); it != list.rend(); ++it) Free(*it);
+    list.clear();
+  };
   if (setup.impl == OptimizerImpl::kForeach) {
+    std::vector<TensorId> grads, roots;
     // Low-precision gradients stepped into fp32 masters are converted first.
     if (setup.master_weights) {
-      for (const int32_t i : stepped) temps.push_back(New(state_size(i), "aten::_to_copy"));
+      for (const int32_t i : stepped) grads.push_back(New(state_size(i), "aten::_to_copy"));
     }
-    if (setup.kind == OptimizerKind::kAdam && setup.weight_decay != 0) {
-      for (const int32_t i : stepped) temps.push_back(New(state_size(i), "aten::_foreach_add"));
+    // Adam's L2 term: grads = _foreach_add(grads, params, alpha=weight_decay), a new list;
+    // _multi_tensor_adam deletes it (del device_grads) before the square roots.
+    if (l2) {
+      std::vector<TensorId> decayed;
+      for (const int32_t i : stepped) decayed.push_back(New(state_size(i), "aten::_foreach_add"));
+      drop(grads);
+      grads = std::move(decayed);
     }
+    drop(grads);
     // exp_avg_sq.sqrt() for every parameter at once (_multi_tensor_adam).
-    for (const int32_t i : stepped) temps.push_back(New(state_size(i), "aten::_foreach_sqrt"));
-    // The lists go when the function returns; Python drops a list's items last to first.
-    for (auto it = temps.rbegin(); it != temps.rend(); ++it) Free(*it);
+    for (const int32_t i : stepped) roots.push_back(New(state_size(i), "aten::_foreach_sqrt"));
+    drop(roots);
     return;
   }
-  // The for-loop step: denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps).
-  TensorId previous = kNoTensor;
+  // The for-loop step, per parameter: grad = grad.add(param, alpha=weight_decay) for Adam's L2
+  // term; denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps).
+  TensorId previous = kNoTensor, previous_grad = kNoTensor;
   for (const int32_t i : stepped) {
+    const TensorId grad = l2 ? New(state_size(i), "aten::add") : kNoTensor;
+    Free(previous_grad);
+    previous_grad = grad;
     const TensorId root = New(state_size(i), "aten::sqrt");
     const TensorId denom = New(state_size(i), "aten::div");
     Free(root);
@@ -547,6 +584,7 @@ void StepSimulator::OptimizerStep(const OptimizerSetup& setup) {
     previous = denom;
   }
   Free(previous);
+  Free(previous_grad);
 }
 
 }  // namespace vramscope::predict

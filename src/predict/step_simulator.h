@@ -111,8 +111,13 @@ class StepSimulator {
   DType param_dtype = DType::kF32;
 
   // --- activation checkpointing: runs `block` without saving, saves its input, and runs it
-  // again in backward when its gradient arrives (torch.utils.checkpoint).
+  // again in backward when its gradient arrives (torch.utils.checkpoint). In the recomputation
+  // `block` gets an alias of the input (same bytes, no storage of its own) and runs in the
+  // module scope and autocast state of the forward.
   TensorId Checkpoint(TensorId input, const std::function<TensorId(TensorId)>& block);
+  // Set when a tensor of more than kMaxTensorBytes was asked for (sizes beyond any GPU).
+  static constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 50;
+  bool too_large() const { return too_large_; }
 
   // --- the step -----------------------------------------------------------------------------
   void Phase(int32_t step, model::RecordedPhase phase, std::string_view label = {}) {
@@ -151,6 +156,7 @@ class StepSimulator {
     TensorId grad = kNoTensor;  // gradient accumulated for it during backward
     bool requires_grad = false;
     bool alive = false;
+    bool owns_storage = true;  // false: an alias of another tensor's storage (checkpointing)
   };
   struct Param {
     TensorId tensor = kNoTensor;
@@ -173,6 +179,7 @@ class StepSimulator {
   TensorId Alloc(uint64_t bytes, model::Category category, std::string_view name,
                  std::string_view op);
   void Relabel(TensorId t, model::Category category, std::string_view name);
+  void StepOptimizer(const OptimizerSetup& setup);
   void RunNode(int32_t index);
   void RunEngine(int32_t from_node);
   void DeliverGrad(TensorId input, TensorId grad);
@@ -194,6 +201,7 @@ class StepSimulator {
   uint64_t buffer_bytes_ = 0;
   bool grad_enabled_ = true;
   bool in_backward_ = false;
+  bool too_large_ = false;
   int32_t optimizer_steps_ = 0;
 };
 

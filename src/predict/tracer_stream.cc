@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "common/atomic_output.h"
+#include "common/units.h"
 
 namespace vramscope::predict {
 
@@ -114,7 +115,8 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
       }
       if (e.bytes > (uint64_t{1} << 50)) return fail("an allocation over 1 PiB");
       const auto c = model::ParseCategory(HeaderText(j, "category"));
-      if (!c) return fail(fmt::format("unknown category \"{}\"", HeaderText(j, "category")));
+      if (!c)
+        return fail(fmt::format("unknown category \"{}\"", ForMessage(HeaderText(j, "category"))));
       e.category = *c;
       std::string name = HeaderText(j, "name");
       if (name.empty()) name = HeaderText(j, "module");
@@ -137,7 +139,9 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
       StreamEvent& target = out.events[it->second];
       if (j.contains("category")) {
         const auto c = model::ParseCategory(HeaderText(j, "category"));
-        if (!c) return fail(fmt::format("unknown category \"{}\"", HeaderText(j, "category")));
+        if (!c)
+          return fail(
+              fmt::format("unknown category \"{}\"", ForMessage(HeaderText(j, "category"))));
         target.category = *c;
       }
       if (const std::string name = HeaderText(j, "name"); !name.empty()) {
@@ -147,7 +151,7 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
     } else if (ev == "phase") {
       e.kind = StreamEvent::Kind::kPhase;
       const auto p = PhaseOf(HeaderText(j, "phase"));
-      if (!p) return fail(fmt::format("unknown phase \"{}\"", HeaderText(j, "phase")));
+      if (!p) return fail(fmt::format("unknown phase \"{}\"", ForMessage(HeaderText(j, "phase"))));
       e.phase = *p;
       e.name = out.strings.Intern(HeaderText(j, "phase"));
       uint64_t step = 0;
@@ -167,7 +171,10 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
       ended = true;
       continue;
     } else {
-      return fail(fmt::format("unknown event \"{}\"", ev));
+      return fail(
+          fmt::format("unknown event \"{}\"; this vramscope reads alloc, free, set, phase, matmul, "
+                      "conv, empty_cache and end",
+                      ForMessage(ev)));
     }
     out.events.push_back(e);
   }
