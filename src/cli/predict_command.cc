@@ -1,11 +1,15 @@
 #include "cli/predict_command.h"
 
 #include <fmt/format.h>
+#include <stdlib.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/exit_codes.h"
 #include "cli/report_command.h"
+#include "cli/run_tracer.h"
 #include "common/units.h"
 #include "predict/model_description.h"
 #include "predict/predict.h"
@@ -169,9 +173,75 @@ Result<predict::PredictRequest> BuildRequest(const PredictOptions& o) {
   return r;
 }
 
+// The tracer's flags for the same set-up.
+Result<std::vector<std::string>> TracerArgs(const PredictOptions& o) {
+  if (o.zero != 0 || o.fsdp || o.master_weights || o.weight_decay != 0) {
+    return UsageError(
+        "--zero, --fsdp, --master-weights and --weight-decay are the built-in families' "
+        "options; the tracer runs your model's step as it is (on one GPU, with the optimizer's "
+        "defaults)");
+  }
+  std::vector<std::string> a = {"--model", o.model, "--batch", std::to_string(o.batch)};
+  if (o.seq > 0) a.insert(a.end(), {"--seq", std::to_string(o.seq)});
+  if (o.image_size > 0) a.insert(a.end(), {"--image-size", std::to_string(o.image_size)});
+  if (o.dtype == "bf16-amp" || o.dtype == "fp16-amp") {
+    a.insert(a.end(), {"--dtype", "fp32", "--amp", o.dtype.substr(0, 4)});
+  } else {
+    a.insert(a.end(), {"--dtype", o.dtype, "--amp", "none"});
+  }
+  a.insert(a.end(),
+           {"--optimizer", o.optimizer, "--" + o.optimizer_impl, "--zero-grad", o.zero_grad,
+            "--steps", std::to_string(o.steps), "--grad-accum", std::to_string(o.grad_accum)});
+  if (o.checkpointing) a.push_back("--checkpointing");
+  if (o.lora > 0) a.insert(a.end(), {"--lora", std::to_string(o.lora)});
+  for (const std::string& f : o.freeze) a.insert(a.end(), {"--freeze", f});
+  return a;
+}
+
+// A temporary file that goes with its scope.
+class TempFile {
+ public:
+  TempFile() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "vramscope-stream-XXXXXX.jsonl").string();
+    const int fd = mkstemps(pattern.data(), 6);
+    if (fd >= 0) {
+      close(fd);
+      path_ = pattern;
+    }
+  }
+  ~TempFile() {
+    if (!path_.empty()) std::remove(path_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 Status Run(const PredictOptions& o) {
   ASSIGN_OR_RETURN(predict::PredictRequest request, BuildRequest(o));
-  ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(o.model));
+  // Your own model: the tracer runs its step on fake tensors, then its stream is the model.
+  TempFile traced;
+  std::string model_source = o.model;
+  if (NeedsTracer(o.model)) {
+    if (!o.fit.empty()) {
+      return UsageError(
+          "--fit resizes the built-in families; for your own model, trace it at a "
+          "few sizes and predict each");
+    }
+    ASSIGN_OR_RETURN(const std::vector<std::string> args, TracerArgs(o));
+    if (traced.path().empty()) return InternalError("cannot make a temporary file for the tracer");
+    if (!o.quiet && !o.json) {
+      std::fprintf(stderr, "tracing %s with %s -m vramscope.tracer (fake tensors, no GPU)...\n",
+                   o.model.c_str(), o.python.c_str());
+    }
+    RETURN_IF_ERROR(RunTracer(o.python, args, traced.path()));
+    model_source = traced.path();
+  }
+  ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(model_source));
   std::optional<predict::FitResult> fit;
   if (!o.fit.empty()) {
     predict::FitDimension dim = predict::FitDimension::kBatch;
@@ -239,15 +309,17 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "predict",
       "Predict the GPU memory of training steps without a GPU: a built-in model family (a "
-      "preset or a Hugging Face config.json), a layer list, or a tracer file of your own model, "
-      "with a batch, dtype and optimizer. Prints the same summary as 'report' (marked "
+      "preset or a Hugging Face config.json), a layer list, or your own PyTorch model traced on "
+      "fake tensors, with a batch, dtype and optimizer. Prints the same summary as 'report' "
+      "(marked "
       "predicted); -o writes the report database, --html the viewer, --fit finds the largest "
       "batch that fits a GPU.");
   cmd->add_option("--model", o.model,
                   fmt::format("a preset ({}), a Hugging Face config.json (gpt2, llama, mistral, "
-                              "qwen2, bert, roberta, vit), a layer list .json "
-                              "(docs/predict-models.md), or a tracer .jsonl "
-                              "(python -m vramscope.tracer)",
+                              "qwen2, bert, roberta, vit, resnet), a layer list .json "
+                              "(docs/predict-models.md), your own model as FILE.py:FUNCTION or "
+                              "hf:config.json (run by the tracer on fake tensors with --python), "
+                              "or a tracer .jsonl",
                               fmt::join(predict::PresetNames(), ", ")))
       ->required();
   cmd->add_option("--batch", o.batch, "samples per micro-batch (default: 1)")
@@ -307,6 +379,9 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   cmd->add_option("--cuda-context", o.cuda_context_mib,
                   "MiB the CUDA context takes outside the allocator (default: 500)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  cmd->add_option("--python", o.python,
+                  "the Python (with PyTorch) that runs the tracer for --model FILE.py:FUNCTION "
+                  "or hf:config.json (default: python3)");
   cmd->add_option("--emit-stream", o.emit_stream,
                   "also write the predicted tensor stream (every allocation and free, with "
                   "category, name and operation) as JSON Lines, the tracer's format");

@@ -36,7 +36,8 @@ struct PredictOptions {
   std::string torch_version = "2.11";
   std::string alloc_conf;
   uint64_t cuda_context_mib = 500;
-  std::string emit_stream;  // write the predicted tensor stream here (tracer format)
+  std::string python = "python3";  // runs the tracer for --model my.py:build / hf:config.json
+  std::string emit_stream;         // write the predicted tensor stream here (tracer format)
   // Output, as `report`.
   std::string output;
   std::string html;
