@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 
 #include "predict/model_spec.h"
 
@@ -122,7 +123,7 @@ TensorId CausalLmLoss(Ops& ops, TensorId logits, TensorId labels, uint64_t batch
   const TensorId padded = ops.New(batch * (seq + 1), DType::kI64, "aten::constant_pad_nd");
   const TensorId shifted = ops.New(batch * seq, DType::kI64, "aten::clone");
   sim.Free(padded);
-  const TensorId loss = ops.CrossEntropy(x, batch * seq, vocab);
+  const TensorId loss = ops.CrossEntropy(x, batch * seq, vocab, shifted);
   sim.Free(x);
   sim.Free(shifted);
   (void)labels;
@@ -238,9 +239,19 @@ class Gpt2 : public Model {
         Scope c(sim, "c_attn");
         qkv = Apply(ops, blk.c_attn, n1, rows, s_);
       }
-      // split + view + transpose are views of qkv: q, k and v share its storage.
-      const TensorId ctx = Attention(ops, qkv, qkv, qkv, b, heads, heads, s, d);
+      // qkv.split(h, dim=2) + view + transpose: q, k and v are views of qkv's storage; their
+      // gradients are put back together by a cat (SplitBackward) of qkv's size.
+      const uint64_t third = ops.Elements(qkv) / 3;
+      const TensorId q = ops.View(qkv, third), k = ops.View(qkv, third), v = ops.View(qkv, third);
+      sim.Node("SplitWithSizesBackward0", {qkv}, {q, k, v}, {},
+               [bytes = sim.Bytes(qkv)](BackwardContext& c) {
+                 if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::cat"));
+               });
       sim.Free(qkv);
+      const TensorId ctx = Attention(ops, q, k, v, b, heads, heads, s, d);
+      sim.Free(q);
+      sim.Free(k);
+      sim.Free(v);
       // transpose(1, 2).reshape(...).contiguous(): a copy after the written-out attention; the
       // fused kernels already lay their output out as [b, s, heads, d], so it is a no-op.
       const TensorId merged = MergeHeads(ops, ctx);
@@ -392,8 +403,14 @@ class Llama : public Model {
         }
         layers_.push_back(layer);
       }
-      Scope n(ops.sim(), "norm");
-      norm_ = ops.MakeWeight("weight", h, base_trainable);
+      {
+        Scope n(ops.sim(), "norm");
+        norm_ = ops.MakeWeight("weight", h, base_trainable);
+      }
+      // The rotary embedding's inverse frequencies (two fp32 buffers of d/2).
+      Scope r(ops.sim(), "rotary_emb");
+      ops.MakeBuffer("inv_freq", d / 2);
+      ops.MakeBuffer("original_inv_freq", d / 2);
     }
     if (m_.tie_embeddings) {
       head_.w = embed_;
@@ -425,9 +442,17 @@ class Llama : public Model {
       const TensorId freqs = ops.New(s * d / 2, DType::kF32, "aten::matmul");
       const TensorId emb = ops.New(s * d, DType::kF32, "aten::cat");
       sim.Free(freqs);
+      // emb.cos() * attention_scaling (and sin): the products are what the layers save.
       TensorId cos = ops.New(s * d, DType::kF32, "aten::cos");
+      TensorId cos_scaled = ops.New(s * d, DType::kF32, "aten::mul");
+      sim.Free(cos);
       TensorId sin = ops.New(s * d, DType::kF32, "aten::sin");
+      TensorId sin_scaled = ops.New(s * d, DType::kF32, "aten::mul");
+      sim.Free(sin);
       sim.Free(emb);
+      cos = cos_scaled;
+      sin = sin_scaled;
+      // .to(x.dtype): the hidden states' dtype (fp32 under autocast, bf16 in pure bf16).
       if (ops.Dtype(x) != DType::kF32) {
         const TensorId c2 = ops.New(s * d, ops.Dtype(x), "aten::_to_copy");
         const TensorId s2 = ops.New(s * d, ops.Dtype(x), "aten::_to_copy");
@@ -436,6 +461,8 @@ class Llama : public Model {
         cos = c2;
         sin = s2;
       }
+      cos_ = cos;
+      sin_ = sin;
       for (uint64_t i = 0; i < m_.layers; ++i) {
         Scope l(sim, fmt::format("layers.{}", i));
         auto block = [&, i](TensorId input) { return LayerForward(ops, layers_[i], input); };
@@ -493,11 +520,29 @@ class Llama : public Model {
         Scope p(sim, "v_proj");
         v = Apply(ops, layer.v, n1, rows, s_);
       }
-      const TensorId qr = ops.Rotary(q);
+      const TensorId qr = ops.Rotary(q, cos_, sin_);
       sim.Free(q);
-      const TensorId kr = ops.Rotary(k);
+      const TensorId kr = ops.Rotary(k, cos_, sin_);
       sim.Free(k);
-      const TensorId ctx = ops.FusedAttention(qr, kr, v, b, m_.heads, m_.kv_heads, s, d);
+      TensorId ctx;
+      const bool fp32 = !ops.precision().autocast && ops.precision().param == DType::kF32;
+      if (fp32 && m_.kv_heads != m_.heads) {
+        // fp32 with grouped KV heads: the memory-efficient kernel refuses GQA and the others
+        // need 16-bit inputs, so sdpa runs its math path on K and V repeated to every head.
+        auto repeat = [&](TensorId t) {
+          const TensorId full = ops.New(b * m_.heads * s * d, ops.Dtype(t), "aten::clone");
+          sim.Node("ExpandBackward0", {t}, {full}, {}, [bytes = sim.Bytes(t)](BackwardContext& c) {
+            if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::sum"));
+          });
+          return full;
+        };
+        const TensorId kf = repeat(kr), vf = repeat(v);
+        ctx = ops.MathAttention(qr, kf, vf, b, m_.heads, s, d, m_.attention_dropout);
+        sim.Free(kf);
+        sim.Free(vf);
+      } else {
+        ctx = ops.FusedAttention(qr, kr, v, b, m_.heads, m_.kv_heads, s, d);
+      }
       sim.Free(qr);
       sim.Free(kr);
       sim.Free(v);
@@ -556,6 +601,7 @@ class Llama : public Model {
 
   const ModelSpec& m_;
   const TrainingSetup& s_;
+  TensorId cos_ = kNoTensor, sin_ = kNoTensor;  // this forward's rotary tables
   Weight embed_, norm_;
   LinearWeights head_;
   std::vector<Layer> layers_;
@@ -587,37 +633,46 @@ class Encoder : public Model {
         emb_ln_ = MakeLayerNorm(ops, "LayerNorm", h, true, t);
       }
     }
-    Scope enc(ops.sim(), "encoder");
+    if (!vit) {
+      // position_ids and token_type_ids: int64 buffers of max_positions.
+      Scope e(ops.sim(), "embeddings");
+      position_ids_ = ops.sim().Buffer("position_ids", m_.max_positions * 8);
+      ops.sim().Buffer("token_type_ids", m_.max_positions * 8);
+    }
+    // transformers 5 names: ViT's blocks are vit.layers.N with attention.{q,k,v,o}_proj and
+    // mlp.fc1/fc2; BERT keeps bert.encoder.layer.N.
+    std::optional<Scope> enc;
+    if (!vit) enc.emplace(ops.sim(), "encoder");
     for (uint64_t i = 0; i < m_.layers; ++i) {
-      Scope l(ops.sim(), fmt::format("layer.{}", i));
+      Scope l(ops.sim(), fmt::format(fmt::runtime(vit ? "layers.{}" : "layer.{}"), i));
       Layer layer;
       if (vit) {
-        Scope a(ops.sim(), "attention");
         {
-          Scope s(ops.sim(), "attention");
-          layer.q = MakeAdapted(ops, "query", h, h, true, s_, true);
-          layer.k = MakeAdapted(ops, "key", h, h, true, s_, false);
-          layer.v = MakeAdapted(ops, "value", h, h, true, s_, true);
+          Scope a(ops.sim(), "attention");
+          layer.q = MakeAdapted(ops, "q_proj", h, h, true, s_, true);
+          layer.k = MakeAdapted(ops, "k_proj", h, h, true, s_, false);
+          layer.v = MakeAdapted(ops, "v_proj", h, h, true, s_, true);
+          layer.o = MakeAdapted(ops, "o_proj", h, h, true, s_, false);
         }
-        layer.o = MakeAdapted(ops, "output.dense", h, h, true, s_, false);
-      } else {
-        Scope a(ops.sim(), "attention");
-        {
-          Scope s(ops.sim(), "self");
-          layer.q = MakeAdapted(ops, "query", h, h, true, s_, true);
-          layer.k = MakeAdapted(ops, "key", h, h, true, s_, false);
-          layer.v = MakeAdapted(ops, "value", h, h, true, s_, true);
-        }
-        Scope o(ops.sim(), "output");
-        layer.o = MakeAdapted(ops, "dense", h, h, true, s_, false);
-        layer.ln1 = MakeLayerNorm(ops, "LayerNorm", h, true, t);
-      }
-      layer.inter = MakeAdapted(ops, "intermediate.dense", h, m_.intermediate, true, s_, false);
-      layer.out = MakeAdapted(ops, "output.dense", m_.intermediate, h, true, s_, false);
-      if (vit) {
         layer.ln1 = MakeLayerNorm(ops, "layernorm_before", h, true, t);
         layer.ln2 = MakeLayerNorm(ops, "layernorm_after", h, true, t);
+        layer.inter = MakeAdapted(ops, "mlp.fc1", h, m_.intermediate, true, s_, false);
+        layer.out = MakeAdapted(ops, "mlp.fc2", m_.intermediate, h, true, s_, false);
       } else {
+        {
+          Scope a(ops.sim(), "attention");
+          {
+            Scope s(ops.sim(), "self");
+            layer.q = MakeAdapted(ops, "query", h, h, true, s_, true);
+            layer.k = MakeAdapted(ops, "key", h, h, true, s_, false);
+            layer.v = MakeAdapted(ops, "value", h, h, true, s_, true);
+          }
+          Scope o(ops.sim(), "output");
+          layer.o = MakeAdapted(ops, "dense", h, h, true, s_, false);
+          layer.ln1 = MakeLayerNorm(ops, "LayerNorm", h, true, t);
+        }
+        layer.inter = MakeAdapted(ops, "intermediate.dense", h, m_.intermediate, true, s_, false);
+        layer.out = MakeAdapted(ops, "output.dense", m_.intermediate, h, true, s_, false);
         layer.ln2 = MakeLayerNorm(ops, "output.LayerNorm", h, true, t);
       }
       layers_.push_back(layer);
@@ -658,33 +713,44 @@ class Encoder : public Model {
       Scope root(sim, vit ? "vit" : "bert");
       Scope e(sim, "embeddings");
       if (vit) {
-        const TensorId conv = ops.Conv2d(in[0], patch_w_, b * h * Patches());
-        const TensorId biased = ops.Add(conv, patch_b_.t);  // the conv's bias, fused in cuDNN
+        // The patch embedding: a convolution with its bias; flatten + transpose are views.
+        TensorId conv;
+        {
+          Scope p(sim, "patch_embeddings.projection");
+          conv = ops.Conv2d(in[0], patch_w_, b * h * Patches(), patch_b_);
+        }
+        // cat(cls_token.expand(b, -1, -1), patches): the expand is a view of the parameter;
+        // the cat promotes to the wider dtype (fp32 under autocast). Its backward hands each
+        // input a narrow view of the gradient; the expand's backward sums the class token's.
+        const DType d = ElementSize(ops.Dtype(cls_.t)) > ElementSize(ops.Dtype(conv))
+                            ? ops.Dtype(cls_.t)
+                            : ops.Dtype(conv);
+        const TensorId cat = ops.New(rows * h, d, "aten::cat");
+        sim.Node("CatBackward0", {cls_.t, conv}, {cat}, {},
+                 [cls_bytes = sim.Bytes(cls_.t)](BackwardContext& c) {
+                   if (c.Needs(0)) c.GiveGrad(0, c.New(cls_bytes, "aten::sum"));
+                   c.PassGrad(1);
+                 });
         sim.Free(conv);
-        const TensorId cls = ops.New(b * h, ops.Dtype(biased), "aten::expand");
-        const TensorId cat = ops.New(rows * h, ops.Dtype(biased), "aten::cat");
-        sim.Node("CatBackward0", {biased, cls_.t}, {cat}, {}, [](BackwardContext& c) {
-          if (c.Needs(0)) c.GiveGrad(0, c.New(c.Bytes(c.GradOut()), "aten::slice_backward"));
-          if (c.Needs(1)) c.GiveGrad(1, c.New(c.Bytes(c.GradOut()), "aten::slice_backward"));
-        });
-        sim.Free(cls);
-        sim.Free(biased);
-        x = ops.Add(cat, pos_.t);
+        x = ops.Add(cat, pos_.t);  // + position_embeddings (broadcast over the batch)
         sim.Free(cat);
+        const TensorId dropped = ops.Dropout(x, m_.dropout);
+        sim.Free(x);
+        x = dropped;
       } else {
-        const TensorId types = ops.New(rows, DType::kI64, "aten::zeros");
-        const TensorId pos_ids = ops.New(s, DType::kI64, "aten::arange");
+        // transformers 5: token types gathered from the buffer by the position ids ([1, s]),
+        // position ids a view of their buffer; both embeddings are [1, s, h], broadcast.
+        const TensorId types = ops.New(s, DType::kI64, "aten::gather");
         const TensorId w = ops.Embedding(in[0], word_, rows, h);
-        const TensorId t = ops.Embedding(types, type_, rows, h);
+        const TensorId t = ops.Embedding(types, type_, s, h);
         const TensorId sum = ops.Add(w, t);
         sim.Free(w);
         sim.Free(t);
-        const TensorId p = ops.Embedding(pos_ids, pos_, s, h);
+        const TensorId p = ops.Embedding(position_ids_, pos_, s, h);
         const TensorId sum2 = ops.Add(sum, p);
         sim.Free(sum);
         sim.Free(p);
         sim.Free(types);
-        sim.Free(pos_ids);
         const TensorId n = ops.LayerNorm(sum2, emb_ln_.w, emb_ln_.b, rows, h);
         sim.Free(sum2);
         x = ops.Dropout(n, m_.dropout);
@@ -693,9 +759,10 @@ class Encoder : public Model {
     }
     {
       Scope root(sim, vit ? "vit" : "bert");
-      Scope enc(sim, "encoder");
+      std::optional<Scope> enc;
+      if (!vit) enc.emplace(sim, "encoder");
       for (uint64_t i = 0; i < m_.layers; ++i) {
-        Scope l(sim, fmt::format("layer.{}", i));
+        Scope l(sim, fmt::format(fmt::runtime(vit ? "layers.{}" : "layer.{}"), i));
         auto block = [&, i](TensorId input) { return LayerForward(ops, layers_[i], input); };
         const TensorId y = s_.checkpointing ? ops.Checkpoint(x, block) : block(x);
         sim.Free(x);
@@ -705,9 +772,19 @@ class Encoder : public Model {
     if (vit) {
       const TensorId n = ops.LayerNorm(x, final_ln_.w, final_ln_.b, rows, h);
       sim.Free(x);
-      // classifier(sequence_output[:, 0, :]): a view; the linear copies nothing more.
-      const TensorId logits = ops.Linear(n, classifier_, b);
+      // classifier(sequence_output[:, 0, :]): a view of the class token's row (what autocast
+      // casts for the linear); its backward writes the gradient into zeros of n's size.
+      const TensorId cls_row = ops.View(n, b * h);
+      sim.Node("SelectBackward0", {n}, {cls_row}, {}, [bytes = sim.Bytes(n)](BackwardContext& c) {
+        if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::select_backward"));
+      });
       sim.Free(n);
+      TensorId logits;
+      {
+        Scope c(sim, "classifier");
+        logits = ops.Linear(cls_row, classifier_, b);
+      }
+      sim.Free(cls_row);
       Scope l(sim, "loss");
       const TensorId loss = ops.CrossEntropy(logits, b, m_.num_labels);
       return {{}, logits, loss};
@@ -812,6 +889,7 @@ class Encoder : public Model {
   const ModelSpec& m_;
   const TrainingSetup& s_;
   Weight word_, pos_, type_, cls_, patch_w_, patch_b_, mlm_bias_;
+  TensorId position_ids_ = kNoTensor;
   LayerNormWeights emb_ln_, final_ln_, mlm_ln_;
   LinearWeights classifier_, mlm_dense_;
   std::vector<Layer> layers_;
@@ -1163,8 +1241,12 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
   optimizer.shards = shards;
   auto model = MakeModel(m, setup);
   stream.Phase(0, model::RecordedPhase::kSetup, "setup");
+  // peft wraps the model: every name gains "base_model.model." under LoRA.
+  const std::string_view root = setup.lora_rank > 0 ? "base_model.model" : "";
+  sim.EnterModule(root);
   model->Build(ops);
   if (auto* encoder = dynamic_cast<Encoder*>(model.get())) encoder->BuildHead(ops);
+  sim.ExitModule();
   if (sim.too_large()) {
     return UsageError(
         "the model's weights are larger than any GPU (a tensor over 1 PiB): check the config");
@@ -1184,7 +1266,9 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
       stream.Phase(step, RecordedPhase::kBeforeForward, "inputs");
       std::vector<TensorId> inputs = model->Inputs(ops);
       stream.Phase(step, RecordedPhase::kForward, "forward");
+      sim.EnterModule(root);
       StepTensors t = model->Forward(ops, inputs);
+      sim.ExitModule();
       t.inputs = std::move(inputs);
       if (autocast) sim.EndAutocast();
       stream.Phase(step, RecordedPhase::kBackward, "backward");

@@ -80,8 +80,10 @@ TensorId Ops::Checkpoint(TensorId x, std::function<TensorId(TensorId)> block) {
 }
 
 TensorId Ops::MakeBuffer(std::string_view name, uint64_t elements) {
-  const TensorId t = sim_.Buffer(name, elements * 4);
-  SetDtype(t, DType::kF32, elements);
+  // A floating-point buffer follows the model's dtype (model.to(dtype) converts buffers too).
+  const DType d = precision_.param;
+  const TensorId t = sim_.Buffer(name, elements * ElementSize(d));
+  SetDtype(t, d, elements);
   return t;
 }
 
@@ -121,6 +123,12 @@ TensorId Ops::Copy(TensorId x, std::string_view op) {
   sim_.Node("CloneBackward0", {x}, {y}, {}, [bytes](BackwardContext& b) { b.PassGrad(0); });
   (void)bytes;
   return y;
+}
+
+TensorId Ops::View(TensorId x, uint64_t elements) {
+  const TensorId v = sim_.View(x, elements * ElementSize(Dtype(x)));
+  SetDtype(v, Dtype(x), elements);
+  return v;
 }
 
 TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
@@ -272,10 +280,23 @@ TensorId Ops::MulScalar(TensorId a) {
 
 TensorId Ops::Add(TensorId a, TensorId b) {
   const DType d = ElementSize(Dtype(a)) >= ElementSize(Dtype(b)) ? Dtype(a) : Dtype(b);
-  const TensorId y = New(std::max(Elements(a), Elements(b)), d, "aten::add");
-  sim_.Node("AddBackward0", {a, b}, {y}, {}, [](BackwardContext& c) {
-    c.PassGrad(0);
-    c.PassGrad(1);
+  const uint64_t n = std::max(Elements(a), Elements(b));
+  const TensorId y = New(n, d, "aten::add");
+  // An operand broadcast to the output (a bias, position embeddings) gets the gradient summed
+  // to its shape; one of the output's shape gets it as it is.
+  const uint64_t reduce_a = Elements(a) < n ? sim_.Bytes(a) : 0;
+  const uint64_t reduce_b = Elements(b) < n ? sim_.Bytes(b) : 0;
+  sim_.Node("AddBackward0", {a, b}, {y}, {}, [reduce_a, reduce_b](BackwardContext& c) {
+    if (reduce_a > 0) {
+      if (c.Needs(0)) c.GiveGrad(0, c.New(reduce_a, "aten::sum"));
+    } else {
+      c.PassGrad(0);
+    }
+    if (reduce_b > 0) {
+      if (c.Needs(1)) c.GiveGrad(1, c.New(reduce_b, "aten::sum"));
+    } else {
+      c.PassGrad(1);
+    }
   });
   return y;
 }
@@ -374,10 +395,11 @@ TensorId Ops::RmsNorm(TensorId x, const Weight& gamma, uint64_t rows, uint64_t h
       ElementSize(precision_.param) > ElementSize(in_dtype) ? precision_.param : in_dtype;
   const TensorId y = New(rows * hidden, out_dtype, "aten::mul");
   const uint64_t bw = sim_.Bytes(gamma.t), bx = sim_.Bytes(back);
+  const uint64_t by = sim_.Bytes(y);
   sim_.Node("MulBackward0", {gamma.t, back}, {y}, MulSaves(sim_, gamma.t, back),
-            [bw, bx](BackwardContext& c) {
+            [bw, bx, by](BackwardContext& c) {
               if (c.Needs(0)) {
-                const TensorId full = c.New(bx * 2, "aten::mul");
+                const TensorId full = c.New(by, "aten::mul");
                 c.GiveGrad(0, c.New(bw, "aten::sum"));
                 c.Free(full);
               }
@@ -408,14 +430,33 @@ TensorId Ops::Embedding(TensorId ids, const Weight& table, uint64_t rows, uint64
 TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                              uint64_t kv_heads, uint64_t seq, uint64_t head_dim) {
   (void)kv_heads;
-  const DType d = Dtype(q);
+  // sdpa is a lower-precision op under autocast: fp32 inputs (rotary's products) are cast.
+  auto operand = [&](TensorId t) {
+    if (precision_.autocast && Dtype(t) != *precision_.autocast)
+      return Cast(t, *precision_.autocast);
+    sim_.Ref(t);
+    return t;
+  };
+  const TensorId qi = operand(q), ki = operand(k), vi = operand(v);
+  const DType d = Dtype(qi);
   const TensorId out =
       New(batch * heads * seq * head_dim, d, "aten::_scaled_dot_product_attention");
-  const TensorId lse = New(batch * heads * seq, DType::kF32, "aten::_scaled_dot_product_attention");
-  const uint64_t bq = sim_.Bytes(q), bk = sim_.Bytes(k), bv = sim_.Bytes(v);
+  // The log-sum-exp per query, fp32; the memory-efficient kernel (the one fp32 gets) pads the
+  // queries to a multiple of 32. The cuDNN and flash kernels (16-bit) also keep the philox
+  // seed and offset as two small device tensors; the memory-efficient kernel keeps them on the
+  // CPU (the fp32 goldens have none).
+  const bool fp32 = d == DType::kF32;
+  const uint64_t lse_seq = fp32 ? (seq + 31) / 32 * 32 : seq;
+  const TensorId lse =
+      New(batch * heads * lse_seq, DType::kF32, "aten::_scaled_dot_product_attention");
+  const TensorId seed =
+      fp32 ? kNoTensor : New(1, DType::kI64, "aten::_scaled_dot_product_attention");
+  const TensorId offset =
+      fp32 ? kNoTensor : New(1, DType::kI64, "aten::_scaled_dot_product_attention");
+  const uint64_t bq = sim_.Bytes(qi), bk = sim_.Bytes(ki), bv = sim_.Bytes(vi);
   const uint64_t delta = batch * heads * seq * 4;
-  sim_.Node("ScaledDotProductAttentionBackward0", {q, k, v}, {out}, {q, k, v, out, lse},
-            [bq, bk, bv, delta](BackwardContext& c) {
+  sim_.Node("ScaledDotProductAttentionBackward0", {qi, ki, vi}, {out},
+            {qi, ki, vi, out, lse, seed, offset}, [bq, bk, bv, delta](BackwardContext& c) {
               const TensorId dq = c.New(bq, "aten::_scaled_dot_product_attention_backward");
               const TensorId dk = c.New(bk, "aten::_scaled_dot_product_attention_backward");
               const TensorId dv = c.New(bv, "aten::_scaled_dot_product_attention_backward");
@@ -427,6 +468,11 @@ TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch,
               c.GiveGrad(2, dv);
             });
   sim_.Free(lse);
+  sim_.Free(seed);
+  sim_.Free(offset);
+  sim_.Free(qi);
+  sim_.Free(ki);
+  sim_.Free(vi);
   return out;
 }
 
@@ -485,23 +531,18 @@ TensorId Ops::MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, 
   return out;
 }
 
-TensorId Ops::Rotary(TensorId x) {
-  // x * cos + rotate_half(x) * sin: rotate_half makes two halves, a negation and a cat; each
-  // product saves its operands' other side (cos/sin are small and shared).
-  const uint64_t n = Elements(x);
-  const DType d = Dtype(x);
-  const TensorId a = New(n, d, "aten::mul");
-  sim_.Node("MulBackward0", {x}, {a}, {}, [bytes = sim_.Bytes(x)](BackwardContext& c) {
-    if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::mul"));
-  });
-  const TensorId neg = New(n / 2, d, "aten::neg");
-  const TensorId rot = New(n, d, "aten::cat");
+TensorId Ops::Rotary(TensorId x, TensorId cos, TensorId sin) {
+  // transformers' apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, where rotate_half makes
+  // -x2 and cat(-x2, x1). The products save cos and sin (x needs the gradient); with fp32
+  // cos/sin under autocast the results are fp32 (type promotion).
+  const TensorId a = Mul(x, cos);
+  const TensorId neg = New(Elements(x) / 2, Dtype(x), "aten::neg");
+  const TensorId rot = New(Elements(x), Dtype(x), "aten::cat");
   sim_.Free(neg);
-  sim_.Node("CatBackward0", {x}, {rot}, {}, [](BackwardContext& c) { c.PassGrad(0); });
-  const TensorId b = New(n, d, "aten::mul");
-  sim_.Node("MulBackward0", {rot}, {b}, {}, [bytes = sim_.Bytes(rot)](BackwardContext& c) {
-    if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::mul"));
+  sim_.Node("CatBackward0", {x}, {rot}, {}, [bytes = sim_.Bytes(x)](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::slice_backward"));
   });
+  const TensorId b = Mul(rot, sin);
   sim_.Free(rot);
   const TensorId y = Add(a, b);
   sim_.Free(a);
@@ -509,16 +550,19 @@ TensorId Ops::Rotary(TensorId x) {
   return y;
 }
 
-TensorId Ops::Conv2d(TensorId x, const Weight& w, uint64_t out_elements) {
-  const TensorId xin = ForMatmul(x, false);
+TensorId Ops::Conv2d(TensorId x, const Weight& w, uint64_t out_elements, const Weight& bias) {
+  // Autocast casts the arguments last to first: bias, weight, input.
+  const TensorId bin = bias.t != kNoTensor ? ForMatmul(bias.t, true) : kNoTensor;
   const TensorId win = ForMatmul(w.t, true);
+  const TensorId xin = ForMatmul(x, false);
   const TensorId y = New(out_elements, precision_.Compute(), "aten::cudnn_convolution");
   sim_.Conv(0);
   const uint64_t gx = sim_.Bytes(xin), gw = sim_.Bytes(win);
-  std::vector<TensorId> saved;
-  if (sim_.RequiresGrad(win)) saved.push_back(xin);
-  if (sim_.RequiresGrad(xin)) saved.push_back(win);
-  sim_.Node("ConvolutionBackward0", {xin, win}, {y}, saved, [gx, gw](BackwardContext& c) {
+  const uint64_t gb = bin != kNoTensor ? sim_.Bytes(bin) : 0;
+  // ConvolutionBackward0 keeps both the input and the weight (the autocast copy of it, too).
+  std::vector<TensorId> inputs = {xin, win};
+  if (bin != kNoTensor) inputs.push_back(bin);
+  sim_.Node("ConvolutionBackward0", inputs, {y}, {xin, win}, [gx, gw, gb](BackwardContext& c) {
     if (c.Needs(0)) {
       c.GiveGrad(0, c.New(gx, "aten::convolution_backward"));
       c.Conv(0);
@@ -527,9 +571,11 @@ TensorId Ops::Conv2d(TensorId x, const Weight& w, uint64_t out_elements) {
       c.GiveGrad(1, c.New(gw, "aten::convolution_backward"));
       c.Conv(0);
     }
+    if (gb > 0 && c.Needs(2)) c.GiveGrad(2, c.New(gb, "aten::convolution_backward"));
   });
   sim_.Free(xin);
   sim_.Free(win);
+  sim_.Free(bin);
   return y;
 }
 
@@ -593,7 +639,7 @@ TensorId Ops::MseLoss(TensorId out, TensorId target) {
   return loss;
 }
 
-TensorId Ops::CrossEntropy(TensorId logits, uint64_t rows, uint64_t classes) {
+TensorId Ops::CrossEntropy(TensorId logits, uint64_t rows, uint64_t classes, TensorId target) {
   // F.cross_entropy = log_softmax + nll_loss. log_softmax runs in the logits' dtype and saves
   // its output; under autocast nll_loss is an fp32 op, so its input is a cast of that output,
   // which it saves (golden bert_b16s512_bf16amp, events 1061-1246: bf16 log-probabilities,
@@ -610,9 +656,10 @@ TensorId Ops::CrossEntropy(TensorId logits, uint64_t rows, uint64_t classes) {
   const TensorId loss = New(1, DType::kF32, "aten::nll_loss_forward");
   const TensorId total_weight = New(1, DType::kF32, "aten::nll_loss_forward");
   const uint64_t gl = rows * classes * ElementSize(Dtype(nll_in));
-  sim_.Node("NllLossBackward0", {nll_in}, {loss}, {nll_in, total_weight}, [gl](BackwardContext& c) {
-    if (c.Needs(0)) c.GiveGrad(0, c.New(gl, "aten::nll_loss_backward"));
-  });
+  sim_.Node("NllLossBackward0", {nll_in}, {loss}, {nll_in, target, total_weight},
+            [gl](BackwardContext& c) {
+              if (c.Needs(0)) c.GiveGrad(0, c.New(gl, "aten::nll_loss_backward"));
+            });
   sim_.Free(total_weight);
   sim_.Free(nll_in);
   return loss;

@@ -46,7 +46,8 @@ class Ops {
   Weight MakeWeight(std::string_view name, uint64_t elements, bool trainable = true);
   LinearWeights MakeLinear(std::string_view name, uint64_t in, uint64_t out, bool bias,
                            bool trainable = true);
-  // A buffer (BatchNorm's running statistics): fp32.
+  // A floating-point buffer (BatchNorm's running statistics, rotary frequencies), in the
+  // weights' dtype.
   TensorId MakeBuffer(std::string_view name, uint64_t elements);
 
   // --- tensors --------------------------------------------------------------------------------
@@ -81,6 +82,8 @@ class Ops {
   TensorId Embedding(TensorId ids, const Weight& table, uint64_t rows, uint64_t hidden);
   // Contiguous copy (transpose + contiguous, reshape of a non-contiguous tensor).
   TensorId Copy(TensorId x, std::string_view op = "aten::clone");
+  // A view of x holding `elements` of its dtype (split, select): no storage of its own.
+  TensorId View(TensorId x, uint64_t elements);
   TensorId Cast(TensorId x, DType to);
   // F.scaled_dot_product_attention on q, k, v [b, heads, s, d] (k/v may have fewer heads),
   // with the fused kernels (flash / cuDNN / memory-efficient): saves q, k, v, out and the
@@ -90,16 +93,19 @@ class Ops {
   // Attention written out: softmax(q k^T / sqrt(d) + mask) v, with dropout on the probabilities.
   TensorId MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                          uint64_t seq, uint64_t head_dim, double dropout);
-  // Rotary embeddings applied to q or k [b, h, s, d] as transformers does (x*cos + rotate(x)*sin).
-  TensorId Rotary(TensorId x);
-  // Conv2d without bias: x [n, cin, h, w] -> [n, cout, ho, wo].
-  TensorId Conv2d(TensorId x, const Weight& w, uint64_t out_elements);
+  // Rotary embeddings applied to q or k [b, h, s, d] as transformers does (x*cos + rotate(x)*sin);
+  // both products save cos or sin, so those live until the last layer's backward.
+  TensorId Rotary(TensorId x, TensorId cos, TensorId sin);
+  // Conv2d: x [n, cin, h, w] -> [n, cout, ho, wo], with the bias fused when given.
+  TensorId Conv2d(TensorId x, const Weight& w, uint64_t out_elements, const Weight& bias = {});
   TensorId BatchNorm2d(TensorId x, const Weight& gamma, const Weight& beta, uint64_t channels);
   TensorId MaxPool2d(TensorId x, uint64_t out_elements);
   TensorId AdaptiveAvgPool(TensorId x, uint64_t out_elements);
   // Losses: the loss tensor (fp32 scalar storage as the kernel leaves it).
   TensorId MseLoss(TensorId out, TensorId target);
-  TensorId CrossEntropy(TensorId logits, uint64_t rows, uint64_t classes);
+  // `target` (the labels) is saved by nll_loss when given.
+  TensorId CrossEntropy(TensorId logits, uint64_t rows, uint64_t classes,
+                        TensorId target = kNoTensor);
 
  private:
   // Autocast's view of an operand of a matmul: the cast (cached for trainable weights).

@@ -167,12 +167,30 @@ void StepSimulator::Ref(TensorId t) {
   if (t != kNoTensor) ++tensors_[t].refs;
 }
 
+TensorId StepSimulator::View(TensorId base, uint64_t bytes) {
+  Tensor v;
+  v.bytes = bytes;
+  v.owns_storage = false;
+  v.view_of = base;
+  v.refs = 1;
+  v.alive = true;
+  v.alloc_event = tensors_[base].alloc_event;
+  v.requires_grad = tensors_[base].requires_grad;
+  Ref(base);
+  tensors_.push_back(v);
+  return static_cast<TensorId>(tensors_.size() - 1);
+}
+
 void StepSimulator::Free(TensorId t) {
   if (t == kNoTensor) return;
   Tensor& x = tensors_[t];
   if (--x.refs > 0 || !x.alive) return;
   x.alive = false;
-  if (x.bytes == 0 || !x.owns_storage) return;  // an alias made by checkpointing
+  if (!x.owns_storage) {  // a view lets go of its base; a checkpoint's alias owns nothing
+    if (x.view_of != kNoTensor) Free(x.view_of);
+    return;
+  }
+  if (x.bytes == 0) return;
   StreamEvent e;
   e.kind = StreamEvent::Kind::kFree;
   e.id = x.id;
@@ -389,7 +407,13 @@ void StepSimulator::AccumulateIntoParam(int32_t param, TensorId grad) {
   if (p.pending == kNoTensor) {
     p.pending = grad;
   } else {
+    // A weight used twice (a tied embedding and LM head): its InputBuffer adds the second
+    // gradient out of place (the first is a transposed mm result it cannot add into).
+    const TensorId sum = Alloc(tensors_[p.pending].bytes, model::Category::kTemporary,
+                               p.name + " (gradient sum)", "aten::add");
+    Free(p.pending);
     Free(grad);
+    p.pending = sum;
   }
   if (--p.uses > 0) return;
   p.uses = 0;

@@ -83,6 +83,9 @@ class StepSimulator {
   // A forward op's output (one reference: the caller's).
   TensorId New(uint64_t bytes, std::string_view op);
   void Ref(TensorId t);
+  // A view of `base` (split, select, expand): no storage of its own, `bytes` of the base's;
+  // it keeps the base's storage alive while it lives (saved views included).
+  TensorId View(TensorId base, uint64_t bytes);
   void Free(TensorId t);  // drops one reference; the storage goes with the last one
   // Frees the storage now whatever holds it (FSDP resharding a gathered weight that backward
   // saved); later references cost nothing.
@@ -156,7 +159,8 @@ class StepSimulator {
     TensorId grad = kNoTensor;  // gradient accumulated for it during backward
     bool requires_grad = false;
     bool alive = false;
-    bool owns_storage = true;  // false: an alias of another tensor's storage (checkpointing)
+    bool owns_storage = true;      // false: an alias of another tensor's storage (checkpointing)
+    TensorId view_of = kNoTensor;  // a view holds a reference to its base's storage
   };
   struct Param {
     TensorId tensor = kNoTensor;
