@@ -1,7 +1,8 @@
 """The built-in families of `vramscope predict` against the Python tracer on the same small
 models (scripts/families_vs_tracer.py does the work and documents every class of difference).
 
-    PYTHONPATH=python /tmp/hfv/bin/python -m pytest tests/tracer/test_families_vs_tracer.py -q
+    VRAMSCOPE_BIN=build/vramscope PYTHONPATH=python ~/.cache/vramscope/torch-venv/bin/python \\
+        -m pytest tests/tracer/test_families_vs_tracer.py -q -p no:cacheprovider
 
 For each case (GPT-2, LLaMA with grouped-query attention, Qwen2, BERT, ViT; fp32, bf16 autocast,
 pure bf16, LoRA, checkpointing):
@@ -12,9 +13,10 @@ pure bf16, LoRA, checkpointing):
 
 where they do not, every differing entry must belong to a documented class, and each class
 must account for exactly the number of entries its formula gives (e.g. "two 8-byte RNG state
-tensors per attention layer"), or none (fixed since). A case whose weights, gradients,
-optimizer state or activations show a family bug is marked xfail with the bug's class; it passes
-once the family is fixed (then the class count is zero and the exact match holds).
+tensors per attention layer"), or none (fixed since); a class marked fixed (the family bug it
+describes was fixed) must account for nothing. A case whose weights, gradients, optimizer state
+or activations show a family bug is marked xfail with the bug's class; it passes once the family
+is fixed (then the class count is zero and the exact match holds).
 
 Needs torch and transformers (peft for the LoRA case) and the vramscope binary (VRAMSCOPE_BIN,
 default build/vramscope); skipped otherwise. The tracer runs in this process: torch and
@@ -111,12 +113,15 @@ def test_temporaries_explained(results, case):
 
 
 def test_known_classes_are_documented():
-    """Every class has a cause, a verdict and a title; keys are unique."""
+    """Every class has a cause, a verdict and a title; keys are unique; a class marked fixed
+    says what changed and was a family bug or a difference the family did not model."""
     keys = [k.key for k in fvt.KNOWN]
     assert len(keys) == len(set(keys))
     for k in fvt.KNOWN:
         assert k.verdict in (fvt.FAMILY_BUG, fvt.TRACER, fvt.NOT_MODELLED), k.key
         assert len(k.why) > 100 and k.title, k.key
+        if k.fixed:
+            assert k.verdict != fvt.TRACER and len(k.fixed) > 40, k.key
 
 
 def test_write_section_keeps_other_sections(tmp_path):
