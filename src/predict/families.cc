@@ -738,11 +738,12 @@ class Encoder : public Model {
         sim.Free(x);
         x = dropped;
       } else {
-        // transformers 5: token types gathered from the buffer by the position ids ([1, s]),
-        // position ids a view of their buffer; both embeddings are [1, s, h], broadcast.
+        // transformers 5: token types gathered from the buffer by the position ids ([1, s])
+        // and expanded to [b, s] (a view) before the lookup; position ids a view of their
+        // buffer, whose embedding ([1, s, h]) is broadcast.
         const TensorId types = ops.New(s, DType::kI64, "aten::gather");
         const TensorId w = ops.Embedding(in[0], word_, rows, h);
-        const TensorId t = ops.Embedding(types, type_, s, h);
+        const TensorId t = ops.Embedding(types, type_, rows, h);
         const TensorId sum = ops.Add(w, t);
         sim.Free(w);
         sim.Free(t);

@@ -398,12 +398,13 @@ TensorId Ops::RmsNorm(TensorId x, const Weight& gamma, uint64_t rows, uint64_t h
   const uint64_t by = sim_.Bytes(y);
   sim_.Node("MulBackward0", {gamma.t, back}, {y}, MulSaves(sim_, gamma.t, back),
             [bw, bx, by](BackwardContext& c) {
+              // Both products first, then the weight gradient's reduction.
+              const TensorId full = c.Needs(0) ? c.New(by, "aten::mul") : kNoTensor;
+              if (c.Needs(1)) c.GiveGrad(1, c.New(bx, "aten::mul"));
               if (c.Needs(0)) {
-                const TensorId full = c.New(by, "aten::mul");
                 c.GiveGrad(0, c.New(bw, "aten::sum"));
                 c.Free(full);
               }
-              if (c.Needs(1)) c.GiveGrad(1, c.New(bx, "aten::mul"));
             });
   sim_.Free(back);
   return y;
@@ -437,7 +438,8 @@ TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch,
     sim_.Ref(t);
     return t;
   };
-  const TensorId qi = operand(q), ki = operand(k), vi = operand(v);
+  // Autocast casts the arguments last to first.
+  const TensorId vi = operand(v), ki = operand(k), qi = operand(q);
   const DType d = Dtype(qi);
   const TensorId out =
       New(batch * heads * seq * head_dim, d, "aten::_scaled_dot_product_attention");

@@ -406,14 +406,17 @@ void StepSimulator::AccumulateIntoParam(int32_t param, TensorId grad) {
   Param& p = params_[param];
   if (p.pending == kNoTensor) {
     p.pending = grad;
-  } else {
+  } else if (out_.strings.Get(out_.events[tensors_[p.pending].alloc_event].op) == "aten::mm") {
     // A weight used twice (a tied embedding and LM head): its InputBuffer adds the second
-    // gradient out of place (the first is a transposed mm result it cannot add into).
+    // gradient out of place when the first is a matmul's weight gradient (a transposed result
+    // it cannot add into) ...
     const TensorId sum = Alloc(tensors_[p.pending].bytes, model::Category::kTemporary,
                                p.name + " (gradient sum)", "aten::add");
     Free(p.pending);
     Free(grad);
     p.pending = sum;
+  } else {
+    Free(grad);  // ... and in place into a fresh one (autocast's fp32 copy of it)
   }
   if (--p.uses > 0) return;
   p.uses = 0;
