@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
       "Reads PyTorch CUDA memory snapshots and writes a memory report (Skyline/DeepView.Profile "
       "SQLite schema + vramscope tables) with a summary; replays them through a model of "
       "PyTorch's caching allocator to answer what-if questions; writes an interactive HTML "
-      "viewer.",
+      "viewer; predicts the same report for a model and training set-up without a GPU.",
       "vramscope"};
   app.set_version_flag("--version", std::string("vramscope ") + report::kToolVersion);
   app.require_subcommand(0, 1);
