@@ -111,8 +111,7 @@ TensorId Apply(Ops& ops, const AdaptedLinear& l, TensorId x, uint64_t rows,
 
 // The causal-LM loss of transformers (ForCausalLMLoss): logits upcast to fp32, labels padded
 // and shifted, cross-entropy over every position.
-TensorId CausalLmLoss(Ops& ops, TensorId logits, TensorId labels, uint64_t batch, uint64_t seq,
-                      uint64_t vocab) {
+TensorId CausalLmLoss(Ops& ops, TensorId logits, uint64_t batch, uint64_t seq, uint64_t vocab) {
   StepSimulator& sim = ops.sim();
   TensorId x = logits;
   if (ops.Dtype(logits) != DType::kF32) {
@@ -126,8 +125,23 @@ TensorId CausalLmLoss(Ops& ops, TensorId logits, TensorId labels, uint64_t batch
   const TensorId loss = ops.CrossEntropy(x, batch * seq, vocab, shifted);
   sim.Free(x);
   sim.Free(shifted);
-  (void)labels;
   return loss;
+}
+
+// The LM head over the final hidden states (consumed) and the causal-LM loss: the logits, held
+// by the loop until the step ends, and the loss.
+StepTensors CausalLmHead(Ops& ops, TensorId hidden, const LinearWeights& head, uint64_t batch,
+                         uint64_t seq) {
+  StepSimulator& sim = ops.sim();
+  TensorId logits;
+  {
+    Scope l(sim, "lm_head");
+    logits = ops.Linear(hidden, head, batch * seq);
+  }
+  sim.Free(hidden);
+  Scope l(sim, "loss");
+  const TensorId loss = CausalLmLoss(ops, logits, batch, seq, head.out);
+  return {{}, logits, loss};
 }
 
 // --- GPT-2 (transformers' GPT2LMHeadModel) -------------------------------------------------
@@ -203,15 +217,7 @@ class Gpt2 : public Model {
     head.w = wte_;
     head.in = h;
     head.out = m_.vocab;
-    TensorId logits;
-    {
-      Scope l(sim, "lm_head");
-      logits = ops.Linear(x, head, rows);
-    }
-    sim.Free(x);
-    Scope l(sim, "loss");
-    const TensorId loss = CausalLmLoss(ops, logits, in[1], b, s, m_.vocab);
-    return {{}, logits, loss};
+    return CausalLmHead(ops, x, head, b, s);
   }
 
  private:
@@ -477,15 +483,7 @@ class Llama : public Model {
       sim.Free(x);
       x = y;
     }
-    TensorId logits;
-    {
-      Scope l(sim, "lm_head");
-      logits = ops.Linear(x, head_, rows);
-    }
-    sim.Free(x);
-    Scope l(sim, "loss");
-    const TensorId loss = CausalLmLoss(ops, logits, in[1], b, s, m_.vocab);
-    return {{}, logits, loss};
+    return CausalLmHead(ops, x, head_, b, s);
   }
 
  private:

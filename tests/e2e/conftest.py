@@ -87,6 +87,18 @@ def assert_one_error_line(stderr: str) -> str:
     return stderr.rstrip("\n")
 
 
+def assert_failure(rc, out, err, expected_rc, phrases, out_dir) -> str:
+    """A command failed as a bad input should: the exit code, nothing on stdout, one error line
+    holding every phrase, and nothing written to out_dir. Returns the line."""
+    assert rc == expected_rc, f"exit code {rc} (expected {expected_rc}): {err!r}"
+    assert out == "", f"stdout should be empty: {out!r}"
+    line = assert_one_error_line(err)
+    for phrase in phrases:
+        assert phrase in line, f"missing {phrase!r} in {line!r}"
+    assert list_dir(out_dir) == [], f"files left behind: {list_dir(out_dir)}"
+    return line
+
+
 def open_db(path: Path) -> sqlite3.Connection:
     """Opens a report read-only (so a test can never modify what it checks)."""
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True)

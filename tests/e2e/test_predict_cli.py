@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (BUILT_IN_PEAK_ALLOCATED, BUILT_IN_PEAK_RESERVED, REPO, SKYLINE_TABLES,
-                      assert_one_error_line, list_dir, open_db)
+                      assert_failure, assert_one_error_line, list_dir, open_db)
 
 MLP = REPO / "examples" / "predict" / "mlp.json"
 LINEAR = REPO / "examples" / "predict" / "linear.json"
@@ -339,16 +339,6 @@ ERRORS = {
 }
 
 
-def _assert_failure(rc, out, err, expected_rc, phrases, out_dir) -> str:
-    assert rc == expected_rc, f"exit code {rc} (expected {expected_rc}): {err!r}"
-    assert out == "", f"stdout should be empty: {out!r}"
-    line = assert_one_error_line(err)
-    for phrase in phrases:
-        assert phrase in line, f"missing {phrase!r} in {line!r}"
-    assert list_dir(out_dir) == [], f"files left behind: {list_dir(out_dir)}"
-    return line
-
-
 @pytest.mark.parametrize("name", list(ERRORS))
 def test_errors(name, run, inputs_dir, out_dir):
     make, args, expected_rc, phrases = ERRORS[name]
@@ -357,9 +347,9 @@ def test_errors(name, run, inputs_dir, out_dir):
     if path is not None and name != "fit-with-tracer-file":
         phrases = phrases + [str(path)]
     rc, out, err = run("predict", *args, cwd=out_dir)
-    _assert_failure(rc, out, err, expected_rc, phrases, out_dir)
+    assert_failure(rc, out, err, expected_rc, phrases, out_dir)
     # The same with every output asked for (in front: "--fit" must stay last to lack its
     # value): still nothing written, nothing on stdout.
     rc, out, err = run("predict", "--json", "-o", "out.sqlite", "--html", "out.html", "--force",
                        *args, cwd=out_dir)
-    _assert_failure(rc, out, err, expected_rc, phrases, out_dir)
+    assert_failure(rc, out, err, expected_rc, phrases, out_dir)

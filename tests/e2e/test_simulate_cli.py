@@ -19,7 +19,7 @@ import pytest
 
 from conftest import (BUILT_IN_ALLOCS, BUILT_IN_EVENTS, BUILT_IN_PEAK_RESERVED,
                       BUILT_IN_SEGMENT_ALLOCS, ERROR_PREFIX, REAL_FIXTURES, SKYLINE_TABLES,
-                      SnapshotBuilder, assert_one_error_line, list_dir, open_db,
+                      SnapshotBuilder, assert_failure, assert_one_error_line, list_dir, open_db,
                       real_snapshot_files, small_training_snapshot, write_pickle)
 
 GiB = 1 << 30
@@ -522,23 +522,13 @@ USAGE_ERRORS = {
 }
 
 
-def _assert_failure(rc, out, err, expected_rc, phrases, out_dir) -> str:
-    assert rc == expected_rc, f"exit code {rc} (expected {expected_rc}): {err!r}"
-    assert out == "", f"stdout should be empty: {out!r}"
-    line = assert_one_error_line(err)
-    for phrase in phrases:
-        assert phrase in line, f"missing {phrase!r} in {line!r}"
-    assert list_dir(out_dir) == [], f"files left behind: {list_dir(out_dir)}"
-    return line
-
-
 @pytest.mark.parametrize("name", list(USAGE_ERRORS))
 def test_usage_errors(name, run, out_dir):
     args, expected_rc, phrases = USAGE_ERRORS[name]
     rc, out, err = run("simulate", *args, cwd=out_dir)
-    _assert_failure(rc, out, err, expected_rc, phrases, out_dir)
+    assert_failure(rc, out, err, expected_rc, phrases, out_dir)
     rc, out, err = run("simulate", *args, "--json", "-o", "out.sqlite", "--force", cwd=out_dir)
-    _assert_failure(rc, out, err, expected_rc, phrases, out_dir)
+    assert_failure(rc, out, err, expected_rc, phrases, out_dir)
 
 
 def _no_trace_snapshot(inputs_dir: Path) -> Path:
@@ -591,15 +581,15 @@ def test_bad_input_exits_1(name, run, inputs_dir, out_dir):
     if names_path:
         phrases = phrases + [str(path)]
     rc, out, err = run("simulate", path, cwd=out_dir)
-    _assert_failure(rc, out, err, 1, phrases, out_dir)
+    assert_failure(rc, out, err, 1, phrases, out_dir)
     rc, out, err = run("simulate", path, "--json", "-o", "out.sqlite", "--force", cwd=out_dir)
-    _assert_failure(rc, out, err, 1, phrases, out_dir)
+    assert_failure(rc, out, err, 1, phrases, out_dir)
 
 
 def test_diffusers_snapshot_without_history_is_refused(run, out_dir):
     path = real_fixture(DIFFUSERS)
     rc, out, err = run("simulate", path, cwd=out_dir)
-    _assert_failure(rc, out, err, 1, ["trace"], out_dir)
+    assert_failure(rc, out, err, 1, ["trace"], out_dir)
 
 
 def test_bad_input_keeps_an_existing_output(run, inputs_dir, out_dir):
