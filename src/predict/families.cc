@@ -109,6 +109,13 @@ TensorId Apply(Ops& ops, const AdaptedLinear& l, TensorId x, uint64_t rows,
   return ops.LoraLinear(x, l.base, l.lora.a, l.lora.b, rows, setup.lora_dropout);
 }
 
+// Apply inside the module scope `name` (its tensors are named after it).
+TensorId ApplyIn(Ops& ops, std::string_view name, const AdaptedLinear& l, TensorId x, uint64_t rows,
+                 const TrainingSetup& setup) {
+  Scope scope(ops.sim(), name);
+  return Apply(ops, l, x, rows, setup);
+}
+
 // The causal-LM loss of transformers (ForCausalLMLoss): logits upcast to fp32, labels padded
 // and shifted, cross-entropy over every position.
 TensorId CausalLmLoss(Ops& ops, TensorId logits, uint64_t batch, uint64_t seq, uint64_t vocab) {
@@ -241,10 +248,7 @@ class Gpt2 : public Model {
     {
       Scope a(sim, "attn");
       TensorId qkv;
-      {
-        Scope c(sim, "c_attn");
-        qkv = Apply(ops, blk.c_attn, n1, rows, s_);
-      }
+      qkv = ApplyIn(ops, "c_attn", blk.c_attn, n1, rows, s_);
       // qkv.split(h, dim=2) + view + transpose: q, k and v are views of qkv's storage; their
       // gradients are put back together by a cat (SplitBackward) of qkv's size.
       const uint64_t third = ops.Elements(qkv) / 3;
@@ -262,10 +266,7 @@ class Gpt2 : public Model {
       // fused kernels already lay their output out as [b, s, heads, d], so it is a no-op.
       const TensorId merged = MergeHeads(ops, ctx);
       sim.Free(ctx);
-      {
-        Scope c(sim, "c_proj");
-        attn_out = Apply(ops, blk.c_proj, merged, rows, s_);
-      }
+      attn_out = ApplyIn(ops, "c_proj", blk.c_proj, merged, rows, s_);
       sim.Free(merged);
       const TensorId dropped = ops.Dropout(attn_out, m_.dropout);
       sim.Free(attn_out);
@@ -283,20 +284,14 @@ class Gpt2 : public Model {
     {
       Scope f(sim, "mlp");
       TensorId up;
-      {
-        Scope c(sim, "c_fc");
-        up = Apply(ops, blk.c_fc, n2, rows, s_);
-      }
+      up = ApplyIn(ops, "c_fc", blk.c_fc, n2, rows, s_);
       TensorId act;
       {
         Scope g(sim, "act");
         act = Activation(ops, up);
       }
       sim.Free(up);
-      {
-        Scope c(sim, "c_proj");
-        m = Apply(ops, blk.mlp_proj, act, rows, s_);
-      }
+      m = ApplyIn(ops, "c_proj", blk.mlp_proj, act, rows, s_);
       sim.Free(act);
       const TensorId dropped = ops.Dropout(m, m_.dropout);
       sim.Free(m);
@@ -506,18 +501,9 @@ class Llama : public Model {
     {
       Scope a(sim, "self_attn");
       TensorId q, k, v;
-      {
-        Scope p(sim, "q_proj");
-        q = Apply(ops, layer.q, n1, rows, s_);
-      }
-      {
-        Scope p(sim, "k_proj");
-        k = Apply(ops, layer.k, n1, rows, s_);
-      }
-      {
-        Scope p(sim, "v_proj");
-        v = Apply(ops, layer.v, n1, rows, s_);
-      }
+      q = ApplyIn(ops, "q_proj", layer.q, n1, rows, s_);
+      k = ApplyIn(ops, "k_proj", layer.k, n1, rows, s_);
+      v = ApplyIn(ops, "v_proj", layer.v, n1, rows, s_);
       const TensorId qr = ops.Rotary(q, cos_, sin_);
       sim.Free(q);
       const TensorId kr = ops.Rotary(k, cos_, sin_);
@@ -549,10 +535,7 @@ class Llama : public Model {
       const TensorId merged = ctx;
       sim.Ref(merged);
       sim.Free(ctx);
-      {
-        Scope p(sim, "o_proj");
-        attn = Apply(ops, layer.o, merged, rows, s_);
-      }
+      attn = ApplyIn(ops, "o_proj", layer.o, merged, rows, s_);
       sim.Free(merged);
     }
     sim.Free(n1);
@@ -567,27 +550,18 @@ class Llama : public Model {
     {
       Scope f(sim, "mlp");
       TensorId gate, up;
-      {
-        Scope p(sim, "gate_proj");
-        gate = Apply(ops, layer.gate, n2, rows, s_);
-      }
+      gate = ApplyIn(ops, "gate_proj", layer.gate, n2, rows, s_);
       TensorId act;
       {
         Scope p(sim, "act_fn");
         act = ops.Silu(gate);
       }
       sim.Free(gate);
-      {
-        Scope p(sim, "up_proj");
-        up = Apply(ops, layer.up, n2, rows, s_);
-      }
+      up = ApplyIn(ops, "up_proj", layer.up, n2, rows, s_);
       const TensorId prod = ops.Mul(act, up);
       sim.Free(act);
       sim.Free(up);
-      {
-        Scope p(sim, "down_proj");
-        mlp = Apply(ops, layer.down, prod, rows, s_);
-      }
+      mlp = ApplyIn(ops, "down_proj", layer.down, prod, rows, s_);
       sim.Free(prod);
     }
     sim.Free(n2);
