@@ -470,12 +470,13 @@ def summarize_snapshot(snap, phases: list[dict], device_index: int, max_entries:
     }
 
 
-def pick_device(torch, dry: bool):
-    """The device to train on, or None (with the reason on stderr) when there is no GPU."""
+def pick_device(torch, dry: bool, tool: str = "capture_goldens"):
+    """The device to train on, or None (with the reason on stderr, as `tool`) when there is no
+    GPU."""
     if dry:
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        print("capture_goldens: error: no CUDA GPU: torch.cuda.is_available() is False "
+        print(f"{tool}: error: no CUDA GPU: torch.cuda.is_available() is False "
               f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); "
               "use --dry-run-cpu to test without one", file=sys.stderr)
         return None

@@ -286,17 +286,6 @@ def store_snapshot(torch, out: Path, name: str, phases: list[dict], device_index
     return info
 
 
-def pick_device(torch, dry: bool):
-    if dry:
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        print("capture_hf_goldens: error: no CUDA GPU: torch.cuda.is_available() is False "
-              f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); "
-              "use --dry-run-cpu to test without one", file=sys.stderr)
-        return None
-    return torch.device("cuda", torch.cuda.current_device())
-
-
 def run_child(args) -> int:
     case = H.CASES.get(args.child)
     if case is None:
@@ -313,7 +302,7 @@ def run_child(args) -> int:
     versions = {"torch": torch.__version__, "transformers": transformers.__version__,
                 "peft": package_version("peft")}
 
-    device = pick_device(torch, dry)
+    device = CG.pick_device(torch, dry, tool="capture_hf_goldens")
     if device is None:
         return 3
     if args.threads:
