@@ -280,11 +280,12 @@ Status Run(const PredictOptions& o) {
       request.setup.seq = fit->largest;
     }
   }
+  // The stream once: written when asked for, then run through the allocator.
+  ASSIGN_OR_RETURN(predict::TensorStream stream, predict::PredictStream(model, request));
   if (!o.emit_stream.empty()) {
-    ASSIGN_OR_RETURN(const predict::TensorStream stream, predict::PredictStream(model, request));
     RETURN_IF_ERROR(predict::WriteTensorStream(stream, o.emit_stream, o.force));
   }
-  ASSIGN_OR_RETURN(predict::BuiltTrace built, predict::Predict(model, request));
+  ASSIGN_OR_RETURN(predict::BuiltTrace built, predict::BuildPrediction(std::move(stream), request));
   if (fit) {
     built.trace.prediction->facts.emplace_back(
         "fit", fmt::format("largest {} that fits: {}",

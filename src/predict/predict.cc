@@ -69,10 +69,7 @@ std::string SetupText(const ModelSpec& m, const TrainingSetup& s) {
 Result<LoadedModel> LoadModel(const std::string& model) {
   LoadedModel out;
   if (IsTracerStreamFile(model)) {
-    // Read once here so that a damaged file is reported before any other work.
-    ASSIGN_OR_RETURN(TensorStream checked, ReadTracerStream(model));
-    (void)checked;
-    out.traced = model;
+    out.traced = model;  // read (and checked) by PredictStream
     return out;
   }
   ASSIGN_OR_RETURN(ModelSpec spec, LoadModelSpec(model));
@@ -149,12 +146,16 @@ Result<TensorStream> PredictStream(const LoadedModel& model, const PredictReques
   return stream;
 }
 
-Result<BuiltTrace> Predict(const LoadedModel& model, const PredictRequest& request) {
-  ASSIGN_OR_RETURN(TensorStream stream, PredictStream(model, request));
+Result<BuiltTrace> BuildPrediction(TensorStream stream, const PredictRequest& request) {
   ASSIGN_OR_RETURN(allocator::AllocatorSettings settings, SettingsFor(request));
   BuildOptions options;
   options.settings = settings;
   return BuildPredictedTrace(std::move(stream), options);
+}
+
+Result<BuiltTrace> Predict(const LoadedModel& model, const PredictRequest& request) {
+  ASSIGN_OR_RETURN(TensorStream stream, PredictStream(model, request));
+  return BuildPrediction(std::move(stream), request);
 }
 
 Result<FitResult> Fit(const LoadedModel& model, const PredictRequest& request,

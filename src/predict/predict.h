@@ -27,7 +27,7 @@ struct PredictRequest {
 // The model, loaded once (a preset, a config, a layer list or a tracer stream).
 struct LoadedModel {
   std::optional<ModelSpec> spec;
-  std::string traced;  // a tracer file (checked when loaded, read again for each prediction)
+  std::string traced;  // a tracer file, read by PredictStream
 };
 Result<LoadedModel> LoadModel(const std::string& model);
 
@@ -37,6 +37,10 @@ Result<TensorStream> PredictStream(const LoadedModel& model, const PredictReques
 // The allocator settings of the request, with the capacity the allocator may reserve.
 Result<allocator::AllocatorSettings> SettingsFor(const PredictRequest& request);
 
+// The allocator run over a stream PredictStream made for `request`.
+Result<BuiltTrace> BuildPrediction(TensorStream stream, const PredictRequest& request);
+
+// PredictStream, then BuildPrediction.
 Result<BuiltTrace> Predict(const LoadedModel& model, const PredictRequest& request);
 
 enum class FitDimension : uint8_t { kBatch, kSeq };
