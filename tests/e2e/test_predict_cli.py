@@ -106,6 +106,34 @@ def test_lora_freezes_the_base_weights(run, out_dir):
 # --------------------------------------------------------------------------------------------
 
 
+def test_freeze_patterns_leave_only_the_rest_trainable(run, out_dir):
+    """--freeze takes shell patterns of parameter names: GPT-2's embeddings and blocks 0-5
+    frozen leave blocks 6-11 and the final LayerNorm trained."""
+    j = predict_json(run, "--model", "gpt2", "--batch", "1", "--seq", "32", "--steps", "1",
+                     "--freeze", "transformer.h.[0-5].*", "--freeze", "transformer.w*",
+                     cwd=out_dir)
+    block = gpt2_parameters(layers=1) - gpt2_parameters(layers=0)
+    assert j["prediction"]["parameters"] == gpt2_parameters()
+    assert j["prediction"]["trainable_parameters"] == 6 * block + 2 * 768
+    assert "frozen: transformer.h.[0-5].* transformer.w*" in j["prediction"]["setup"]
+
+
+def test_emitted_stream_predicts_the_same_peaks(run, out_dir):
+    """--emit-stream writes the family's tensor stream in the tracer's format (without the
+    workspaces, which the reader adds again): predicting from it gives the same peaks."""
+    stream = out_dir / "mlp.jsonl"
+    direct = predict_json(run, "--model", str(MLP), "--batch", "64", "--optimizer", "adam",
+                          "--gpu", "h200", "--emit-stream", str(stream), cwd=out_dir)
+    lines = stream.read_text().splitlines()
+    assert json.loads(lines[0])["format"] == "vramscope-tensor-stream"
+    assert json.loads(lines[-1])["ev"] == "end"
+    assert not any(json.loads(l).get("category") == "workspace" for l in lines[1:])
+    again = predict_json(run, "--model", str(stream), "--gpu", "h200", cwd=out_dir)
+    for key in ("peak_allocated", "peak_reserved"):
+        assert again["devices"][0][key]["bytes"] == direct["devices"][0][key]["bytes"]
+    assert direct["devices"][0]["peak_allocated"]["bytes"] == 237_080_576
+
+
 def test_summary_is_marked_predicted_and_names_model_setup_and_gpu(run, out_dir):
     rc, out, err = run("predict", "--model", "gpt2", "--batch", "2", "--steps", "1",
                        "--gpu", "h100-80gb", cwd=out_dir)
