@@ -11,40 +11,12 @@
 #include <fstream>
 #include <span>
 
+#include "common/temp_dir.h"
+
 namespace vramscope::cli {
 
 std::span<const uint8_t> TracerModule();
 std::span<const uint8_t> TracerPackageInit();
-
-namespace {
-
-Status WriteFile(const std::filesystem::path& path, std::span<const uint8_t> data) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-  if (!out.flush()) return InvalidInput(fmt::format("{}: cannot be written", path.string()));
-  return Status::Ok();
-}
-
-// A temporary folder that goes with its scope.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "vramscope-tracer-XXXXXX");
-    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-}  // namespace
 
 bool NeedsTracer(const std::string& model) {
   if (model.rfind("hf:", 0) == 0) return true;
@@ -54,15 +26,15 @@ bool NeedsTracer(const std::string& model) {
 
 Status RunTracer(const std::string& python, const std::vector<std::string>& args,
                  const std::string& output) {
-  TempDir dir;
+  TempDir dir("vramscope-tracer-");
   if (dir.path().empty()) {
     return InternalError(
         fmt::format("cannot make a temporary folder for the tracer: {}", std::strerror(errno)));
   }
   const auto package = dir.path() / "vramscope";
   std::filesystem::create_directories(package);
-  RETURN_IF_ERROR(WriteFile(package / "__init__.py", TracerPackageInit()));
-  RETURN_IF_ERROR(WriteFile(package / "tracer.py", TracerModule()));
+  RETURN_IF_ERROR(WriteWholeFile(package / "__init__.py", TracerPackageInit()));
+  RETURN_IF_ERROR(WriteWholeFile(package / "tracer.py", TracerModule()));
   const std::string errors = (dir.path() / "stderr.txt").string();
 
   std::vector<std::string> argv = {python, "-m", "vramscope.tracer"};
