@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cstring>
 
+#include "capture/vstrace_format.h"
+
 namespace vramscope::sources {
 
 InputFormat DetectInputFormat(std::span<const uint8_t> head) {
@@ -14,6 +16,7 @@ InputFormat DetectInputFormat(std::span<const uint8_t> head) {
   if (starts("\x28\xb5\x2f\xfd", 4)) return InputFormat::kZstd;
   if (starts("PK\x03\x04", 4)) return InputFormat::kZipArchive;
   if (starts("SQLite format 3", 16)) return InputFormat::kSqlite;
+  if (starts(vstrace::kMagic, vstrace::kMagicBytes)) return InputFormat::kNativeTrace;
   // Protocol 2+ pickles start with PROTO.
   if (head[0] == 0x80 && head.size() >= 2 && head[1] >= 2 && head[1] <= 5) {
     return InputFormat::kPickle;
@@ -74,6 +77,8 @@ const char* InputFormatName(InputFormat format) {
       return "a zip archive (torch.save() writes these)";
     case InputFormat::kSqlite:
       return "a SQLite database";
+    case InputFormat::kNativeTrace:
+      return "a vramscope native trace (.vstrace)";
     case InputFormat::kUnknown:
       return "an unrecognised file";
   }

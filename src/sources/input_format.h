@@ -14,8 +14,9 @@ enum class InputFormat {
   kJson,
   kGzip,
   kZstd,
-  kZipArchive,  // torch.save() archives, .zip
-  kSqlite,      // e.g. a report we wrote
+  kZipArchive,   // torch.save() archives, .zip
+  kSqlite,       // e.g. a report we wrote
+  kNativeTrace,  // vramscope run --native's .vstrace (capture/vstrace_format.h)
   kUnknown,
 };
 

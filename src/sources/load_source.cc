@@ -8,6 +8,7 @@
 #include "sources/input_format.h"
 #include "sources/kineto/kineto_source.h"
 #include "sources/memory_timeline/memory_timeline_source.h"
+#include "sources/native_trace/native_trace_source.h"
 
 namespace vramscope::sources {
 
@@ -53,6 +54,15 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
     case InputFormat::kJson: {
       const std::string_view json(reinterpret_cast<const char*>(bytes.data()), bytes.size());
       return FromJson(json, file, timings);
+    }
+    case InputFormat::kNativeTrace: {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto trace = native_trace::TraceFromNativeTrace(bytes, file.path());
+      if (timings != nullptr) {
+        timings->parse_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+      return trace;
     }
     case InputFormat::kGzip: {
       ASSIGN_OR_RETURN(std::string text, Gunzip(bytes, file.path()));

@@ -1,0 +1,202 @@
+#include "capture/vstrace_format.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+namespace vramscope::vstrace {
+
+namespace {
+
+constexpr std::array<uint32_t, 256> MakeCrcTable() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) != 0 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}
+constexpr std::array<uint32_t, 256> kCrcTable = MakeCrcTable();
+
+void PutU32(char* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+}  // namespace
+
+const char* ApiName(uint8_t api) {
+  switch (static_cast<Api>(api)) {
+    case Api::kMemAlloc:
+      return "cuMemAlloc";
+    case Api::kMemAllocPitch:
+      return "cuMemAllocPitch";
+    case Api::kMemAllocManaged:
+      return "cuMemAllocManaged";
+    case Api::kMemAllocAsync:
+      return "cuMemAllocAsync";
+    case Api::kMemAllocFromPoolAsync:
+      return "cuMemAllocFromPoolAsync";
+    case Api::kMemFree:
+      return "cuMemFree";
+    case Api::kMemFreeAsync:
+      return "cuMemFreeAsync";
+  }
+  return "unknown driver call";
+}
+
+const char* RecordKindName(uint8_t kind) {
+  switch (static_cast<RecordKind>(kind)) {
+    case RecordKind::kProcessFact:
+      return "process fact";
+    case RecordKind::kString:
+      return "string";
+    case RecordKind::kFrame:
+      return "frame";
+    case RecordKind::kStack:
+      return "stack";
+    case RecordKind::kAlloc:
+      return "alloc";
+    case RecordKind::kFree:
+      return "free";
+    case RecordKind::kAllocFailed:
+      return "failed alloc";
+    case RecordKind::kVmmCreate:
+      return "cuMemCreate";
+    case RecordKind::kVmmRelease:
+      return "cuMemRelease";
+    case RecordKind::kVmmMap:
+      return "cuMemMap";
+    case RecordKind::kVmmUnmap:
+      return "cuMemUnmap";
+    case RecordKind::kVaReserve:
+      return "cuMemAddressReserve";
+    case RecordKind::kVaFree:
+      return "cuMemAddressFree";
+    case RecordKind::kNvtxPush:
+      return "NVTX push";
+    case RecordKind::kNvtxPop:
+      return "NVTX pop";
+    case RecordKind::kNvtxStart:
+      return "NVTX range start";
+    case RecordKind::kNvtxEnd:
+      return "NVTX range end";
+    case RecordKind::kNvtxMark:
+      return "NVTX mark";
+    case RecordKind::kEnd:
+      return "end";
+  }
+  return "unknown";
+}
+
+uint32_t Crc32(const void* data, size_t bytes, uint32_t crc) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < bytes; ++i) crc = kCrcTable[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+Encoder& Encoder::U8(uint8_t v) {
+  bytes_.push_back(static_cast<char>(v));
+  return *this;
+}
+Encoder& Encoder::U16(uint16_t v) {
+  bytes_.push_back(static_cast<char>(v & 0xff));
+  bytes_.push_back(static_cast<char>(v >> 8));
+  return *this;
+}
+Encoder& Encoder::U32(uint32_t v) {
+  char b[4];
+  PutU32(b, v);
+  bytes_.append(b, 4);
+  return *this;
+}
+Encoder& Encoder::U64(uint64_t v) {
+  U32(static_cast<uint32_t>(v));
+  return U32(static_cast<uint32_t>(v >> 32));
+}
+Encoder& Encoder::Text32(std::string_view s, size_t max_bytes) {
+  if (s.size() > max_bytes) s = s.substr(0, max_bytes);
+  U32(static_cast<uint32_t>(s.size()));
+  bytes_.append(s);
+  return *this;
+}
+Encoder& Encoder::Bytes(std::string_view s) {
+  bytes_.append(s);
+  return *this;
+}
+
+std::string EncodeHeader(const Header& header) {
+  const std::string_view clock = std::string_view(header.clock).substr(0, 1024);
+  Encoder e;
+  e.Bytes(std::string_view(kMagic, kMagicBytes))
+      .U16(header.major)
+      .U16(header.minor)
+      .U32(static_cast<uint32_t>(kHeaderFixedBytes + clock.size() + 4))
+      .U32(header.pid)
+      .I32(header.rank)
+      .U64(header.start_realtime_ns)
+      .U64(header.start_clock_ns)
+      .U16(static_cast<uint16_t>(clock.size()))
+      .Bytes(clock);
+  const std::string& b = e.bytes();
+  e.U32(Crc32(b.data(), b.size()));
+  return e.bytes();
+}
+
+std::string EncodeRecord(RecordKind kind, std::string_view payload) {
+  std::string out;
+  out.resize(4 + 1 + payload.size() + 4);
+  PutU32(out.data(), static_cast<uint32_t>(1 + payload.size()));
+  out[4] = static_cast<char>(kind);
+  if (!payload.empty()) std::memcpy(out.data() + 5, payload.data(), payload.size());
+  PutU32(out.data() + 5 + payload.size(), Crc32(out.data(), 5 + payload.size()));
+  return out;
+}
+
+std::unique_ptr<Writer> Writer::Create(const std::string& path, const Header& header,
+                                       std::string* error, WriteFunction write_fn) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_APPEND, 0644);
+  if (fd < 0) {
+    *error = "cannot create " + path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  std::unique_ptr<Writer> writer(new Writer(fd, path, write_fn));
+  if (!writer->WriteAll(EncodeHeader(header), error)) return nullptr;
+  return writer;
+}
+
+Writer::Writer(int fd, std::string path, WriteFunction write_fn)
+    : fd_(fd), path_(std::move(path)), write_fn_(write_fn != nullptr ? write_fn : &::write) {}
+
+Writer::~Writer() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool Writer::Append(RecordKind kind, std::string_view payload, std::string* error) {
+  return WriteAll(EncodeRecord(kind, payload), error);
+}
+
+bool Writer::AppendEncoded(std::string_view records, std::string* error) {
+  return WriteAll(records, error);
+}
+
+bool Writer::WriteAll(std::string_view bytes, std::string* error) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write_fn_(fd_, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *error = "writing " + path_ + " failed: " +
+               (n < 0 ? std::string(std::strerror(errno)) : std::string("nothing was written"));
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace vramscope::vstrace

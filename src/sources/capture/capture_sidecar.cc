@@ -1,0 +1,423 @@
+#include "sources/capture/capture_sidecar.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+
+namespace vramscope::sources {
+
+namespace {
+
+using nlohmann::json;
+
+// Tolerance when matching sidecar times against the snapshot's: PyTorch converts its approximate
+// clock to Unix time, the bootstrap reads time.time_ns().
+constexpr int64_t kClockSlackUs = 50;
+
+struct Reader {
+  const std::string& path;
+  Status error;
+
+  bool Fail(const std::string& where, const std::string& what) {
+    if (error.ok()) {
+      error = InvalidInput(
+          fmt::format("{}: {} {}; the sidecar is damaged: capture again with 'vramscope run'", path,
+                      where, what));
+    }
+    return false;
+  }
+  const json* Field(const json& obj, const char* key) {
+    const auto it = obj.find(key);
+    return it == obj.end() || it->is_null() ? nullptr : &*it;
+  }
+  std::optional<int64_t> Int(const json& obj, const char* key, const std::string& where) {
+    const json* v = Field(obj, key);
+    if (v == nullptr) return std::nullopt;
+    if (v->is_number_integer()) return v->get<int64_t>();
+    if (v->is_number_unsigned()) {
+      const uint64_t u = v->get<uint64_t>();
+      if (u <= static_cast<uint64_t>(INT64_MAX)) return static_cast<int64_t>(u);
+    }
+    Fail(where + "." + key, "is not an integer");
+    return std::nullopt;
+  }
+  uint64_t Unsigned(const json& obj, const char* key, const std::string& where) {
+    const json* v = Field(obj, key);
+    if (v == nullptr) return 0;
+    if (v->is_number_unsigned()) return v->get<uint64_t>();
+    if (v->is_number_integer() && v->get<int64_t>() >= 0) return v->get<uint64_t>();
+    Fail(where + "." + key, "is not a byte count or address");
+    return 0;
+  }
+  std::string Text(const json& obj, const char* key, const std::string& where) {
+    const json* v = Field(obj, key);
+    if (v == nullptr) return "";
+    if (v->is_string()) return v->get<std::string>();
+    Fail(where + "." + key, "is not text");
+    return "";
+  }
+  const json* Object(const json& obj, const char* key, const std::string& where) {
+    const json* v = Field(obj, key);
+    if (v != nullptr && !v->is_object()) {
+      Fail(where + "." + key, "is not an object");
+      return nullptr;
+    }
+    return v;
+  }
+  const json* Array(const json& obj, const char* key, const std::string& where) {
+    const json* v = Field(obj, key);
+    if (v != nullptr && !v->is_array()) {
+      Fail(where + "." + key, "is not a list");
+      return nullptr;
+    }
+    return v;
+  }
+};
+
+std::optional<model::Category> CategoryOfKind(const std::string& kind) {
+  if (kind == "parameter" || kind == "buffer") return model::Category::kWeight;
+  if (kind == "gradient") return model::Category::kGradient;
+  if (kind == "optimizer_state") return model::Category::kOptimizerState;
+  return std::nullopt;
+}
+
+std::optional<model::RecordedPhase> PhaseOfName(const std::string& name) {
+  if (name == "forward") return model::RecordedPhase::kForward;
+  if (name == "backward") return model::RecordedPhase::kBackward;
+  if (name == "optimizer") return model::RecordedPhase::kOptimizer;
+  if (name == "between") return model::RecordedPhase::kBeforeForward;
+  if (name == "setup") return model::RecordedPhase::kSetup;
+  return std::nullopt;
+}
+
+// "vramscope step=3 phase=forward" -> (3, "forward").
+std::optional<std::pair<int32_t, std::string>> ParseMark(std::string_view text) {
+  constexpr std::string_view kPrefix = "vramscope step=";
+  if (text.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  text.remove_prefix(kPrefix.size());
+  int32_t step = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  if (ec != std::errc() || step < 0) return std::nullopt;
+  text.remove_prefix(static_cast<size_t>(end - text.data()));
+  constexpr std::string_view kPhase = " phase=";
+  if (text.substr(0, kPhase.size()) != kPhase) return std::nullopt;
+  text.remove_prefix(kPhase.size());
+  const size_t space = text.find(' ');
+  return std::make_pair(step, std::string(text.substr(0, space)));
+}
+
+// The steps of the sidecar's phases, as the event model counts them: the events after an
+// optimizer step (zero_grad, the next batch) lead up to the next iteration.
+struct StepCounter {
+  int32_t last_optimizer_step = 0;
+  int32_t Of(int32_t step, model::RecordedPhase phase) {
+    if (phase == model::RecordedPhase::kOptimizer) {
+      last_optimizer_step = std::max(last_optimizer_step, step);
+    }
+    if (phase == model::RecordedPhase::kBeforeForward && step <= last_optimizer_step) {
+      return last_optimizer_step + 1;
+    }
+    return step;
+  }
+};
+
+size_t MarksFromMetadata(model::Trace& trace) {
+  size_t marks = 0;
+  std::vector<model::PhaseMark> out;
+  for (size_t d = 0; d < trace.devices.size(); ++d) {
+    const auto [begin, end] = trace.device_event_ranges[d];
+    const int32_t device = trace.devices[d];
+    bool any = false;
+    StepCounter steps;
+    std::optional<std::pair<int32_t, model::RecordedPhase>> current;
+    for (size_t i = begin; i < end; ++i) {
+      const auto it = trace.events.user_metadata.find(static_cast<uint32_t>(i));
+      if (it == trace.events.user_metadata.end()) continue;
+      const auto mark = ParseMark(trace.strings.Get(it->second));
+      if (!mark) continue;
+      const auto phase = PhaseOfName(mark->second);
+      if (!phase) continue;
+      const std::pair<int32_t, model::RecordedPhase> now{steps.Of(mark->first, *phase), *phase};
+      if (current == now) continue;
+      if (!any && i > begin) {
+        out.push_back({device, static_cast<uint32_t>(begin), 0, model::RecordedPhase::kSetup});
+      }
+      any = true;
+      current = now;
+      out.push_back({device, static_cast<uint32_t>(i), now.first, now.second});
+      ++marks;
+    }
+  }
+  if (marks > 0) trace.phase_marks = std::move(out);
+  return marks;
+}
+
+size_t MarksFromTimes(const CaptureSidecar& sidecar, model::Trace& trace) {
+  std::vector<SidecarPhase> phases = sidecar.phases;
+  std::stable_sort(phases.begin(), phases.end(), [](const SidecarPhase& a, const SidecarPhase& b) {
+    return a.begin_us < b.begin_us;
+  });
+  std::vector<model::PhaseMark> out;
+  size_t marks = 0;
+  for (size_t d = 0; d < trace.devices.size(); ++d) {
+    const auto [begin, end] = trace.device_event_ranges[d];
+    const int32_t device = trace.devices[d];
+    if (begin == end) continue;
+    out.push_back({device, static_cast<uint32_t>(begin), 0, model::RecordedPhase::kSetup});
+    StepCounter steps;
+    size_t i = begin;
+    for (const SidecarPhase& p : phases) {
+      const auto phase = PhaseOfName(p.phase);
+      if (!phase || p.begin_us == model::kNoTime) continue;
+      while (i < end &&
+             (trace.events.time_us[i] == model::kNoTime || trace.events.time_us[i] < p.begin_us)) {
+        ++i;
+      }
+      const int32_t step = steps.Of(p.step, *phase);
+      if (!out.empty() && out.back().device == device && out.back().event == i) out.pop_back();
+      out.push_back({device, static_cast<uint32_t>(std::min(i, end)), step, *phase});
+      ++marks;
+    }
+  }
+  if (marks > 0) trace.phase_marks = std::move(out);
+  return marks;
+}
+
+}  // namespace
+
+Result<std::optional<CaptureSidecar>> ReadCaptureSidecar(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidInput(fmt::format("{}: cannot be read", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseCaptureSidecar(text.str(), path);
+}
+
+Result<std::optional<CaptureSidecar>> ParseCaptureSidecar(std::string_view text,
+                                                          const std::string& path) {
+  const json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return InvalidInput(fmt::format(
+        "{}: is not valid JSON (cut short?); the sidecar is damaged: capture again with "
+        "'vramscope run'",
+        path));
+  }
+  if (!doc.is_object()) return std::optional<CaptureSidecar>();
+  const auto format = doc.find("format");
+  if (format == doc.end() || *format != "vramscope-capture") return std::optional<CaptureSidecar>();
+  Reader r{path, Status::Ok()};
+  const std::optional<int64_t> version = r.Int(doc, "version", "");
+  if (!version || *version < 1) {
+    return InvalidInput(fmt::format("{}: has no format version; capture again", path));
+  }
+  if (*version > 1) {
+    return InvalidInput(fmt::format(
+        "{}: is a version {} sidecar; this vramscope reads version 1: upgrade vramscope", path,
+        *version));
+  }
+  CaptureSidecar s;
+  s.path = path;
+  s.snapshot = r.Text(doc, "snapshot", "");
+  if (const json* p = r.Object(doc, "process", "")) {
+    s.pid = r.Int(*p, "pid", "process");
+    s.rank = r.Int(*p, "rank", "process");
+    s.local_rank = r.Int(*p, "local_rank", "process");
+    s.world_size = r.Int(*p, "world_size", "process");
+    s.device = r.Int(*p, "device", "process");
+    s.total_memory = r.Int(*p, "total_memory", "process");
+    s.hostname = r.Text(*p, "hostname", "process");
+    s.framework = r.Text(*p, "framework", "process");
+    s.torch_version = r.Text(*p, "torch", "process");
+    s.device_name = r.Text(*p, "device_name", "process");
+  }
+  if (const json* rec = r.Object(doc, "recording", "")) {
+    s.stacks = r.Text(*rec, "stacks", "recording");
+    s.context = r.Text(*rec, "context", "recording");
+    s.fallback = r.Text(*rec, "fallback", "recording");
+  }
+  if (const json* e = r.Object(doc, "end", "")) {
+    s.end_reason = r.Text(*e, "reason", "end");
+    s.steps_completed = r.Int(*e, "steps_completed", "end").value_or(0);
+    s.exception = r.Text(*e, "exception", "end");
+  }
+  if (const json* phases = r.Array(doc, "phases", "")) {
+    for (size_t i = 0; i < phases->size() && r.error.ok(); ++i) {
+      const json& p = (*phases)[i];
+      const std::string where = fmt::format("phases[{}]", i);
+      if (!p.is_object()) {
+        r.Fail(where, "is not an object");
+        break;
+      }
+      SidecarPhase phase;
+      phase.step = static_cast<int32_t>(
+          std::clamp<int64_t>(r.Int(p, "step", where).value_or(0), 0, INT32_MAX));
+      phase.phase = r.Text(p, "phase", where);
+      phase.begin_us = r.Int(p, "begin_us", where).value_or(model::kNoTime);
+      phase.end_us = r.Int(p, "end_us", where).value_or(model::kNoTime);
+      s.phases.push_back(std::move(phase));
+    }
+  }
+  if (const json* tensors = r.Array(doc, "tensors", "")) {
+    for (size_t i = 0; i < tensors->size() && r.error.ok(); ++i) {
+      const json& t = (*tensors)[i];
+      const std::string where = fmt::format("tensors[{}]", i);
+      if (!t.is_object()) {
+        r.Fail(where, "is not an object");
+        break;
+      }
+      const auto category = CategoryOfKind(r.Text(t, "kind", where));
+      if (!category) continue;  // a kind a newer bootstrap records
+      SidecarTensor tensor;
+      tensor.category = *category;
+      tensor.name = r.Text(t, "name", where);
+      tensor.data_ptr = r.Unsigned(t, "data_ptr", where);
+      tensor.storage_ptr = r.Unsigned(t, "storage_data_ptr", where);
+      tensor.nbytes = r.Unsigned(t, "nbytes", where);
+      tensor.seen_us = r.Int(t, "seen_us", where).value_or(model::kNoTime);
+      tensor.step = static_cast<int32_t>(
+          std::clamp<int64_t>(r.Int(t, "step", where).value_or(0), 0, INT32_MAX));
+      if (!tensor.name.empty()) s.tensors.push_back(std::move(tensor));
+    }
+  }
+  if (const json* oom = r.Object(doc, "oom", "")) {
+    SidecarOom o;
+    o.requested_bytes = r.Unsigned(*oom, "requested_bytes", "oom");
+    if (r.Field(*oom, "device_free")) o.device_free = r.Unsigned(*oom, "device_free", "oom");
+    o.step = static_cast<int32_t>(
+        std::clamp<int64_t>(r.Int(*oom, "step", "oom").value_or(0), 0, INT32_MAX));
+    o.phase = r.Text(*oom, "phase", "oom");
+    o.message = r.Text(*oom, "message", "oom");
+    s.oom = std::move(o);
+  }
+  if (!r.error.ok()) return r.error;
+  return std::optional<CaptureSidecar>(std::move(s));
+}
+
+SidecarApplied ApplyCaptureSidecar(const CaptureSidecar& sidecar, model::Trace& trace) {
+  SidecarApplied applied;
+  // Phases: the marks PyTorch stored with each trace entry are exact; the times are the fallback
+  // for PyTorch versions without _set_memory_metadata.
+  if (trace.facts.has_trace) {
+    applied.phase_marks = MarksFromMetadata(trace);
+    applied.phases_from_metadata = applied.phase_marks > 0;
+    if (applied.phase_marks == 0 && trace.facts.has_times) {
+      applied.phase_marks = MarksFromTimes(sidecar, trace);
+    }
+  }
+
+  // Names: a tensor's storage starts at its allocation's address; of the allocations at that
+  // address, the one alive when the bootstrap saw the tensor holds it.
+  std::unordered_map<uint64_t, std::vector<uint32_t>> by_addr;
+  for (uint32_t i = 0; i < trace.allocations.size(); ++i) {
+    if (trace.allocations[i].alloc_event != model::kNoEvent) {
+      by_addr[trace.allocations[i].addr].push_back(i);
+    }
+  }
+  auto time_of = [&](int64_t event) {
+    return event == model::kNoEvent ? model::kNoTime
+                                    : trace.events.time_us[static_cast<size_t>(event)];
+  };
+  std::unordered_map<uint32_t, std::pair<std::string, size_t>> names;  // event -> (name, more)
+  for (const SidecarTensor& t : sidecar.tensors) {
+    const uint64_t ptr = t.storage_ptr != 0 ? t.storage_ptr : t.data_ptr;
+    const auto it = by_addr.find(ptr);
+    std::optional<uint32_t> best;
+    if (it != by_addr.end()) {
+      int64_t best_time = model::kNoTime;
+      for (const uint32_t a : it->second) {
+        const model::Allocation& alloc = trace.allocations[a];
+        const int64_t born = time_of(alloc.alloc_event);
+        const int64_t released = time_of(alloc.ReleaseEvent());
+        if (t.seen_us != model::kNoTime && born != model::kNoTime) {
+          if (born > t.seen_us + kClockSlackUs) continue;
+          if (alloc.ReleaseEvent() != model::kNoEvent && released != model::kNoTime &&
+              released + kClockSlackUs < t.seen_us) {
+            continue;
+          }
+        }
+        if (!best || born >= best_time) {
+          best = a;
+          best_time = born;
+        }
+      }
+    }
+    if (!best) {
+      ++applied.tensors_unmatched;
+      continue;
+    }
+    const auto event = static_cast<uint32_t>(trace.allocations[*best].alloc_event);
+    auto [slot, inserted] = names.try_emplace(event, t.name, 0);
+    if (inserted) {
+      trace.events.category[event] = t.category;
+    } else if (slot->second.first != t.name) {
+      ++slot->second.second;  // views of one storage (a flat parameter): count the others
+    }
+  }
+  for (const auto& [event, name] : names) {
+    const std::string text =
+        name.second == 0 ? name.first : fmt::format("{} (+{} more)", name.first, name.second);
+    trace.events.tensor_name[event] = trace.strings.Intern(text);
+    ++applied.tensors_named;
+  }
+
+  // Facts.
+  std::string who = "captured by 'vramscope run'";
+  if (sidecar.rank) {
+    who += fmt::format(": rank {}", *sidecar.rank);
+    if (sidecar.world_size) who += fmt::format(" of {}", *sidecar.world_size);
+    if (sidecar.local_rank) who += fmt::format(" (local rank {})", *sidecar.local_rank);
+  } else if (sidecar.pid) {
+    who += fmt::format(": process {}", *sidecar.pid);
+  }
+  if (!sidecar.hostname.empty()) who += " on " + sidecar.hostname;
+  if (!sidecar.device_name.empty()) who += ", " + sidecar.device_name;
+  if (!sidecar.torch_version.empty()) who += ", torch " + sidecar.torch_version;
+  if (!sidecar.framework.empty() && sidecar.framework != "plain") {
+    who += ", " + sidecar.framework;
+  }
+  trace.facts.notes.push_back(who);
+  if (sidecar.end_reason == "steps") {
+    trace.facts.notes.push_back(fmt::format("the capture ended after {} training steps (--steps)",
+                                            sidecar.steps_completed));
+  } else if (sidecar.end_reason == "oom") {
+    std::string line = "the program ran out of GPU memory";
+    if (sidecar.oom && sidecar.oom->step > 0) {
+      line += fmt::format(" in step {}", sidecar.oom->step);
+      if (!sidecar.oom->phase.empty()) line += fmt::format(" ({})", sidecar.oom->phase);
+    }
+    if (sidecar.oom && !sidecar.oom->message.empty()) {
+      line += "; PyTorch said: " + sidecar.oom->message.substr(0, 400);
+    }
+    trace.facts.notes.push_back(line);
+  } else if (sidecar.end_reason == "exception") {
+    trace.facts.notes.push_back(
+        fmt::format("the program ended with an exception{}",
+                    sidecar.exception.empty() ? "" : ": " + sidecar.exception.substr(0, 300)));
+  } else if (sidecar.end_reason == "signal") {
+    trace.facts.notes.push_back("the capture was written when the program was terminated");
+  }
+  if (!sidecar.fallback.empty()) {
+    trace.facts.notes.push_back("stacks: " + sidecar.fallback);
+  }
+  if (applied.phase_marks > 0) {
+    trace.facts.notes.push_back(fmt::format("phases recorded by the capture ({})",
+                                            applied.phases_from_metadata
+                                                ? "marks stored with each allocator event"
+                                                : "phase times matched to the events' times"));
+  }
+  if (applied.tensors_unmatched > 0) {
+    trace.facts.notes.push_back(fmt::format(
+        "{} of the {} tensors the capture named are held by no allocation the trace saw (made "
+        "before the history began, or dropped from its ring buffer)",
+        applied.tensors_unmatched, sidecar.tensors.size()));
+  }
+  trace.source.format += " + vramscope run sidecar";
+  return applied;
+}
+
+}  // namespace vramscope::sources

@@ -1,0 +1,76 @@
+// The sidecar `vramscope run`'s bootstrap writes beside each snapshot (docs/design/capture.md,
+// format "vramscope-capture" version 1): what the snapshot cannot say. Reading it and applying it
+// to the snapshot's Trace gives the capture's recorded phases (Trace::phase_marks), the names and
+// categories of weights, gradients and optimizer state (Events::tensor_name/category), and facts
+// (which rank, why the capture ended, PyTorch's OOM message).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/trace.h"
+
+namespace vramscope::sources {
+
+struct SidecarPhase {
+  int32_t step = 0;
+  std::string phase;  // forward, backward, optimizer, between
+  int64_t begin_us = model::kNoTime;
+  int64_t end_us = model::kNoTime;
+};
+
+struct SidecarTensor {
+  model::Category category = model::Category::kWeight;
+  std::string name;
+  uint64_t data_ptr = 0;     // the tensor's first byte
+  uint64_t storage_ptr = 0;  // its storage's first byte (0: the same as data_ptr)
+  uint64_t nbytes = 0;
+  int64_t seen_us = model::kNoTime;
+  int32_t step = 0;
+};
+
+struct SidecarOom {
+  uint64_t requested_bytes = 0;
+  std::optional<uint64_t> device_free;
+  int32_t step = 0;
+  std::string phase;
+  std::string message;  // PyTorch's own
+};
+
+struct CaptureSidecar {
+  std::string path;
+  std::string snapshot;  // file name beside it; empty: none was taken
+  std::optional<int64_t> rank, local_rank, world_size, pid, device, total_memory;
+  std::string hostname, framework, torch_version, device_name;
+  std::string stacks, context, fallback;
+  std::string end_reason;  // exit, steps, oom, exception, signal
+  int64_t steps_completed = 0;
+  std::string exception;
+  std::vector<SidecarPhase> phases;
+  std::vector<SidecarTensor> tensors;
+  std::optional<SidecarOom> oom;
+};
+
+// Reads a sidecar. nullopt when the file is JSON of another format (an older golden's sidecar);
+// an error naming the file and field when it is malformed.
+Result<std::optional<CaptureSidecar>> ReadCaptureSidecar(const std::string& path);
+// The same from text (`path` names it in errors).
+Result<std::optional<CaptureSidecar>> ParseCaptureSidecar(std::string_view text,
+                                                          const std::string& path);
+
+struct SidecarApplied {
+  size_t phase_marks = 0;
+  bool phases_from_metadata = false;  // else from the recorded times
+  size_t tensors_named = 0;           // allocations that got a name
+  size_t tensors_unmatched = 0;       // sidecar tensors no allocation of the trace holds
+};
+
+// Adds the sidecar's phases, tensor names and categories and facts to a trace read from its
+// snapshot (call before BuildAllocations' users, after the source). Never fails: what does not
+// match is counted and said in the facts.
+SidecarApplied ApplyCaptureSidecar(const CaptureSidecar& sidecar, model::Trace& trace);
+
+}  // namespace vramscope::sources

@@ -1,0 +1,238 @@
+// The capture sidecar: parsing (good, other formats, damaged) and applying it to a trace laid out
+// as a snapshot of one training step would be (phases from the per-event marks and from times,
+// weight/gradient/state names by address and time).
+#include "sources/capture/capture_sidecar.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "attribution/attribution.h"
+#include "sources/capture/capture_folder.h"
+
+namespace vramscope::sources {
+namespace {
+
+using model::Action;
+
+// One step of a Linear layer: weight (t=10), input (20), output (30) in forward, the weight's
+// gradient (40) in backward, Adam's two states (50, 51) in the optimizer step.
+struct StepTrace {
+  model::Trace t;
+  StepTrace(bool with_marks) {
+    auto push = [&](Action a, uint64_t addr, uint64_t size, int64_t time, const char* mark) {
+      t.events.Push(a, 0, addr, size, 0, time * 1000, model::kEmptyStack);  // ms apart
+      if (with_marks && mark != nullptr) {
+        t.events.user_metadata[static_cast<uint32_t>(t.events.count() - 1)] =
+            t.strings.Intern(mark);
+      }
+    };
+    push(Action::kAlloc, 0x1000, 4096, 10, nullptr);                            // weight
+    push(Action::kAlloc, 0x3000, 512, 20, nullptr);                             // input
+    push(Action::kAlloc, 0x4000, 512, 30, "vramscope step=1 phase=forward");    // output
+    push(Action::kAlloc, 0x5000, 4096, 40, "vramscope step=1 phase=backward");  // weight.grad
+    push(Action::kFreeRequested, 0x4000, 512, 41, "vramscope step=1 phase=backward");
+    push(Action::kFreeCompleted, 0x4000, 512, 41, "vramscope step=1 phase=backward");
+    push(Action::kAlloc, 0x7000, 4096, 50, "vramscope step=1 phase=optimizer");  // exp_avg
+    push(Action::kAlloc, 0x9000, 4096, 51, "vramscope step=1 phase=optimizer");  // exp_avg_sq
+    push(Action::kAlloc, 0x4000, 512, 60, "vramscope step=1 phase=between");     // next batch
+    t.devices = {0};
+    t.device_event_ranges = {{0, t.events.count()}};
+    t.facts.has_trace = true;
+    t.facts.has_times = true;
+    model::BuildAllocations(t);
+  }
+  // The name the sidecar gave the allocation made by event `i` ("" when none).
+  std::string NameOf(uint32_t i) const {
+    const auto it = t.events.tensor_name.find(i);
+    return it == t.events.tensor_name.end() ? "" : std::string(t.strings.Get(it->second));
+  }
+};
+
+constexpr const char* kSidecar = R"({
+  "format": "vramscope-capture", "version": 1, "snapshot": "rank1.pickle",
+  "process": {"pid": 77, "rank": 1, "local_rank": 1, "world_size": 2, "hostname": "node3",
+              "torch": "2.11.0", "device": 0, "device_name": "NVIDIA H200", "framework": "plain"},
+  "recording": {"stacks": "python", "context": "all", "max_entries": 1000, "fallback": null},
+  "end": {"reason": "steps", "steps_completed": 1},
+  "phases": [{"step": 1, "phase": "forward", "begin_us": 25000, "end_us": 35000},
+             {"step": 1, "phase": "backward", "begin_us": 36000, "end_us": 45000},
+             {"step": 1, "phase": "optimizer", "begin_us": 46000, "end_us": 55000},
+             {"step": 1, "phase": "between", "begin_us": 56000, "end_us": 70000}],
+  "tensors": [
+    {"kind": "parameter", "name": "weight", "data_ptr": 4096, "nbytes": 4096, "seen_us": 12000,
+     "step": 0},
+    {"kind": "gradient", "name": "weight", "data_ptr": 20480, "nbytes": 4096, "seen_us": 46000,
+     "step": 1},
+    {"kind": "optimizer_state", "name": "weight.exp_avg", "data_ptr": 28672, "nbytes": 4096,
+     "seen_us": 55000, "step": 1},
+    {"kind": "optimizer_state", "name": "weight.exp_avg_sq", "data_ptr": 36864,
+     "nbytes": 4096, "seen_us": 55000, "step": 1},
+    {"kind": "gradient", "name": "never.allocated", "data_ptr": 999424, "nbytes": 4,
+     "seen_us": 46000, "step": 1},
+    {"kind": "something_new", "name": "x", "data_ptr": 1, "nbytes": 1}
+  ],
+  "oom": null
+})";
+
+CaptureSidecar Parse(const std::string& text) {
+  auto parsed = ParseCaptureSidecar(text, "rank1.sidecar.json");
+  EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->has_value());
+  return **parsed;
+}
+
+TEST(CaptureSidecar, ParsesProcessPhasesAndTensors) {
+  const CaptureSidecar s = Parse(kSidecar);
+  EXPECT_EQ(s.rank, 1);
+  EXPECT_EQ(s.world_size, 2);
+  EXPECT_EQ(s.hostname, "node3");
+  EXPECT_EQ(s.end_reason, "steps");
+  EXPECT_EQ(s.steps_completed, 1);
+  ASSERT_EQ(s.phases.size(), 4u);
+  EXPECT_EQ(s.phases[1].phase, "backward");
+  EXPECT_EQ(s.phases[1].begin_us, 36000);
+  ASSERT_EQ(s.tensors.size(), 5u);  // the unknown kind is skipped
+  EXPECT_EQ(s.tensors[2].category, model::Category::kOptimizerState);
+  EXPECT_FALSE(s.oom);
+}
+
+TEST(CaptureSidecar, OtherFormatsAreNotCaptureSidecars) {
+  for (const char* text : {R"({"format": "vramscope-sidecar", "version": 1})", "[1, 2]"}) {
+    auto parsed = ParseCaptureSidecar(text, "x.sidecar.json");
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_FALSE(parsed->has_value()) << text;
+  }
+}
+
+TEST(CaptureSidecar, DamagedSidecarsGetOneLineNamingTheFileAndField) {
+  const std::string cut(kSidecar, 200);
+  const std::pair<std::string, std::string> cases[] = {
+      {cut, "is not valid JSON"},
+      {R"({"format": "vramscope-capture", "version": 9})", "version 9"},
+      {R"({"format": "vramscope-capture"})", "no format version"},
+      {R"({"format": "vramscope-capture", "version": 1, "phases": {}})", "phases is not a list"},
+      {R"({"format": "vramscope-capture", "version": 1, "tensors": [{"kind": "gradient",
+          "name": "w", "data_ptr": -5}]})",
+       "tensors[0].data_ptr is not a byte count"},
+      {R"({"format": "vramscope-capture", "version": 1, "process": {"rank": "one"}})",
+       "process.rank is not an integer"},
+  };
+  for (const auto& [text, expected] : cases) {
+    auto parsed = ParseCaptureSidecar(text, "rank0.sidecar.json");
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_NE(parsed.status().message().find("rank0.sidecar.json: "), std::string::npos);
+    EXPECT_NE(parsed.status().message().find(expected), std::string::npos)
+        << parsed.status().message();
+    EXPECT_EQ(parsed.status().message().find('\n'), std::string::npos);
+  }
+}
+
+TEST(CaptureSidecar, PhasesFromPerEventMarks) {
+  StepTrace s(/*with_marks=*/true);
+  const SidecarApplied applied = ApplyCaptureSidecar(Parse(kSidecar), s.t);
+  EXPECT_TRUE(applied.phases_from_metadata);
+  const attribution::Attribution a = attribution::Attribute(s.t);
+  using attribution::Phase;
+  const std::vector<std::pair<Phase, int32_t>> expected = {
+      {Phase::kSetup, 0},     {Phase::kSetup, 0},     {Phase::kForward, 1},
+      {Phase::kBackward, 1},  {Phase::kBackward, 1},  {Phase::kBackward, 1},
+      {Phase::kOptimizer, 1}, {Phase::kOptimizer, 1}, {Phase::kBeforeForward, 2}};
+  for (uint32_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(a.phases.At(i), expected[i].first) << "event " << i;
+    EXPECT_EQ(a.phases.StepAt(i), expected[i].second) << "event " << i;
+  }
+}
+
+TEST(CaptureSidecar, PhasesFromTimesWithoutMarks) {
+  StepTrace s(/*with_marks=*/false);
+  const SidecarApplied applied = ApplyCaptureSidecar(Parse(kSidecar), s.t);
+  EXPECT_FALSE(applied.phases_from_metadata);
+  EXPECT_EQ(applied.phase_marks, 4u);
+  const attribution::Attribution a = attribution::Attribute(s.t);
+  using attribution::Phase;
+  EXPECT_EQ(a.phases.At(1), Phase::kSetup);  // t=20 ms, before forward began at 25 ms
+  EXPECT_EQ(a.phases.At(2), Phase::kForward);
+  EXPECT_EQ(a.phases.At(3), Phase::kBackward);
+  EXPECT_EQ(a.phases.At(6), Phase::kOptimizer);
+  EXPECT_EQ(a.phases.At(8), Phase::kBeforeForward);
+  EXPECT_EQ(a.phases.StepAt(8), 2);
+}
+
+TEST(CaptureSidecar, NamesAndCategoriesByAddressAndTime) {
+  StepTrace s(/*with_marks=*/true);
+  const SidecarApplied applied = ApplyCaptureSidecar(Parse(kSidecar), s.t);
+  EXPECT_EQ(applied.tensors_named, 4u);
+  EXPECT_EQ(applied.tensors_unmatched, 1u);
+  EXPECT_EQ(s.NameOf(0), "weight");
+  EXPECT_EQ(s.NameOf(3), "weight");
+  EXPECT_EQ(s.NameOf(6), "weight.exp_avg");
+  EXPECT_EQ(s.NameOf(7), "weight.exp_avg_sq");
+  // The output at 0x4000 and the next batch there are not named: the sidecar saw no tensor there.
+  EXPECT_EQ(s.NameOf(2), "");
+  EXPECT_EQ(s.NameOf(8), "");
+  const attribution::Attribution a = attribution::Attribute(s.t);
+  auto category_of_event = [&](int32_t event) {
+    for (size_t i = 0; i < s.t.allocations.size(); ++i) {
+      if (s.t.allocations[i].alloc_event == event) return a.allocations[i].category;
+    }
+    return model::Category::kUnknown;
+  };
+  EXPECT_EQ(category_of_event(0), model::Category::kWeight);
+  EXPECT_EQ(category_of_event(3), model::Category::kGradient);
+  EXPECT_EQ(category_of_event(6), model::Category::kOptimizerState);
+  // Facts say who captured it and why it ended.
+  const auto& notes = s.t.facts.notes;
+  EXPECT_NE(std::find_if(notes.begin(), notes.end(),
+                         [](const std::string& n) {
+                           return n.find("rank 1 of 2 (local rank 1) on node3, NVIDIA H200") !=
+                                  std::string::npos;
+                         }),
+            notes.end());
+  EXPECT_NE(
+      std::find(notes.begin(), notes.end(), "the capture ended after 1 training steps (--steps)"),
+      notes.end());
+}
+
+TEST(CaptureSidecar, ATensorSeenBeforeItsAddressWasReusedNamesTheEarlierAllocation) {
+  StepTrace s(/*with_marks=*/true);
+  // The output at 0x4000 (30..41 ms) and the next batch there (60 ms): a name seen at 33 ms goes to
+  // the output only.
+  CaptureSidecar sidecar = Parse(kSidecar);
+  sidecar.tensors = {{model::Category::kWeight, "buffer.at.0x4000", 0x4000, 0, 512, 33000, 1}};
+  ApplyCaptureSidecar(sidecar, s.t);
+  EXPECT_EQ(s.NameOf(2), "buffer.at.0x4000");
+  EXPECT_EQ(s.NameOf(8), "");
+}
+
+TEST(CaptureFolder, FindsRanksInOrderAndTheirFiles) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fs::path("vramscope-capture-folder-test");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* name : {"rank10.pickle", "rank2.pickle", "rank2.sidecar.json", "pid5.pickle",
+                           "rank3.vstrace", "notes.txt", "rankx.pickle", "report.sqlite"}) {
+    std::ofstream(dir / name) << "x";
+  }
+  auto captures = FindCaptures(dir);
+  ASSERT_TRUE(captures.ok()) << captures.status().message();
+  std::vector<std::string> labels;
+  for (const Capture& c : *captures) labels.push_back(c.label);
+  EXPECT_EQ(labels, (std::vector<std::string>{"rank2", "rank3", "rank10", "pid5"}));
+  EXPECT_EQ((*captures)[0].sidecar.filename(), "rank2.sidecar.json");
+  EXPECT_TRUE((*captures)[1].snapshot.empty());
+  EXPECT_EQ((*captures)[1].native.filename(), "rank3.vstrace");
+  EXPECT_EQ(CaptureFilesIn(dir).size(), 6u);  // not notes.txt
+  EXPECT_EQ(SidecarBeside(dir / "rank2.pickle").filename(), "rank2.sidecar.json");
+  EXPECT_TRUE(SidecarBeside(dir / "rank10.pickle").empty());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto none = FindCaptures(dir);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("holds no captures"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace vramscope::sources
