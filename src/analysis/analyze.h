@@ -1,10 +1,12 @@
-// The analysis stage in one call: attribution, timelines, sites, the summary and Skyline's
-// entries, computed once from a loaded trace. Every reporter and subcommand starts from this.
+// The analysis stage in one call: attribution, timelines, sites, the summary (with the
+// out-of-memory explanations) and Skyline's entries, computed once from a loaded trace. Every
+// reporter and subcommand starts from this.
 #pragma once
 
 #include <memory>
 
 #include "analysis/breakdown.h"
+#include "analysis/oom.h"
 #include "analysis/sites.h"
 #include "analysis/skyline_entries.h"
 #include "analysis/summary.h"

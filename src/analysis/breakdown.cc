@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace vramscope::analysis {
 
@@ -109,6 +110,54 @@ std::vector<IterationSummary> SummarizeIterations(const model::Trace& trace,
   for (const IterationSummary& s : out) peaks.push_back(s.peak_event);
   const std::vector<CategoryBytes> at = CategoriesAfter(trace, attribution, timeline.device, peaks);
   for (size_t i = 0; i < out.size(); ++i) out[i].at_peak = at[i];
+  return out;
+}
+
+LiveBreakdown BreakdownAfter(const model::Trace& trace, const attribution::Attribution& attribution,
+                             SiteNamer& sites, OwnerNamer& owners, int32_t device, int64_t event) {
+  using attribution::Category;
+  LiveBreakdown out;
+  for (int c = 0; c < attribution::kCategoryCount; ++c) {
+    out.by_category.push_back({static_cast<Category>(c), 0, 0});
+  }
+  std::unordered_map<uint32_t, size_t> group_of_site;
+  std::vector<std::array<uint64_t, attribution::kCategoryCount>> site_categories;
+  std::unordered_map<uint64_t, size_t> owner_group;  // (category, owner id) -> group
+  for (const size_t i : LiveAfter(trace, device, event)) {
+    const model::Allocation& a = trace.allocations[i];
+    const attribution::AllocationInfo& info = attribution.allocations[i];
+    const uint32_t owner = owners.Id(a, info);
+    auto [owner_it, new_owner] = owner_group.emplace(
+        (static_cast<uint64_t>(info.category) << 32) | owner, out.by_owner.size());
+    if (new_owner) out.by_owner.push_back({info.category, owners.Label(owner), 0, 0});
+    out.by_owner[owner_it->second].bytes += a.size;
+    ++out.by_owner[owner_it->second].count;
+    out.by_confidence[static_cast<int>(info.confidence)] += a.size;
+    const uint32_t site = sites.Site(a.alloc_stack);
+    auto [it, inserted] = group_of_site.emplace(site, out.by_site.size());
+    if (inserted) {
+      out.by_site.push_back({sites.Label(site), 0, 0, Category::kUnknown});
+      site_categories.push_back({});
+    }
+    SiteGroup& g = out.by_site[it->second];
+    g.bytes += a.size;
+    ++g.count;
+    site_categories[it->second][static_cast<int>(info.category)] += a.size;
+    CategoryShare& share = out.by_category[static_cast<int>(info.category)];
+    share.bytes += a.size;
+    ++share.count;
+    out.bytes += a.size;
+    ++out.count;
+  }
+  for (size_t g = 0; g < out.by_site.size(); ++g) {
+    const auto& cats = site_categories[g];
+    out.by_site[g].category =
+        static_cast<Category>(std::max_element(cats.begin(), cats.end()) - cats.begin());
+  }
+  std::stable_sort(out.by_site.begin(), out.by_site.end(),
+                   [](const SiteGroup& x, const SiteGroup& y) { return x.bytes > y.bytes; });
+  std::stable_sort(out.by_owner.begin(), out.by_owner.end(),
+                   [](const OwnerGroup& x, const OwnerGroup& y) { return x.bytes > y.bytes; });
   return out;
 }
 

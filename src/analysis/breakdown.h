@@ -17,6 +17,46 @@ namespace vramscope::analysis {
 
 using CategoryBytes = std::array<int64_t, attribution::kCategoryCount>;
 
+struct SiteGroup {
+  std::string label;
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+  attribution::Category category = attribution::Category::kUnknown;  // the site's largest share
+};
+
+struct CategoryShare {
+  attribution::Category category;
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+};
+
+// Live bytes grouped by (category, owner label); see OwnerNamer.
+struct OwnerGroup {
+  attribution::Category category = attribution::Category::kUnknown;
+  std::string label;
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+};
+
+// What was live right after one event of a device (or at the start of the trace), grouped three
+// ways: by allocation site, by category and by (category, owner). The breakdown at the peak and
+// at an out-of-memory are both this.
+struct LiveBreakdown {
+  uint64_t bytes = 0, count = 0;
+  std::vector<SiteGroup> by_site;          // largest first, all of them
+  std::vector<CategoryShare> by_category;  // every category, fixed order
+  std::vector<OwnerGroup> by_owner;        // largest first, all of them
+  // Bytes by the confidence of the rule that categorised them (low..high).
+  std::array<uint64_t, 3> by_confidence{};
+};
+
+class OwnerNamer;
+
+// The allocations of `device` live right after `event` (kNoEvent: at the start of the trace), as
+// LiveAfter gives them, grouped.
+LiveBreakdown BreakdownAfter(const model::Trace& trace, const attribution::Attribution& attribution,
+                             SiteNamer& sites, OwnerNamer& owners, int32_t device, int64_t event);
+
 // Live bytes by category right after each of `events` (ascending indices into Trace::events of
 // `device`; kNoEvent first means "at the start of the trace"). One sweep over the allocations.
 std::vector<CategoryBytes> CategoriesAfter(const model::Trace& trace,

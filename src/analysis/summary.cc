@@ -73,53 +73,15 @@ Summary Summarize(const model::Trace& trace, const Timelines& timelines,
       s.last_time_us = trace.events.time_us[i];
     }
 
-    // What was live at the peak, by site and by category.
-    const std::vector<size_t> live = LiveAfter(trace, s.device, s.peak_allocated_event);
-    std::unordered_map<uint32_t, size_t> group_of_site;
-    std::vector<std::array<uint64_t, attribution::kCategoryCount>> site_categories;
-    s.live_at_peak_by_category.clear();
-    for (int c = 0; c < attribution::kCategoryCount; ++c) {
-      s.live_at_peak_by_category.push_back({static_cast<Category>(c), 0, 0});
-    }
-    std::unordered_map<uint64_t, size_t> owner_group;  // (category, owner id) -> group
-    for (const size_t i : live) {
-      const model::Allocation& a = trace.allocations[i];
-      const attribution::AllocationInfo& info = attribution.allocations[i];
-      const uint32_t owner = owners.Id(a, info);
-      auto [owner_it, new_owner] = owner_group.emplace(
-          (static_cast<uint64_t>(info.category) << 32) | owner, s.live_at_peak_by_owner.size());
-      if (new_owner) {
-        s.live_at_peak_by_owner.push_back({info.category, owners.Label(owner), 0, 0});
-      }
-      s.live_at_peak_by_owner[owner_it->second].bytes += a.size;
-      ++s.live_at_peak_by_owner[owner_it->second].count;
-      s.live_at_peak_by_confidence[static_cast<int>(info.confidence)] += a.size;
-      const uint32_t site = sites.Site(a.alloc_stack);
-      auto [it, inserted] = group_of_site.emplace(site, s.live_at_peak_by_site.size());
-      if (inserted) {
-        s.live_at_peak_by_site.push_back({sites.Label(site), 0, 0, Category::kUnknown});
-        site_categories.push_back({});
-      }
-      SiteGroup& g = s.live_at_peak_by_site[it->second];
-      g.bytes += a.size;
-      ++g.count;
-      const Category c = attribution.allocations[i].category;
-      site_categories[it->second][static_cast<int>(c)] += a.size;
-      auto& share = s.live_at_peak_by_category[static_cast<int>(c)];
-      share.bytes += a.size;
-      ++share.count;
-      s.live_at_peak_bytes += a.size;
-      ++s.live_at_peak_count;
-    }
-    for (size_t g = 0; g < s.live_at_peak_by_site.size(); ++g) {
-      const auto& cats = site_categories[g];
-      s.live_at_peak_by_site[g].category =
-          static_cast<Category>(std::max_element(cats.begin(), cats.end()) - cats.begin());
-    }
-    std::stable_sort(s.live_at_peak_by_site.begin(), s.live_at_peak_by_site.end(),
-                     [](const SiteGroup& x, const SiteGroup& y) { return x.bytes > y.bytes; });
-    std::stable_sort(s.live_at_peak_by_owner.begin(), s.live_at_peak_by_owner.end(),
-                     [](const OwnerGroup& x, const OwnerGroup& y) { return x.bytes > y.bytes; });
+    // What was live at the peak, by site, by category and by owner.
+    LiveBreakdown live =
+        BreakdownAfter(trace, attribution, sites, owners, s.device, s.peak_allocated_event);
+    s.live_at_peak_bytes = live.bytes;
+    s.live_at_peak_count = live.count;
+    s.live_at_peak_by_site = std::move(live.by_site);
+    s.live_at_peak_by_category = std::move(live.by_category);
+    s.live_at_peak_by_owner = std::move(live.by_owner);
+    s.live_at_peak_by_confidence = live.by_confidence;
     s.peak_step = attribution.phases.StepAt(s.peak_allocated_event);
     s.peak_phase = attribution.phases.At(s.peak_allocated_event);
     s.iterations = SummarizeIterations(trace, t, attribution);

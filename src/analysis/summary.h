@@ -9,33 +9,13 @@
 #include <vector>
 
 #include "analysis/breakdown.h"
+#include "analysis/oom.h"
 #include "analysis/sites.h"
 #include "analysis/timeline.h"
 #include "attribution/attribution.h"
 #include "model/trace.h"
 
 namespace vramscope::analysis {
-
-struct SiteGroup {
-  std::string label;
-  uint64_t bytes = 0;
-  uint64_t count = 0;
-  attribution::Category category = attribution::Category::kUnknown;  // the site's largest share
-};
-
-struct CategoryShare {
-  attribution::Category category;
-  uint64_t bytes = 0;
-  uint64_t count = 0;
-};
-
-// Live bytes at the peak grouped by (category, owner label); see OwnerNamer.
-struct OwnerGroup {
-  attribution::Category category = attribution::Category::kUnknown;
-  std::string label;
-  uint64_t bytes = 0;
-  uint64_t count = 0;
-};
 
 struct DeviceSummary {
   int32_t device = 0;
@@ -63,6 +43,9 @@ struct DeviceSummary {
   int32_t peak_step = 0;
   attribution::Phase peak_phase = attribution::Phase::kUnknown;
   std::vector<IterationSummary> iterations;
+  // Every out-of-memory the trace records, explained at its own event (analysis/oom.h); filled by
+  // Analyze.
+  std::vector<OomExplanation> ooms;
   int64_t first_time_us = model::kNoTime, last_time_us = model::kNoTime;
 };
 

@@ -1,5 +1,7 @@
 #include "report/json_summary.h"
 
+#include <algorithm>
+
 #include "report/prediction_fit.h"
 
 namespace vramscope::report {
@@ -46,6 +48,79 @@ nlohmann::json Prediction(const ReportInput& in) {
                           : json(nullptr);
   }
   return out;
+}
+
+// One out-of-memory, explained (analysis/oom.h). Exact bytes; `top` owners and sites at most
+// (all when negative).
+nlohmann::json Oom(const analysis::OomExplanation& o, int top) {
+  using nlohmann::json;
+  const auto limited = [&](size_t n) {
+    return top < 0 ? n : std::min<size_t>(n, static_cast<size_t>(top));
+  };
+  json by_category = json::object();
+  for (const analysis::CategoryShare& c : o.live.by_category) {
+    by_category[attribution::CategoryName(c.category)] = {{"bytes", c.bytes}, {"count", c.count}};
+  }
+  json owners = json::array();
+  for (size_t i = 0; i < limited(o.live.by_owner.size()); ++i) {
+    const analysis::OwnerGroup& g = o.live.by_owner[i];
+    owners.push_back({{"owner", g.label},
+                      {"category", attribution::CategoryName(g.category)},
+                      {"bytes", g.bytes},
+                      {"count", g.count}});
+  }
+  json sites = json::array();
+  for (size_t i = 0; i < limited(o.live.by_site.size()); ++i) {
+    const analysis::SiteGroup& g = o.live.by_site[i];
+    sites.push_back({{"site", g.label},
+                     {"category", attribution::CategoryName(g.category)},
+                     {"bytes", g.bytes},
+                     {"count", g.count}});
+  }
+  const auto text_or_null = [](const std::string& s) {
+    return s.empty() ? json(nullptr) : json(s);
+  };
+  return {
+      {"event", o.event},
+      {"time_us", TimeOrNull(o.time_us)},
+      {"step", o.step},
+      {"phase", attribution::PhaseName(o.phase)},
+      {"request",
+       {{"requested_bytes", o.requested_bytes},
+        {"block_bytes", o.block_bytes},
+        {"segment_bytes", o.segment_bytes},
+        {"pool", o.small_pool ? "small" : "large"},
+        {"stream", o.stream},
+        {"stack_id", o.stack},
+        {"site", text_or_null(o.site)},
+        {"operation", text_or_null(o.operation)}}},
+      {"device_free_bytes", o.device_free_known ? json(o.device_free_bytes) : json(nullptr)},
+      {"allocated_bytes", o.allocated_bytes},
+      {"reserved_bytes", o.reserved_bytes},
+      {"reserved_free_bytes", o.reserved_free_bytes},
+      {"free_blocks", o.state_known ? json{{"largest_usable_bytes", o.largest_free_block_bytes},
+                                           {"usable_bytes", o.usable_free_bytes},
+                                           {"usable_blocks", o.usable_free_blocks},
+                                           {"largest_any_bytes", o.largest_free_block_any_bytes},
+                                           {"total_bytes", o.free_block_bytes}}
+                                    : json(nullptr)},
+      {"free_blocks_note", text_or_null(o.state_note)},
+      {"expandable_segments", o.expandable_segments},
+      {"fragmentation", o.fragmentation},
+      {"limit", analysis::OomLimitName(o.limit)},
+      {"cap_bytes", o.limit == analysis::OomLimit::kAllocatorCap
+                        ? json{{"at_least", o.cap_at_least_bytes}, {"below", o.cap_below_bytes}}
+                        : json(nullptr)},
+      {"verdict", o.verdict},
+      {"hint", o.hint},
+      {"live",
+       {{"bytes", o.live.bytes},
+        {"count", o.live.count},
+        {"by_category", by_category},
+        {"largest_owners", owners},
+        {"sites_total", o.live.by_site.size()},
+        {"by_site", sites}}},
+  };
 }
 
 }  // namespace
@@ -141,6 +216,9 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
                        {"count", g.count},
                        {"category", attribution::CategoryName(g.category)}});
     }
+    json ooms = json::array();
+    for (const analysis::OomExplanation& o : d.ooms) ooms.push_back(Oom(o, top_sites));
+    const json oom = ooms.empty() ? json(nullptr) : ooms.front();
     devices.push_back({
         {"device", d.device},
         {"events", d.events},
@@ -182,6 +260,9 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
           {"sites_total", d.live_at_peak_by_site.size()},
           {"by_site", sites}}},
         {"estimated_block_sizes", d.estimated_sizes},
+        // The first out-of-memory (null when none), and all of them in order.
+        {"oom", oom},
+        {"ooms", ooms},
         {"first_time_us", TimeOrNull(d.first_time_us)},
         {"last_time_us", TimeOrNull(d.last_time_us)},
     });

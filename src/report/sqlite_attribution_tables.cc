@@ -1,3 +1,4 @@
+#include <array>
 #include <map>
 #include <set>
 #include <string>
@@ -51,6 +52,44 @@ Status WriteAttributionTables(Db& db, const ReportInput& in, uint64_t* rows) {
     }
   }
   *rows += phase.rows() + iteration.rows() + owner.rows() + point.rows();
+  return Status::Ok();
+}
+
+// Every out-of-memory the trace records, explained (analysis/oom.h), and who held the bytes then.
+Status WriteOomTables(Db& db, const ReportInput& in, uint64_t* rows) {
+  Insert oom(db,
+             "INSERT INTO vramscope_oom VALUES "
+             "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  Insert owner(db, "INSERT INTO vramscope_owners_at_oom VALUES (?,?,?,?,?,?)");
+  const auto text = [](const std::string& s) { return Insert::MaybeText{s, !s.empty()}; };
+  const auto bytes_if = [](bool known, uint64_t v) {
+    return Insert::MaybeInt{static_cast<int64_t>(v), known};
+  };
+  for (const analysis::DeviceSummary& d : in.summary.devices) {
+    for (const analysis::OomExplanation& o : d.ooms) {
+      std::array<uint64_t, attribution::kCategoryCount> c{};
+      for (const analysis::CategoryShare& share : o.live.by_category) {
+        c[static_cast<size_t>(share.category)] = share.bytes;
+      }
+      const bool cap = o.limit == analysis::OomLimit::kAllocatorCap;
+      RETURN_IF_ERROR(oom.Row(
+          o.device, o.event, Insert::Time(o.time_us), o.step, attribution::PhaseName(o.phase),
+          o.requested_bytes, o.block_bytes, o.segment_bytes, o.small_pool ? "small" : "large",
+          o.stream, o.stack, text(o.site), text(o.operation),
+          bytes_if(o.device_free_known, o.device_free_bytes), o.allocated_bytes, o.reserved_bytes,
+          o.reserved_free_bytes, bytes_if(o.state_known, o.largest_free_block_bytes),
+          bytes_if(o.state_known, o.usable_free_bytes), bytes_if(o.state_known, o.free_block_bytes),
+          text(o.state_note), o.expandable_segments, o.fragmentation,
+          analysis::OomLimitName(o.limit), bytes_if(cap, o.cap_at_least_bytes),
+          bytes_if(cap, o.cap_below_bytes), o.live.bytes, o.live.count, c[0], c[1], c[2], c[3],
+          c[4], c[5], c[6], c[7], o.verdict, o.hint));
+      for (const analysis::OwnerGroup& g : o.live.by_owner) {
+        RETURN_IF_ERROR(owner.Row(o.device, o.event, attribution::CategoryName(g.category), g.label,
+                                  g.bytes, g.count));
+      }
+    }
+  }
+  *rows += oom.rows() + owner.rows();
   return Status::Ok();
 }
 

@@ -134,6 +134,24 @@ CREATE TABLE vramscope_phases (
 CREATE TABLE vramscope_owners_at_peak (
   device INTEGER NOT NULL, category TEXT NOT NULL, owner TEXT NOT NULL, bytes INTEGER NOT NULL,
   count INTEGER NOT NULL);
+CREATE TABLE vramscope_oom (
+  device INTEGER NOT NULL, event INTEGER NOT NULL, time_us INTEGER, step INTEGER NOT NULL,
+  phase TEXT NOT NULL, requested_bytes INTEGER NOT NULL, block_bytes INTEGER NOT NULL,
+  segment_bytes INTEGER NOT NULL, pool TEXT NOT NULL, stream INTEGER NOT NULL,
+  stack_id INTEGER NOT NULL, site TEXT, operation TEXT, device_free_bytes INTEGER,
+  allocated_bytes INTEGER NOT NULL, reserved_bytes INTEGER NOT NULL,
+  reserved_free_bytes INTEGER NOT NULL, largest_free_block_bytes INTEGER,
+  usable_free_bytes INTEGER, free_block_bytes INTEGER, free_blocks_note TEXT,
+  expandable_segments INTEGER NOT NULL, fragmentation INTEGER NOT NULL, limited_by TEXT NOT NULL,
+  cap_at_least_bytes INTEGER, cap_below_bytes INTEGER, live_bytes INTEGER NOT NULL,
+  live_count INTEGER NOT NULL,
+  weight INTEGER NOT NULL, gradient INTEGER NOT NULL, optimizer_state INTEGER NOT NULL,
+  activation INTEGER NOT NULL, input INTEGER NOT NULL, workspace INTEGER NOT NULL,
+  temporary INTEGER NOT NULL, unknown INTEGER NOT NULL, verdict TEXT NOT NULL, hint TEXT NOT NULL,
+  PRIMARY KEY (device, event));
+CREATE TABLE vramscope_owners_at_oom (
+  device INTEGER NOT NULL, event INTEGER NOT NULL, category TEXT NOT NULL, owner TEXT NOT NULL,
+  bytes INTEGER NOT NULL, count INTEGER NOT NULL);
 CREATE TABLE vramscope_rules (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
 CREATE TABLE vramscope_sites (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
 CREATE TABLE vramscope_live_at_peak (
@@ -438,6 +456,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     *rows += owner.rows();
   }
   RETURN_IF_ERROR(WriteAttributionTables(db, in, rows));
+  RETURN_IF_ERROR(WriteOomTables(db, in, rows));
   {
     Insert live(db, "INSERT INTO vramscope_live_at_peak VALUES (?, ?, ?, ?, ?)");
     Insert cat(db, "INSERT INTO vramscope_categories_at_peak VALUES (?, ?, ?, ?)");

@@ -17,6 +17,9 @@ inline constexpr size_t kTimelinePoints = 30000;
 // vramscope_phases, _iterations, _owners_at_peak, _category_timeline.
 Status WriteAttributionTables(Db& db, const ReportInput& in, uint64_t* rows);
 
+// vramscope_oom and vramscope_owners_at_oom: every out-of-memory of the trace, explained.
+Status WriteOomTables(Db& db, const ReportInput& in, uint64_t* rows);
+
 // vramscope_prediction (the caller creates it, for predicted traces only): what the prediction
 // assumed and found, one key/value row per fact.
 Status WritePredictionTable(Db& db, const ReportInput& in, uint64_t* rows);

@@ -92,6 +92,79 @@ std::string Parameters(uint64_t n) {
   return fmt::format("{} ({})", FormatCount(static_cast<int64_t>(n)), CountInWords(n));
 }
 
+// The out-of-memory block that opens a device's section: what failed, the levels then, why, what
+// was live and what to try (analysis/oom.h). Several OOMs: each in full, up to kShownOoms.
+constexpr size_t kShownOoms = 3;
+
+void OomBlock(const model::Trace& t, const analysis::DeviceSummary& d,
+              const TerminalOptions& options, const std::function<void(const std::string&)>& line) {
+  const auto [begin, end] = t.EventRange(d.device);
+  for (size_t k = 0; k < d.ooms.size() && k < kShownOoms; ++k) {
+    const analysis::OomExplanation& o = d.ooms[k];
+    std::string when =
+        fmt::format("at event {} of {}", FormatCount(o.event - static_cast<int64_t>(begin) + 1),
+                    FormatCount(static_cast<int64_t>(end - begin)));
+    if (o.step > 0) {
+      when += fmt::format(" (step {}, {})", o.step, attribution::PhaseName(o.phase));
+    } else if (o.phase != attribution::Phase::kUnknown) {
+      when += fmt::format(" ({})", attribution::PhaseName(o.phase));
+    }
+    if (o.time_us != model::kNoTime && d.first_time_us != model::kNoTime) {
+      when += fmt::format(", {:.3f} s into the trace",
+                          static_cast<double>(o.time_us - d.first_time_us) / 1e6);
+    }
+    std::string tried = Bytes(static_cast<int64_t>(o.segment_bytes));
+    if (o.segment_bytes != o.block_bytes) {
+      tried += fmt::format(" (a new segment for a {} block)",
+                           FormatBytes(static_cast<int64_t>(o.block_bytes)));
+    }
+    line(fmt::format("  OUT OF MEMORY {}: tried to allocate {}", when, tried));
+    std::string by = o.operation.empty() ? o.site
+                     : o.site.empty()    ? o.operation
+                                         : fmt::format("{} @ {}", o.operation, o.site);
+    line(fmt::format("    asked by {}, stream {}", by.empty() ? "(no stack recorded)" : by,
+                     o.stream));
+    std::string largest;
+    if (o.state_known) {
+      largest =
+          fmt::format(", largest free block {}{}",
+                      FormatBytes(static_cast<int64_t>(o.largest_free_block_bytes)),
+                      o.small_pool ? " in the small pool"
+                                   : fmt::format(" in the large pool of stream {}", o.stream));
+    }
+    line(fmt::format("    {} allocated, {} reserved ({} reserved but free{}); {}",
+                     FormatBytes(o.allocated_bytes), FormatBytes(o.reserved_bytes),
+                     FormatBytes(o.reserved_free_bytes), largest,
+                     o.device_free_known
+                         ? fmt::format("device had {} free",
+                                       FormatBytes(static_cast<int64_t>(o.device_free_bytes)))
+                         : std::string("device's free memory not recorded")));
+    if (!o.state_known && !o.state_note.empty()) {
+      line(fmt::format("    (free blocks not determined: {})", o.state_note));
+    }
+    line(fmt::format("    why: {}", o.verdict));
+    std::vector<analysis::CategoryShare> shares = o.live.by_category;
+    std::stable_sort(shares.begin(), shares.end(),
+                     [](const auto& x, const auto& y) { return x.bytes > y.bytes; });
+    const auto whole = static_cast<int64_t>(o.live.bytes);
+    line(fmt::format("    live then: {} in {} allocations: {}", FormatBytes(whole),
+                     FormatCount(static_cast<int64_t>(o.live.count)), Breakdown(shares, whole)));
+    const size_t owners = std::min<size_t>(o.live.by_owner.size(),
+                                           static_cast<size_t>(std::max(options.top_owners, 0)));
+    for (size_t i = 0; i < owners; ++i) {
+      const analysis::OwnerGroup& g = o.live.by_owner[i];
+      line(fmt::format("      {:>12}  {:>4} allocs  {}  [{}]", FormatBytes(g.bytes),
+                       FormatCount(static_cast<int64_t>(g.count)), g.label,
+                       attribution::CategoryName(g.category)));
+    }
+    line(fmt::format("    hint: {}", o.hint));
+  }
+  if (d.ooms.size() > kShownOoms) {
+    line(fmt::format("  ... and {} more out-of-memory events (--json or vramscope_oom for all)",
+                     d.ooms.size() - kShownOoms));
+  }
+}
+
 // The block that opens a predicted report: what was predicted, on what, and what was assumed.
 void PredictionHeader(const ReportInput& in, const TerminalOptions& options,
                       const std::function<void(const std::string&)>& line) {
@@ -212,6 +285,7 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
     if (options.device && *options.device != d.device) continue;
     line("");
     line(fmt::format("cuda:{}", d.device));
+    OomBlock(t, d, options, line);
     line(fmt::format("  {:<{}}{}  {}", Figure(predicted, "peak allocated"), width,
                      Bytes(d.peak_allocated),
                      When(t, d, d.peak_allocated_event, d.peak_allocated_time_us)));

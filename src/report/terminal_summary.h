@@ -1,6 +1,7 @@
 // The readable summary printed after `vramscope report`: per device, the peaks (allocated and
 // reserved, with when), the state at the dump and the gap between reserved and allocated, and
-// what was live at the peak by category and by allocation site.
+// what was live at the peak by category and by allocation site. A device whose run ran out of
+// memory opens with the out-of-memory explained (analysis/oom.h) and one hint.
 #pragma once
 
 #include <optional>
