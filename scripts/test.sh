@@ -2,10 +2,11 @@
 # The whole test suite, as CI runs it (.ci/run):
 #   1. unit tests (GoogleTest), the viewer's JavaScript tests (node --test), end-to-end tests
 #      (pytest, the viewer's in headless Chromium) under ASan + UBSan, via CTest;
-#   2. every libFuzzer target (pickle reader, allocator replay, profiler-trace and memory-timeline
-#      sources, the predictor's inputs) under ASan + UBSan for a bounded number of runs.
-# The tracer's tests (tests/tracer) run with PyTorch and transformers from PyPI, installed once
-# into a virtual environment under ~/.cache/vramscope (VRAMSCOPE_TORCH_VENV to choose another).
+#   2. every libFuzzer target (pickle reader, allocator replay, profiler-trace, memory-timeline and
+#      native-trace sources, the predictor's inputs) under ASan + UBSan for a bounded number of runs.
+# The tracer's and the capture bootstrap's tests (tests/tracer, tests/capture) run with PyTorch,
+# transformers, peft, accelerate and lightning from PyPI, installed once into a virtual environment
+# under ~/.cache/vramscope (VRAMSCOPE_TORCH_VENV to choose another).
 # Set VRAMSCOPE_FUZZ_RUNS=0 to skip the fuzzing step. The run is reproducible (a fixed seed,
 # VRAMSCOPE_FUZZ_SEED, default 1); exploratory fuzzing is a separate, longer run (see README).
 set -euo pipefail
@@ -20,14 +21,16 @@ if [[ ! -x $venv/bin/python ]]; then
 fi
 "$venv/bin/python" -c 'import pytest, playwright' 2>/dev/null ||
   "$venv/bin/python" -m pip install -q pytest playwright
-# The tracer's tests need PyTorch and transformers (from PyPI: several GB). They get their own
-# virtual environment outside the checkout, made once and reused by later runs (like pip's cache).
+# The tracer's and the bootstrap's tests need PyTorch, transformers and the training frameworks
+# (from PyPI: several GB). They get their own virtual environment outside the checkout, made once
+# and reused by later runs (like pip's cache).
 torch_venv=${VRAMSCOPE_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/vramscope/torch-venv}
-if ! "$torch_venv/bin/python" -c 'import torch, transformers, peft, pytest' 2>/dev/null; then
-  echo "== installing torch, transformers and peft into $torch_venv (once; a few minutes) =="
+if ! "$torch_venv/bin/python" -c 'import torch, transformers, peft, accelerate, lightning, pytest' \
+  2>/dev/null; then
+  echo "== installing torch, transformers, peft, accelerate and lightning into $torch_venv (once) =="
   mkdir -p "$(dirname "$torch_venv")"
-  python3 -m venv "$torch_venv"
-  "$torch_venv/bin/python" -m pip install -q torch transformers peft pytest
+  [[ -x $torch_venv/bin/python ]] || python3 -m venv "$torch_venv"
+  "$torch_venv/bin/python" -m pip install -q torch transformers peft accelerate lightning pytest
 fi
 # The viewer's browser tests drive Debian's Chromium (Playwright's own browser download is not
 # needed); here they must run, not skip.
@@ -64,7 +67,7 @@ if [[ $runs != 0 ]]; then
     -DVRAMSCOPE_SANITIZE=address,undefined -DVRAMSCOPE_BUILD_FUZZERS=ON \
     -DVRAMSCOPE_BUILD_TESTS=OFF >/dev/null
   cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer kineto_source_fuzzer \
-    memory_timeline_source_fuzzer predict_input_fuzzer
+    memory_timeline_source_fuzzer predict_input_fuzzer native_trace_fuzzer
   fuzz "pickle reader + snapshot source" build-fuzz/src/sources/pickle/pickle_reader_fuzzer \
     "src/sources/pickle/fuzz_corpus/*.pickle" 8192
   fuzz "allocator model + replay (model invariants)" build-fuzz/src/allocator/replay_fuzzer \
@@ -78,5 +81,8 @@ if [[ $runs != 0 ]]; then
   fuzz "predict inputs (model descriptions, tracer streams) + simulation" \
     build-fuzz/src/predict/predict_input_fuzzer "src/predict/fuzz_corpus/*" 4096 \
     -dict=src/predict/predict_input_fuzzer.dict
+  fuzz "native capture traces (.vstrace reader + source) + analysis" \
+    build-fuzz/src/sources/native_trace/native_trace_fuzzer \
+    "src/sources/native_trace/fuzz_corpus/*" 4096
   echo "fuzz: no finding in $runs runs of each target"
 fi

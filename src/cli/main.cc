@@ -8,6 +8,7 @@
 #include "cli/exit_codes.h"
 #include "cli/predict_command.h"
 #include "cli/report_command.h"
+#include "cli/run_command.h"
 #include "cli/simulate_command.h"
 #include "cli/view_command.h"
 #include "common/atomic_output.h"
@@ -21,7 +22,8 @@ int main(int argc, char** argv) {
       "Reads PyTorch CUDA memory snapshots and writes a memory report (Skyline/DeepView.Profile "
       "SQLite schema + vramscope tables) with a summary; replays them through a model of "
       "PyTorch's caching allocator to answer what-if questions; writes an interactive HTML "
-      "viewer; predicts the same report for a model and training set-up without a GPU.",
+      "viewer; predicts the same report for a model and training set-up without a GPU; captures a "
+      "training run with no change to its code (vramscope run -- python train.py).",
       "vramscope"};
   app.set_version_flag("--version", std::string("vramscope ") + report::kToolVersion);
   app.require_subcommand(0, 1);
@@ -33,8 +35,12 @@ int main(int argc, char** argv) {
   cli::RegisterViewCommand(app, view_options);
   cli::PredictOptions predict_options;
   cli::RegisterPredictCommand(app, predict_options);
+  cli::RunOptions run_options;
+  cli::RegisterRunCommand(app, run_options);
+  // The program `vramscope run` starts keeps its own arguments: CLI11 parses only ours.
+  const int own_argc = static_cast<int>(cli::SplitRunCommand(argc, argv, app, run_options));
   try {
-    app.parse(argc, argv);
+    app.parse(own_argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -52,6 +58,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("simulate")) return cli::RunSimulateCommand(simulate_options);
   if (app.got_subcommand("view")) return cli::RunViewCommand(view_options);
   if (app.got_subcommand("predict")) return cli::RunPredictCommand(predict_options);
+  if (app.got_subcommand("run")) return cli::RunRunCommand(run_options);
   fmt::print(stderr, "{}", app.help());
   fmt::print(stderr,
              "\nvramscope: error: no command given; try 'vramscope report' to see the "

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "analysis/analyze.h"
@@ -15,8 +16,11 @@
 #include "common/peak_memory.h"
 #include "common/units.h"
 #include "report/json_summary.h"
+#include "report/rank_table.h"
 #include "report/sqlite_report.h"
 #include "report/terminal_summary.h"
+#include "sources/capture/capture_folder.h"
+#include "sources/capture/capture_sidecar.h"
 #include "sources/snapshot/snapshot_source.h"
 
 namespace vramscope::cli {
@@ -38,14 +42,127 @@ std::string DefaultOutput(const std::string& input) {
   return base + ".sqlite";
 }
 
+namespace fs = std::filesystem;
+
+// Reads one process's capture: its snapshot (else its native trace) with the sidecar's phases,
+// names and facts applied.
+Result<model::Trace> LoadCapture(const sources::Capture& capture, bool quiet,
+                                 std::optional<sources::CaptureSidecar>* sidecar_out) {
+  const fs::path& file = capture.snapshot.empty() ? capture.native : capture.snapshot;
+  ASSIGN_OR_RETURN(model::Trace trace, LoadInput(file.string(), quiet));
+  if (!capture.snapshot.empty() && !capture.sidecar.empty()) {
+    ASSIGN_OR_RETURN(std::optional<sources::CaptureSidecar> sidecar,
+                     sources::ReadCaptureSidecar(capture.sidecar.string()));
+    if (sidecar) sources::ApplyCaptureSidecar(*sidecar, trace);
+    if (sidecar_out != nullptr) *sidecar_out = std::move(sidecar);
+  }
+  if (!capture.snapshot.empty() && !capture.native.empty()) {
+    trace.facts.notes.push_back(fmt::format(
+        "a native trace was captured too: 'vramscope report {}' shows the driver-level view",
+        capture.native.string()));
+  }
+  return trace;
+}
+
+// One row of the per-rank table: the figures the rank's own report gives.
+Result<report::RankRow> RankRowOf(const sources::Capture& capture, const fs::path& dir,
+                                  const ReportOptions& options, const std::string& project_root) {
+  std::optional<sources::CaptureSidecar> sidecar;
+  ASSIGN_OR_RETURN(model::Trace trace, LoadCapture(capture, /*quiet=*/true, &sidecar));
+  const analysis::ProjectRoot root(project_root);
+  if (trace.facts.has_trace && trace.facts.has_allocator_state) {
+    analysis::SiteNamer replay_sites(trace, root);
+    analysis::SimulationRequest request;
+    request.device = options.device;
+    auto replayed = analysis::Simulate(trace, replay_sites, request);
+    if (replayed.ok()) analysis::AdoptReplayedBlockSizes(trace, *replayed);
+  }
+  const analysis::Analysis analysis = analysis::Analyze(trace, root);
+  report::RankRow row;
+  row.label = capture.label;
+  row.rank = capture.rank;
+  row.file =
+      fs::relative(capture.snapshot.empty() ? capture.native : capture.snapshot, dir).string();
+  const analysis::DeviceSummary* worst = nullptr;
+  for (const analysis::DeviceSummary& d : analysis.summary.devices) {
+    if (worst == nullptr || d.peak_reserved > worst->peak_reserved) worst = &d;
+  }
+  if (worst != nullptr) {
+    row.device = worst->device;
+    row.peak_allocated = worst->peak_allocated;
+    row.peak_reserved = worst->peak_reserved;
+    row.peak_step = worst->peak_step;
+    row.peak_phase = attribution::PhaseName(worst->peak_phase);
+    row.steps = static_cast<int64_t>(worst->iterations.size());
+  }
+  for (const model::Action a : trace.events.action) row.oom |= a == model::Action::kOom;
+  if (sidecar) {
+    row.local_rank = sidecar->local_rank;
+    row.host = sidecar->hostname;
+    row.device_name = sidecar->device_name;
+    if (sidecar->device) row.device = static_cast<int32_t>(*sidecar->device);
+    row.end_reason = sidecar->end_reason;
+    row.oom |= sidecar->end_reason == "oom";
+  }
+  return row;
+}
+
+// `vramscope report FOLDER`: the captures `vramscope run` wrote. One process: its report. Several
+// (ranks): the per-rank table, then the full report of the rank that bounds the job.
+Status ReportFolder(const ReportOptions& given) {
+  const fs::path dir(given.input);
+  ReportOptions options = given;
+  if (options.output.empty()) options.output = (dir / "report.sqlite").string();
+  ASSIGN_OR_RETURN(const std::vector<sources::Capture> captures, sources::FindCaptures(dir));
+  ASSIGN_OR_RETURN(const std::string project_root, ResolveProjectRoot(options.project_root));
+  if (captures.size() == 1) {
+    ASSIGN_OR_RETURN(model::Trace trace, LoadCapture(captures.front(), options.quiet, nullptr));
+    return ReportTrace(std::move(trace), options);
+  }
+  std::vector<report::RankRow> rows;
+  for (const sources::Capture& capture : captures) {
+    if (!options.quiet && !options.json) {
+      fmt::print(stderr, "reading {} ({} of {})\n", capture.label, rows.size() + 1,
+                 captures.size());
+    }
+    auto row = RankRowOf(capture, dir, options, project_root);
+    if (!row.ok()) return row.status().WithPrefix(capture.label + ": ");
+    rows.push_back(std::move(*row));
+  }
+  const size_t bounding = report::BoundingRank(rows);
+  rows[bounding].reported = true;
+  ASSIGN_OR_RETURN(model::Trace trace, LoadCapture(captures[bounding], /*quiet=*/true, nullptr));
+  trace.facts.notes.push_back(fmt::format(
+      "{} of {} processes: the one with the highest reserved peak (the table above has them all; "
+      "'vramscope report {}' reports another)",
+      rows[bounding].label, rows.size(), (dir / "<rank>.pickle").string()));
+  return ReportTrace(std::move(trace), options, &rows);
+}
+
 }  // namespace
 
 Status WriteReport(const ReportOptions& options) {
   if (options.top < 0) return UsageError("--top must be 0 or more");
+  std::error_code ec;
+  if (!options.input.empty() && fs::is_directory(options.input, ec)) return ReportFolder(options);
+  // A snapshot `vramscope run` wrote: its sidecar beside it gives phases and names.
+  if (!options.input.empty()) {
+    const fs::path sidecar_path = sources::SidecarBeside(options.input);
+    if (!sidecar_path.empty()) {
+      ASSIGN_OR_RETURN(std::optional<sources::CaptureSidecar> sidecar,
+                       sources::ReadCaptureSidecar(sidecar_path.string()));
+      if (sidecar) {
+        ASSIGN_OR_RETURN(model::Trace trace, LoadInput(options.input, options.quiet));
+        sources::ApplyCaptureSidecar(*sidecar, trace);
+        return ReportTrace(std::move(trace), options);
+      }
+    }
+  }
   return ReportTrace(std::nullopt, options);
 }
 
-Status ReportTrace(std::optional<model::Trace> given, const ReportOptions& options) {
+Status ReportTrace(std::optional<model::Trace> given, const ReportOptions& options,
+                   const std::vector<report::RankRow>* ranks) {
   const auto t_start = Clock::now();
   ASSIGN_OR_RETURN(const std::string project_root, ResolveProjectRoot(options.project_root));
 
@@ -130,6 +247,11 @@ Status ReportTrace(std::optional<model::Trace> given, const ReportOptions& optio
   report::SqliteReportInfo info;
   if (output) {
     RETURN_IF_ERROR(report::WriteSqliteReport(output->temp_path(), input, &info));
+    if (ranks != nullptr) {
+      RETURN_IF_ERROR(report::WriteRankTable(output->temp_path(), *ranks));
+      ++info.vramscope_tables;
+      info.rows += ranks->size();
+    }
     RETURN_IF_ERROR(output->Commit());
   }
   if (!options.html.empty()) {
@@ -149,6 +271,7 @@ Status ReportTrace(std::optional<model::Trace> given, const ReportOptions& optio
                                              {"vramscope_tables", info.vramscope_tables},
                                              {"rows", info.rows}}
                             : nlohmann::json(nullptr);
+    if (ranks != nullptr) json["ranks"] = report::RankTableJson(*ranks);
     if (options.timings) {
       json["timings_s"] = {
           {"read", Seconds(t_start, t_read)},          {"parse", load_timings.parse_s},
@@ -161,6 +284,7 @@ Status ReportTrace(std::optional<model::Trace> given, const ReportOptions& optio
     report::TerminalOptions terminal;
     terminal.top_sites = options.top;
     terminal.device = options.device;
+    if (ranks != nullptr) fmt::print("{}\n", report::RenderRankTable(*ranks));
     fmt::print("{}", report::RenderTerminalSummary(input, terminal));
     if (sims && !trace_is_predicted) {
       for (const auto& dev : sims->devices) {

@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "model/trace.h"
+#include "report/rank_table.h"
 
 namespace vramscope::cli {
 
@@ -32,8 +33,11 @@ int RunReportCommand(const ReportOptions& options);
 // report databases.
 Status WriteReport(const ReportOptions& options);
 
-// The same for a trace made elsewhere (`vramscope predict`): analysis, the database (unless
-// no_sqlite), the viewer, and the summary or JSON. `options.input` only names the default output.
-Status ReportTrace(std::optional<model::Trace> trace, const ReportOptions& options);
+// The same for a trace made elsewhere (`vramscope predict`, a capture folder): analysis, the
+// database (unless no_sqlite), the viewer, and the summary or JSON. `options.input` only names the
+// default output. `ranks`: the per-rank table of a multi-process capture, shown before the
+// report of the rank it belongs to and stored as vramscope_ranks.
+Status ReportTrace(std::optional<model::Trace> trace, const ReportOptions& options,
+                   const std::vector<report::RankRow>* ranks = nullptr);
 
 }  // namespace vramscope::cli

@@ -1,0 +1,78 @@
+"""`vramscope run` end to end with the bootstrap the binary carries, on the CPU test mode.
+
+Uses $VRAMSCOPE_BIN (default build/vramscope); skips when that binary has no `run` subcommand.
+Without a GPU nothing is a snapshot, so these check what reaches the program (the bootstrap laid
+out on PYTHONPATH, the contract's variables from the options) through the sidecar it writes.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = r'''
+import torch
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.Adam(model.parameters())
+for i in range(5):
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+print("finished")
+'''
+
+
+@pytest.fixture
+def vramscope_bin():
+    path = os.environ.get("VRAMSCOPE_BIN") or str(REPO / "build" / "vramscope")
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"{path} is not built")
+    try:
+        probe = subprocess.run([path, "run", "--help"], capture_output=True, text=True, timeout=60)
+    except OSError as e:  # being rebuilt
+        pytest.skip(f"{path} cannot be run: {e}")
+    if probe.returncode != 0 or "--keep-running" not in probe.stdout:
+        pytest.skip(f"{path} has no 'run' subcommand")
+    return path
+
+
+def run_vramscope(vramscope_bin, tmp_path, options, separator=("--",)):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "captures"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("VRAMSCOPE_") and k not in ("PYTHONPATH", "RANK")}
+    env["VRAMSCOPE_CAPTURE_CPU"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    proc = subprocess.run([vramscope_bin, "run", "-o", str(out), "--no-report", *options, *separator,
+                           sys.executable, str(script)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    sidecars = sorted(out.glob("*.sidecar.json"))
+    assert len(sidecars) == 1, (proc.returncode, proc.stdout, proc.stderr)
+    return proc, json.loads(sidecars[0].read_text())
+
+
+def test_run_steps_stop(vramscope_bin, tmp_path):
+    proc, s = run_vramscope(vramscope_bin, tmp_path, ["--steps", "2"])
+    assert "finished" not in proc.stdout
+    assert ("vramscope: captured 2 steps; stopping the program "
+            "(vramscope run --keep-running to let it finish)") in proc.stderr
+    assert s["end"]["reason"] == "steps" and s["end"]["steps_completed"] == 2
+    assert s["recording"]["stacks"] == "python" and s["recording"]["max_entries"] == 1000000
+    assert {t["name"] for t in s["tensors"] if t["kind"] == "parameter"} == {"weight", "bias"}
+
+
+def test_run_keep_running(vramscope_bin, tmp_path):
+    # The command may also follow the options without '--'.
+    proc, s = run_vramscope(vramscope_bin, tmp_path,
+                            ["--steps", "2", "--keep-running", "--stacks", "all"], separator=())
+    assert "finished" in proc.stdout
+    assert s["end"]["reason"] == "steps" and s["end"]["steps_completed"] == 2
+    assert s["recording"]["stacks"] == "all"

@@ -1,0 +1,226 @@
+"""`vramscope run` (the command line, its errors and exit codes) and `vramscope report FOLDER` on
+captures laid out as `vramscope run` writes them.
+
+The capture folders are made from real H200 goldens: each golden's snapshot becomes a rank's
+`<rank>.pickle.gz`, and its sidecar (PyTorch's own tensors, addresses and phase times from the
+same run, recorded by scripts/capture_goldens.py) is rewritten in the capture sidecar's format
+(docs/design/capture.md). The bootstrap itself is tested with PyTorch in tests/capture.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, assert_one_error_line, run_binary
+
+GOLDENS = REPO / "goldens" / "h200"
+# Golden phases -> capture phases: what comes before forward in an iteration is "between".
+PHASES = {"zero_grad": "between", "inputs": "between", "forward": "forward",
+          "backward": "backward", "optimizer": "optimizer", "step_end": "between"}
+
+
+def capture_sidecar(case: str, label: str, rank: int | None, world: int) -> dict:
+    """The golden `case`'s sidecar in the capture format, as the bootstrap would have written it."""
+    old = json.loads((GOLDENS / f"{case}.sidecar.json").read_text())
+    phases = [{"step": p["step"], "phase": PHASES[p["phase"]], "begin_us": p["begin_us"],
+               "end_us": p["end_us"]} for p in old["phases"] if p["phase"] in PHASES]
+    end_of_step1 = next(p["begin_us"] for p in old["phases"]
+                        if p["step"] == 1 and p["phase"] == "step_end")
+    last = old["phases"][-1]["end_us"]
+    tensors = []
+    for when, seen in (("after_first_step", end_of_step1), ("end", last)):
+        t = old["tensors"][when]
+        for p in t["parameters"]:
+            tensors.append({"kind": "parameter", "name": p["name"], "data_ptr": p["data_ptr"],
+                            "nbytes": p["nbytes"], "seen_us": seen})
+        for g in t["gradients"]:
+            tensors.append({"kind": "gradient", "name": g["param"], "data_ptr": g["data_ptr"],
+                            "nbytes": g["nbytes"], "seen_us": seen})
+        for s in t["optimizer_state"]:
+            if s["device"].startswith("cuda"):
+                tensors.append({"kind": "optimizer_state", "name": f"{s['param']}.{s['key']}",
+                                "data_ptr": s["data_ptr"], "nbytes": s["nbytes"],
+                                "seen_us": seen})
+    return {
+        "format": "vramscope-capture", "version": 1, "snapshot": f"{label}.pickle.gz",
+        "process": {"pid": 1000 + (rank or 0), "rank": rank, "local_rank": rank,
+                    "world_size": world if rank is not None else None, "hostname": "h200-node",
+                    "torch": "2.11.0+cu130", "device": 0, "device_name": "NVIDIA H200",
+                    "framework": "plain"},
+        "recording": {"stacks": "all", "context": "all", "max_entries": 1000000,
+                      "fallback": None, "marks": "times"},
+        "end": {"reason": "exit", "steps_completed": 3},
+        "phases": phases, "tensors": tensors, "oom": None,
+    }
+
+
+def make_capture(folder: Path, case: str, label: str, rank: int | None, world: int = 1):
+    shutil.copy(GOLDENS / f"{case}.pickle.gz", folder / f"{label}.pickle.gz")
+    (folder / f"{label}.sidecar.json").write_text(
+        json.dumps(capture_sidecar(case, label, rank, world)))
+
+
+def golden(case: str) -> dict:
+    return json.loads((GOLDENS / "metadata.json").read_text())["cases"][case]
+
+
+def assert_failure(code, out, err, expected_code, phrase):
+    """One error line holding `phrase`, the exit code, and nothing of vramscope's on stdout."""
+    assert code == expected_code, f"exit code {code} (expected {expected_code}): {err!r}"
+    assert out == "", out
+    assert phrase in assert_one_error_line(err), err
+
+
+needs_goldens = pytest.mark.skipif(not (GOLDENS / "metadata.json").exists(),
+                                   reason="no H200 goldens")
+
+
+@needs_goldens
+def test_one_capture_gets_recorded_phases_and_real_names(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    make_capture(runs, "mlp_adam_fp32", "pid4242", None)
+    code, out, err = run_binary("report", "--json", runs, cwd=tmp_path)
+    assert code == 0, err
+    report = json.loads(out)
+    (device,) = report["devices"]
+    case = golden("mlp_adam_fp32")
+    assert device["peak_allocated"]["bytes"] == case["max_memory_allocated"]
+    assert device["peak_reserved"]["bytes"] == case["max_memory_reserved"]
+    # Three iterations, each with the phases the capture recorded, the peak where PyTorch saw it.
+    steps = {it["step"]: it for it in device["iterations"]}
+    assert sorted(steps) == [1, 2, 3]
+    peak_step = max(steps, key=lambda s: steps[s]["peak_allocated_bytes"])
+    assert steps[peak_step]["peak_phase"] == case["peak_at"]["phase"]
+    notes = "\n".join(report["notes"] if "notes" in report else [])
+    text = json.dumps(report)
+    assert "phases recorded by the capture" in text
+    assert "captured by 'vramscope run': process 1000 on h200-node, NVIDIA H200" in text
+    # The weights, gradients and Adam's state carry their names in the database.
+    db = sqlite3.connect(runs / "report.sqlite")
+    names = {n for (n,) in db.execute("SELECT name FROM weight_entries")}
+    assert {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"} <= names, names
+    assert notes is not None
+
+
+@needs_goldens
+def test_a_folder_of_ranks_gets_a_per_rank_table(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    # Two ranks of different size: rank 1 bounds the job.
+    make_capture(runs, "mlp_sgd_fp32", "rank0", 0, 2)
+    make_capture(runs, "mlp_adam_fp32", "rank1", 1, 2)
+    code, out, err = run_binary("report", runs, cwd=tmp_path)
+    assert code == 0, err
+    assert "2 processes captured; per rank:" in out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  rank")}
+    assert "(reported below)" in lines["rank1"] and "(reported below)" not in lines["rank0"]
+    assert "h200-node:cuda:0" in lines["rank0"]
+
+    code, out, err = run_binary("report", "--json", "-o", tmp_path / "r.sqlite", "--force", runs,
+                                cwd=tmp_path)
+    assert code == 0, err
+    ranks = json.loads(out)["ranks"]
+    assert [r["label"] for r in ranks] == ["rank0", "rank1"]
+    for r, case in zip(ranks, ("mlp_sgd_fp32", "mlp_adam_fp32")):
+        assert r["peak_allocated_bytes"] == golden(case)["max_memory_allocated"], r
+        assert r["peak_reserved_bytes"] == golden(case)["max_memory_reserved"], r
+        assert r["steps"] == 3 and r["end_reason"] == "exit" and r["oom"] is False
+    assert [r["reported"] for r in ranks] == [False, True]
+    # The report of the bounding rank, with every rank in vramscope_ranks.
+    report = json.loads(out)
+    assert report["devices"][0]["peak_allocated"]["bytes"] == golden("mlp_adam_fp32")[
+        "max_memory_allocated"]
+    db = sqlite3.connect(tmp_path / "r.sqlite")
+    rows = db.execute("SELECT label, rank, peak_reserved_bytes, reported FROM vramscope_ranks "
+                      "ORDER BY rank").fetchall()
+    assert rows == [("rank0", 0, golden("mlp_sgd_fp32")["max_memory_reserved"], 0),
+                    ("rank1", 1, golden("mlp_adam_fp32")["max_memory_reserved"], 1)]
+
+
+@needs_goldens
+def test_a_snapshot_given_directly_picks_up_its_sidecar(tmp_path):
+    make_capture(tmp_path, "linear_sgd_fp32", "rank0", 0)
+    code, out, err = run_binary("report", "--summary-only", "rank0.pickle.gz", cwd=tmp_path)
+    assert code == 0, err
+    assert "phases recorded by the capture" in out
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("{", "rank0.sidecar.json: is not valid JSON"),
+    ('{"format": "vramscope-capture", "version": 7}', "version 7 sidecar"),
+    ('{"format": "vramscope-capture", "version": 1, "tensors": 3}', "tensors is not a list"),
+])
+@needs_goldens
+def test_a_damaged_sidecar_is_one_clear_line(tmp_path, damage, message):
+    shutil.copy(GOLDENS / "linear_sgd_fp32.pickle.gz", tmp_path / "rank0.pickle.gz")
+    (tmp_path / "rank0.sidecar.json").write_text(damage)
+    code, out, err = run_binary("report", tmp_path, cwd=tmp_path)
+    assert_failure(code, out, err, 1, message)
+    assert not (tmp_path / "report.sqlite").exists()
+
+
+def test_an_empty_folder_says_what_it_expected(tmp_path):
+    code, out, err = run_binary("report", tmp_path, cwd=tmp_path)
+    assert_failure(code, out, err, 1, "holds no captures (expected rank<N>.pickle")
+
+
+# --- vramscope run: its command line -------------------------------------------------------------
+
+@pytest.mark.parametrize("args,code,message", [
+    (["run"], 2, "no command to run; give it after '--'"),
+    (["run", "--"], 2, "no command to run"),
+    (["run", "--stacks", "cpp", "--", "true"], 2, "--stacks"),
+    (["run", "--steps", "-1", "--", "true"], 2, "--steps"),
+    (["run", "--keep-running", "--", "true"], 2, "--keep-running needs --steps N"),
+    (["run", "--no-python", "--", "true"], 2, "--no-python captures nothing without --native"),
+    (["run", "--", "no-such-program-vramscope"], 1,
+     "cannot run 'no-such-program-vramscope': No such file or directory (is it on PATH?)"),
+])
+def test_run_usage_errors(tmp_path, args, code, message):
+    got, out, err = run_binary(*args, cwd=tmp_path)
+    assert_failure(got, out, err, code, message)
+
+
+def test_run_of_a_program_without_cuda_captures_nothing_and_says_so(tmp_path):
+    code, out, err = run_binary("run", "-o", "out", "--", sys.executable, "-c", "print('hello')",
+                                cwd=tmp_path)
+    assert code == 1
+    assert "hello" in out  # the program's own output passes through
+    assert "nothing was captured: no process of" in err
+    assert (tmp_path / "out").is_dir()
+
+
+def test_run_keeps_the_program_exit_code_and_its_arguments(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("import sys\nprint(sys.argv[1:])\nsys.exit(7)\n")
+    code, out, err = run_binary("run", "-o", "out", sys.executable, script, "--epochs", "1",
+                                "-o", "x", cwd=tmp_path)
+    assert code == 7, err
+    assert "['--epochs', '1', '-o', 'x']" in out
+    assert "the program exited with status 7" in err
+
+
+def test_run_refuses_to_mix_with_an_earlier_capture(tmp_path):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "rank0.pickle").write_bytes(b"old")
+    code, out, err = run_binary("run", "-o", out_dir, "--", "true", cwd=tmp_path)
+    assert_failure(code, out, err, 1, "holds the captures of an earlier run (rank0.pickle)")
+    assert (out_dir / "rank0.pickle").read_bytes() == b"old"
+    # --force clears them first.
+    code, out, err = run_binary("run", "--force", "-o", out_dir, "--", "true", cwd=tmp_path)
+    assert code == 1 and "nothing was captured" in err
+    assert not (out_dir / "rank0.pickle").exists()
+
+
+def test_run_output_must_be_a_folder(tmp_path):
+    (tmp_path / "file").write_text("x")
+    code, out, err = run_binary("run", "-o", "file", "--", "true", cwd=tmp_path)
+    assert_failure(code, out, err, 1, "-o file: is a file; give a folder for the captures")
