@@ -134,6 +134,9 @@ def parse_args(argv=None):
                    help="mixed precision: bf16 runs forward and loss under torch.autocast")
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--memory-cap-mib", type=float, default=None,
+                   help="cap this process's CUDA memory (torch.cuda.set_per_process_memory_fraction)"
+                        ": how the goldens provoke a real out-of-memory")
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error("--steps must be at least 1")
@@ -147,6 +150,9 @@ def main(argv=None) -> int:
         print("train.py: error: --device cuda, but torch.cuda.is_available() is False "
               f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})", file=sys.stderr)
         return 2
+    if args.memory_cap_mib is not None and device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(args.memory_cap_mib * 2**20 / total, device)
     model = build_model(args.model, args.seed).to(device)
     optimizer = build_optimizer(args.optimizer, model)
     batches = make_batches(args.model, args.seed)

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Ground truth from a real GPU, captured the way users capture: every case of the fixed suite runs
+under `vramscope run` (no change to the training script), and the captures become compact goldens.
+
+    python3 scripts/capture_run_goldens.py --out goldens/h200/run [--vramscope build/vramscope]
+
+Suite: examples/training/train.py's linear and mlp models with SGD and Adam, resnet18 with SGD +
+momentum, bert and gpt with AdamW (random weights), each in fp32 and bf16 autocast, 3 steps; then a
+deliberate out-of-memory (gpt under a 64 MiB cap), and, when JAX with CUDA is installed, a JAX
+program captured natively (--native --no-python).
+
+Per case the folder gets `<case>.pickle.gz` (the snapshot the bootstrap wrote, gzipped with a fixed
+mtime), `<case>.sidecar.json` (the capture sidecar; `--phase-memory` makes it hold PyTorch's own
+memory_allocated/reserved and max_memory_allocated/reserved for every phase) and, for native cases,
+`<case>.vstrace`. `metadata.json` names the GPU, driver, PyTorch and CUDA versions, the commit and
+each case's outcome with PyTorch's peaks.
+
+--dry-run-cpu runs the same plumbing on a machine without a GPU (the bootstrap's CPU test mode:
+sidecars with phases and names, no snapshots); nothing it writes is ground truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = REPO / "examples" / "training" / "train.py"
+
+SUITE = [(model, opt, amp)
+         for model, opts in (("linear", ("sgd", "adam")), ("mlp", ("sgd", "adam")),
+                             ("resnet18", ("sgdm",)), ("bert", ("adamw",)), ("gpt", ("adamw",)))
+         for opt in opts for amp in ("none", "bf16")]
+
+JAX_PROGRAM = """
+import jax, jax.numpy as jnp
+key = jax.random.PRNGKey(0)
+w = jax.random.normal(key, (4096, 4096))
+def loss(w, x): return jnp.mean((x @ w) ** 2)
+grad = jax.jit(jax.grad(loss))
+x = jax.random.normal(key, (512, 4096))
+for _ in range(3):
+    w = w - 1e-3 * grad(w, x)
+print(float(loss(w, x)))
+"""
+
+
+def gpu_facts(python: str) -> dict:
+    probe = ("import json, torch; p = torch.cuda.get_device_properties(0); print(json.dumps({"
+             "'name': p.name, 'total_memory': p.total_memory, 'compute_capability': "
+             "f'{p.major}.{p.minor}', 'torch': torch.__version__, 'torch_cuda': torch.version.cuda,"
+             " 'cudnn': torch.backends.cudnn.version()}))")
+    facts = json.loads(subprocess.run([python, "-c", probe], check=True, capture_output=True,
+                                      text=True).stdout)
+    try:
+        facts["driver_version"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], check=True,
+            capture_output=True, text=True).stdout.splitlines()[0].strip()
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        facts["driver_version"] = None
+    return facts
+
+
+def run_case(vramscope: str, python: str, name: str, program: list[str], out: Path,
+             work: Path, extra: list[str], env: dict) -> dict:
+    capture = work / name
+    cmd = [vramscope, "run", "--steps", "3", "--stacks", "all", "--phase-memory", "--no-report",
+           "--force", "-o", str(capture), *extra, "--", python, *program]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    case = {"command": " ".join(cmd[cmd.index("--") + 1:]), "exit_code": proc.returncode,
+            "stderr_tail": proc.stderr[-2000:]}
+    sidecars = sorted(capture.glob("*.sidecar.json"))
+    for src in sidecars:
+        sidecar = json.loads(src.read_text())
+        shutil.copy(src, out / f"{name}.sidecar.json")
+        case["sidecar"] = f"{name}.sidecar.json"
+        case["end_reason"] = sidecar["end"]["reason"]
+        phases = [p for p in sidecar["phases"] if (p.get("memory") or {}).get("max_allocated")]
+        if phases:
+            case["max_memory_allocated"] = max(p["memory"]["max_allocated"] for p in phases)
+            case["max_memory_reserved"] = max(p["memory"]["max_reserved"] for p in phases)
+        if sidecar.get("snapshot"):
+            with open(capture / sidecar["snapshot"], "rb") as f, gzip.GzipFile(
+                    out / f"{name}.pickle.gz", "wb", 9, mtime=0) as g:
+                shutil.copyfileobj(f, g)
+            case["snapshot"] = f"{name}.pickle.gz"
+    for src in sorted(capture.glob("*.vstrace")):
+        shutil.copy(src, out / f"{name}.vstrace")
+        case["native"] = f"{name}.vstrace"
+    captured = "snapshot" in case or "native" in case
+    if env.get("VRAMSCOPE_CAPTURE_CPU") == "1":  # the dry run writes sidecars only
+        captured = "sidecar" in case
+    case["status"] = "ok" if captured else "failed"
+    print(f"{name}: {case['status']} (exit {proc.returncode})", flush=True)
+    return case
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, type=Path, help="folder for the goldens")
+    ap.add_argument("--vramscope", default=str(REPO / "build" / "vramscope"))
+    ap.add_argument("--python", default=sys.executable, help="Python with PyTorch (CUDA)")
+    ap.add_argument("--only", nargs="*", help="case names to run (default: all)")
+    ap.add_argument("--dry-run-cpu", action="store_true",
+                    help="no GPU: check the plumbing with the bootstrap's CPU test mode")
+    args = ap.parse_args()
+    env = dict(os.environ)
+    device = ["--device", "cuda"]
+    if args.dry_run_cpu:
+        env["VRAMSCOPE_CAPTURE_CPU"] = "1"
+        device = ["--device", "cpu"]
+        facts = {"name": "none (dry run on the CPU)", "driver_version": None}
+    else:
+        facts = gpu_facts(args.python)
+    args.out.mkdir(parents=True, exist_ok=True)
+    cases = {}
+    with tempfile.TemporaryDirectory(prefix="vramscope-goldens-") as tmp:
+        work = Path(tmp)
+        for model, opt, amp in SUITE:
+            name = f"{model}_{opt}_{'bf16' if amp == 'bf16' else 'fp32'}"
+            if args.only and name not in args.only:
+                continue
+            program = [str(TRAIN), "--model", model, "--optimizer", opt, "--amp", amp,
+                       "--steps", "3", "--seed", "0", *device]
+            cases[name] = run_case(args.vramscope, args.python, name, program, args.out, work,
+                                   [], env)
+        if not args.only or "oom_gpt_fp32" in args.only:
+            program = [str(TRAIN), "--model", "gpt", "--optimizer", "adamw", "--steps", "3",
+                       "--memory-cap-mib", "64", *device]
+            case = run_case(args.vramscope, args.python, "oom_gpt_fp32", program, args.out, work,
+                            [], env)
+            if not args.dry_run_cpu and case.get("end_reason") != "oom":
+                case["status"] = "failed: no out-of-memory happened"
+            cases["oom_gpt_fp32"] = case
+        has_jax = subprocess.run([args.python, "-c", "import jax"], capture_output=True)
+        if (not args.only or "jax_native" in args.only) and has_jax.returncode == 0 \
+                and not args.dry_run_cpu:
+            cases["jax_native"] = run_case(args.vramscope, args.python, "jax_native",
+                                           ["-c", JAX_PROGRAM], args.out, work,
+                                           ["--native", "--no-python"], env)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    meta = {"format": "vramscope-run-goldens-metadata", "version": 1,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(sys.argv), "repo_commit": commit, "dry_run_cpu": args.dry_run_cpu,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "gpu": facts, "torch": facts.get("torch"), "steps": 3, "stacks": "all",
+            "cases": cases}
+    (args.out / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+    failed = [n for n, c in cases.items() if not c["status"].startswith("ok")]
+    print(f"{len(cases) - len(failed)} of {len(cases)} cases captured into {args.out}"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
