@@ -36,6 +36,8 @@ fi
 # needed); here they must run, not skip.
 export VRAMSCOPE_CHROMIUM=${VRAMSCOPE_CHROMIUM:-$(command -v chromium || true)}
 export VRAMSCOPE_REQUIRE_BROWSER=1
+# `pip install .` into a fresh virtual environment (tests/install) must run here, not skip.
+export VRAMSCOPE_REQUIRE_INSTALL=1
 
 echo "== build (ASan + UBSan) =="
 cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Debug \

@@ -67,7 +67,7 @@ std::optional<std::string> FindInjectLibrary() {
   }
   const std::string exe_dir = ExecutableDir();
   if (exe_dir.empty()) return std::nullopt;
-  for (const fs::path candidate :
+  for (const fs::path& candidate :
        {fs::path(exe_dir) / "libvramscope_inject.so",
         fs::path(exe_dir) / ".." / "lib" / "vramscope" / "libvramscope_inject.so"}) {
     if (access(candidate.c_str(), R_OK) == 0) return fs::weakly_canonical(candidate).string();
