@@ -912,6 +912,11 @@ def _write(reason, exc=None, signum=None):
             return
         if s.done:  # disabled by a failure
             return
+        # The CPU test mode starts at `import torch`, not at CUDA's start: a process that never
+        # ran a forward (a torchrun launcher, a DataLoader worker) would write an empty capture
+        # that, on a GPU, it never writes. An uncaught exception is still worth its sidecar.
+        if s.cpu_mode and not s.roots and not s.tensors and exc is None and reason != "oom":
+            return
         s.written = True
         s.recording = False
         s.done = True

@@ -76,3 +76,55 @@ def test_run_keep_running(vramscope_bin, tmp_path):
     assert "finished" in proc.stdout
     assert s["end"]["reason"] == "steps" and s["end"]["steps_completed"] == 2
     assert s["recording"]["stacks"] == "all"
+
+
+DDP_SCRIPT = r'''
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(
+    torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)))
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+for step in range(4):
+    opt.zero_grad()
+    model(torch.randn(5, 8)).pow(2).mean().backward()
+    opt.step()
+dist.destroy_process_group()
+print("rank", dist.get_rank() if dist.is_initialized() else "done")
+'''
+
+
+def test_run_under_torchrun_writes_one_capture_per_rank(vramscope_bin, tmp_path):
+    """A real launcher: torchrun starts two ranks training a DDP model over gloo; the launcher
+    itself (which never trains) writes nothing, each rank writes rank<N>."""
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT)
+    out = tmp_path / "captures"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("VRAMSCOPE_") and k not in ("PYTHONPATH", "RANK", "WORLD_SIZE",
+                                                          "LOCAL_RANK", "MASTER_ADDR",
+                                                          "MASTER_PORT")}
+    env["VRAMSCOPE_CAPTURE_CPU"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(
+        [vramscope_bin, "run", "--steps", "3", "-o", str(out), "--no-report", "--",
+         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--standalone", str(script)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["rank0.sidecar.json", "rank1.sidecar.json"], (names, proc.stderr[-3000:])
+    for rank in (0, 1):
+        s = json.loads((out / f"rank{rank}.sidecar.json").read_text())
+        assert s["process"]["rank"] == rank and s["process"]["world_size"] == 2
+        assert s["end"]["reason"] == "steps" and s["end"]["steps_completed"] == 3
+        # DDP's "module." prefix is not part of the names.
+        params = {t["name"] for t in s["tensors"] if t["kind"] == "parameter"}
+        assert params == {"0.weight", "0.bias", "2.weight", "2.bias"}, params
+        states = {t["name"] for t in s["tensors"] if t["kind"] == "optimizer_state"}
+        assert "0.weight.momentum_buffer" in states, states
+        steps = {}
+        for p in s["phases"]:
+            steps.setdefault(p["step"], []).append(p["phase"])
+        for step in (1, 2, 3):
+            assert steps[step][:3] == ["forward", "backward", "optimizer"], steps

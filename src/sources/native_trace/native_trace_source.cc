@@ -19,6 +19,10 @@ namespace vramscope::native_trace {
 
 namespace {
 
+// No device holds more: a bigger size is a damaged record, and sums of such sizes would overflow
+// the analyses' 64-bit levels.
+constexpr uint64_t kMaxPlausibleBytes = uint64_t{1} << 48;
+
 using model::Action;
 using model::RecordedPhase;
 using vstrace::RecordKind;
@@ -213,6 +217,10 @@ class Builder {
     switch (r.kind) {
       case RecordKind::kAlloc: {
         const int64_t t = TimeUs(r.time_ns);
+        if (r.bytes > kMaxPlausibleBytes) {
+          ++implausible_sizes_;
+          return;
+        }
         if (r.address == 0 || r.bytes == 0) {
           ++empty_allocs_;
           return;
@@ -263,6 +271,10 @@ class Builder {
       }
       case RecordKind::kVmmMap: {
         const int64_t t = TimeUs(r.time_ns);
+        if (r.bytes > kMaxPlausibleBytes) {
+          ++implausible_sizes_;
+          return;
+        }
         if (r.address == 0 || r.bytes == 0) {
           ++empty_allocs_;
           return;
@@ -557,6 +569,11 @@ class Builder {
           "closed there",
           FormatCount(reused_addresses_)));
     }
+    if (implausible_sizes_ > 0) {
+      notes.push_back(fmt::format(
+          "{} allocation or mapping records of more than 256 TiB (a damaged trace) were skipped",
+          FormatCount(implausible_sizes_)));
+    }
     if (empty_allocs_ > 0) {
       notes.push_back(
           fmt::format("{} allocation or mapping records of 0 bytes or at address 0 were skipped",
@@ -607,7 +624,7 @@ class Builder {
   int64_t driver_allocs_ = 0, managed_allocs_ = 0, pool_allocs_ = 0, failed_allocs_ = 0;
   int64_t vmm_creates_ = 0, vmm_maps_ = 0, va_reserves_ = 0;
   int64_t unknown_frees_ = 0, unknown_unmaps_ = 0, maps_of_unknown_handles_ = 0;
-  int64_t reused_addresses_ = 0, empty_allocs_ = 0, unknown_device_ = 0;
+  int64_t reused_addresses_ = 0, empty_allocs_ = 0, unknown_device_ = 0, implausible_sizes_ = 0;
   int64_t times_out_of_order_ = 0, missing_stacks_ = 0, missing_frames_ = 0;
   int64_t nvtx_records_ = 0, nvtx_marks_ = 0, unmatched_pops_ = 0;
   uint64_t never_mapped_bytes_ = 0, va_reserved_bytes_ = 0, va_reserved_peak_ = 0;

@@ -437,6 +437,17 @@ TEST(NativeTraceSource, ADriverAllocationIsASegmentAndAnAllocation) {
   EXPECT_FALSE(HasNote(t, "no end record"));
 }
 
+// Found by the fuzzer: sizes no device holds summed past int64 in the timelines. They are damage.
+TEST(NativeTraceSource, ImplausibleSizesAreSkippedAndSaid) {
+  TraceBuilder b;
+  b.Alloc(1, 0x1000, uint64_t{1} << 62, 0).Alloc(2, 0x9000, uint64_t{1} << 62, 0);
+  b.Alloc(3, 0x2000, 1 << 20, 0).Free(4, 0x2000).Finish(5);
+  const model::Trace t = LoadOk(b.bytes());
+  ASSERT_EQ(t.allocations.size(), 1u);
+  EXPECT_EQ(t.allocations[0].size, 1u << 20);
+  EXPECT_TRUE(HasNote(t, "2 allocation or mapping records of more than 256 TiB"));
+}
+
 TEST(NativeTraceSource, DevicesAreSeparatedAndAFreeFollowsItsAllocation) {
   TraceBuilder b;
   b.Alloc(1, 0x1000, 1 << 20, 0).Alloc(2, 0x2000, 2 << 20, 1).Free(3, 0x2000, -1).Free(4, 0x1000);
