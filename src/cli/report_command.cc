@@ -44,6 +44,24 @@ std::string DefaultOutput(const std::string& input) {
 
 namespace fs = std::filesystem;
 
+// The allocator model's replay of the recording (the vramscope_sim_* tables). It runs before the
+// analysis: where it confirms a block at its recorded address, its block size replaces the
+// estimate the trace gives for blocks freed during it, so the curves count what PyTorch counted.
+// A trace it cannot replay (none recorded) is not an error for the report; the comparison needs
+// the allocator's recorded state (a snapshot). nullopt when there is no replay.
+std::optional<analysis::Simulations> ReplayForReport(model::Trace& trace,
+                                                     const analysis::ProjectRoot& root,
+                                                     std::optional<int32_t> device) {
+  if (!trace.facts.has_trace || !trace.facts.has_allocator_state) return std::nullopt;
+  analysis::SiteNamer replay_sites(trace, root);
+  analysis::SimulationRequest request;
+  request.device = device;
+  auto replayed = analysis::Simulate(trace, replay_sites, request);
+  if (!replayed.ok()) return std::nullopt;
+  analysis::AdoptReplayedBlockSizes(trace, *replayed);
+  return std::move(*replayed);
+}
+
 // Reads one process's capture: its snapshot (else its native trace) with the sidecar's phases,
 // names and facts applied.
 Result<model::Trace> LoadCapture(const sources::Capture& capture, bool quiet,
@@ -70,13 +88,7 @@ Result<report::RankRow> RankRowOf(const sources::Capture& capture, const fs::pat
   std::optional<sources::CaptureSidecar> sidecar;
   ASSIGN_OR_RETURN(model::Trace trace, LoadCapture(capture, /*quiet=*/true, &sidecar));
   const analysis::ProjectRoot root(project_root);
-  if (trace.facts.has_trace && trace.facts.has_allocator_state) {
-    analysis::SiteNamer replay_sites(trace, root);
-    analysis::SimulationRequest request;
-    request.device = options.device;
-    auto replayed = analysis::Simulate(trace, replay_sites, request);
-    if (replayed.ok()) analysis::AdoptReplayedBlockSizes(trace, *replayed);
-  }
+  ReplayForReport(trace, root, options.device);
   const analysis::Analysis analysis = analysis::Analyze(trace, root);
   report::RankRow row;
   row.label = capture.label;
@@ -198,22 +210,7 @@ Status ReportTrace(std::optional<model::Trace> given, const ReportOptions& optio
   // Analyse.
   const auto t_analyze = Clock::now();
   const analysis::ProjectRoot root(project_root);
-  // The allocator model's replay of the recording goes into the vramscope_sim_* tables. It runs
-  // first: where it confirms a block at its recorded address, its block size replaces the
-  // estimate the trace gives for blocks freed during it, so the curves count what PyTorch
-  // counted. A trace it cannot replay (none recorded) is not an error for the report; the
-  // comparison needs the allocator's recorded state (a snapshot).
-  std::optional<analysis::Simulations> sims;
-  if (trace.facts.has_trace && trace.facts.has_allocator_state) {
-    analysis::SiteNamer replay_sites(trace, root);
-    analysis::SimulationRequest request;
-    request.device = options.device;
-    auto replayed = analysis::Simulate(trace, replay_sites, request);
-    if (replayed.ok()) {
-      sims = std::move(*replayed);
-      analysis::AdoptReplayedBlockSizes(trace, *sims);
-    }
-  }
+  std::optional<analysis::Simulations> sims = ReplayForReport(trace, root, options.device);
   // A prediction's replay agrees with itself by construction: nothing to tell the user.
   const bool trace_is_predicted = trace.facts.predicted;
   const analysis::Analysis analysis = analysis::Analyze(trace, root);
