@@ -24,7 +24,7 @@ bool operator==(const SegmentEvent& a, const SegmentEvent& b) {
          a.stream == b.stream;
 }
 void PrintTo(const SegmentEvent& e, std::ostream* os) {
-  *os << SegmentActionName(e.action) << "(" << PoolKindName(e.pool) << ", addr=0x" << std::hex
+  *os << SegmentActionName(e.action) << "(" << PoolName(e.pool) << ", addr=0x" << std::hex
       << e.addr << std::dec << ", size=" << e.size << ", stream=" << e.stream << ")";
 }
 
@@ -46,12 +46,12 @@ class ScriptedAddresses : public SegmentAddressSource {
   struct Request {
     uint64_t size;
     uint64_t stream;
-    PoolKind pool;
+    Pool pool;
     bool operator==(const Request&) const = default;
   };
   explicit ScriptedAddresses(uint64_t base) : next_(base) {}
   void Queue(uint64_t addr) { queued_.push_back(addr); }
-  uint64_t NewSegment(uint64_t size, uint64_t stream, PoolKind pool) override {
+  uint64_t NewSegment(uint64_t size, uint64_t stream, Pool pool) override {
     requests.push_back({size, stream, pool});
     if (!queued_.empty()) {
       const uint64_t addr = queued_.front();
@@ -74,18 +74,18 @@ class ScriptedAddresses : public SegmentAddressSource {
 
 constexpr uint64_t kBase = uint64_t{1} << 32;  // first address the scripted source hands out
 
-SegmentEvent Ev(SegmentAction action, PoolKind pool, uint64_t addr, uint64_t size,
+SegmentEvent Ev(SegmentAction action, Pool pool, uint64_t addr, uint64_t size,
                 uint64_t stream = 0) {
   return {action, pool, addr, size, stream};
 }
-SegmentEvent SegAlloc(PoolKind pool, uint64_t addr, uint64_t size, uint64_t stream = 0) {
+SegmentEvent SegAlloc(Pool pool, uint64_t addr, uint64_t size, uint64_t stream = 0) {
   return Ev(SegmentAction::kAlloc, pool, addr, size, stream);
 }
-SegmentEvent SegFree(PoolKind pool, uint64_t addr, uint64_t size, uint64_t stream = 0) {
+SegmentEvent SegFree(Pool pool, uint64_t addr, uint64_t size, uint64_t stream = 0) {
   return Ev(SegmentAction::kFree, pool, addr, size, stream);
 }
-constexpr PoolKind kSmall = PoolKind::kSmall;
-constexpr PoolKind kLarge = PoolKind::kLarge;
+constexpr Pool kSmall = Pool::kSmall;
+constexpr Pool kLarge = Pool::kLarge;
 
 AllocatorSettings Divisions(std::initializer_list<std::pair<size_t, uint32_t>> buckets) {
   AllocatorSettings s;
@@ -230,9 +230,9 @@ TEST_F(AllocatorTest, MallocCudaMallocsTheSegmentSize) {
 // --- pools --------------------------------------------------------------------------------------
 
 TEST(Pools, RoundedSizeUpToOneMiBIsSmall) {
-  EXPECT_EQ(PoolFor(512), PoolKind::kSmall);
-  EXPECT_EQ(PoolFor(MiB), PoolKind::kSmall);
-  EXPECT_EQ(PoolFor(MiB + 512), PoolKind::kLarge);
+  EXPECT_EQ(PoolFor(512), Pool::kSmall);
+  EXPECT_EQ(PoolFor(MiB), Pool::kSmall);
+  EXPECT_EQ(PoolFor(MiB + 512), Pool::kLarge);
 }
 
 TEST_F(AllocatorTest, PoolsByRoundedSize) {
@@ -750,10 +750,10 @@ class ExpandableTest : public AllocatorTest {
     s.total_memory = total_memory;
     Make(s);
   }
-  static SegmentEvent Map(PoolKind pool, uint64_t addr, uint64_t size, uint64_t stream = 0) {
+  static SegmentEvent Map(Pool pool, uint64_t addr, uint64_t size, uint64_t stream = 0) {
     return Ev(SegmentAction::kMap, pool, addr, size, stream);
   }
-  static SegmentEvent Unmap(PoolKind pool, uint64_t addr, uint64_t size, uint64_t stream = 0) {
+  static SegmentEvent Unmap(Pool pool, uint64_t addr, uint64_t size, uint64_t stream = 0) {
     return Ev(SegmentAction::kUnmap, pool, addr, size, stream);
   }
 };

@@ -8,8 +8,6 @@
 
 namespace vramscope::allocator {
 
-const char* PoolKindName(PoolKind pool) { return pool == PoolKind::kSmall ? "small" : "large"; }
-
 const char* SegmentActionName(SegmentAction action) {
   switch (action) {
     case SegmentAction::kAlloc:
@@ -61,7 +59,7 @@ uint64_t SegmentSizeFor(uint64_t rounded) {
 
 // --- SyntheticAddresses ------------------------------------------------------------------------
 
-uint64_t SyntheticAddresses::NewSegment(uint64_t size, uint64_t /*stream*/, PoolKind /*pool*/) {
+uint64_t SyntheticAddresses::NewSegment(uint64_t size, uint64_t /*stream*/, Pool /*pool*/) {
   // cudaMalloc aligns to 2 MiB granules at least; keep the same alignment.
   const uint64_t need = (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
   for (auto it = free_.begin(); it != free_.end(); ++it) {
@@ -125,15 +123,15 @@ void CachingAllocator::DeleteBlock(BlockId b) {
 
 void CachingAllocator::InsertFree(BlockId b) {
   Block& k = blocks_[b];
-  Pool& pool = pools_[static_cast<int>(k.pool)];
+  PoolBlocks& pool = pools_[static_cast<int>(k.pool)];
   if (k.state == BlockView::State::kUnmapped) {
     pool.unmapped.insert({k.stream, k.addr, b});
   } else {
     k.state = BlockView::State::kFree;
     k.gc_base = pool.searches;  // age restarts whenever a block (re)enters the free set
-    if (pool.held_count == Pool::kHeld) {
+    if (pool.held_count == PoolBlocks::kHeld) {
       pool.free.insert(pool.held[0]);
-      std::copy(pool.held + 1, pool.held + Pool::kHeld, pool.held);
+      std::copy(pool.held + 1, pool.held + PoolBlocks::kHeld, pool.held);
       --pool.held_count;
     }
     pool.held[pool.held_count++] = KeyOf(b);
@@ -142,7 +140,7 @@ void CachingAllocator::InsertFree(BlockId b) {
 
 void CachingAllocator::EraseFree(BlockId b) {
   const Block& k = blocks_[b];
-  Pool& pool = pools_[static_cast<int>(k.pool)];
+  PoolBlocks& pool = pools_[static_cast<int>(k.pool)];
   if (k.state == BlockView::State::kUnmapped) {
     pool.unmapped.erase({k.stream, k.addr, b});
   } else {
@@ -200,7 +198,7 @@ bool CachingAllocator::ShouldSplit(const Block& b, uint64_t size) const {
   const uint64_t remaining = b.size - size;
   // With expandable segments on, every large block splits like a small one: the global flag
   // decides, not whether this block is expandable.
-  if (b.pool == PoolKind::kSmall || settings_.expandable_segments) {
+  if (b.pool == Pool::kSmall || settings_.expandable_segments) {
     return remaining >= kMinBlockSize;
   }
   return size < settings_.max_split_size && remaining > kSmallSize;
@@ -231,8 +229,8 @@ BlockId CachingAllocator::SplitLow(BlockId b, uint64_t size) {
 
 // --- malloc ------------------------------------------------------------------------------------
 
-BlockId CachingAllocator::GetFreeBlock(PoolKind pool_kind, uint64_t stream, uint64_t size) {
-  Pool& pool = pools_[static_cast<int>(pool_kind)];
+BlockId CachingAllocator::GetFreeBlock(Pool pool_kind, uint64_t stream, uint64_t size) {
+  PoolBlocks& pool = pools_[static_cast<int>(pool_kind)];
   if (settings_.GarbageCollectionActive()) ++pool.searches;
   if (settings_.expandable_segments) Flush(pool);  // its best fit walks the tree's order
   const Key want{stream, size, 0, kNoBlock};
@@ -305,7 +303,7 @@ void CachingAllocator::AddReserved(uint64_t bytes) {
   stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
 }
 
-BlockId CachingAllocator::AllocBlock(PoolKind pool, uint64_t stream, uint64_t size,
+BlockId CachingAllocator::AllocBlock(Pool pool, uint64_t stream, uint64_t size,
                                      uint64_t alloc_size) {
   // A memory fraction refuses by the segment size, before any CUDA call, on both paths.
   if (settings_.memory_fraction > 0 &&
@@ -340,11 +338,11 @@ MallocResult CachingAllocator::Malloc(uint64_t requested, uint64_t stream) {
   MallocResult result;
   if (requested >= kMaxRequest) {
     ++stats_.ooms;
-    Emit(SegmentAction::kOom, PoolKind::kLarge, 0, requested, stream);
+    Emit(SegmentAction::kOom, Pool::kLarge, 0, requested, stream);
     return result;
   }
   const uint64_t size = RoundSize(requested, settings_);
-  const PoolKind pool = PoolFor(size);
+  const Pool pool = PoolFor(size);
   BlockId b = GetFreeBlock(pool, stream, size);
   if (b == kNoBlock) {
     if (settings_.GarbageCollectionActive()) GarbageCollect();
@@ -429,8 +427,8 @@ void CachingAllocator::ReleaseBlock(BlockId b) {
   DeleteBlock(b);
 }
 
-void CachingAllocator::ReleaseBlocks(PoolKind pool_kind) {
-  Pool& pool = pools_[static_cast<int>(pool_kind)];
+void CachingAllocator::ReleaseBlocks(Pool pool_kind) {
+  PoolBlocks& pool = pools_[static_cast<int>(pool_kind)];
   Flush(pool);
   std::vector<BlockId> whole;
   std::vector<BlockId> expandable;
@@ -465,16 +463,16 @@ void CachingAllocator::ReleaseBlocks(PoolKind pool_kind) {
 
 void CachingAllocator::ReleaseCachedBlocks() {
   CompletePendingFrees();
-  ReleaseBlocks(PoolKind::kLarge);
-  ReleaseBlocks(PoolKind::kSmall);
+  ReleaseBlocks(Pool::kLarge);
+  ReleaseBlocks(Pool::kSmall);
 }
 
 void CachingAllocator::EmptyCache() { ReleaseCachedBlocks(); }
 
-bool CachingAllocator::ReleaseAvailableCachedBlocks(PoolKind pool_kind, uint64_t stream,
+bool CachingAllocator::ReleaseAvailableCachedBlocks(Pool pool_kind, uint64_t stream,
                                                     uint64_t size) {
   if (settings_.max_split_size == kUnlimited) return false;
-  Pool& pool = pools_[static_cast<int>(pool_kind)];
+  PoolBlocks& pool = pools_[static_cast<int>(pool_kind)];
   Flush(pool);
   const uint64_t key_size = std::max(size, settings_.max_split_size);
   auto it = pool.free.lower_bound(Key{stream, key_size, 0, kNoBlock});
@@ -518,7 +516,7 @@ void CachingAllocator::GarbageCollect() {
       static_cast<uint64_t>(settings_.garbage_collection_threshold * static_cast<double>(allowed));
   if (stats_.reserved <= threshold) return;
   const uint64_t target = stats_.reserved - threshold;
-  Pool& pool = pools_[static_cast<int>(PoolKind::kLarge)];
+  PoolBlocks& pool = pools_[static_cast<int>(Pool::kLarge)];
   Flush(pool);
   auto age = [&](BlockId b) { return pool.searches - blocks_[b].gc_base; };
   auto freeable = [&](BlockId b) {
@@ -557,7 +555,7 @@ void CachingAllocator::GarbageCollect() {
 
 // --- expandable segments -----------------------------------------------------------------------
 
-uint64_t CachingAllocator::ExpandableRangeSize(PoolKind pool) const {
+uint64_t CachingAllocator::ExpandableRangeSize(Pool pool) const {
   // One virtual range per (stream, pool) of 9/8 of the device's memory, in whole pages.
   uint64_t total = settings_.total_memory;
   if (total == 0) total = settings_.capacity != kUnlimited ? settings_.capacity : uint64_t{1} << 40;
@@ -566,8 +564,8 @@ uint64_t CachingAllocator::ExpandableRangeSize(PoolKind pool) const {
   return (total + total / 8 + page - 1) / page * page;
 }
 
-BlockId CachingAllocator::FindExpandableBlock(PoolKind pool_kind, uint64_t stream, uint64_t size) {
-  Pool& pool = pools_[static_cast<int>(pool_kind)];
+BlockId CachingAllocator::FindExpandableBlock(Pool pool_kind, uint64_t stream, uint64_t size) {
+  PoolBlocks& pool = pools_[static_cast<int>(pool_kind)];
   auto usable = [&](BlockId b) { return Mergeable(b); };
   auto has_room = [&](BlockId b) {
     uint64_t bytes = 0;
@@ -608,7 +606,7 @@ BlockId CachingAllocator::FindExpandableBlock(PoolKind pool_kind, uint64_t strea
 // part merges with free mapped neighbours. Returns the (merged) mapped block, in the free set, or
 // kNoBlock when the device has no room.
 BlockId CachingAllocator::MapBlock(BlockId b, uint64_t size) {
-  const PoolKind pool = blocks_[b].pool;
+  const Pool pool = blocks_[b].pool;
   const uint64_t page = PageSize(pool);
   const uint64_t mapped = std::min((size + page - 1) / page * page, blocks_[b].size);
   const uint64_t capacity = DeviceLimit();
@@ -629,7 +627,7 @@ BlockId CachingAllocator::MapBlock(BlockId b, uint64_t size) {
   return b;
 }
 
-BlockId CachingAllocator::TryAllocateExpandable(PoolKind pool_kind, uint64_t stream,
+BlockId CachingAllocator::TryAllocateExpandable(Pool pool_kind, uint64_t stream,
                                                 uint64_t size) {
   BlockId c = FindExpandableBlock(pool_kind, stream, size);
   if (c == kNoBlock) return kNoBlock;
@@ -652,7 +650,7 @@ BlockId CachingAllocator::TryAllocateExpandable(PoolKind pool_kind, uint64_t str
 // Unmaps the whole pages inside the free block `b`; partial pages at either end stay mapped free
 // blocks.
 void CachingAllocator::UnmapBlock(BlockId b) {
-  const PoolKind pool = blocks_[b].pool;
+  const Pool pool = blocks_[b].pool;
   const uint64_t page = PageSize(pool);
   const Block k = blocks_[b];
   const uint64_t seg_base = segments_[k.segment].addr;
@@ -678,7 +676,7 @@ void CachingAllocator::UnmapBlock(BlockId b) {
 
 // --- state from outside ------------------------------------------------------------------------
 
-bool CachingAllocator::AddSegment(uint64_t addr, uint64_t size, uint64_t stream, PoolKind pool) {
+bool CachingAllocator::AddSegment(uint64_t addr, uint64_t size, uint64_t stream, Pool pool) {
   if (size % kMinBlockSize != 0 || size > DeviceLimit() || Overlaps(addr, size)) return false;
   const BlockId b = NewBlock();
   Block& k = blocks_[b];
@@ -706,7 +704,7 @@ bool CachingAllocator::Overlaps(uint64_t addr, uint64_t size) const {
   return false;
 }
 
-uint64_t CachingAllocator::NewAddress(uint64_t size, uint64_t stream, PoolKind pool,
+uint64_t CachingAllocator::NewAddress(uint64_t size, uint64_t stream, Pool pool,
                                       bool* fallback) {
   const uint64_t addr = addresses_->NewSegment(size, stream, pool);
   *fallback = Overlaps(addr, size);
@@ -802,7 +800,7 @@ std::vector<SegmentView> CachingAllocator::Segments() const {
 
 std::vector<std::pair<uint64_t, uint64_t>> CachingAllocator::ReleasableSegments() const {
   std::vector<std::pair<uint64_t, uint64_t>> out;
-  for (const PoolKind p : {PoolKind::kLarge, PoolKind::kSmall}) {
+  for (const Pool p : {Pool::kLarge, Pool::kSmall}) {
     Flush(pools_[static_cast<int>(p)]);
     for (const Key& key : pools_[static_cast<int>(p)].free) {
       const Block& k = blocks_[key.block];
@@ -840,7 +838,7 @@ std::vector<std::string> CachingAllocator::CheckInvariants() const {
       if ((is_free && prev_free) || (is_unmapped && prev_unmapped)) {
         problems.push_back(fmt::format("block {:#x}: free neighbours not merged", k.addr));
       }
-      const Pool& pool = pools_[static_cast<int>(k.pool)];
+      const PoolBlocks& pool = pools_[static_cast<int>(k.pool)];
       if (is_free) {
         ++free_count;
         if (!pool.free.contains(KeyOf(b))) {

@@ -25,21 +25,24 @@
 #include <vector>
 
 #include "allocator/allocator_settings.h"
+#include "model/trace.h"
 
 namespace vramscope::allocator {
 
 using BlockId = int32_t;
 inline constexpr BlockId kNoBlock = -1;
 
-enum class PoolKind : uint8_t { kSmall = 0, kLarge = 1 };
-const char* PoolKindName(PoolKind pool);
+// The allocator's two pools are the event model's (model::Pool): kSmall = 0, kLarge = 1 index
+// per-pool arrays here.
+using model::Pool;
+using model::PoolName;
 
 // round_size: what a request of `requested` bytes is rounded to before any search.
 uint64_t RoundSize(uint64_t requested, const AllocatorSettings& settings);
 // get_allocation_size: the size of the segment cudaMalloc'ed for a rounded request.
 uint64_t SegmentSizeFor(uint64_t rounded);
-inline PoolKind PoolFor(uint64_t rounded) {
-  return rounded <= kSmallSize ? PoolKind::kSmall : PoolKind::kLarge;
+inline Pool PoolFor(uint64_t rounded) {
+  return rounded <= kSmallSize ? Pool::kSmall : Pool::kLarge;
 }
 
 // What the model did to the device, in order: the actions that the real allocator records as
@@ -48,7 +51,7 @@ enum class SegmentAction : uint8_t { kAlloc, kFree, kMap, kUnmap, kOom };
 const char* SegmentActionName(SegmentAction action);
 struct SegmentEvent {
   SegmentAction action;
-  PoolKind pool;
+  Pool pool;
   uint64_t addr;  // kOom: the bytes still free under the allowed maximum
   uint64_t size;  // kOom: the rounded request
   uint64_t stream;
@@ -58,7 +61,7 @@ struct SegmentEvent {
 class SegmentAddressSource {
  public:
   virtual ~SegmentAddressSource() = default;
-  virtual uint64_t NewSegment(uint64_t size, uint64_t stream, PoolKind pool) = 0;
+  virtual uint64_t NewSegment(uint64_t size, uint64_t stream, Pool pool) = 0;
   virtual void FreeSegment(uint64_t addr, uint64_t size) = 0;
 };
 
@@ -67,7 +70,7 @@ class SegmentAddressSource {
 class SyntheticAddresses : public SegmentAddressSource {
  public:
   explicit SyntheticAddresses(uint64_t base) : next_(base) {}
-  uint64_t NewSegment(uint64_t size, uint64_t stream, PoolKind pool) override;
+  uint64_t NewSegment(uint64_t size, uint64_t stream, Pool pool) override;
   void FreeSegment(uint64_t addr, uint64_t size) override;
 
  private:
@@ -110,7 +113,7 @@ struct SegmentView {
   uint64_t addr;
   uint64_t size;  // expandable: the mapped bytes of this contiguous mapped range
   uint64_t stream;
-  PoolKind pool;
+  Pool pool;
   bool expandable;
   std::vector<BlockView> blocks;
 };
@@ -155,7 +158,7 @@ class CachingAllocator {
   // --- state built from outside (traces that start mid-run, or a resynchronisation) ---------
   // A segment that exists already; all free. False (nothing added) when it is empty, not a
   // multiple of 512 B, wraps around the address space or overlaps a live segment.
-  bool AddSegment(uint64_t addr, uint64_t size, uint64_t stream, PoolKind pool);
+  bool AddSegment(uint64_t addr, uint64_t size, uint64_t stream, Pool pool);
   // Marks [addr, addr+size) allocated; it must lie inside one free block of `stream`. With
   // `split_by_rule`, the space after it stays part of the block when the allocator's split rule
   // would not have split it off (as a real malloc placed there would have done). Returns
@@ -203,7 +206,7 @@ class CachingAllocator {
     int32_t segment = -1;
     int32_t tag = -1;
     BlockView::State state = BlockView::State::kFree;
-    PoolKind pool = PoolKind::kLarge;
+    Pool pool = Pool::kLarge;
     bool expandable = false;
   };
   struct Key {
@@ -225,7 +228,7 @@ class CachingAllocator {
       return stream != o.stream ? stream < o.stream : addr < o.addr;
     }
   };
-  struct Pool {
+  struct PoolBlocks {
     // Mapped free blocks: the best-fit set, plus the few freed last, held outside the tree
     // (oldest first; the oldest moves into the tree when a new one comes). Best fit takes the
     // smallest of the tree's candidate and the held blocks, so the order is exactly the tree's;
@@ -242,7 +245,7 @@ class CachingAllocator {
     uint64_t addr = 0;
     uint64_t size = 0;  // virtual size for expandable segments
     uint64_t stream = 0;
-    PoolKind pool = PoolKind::kLarge;
+    Pool pool = Pool::kLarge;
     bool expandable = false;
     bool live = false;
     BlockId head = kNoBlock;
@@ -264,35 +267,35 @@ class CachingAllocator {
   BlockId CutAfter(BlockId b, uint64_t size);
   BlockId SplitLow(BlockId b, uint64_t size);
 
-  BlockId GetFreeBlock(PoolKind pool, uint64_t stream, uint64_t size);
-  BlockId AllocBlock(PoolKind pool, uint64_t stream, uint64_t size, uint64_t alloc_size);
-  bool ReleaseAvailableCachedBlocks(PoolKind pool, uint64_t stream, uint64_t size);
+  BlockId GetFreeBlock(Pool pool, uint64_t stream, uint64_t size);
+  BlockId AllocBlock(Pool pool, uint64_t stream, uint64_t size, uint64_t alloc_size);
+  bool ReleaseAvailableCachedBlocks(Pool pool, uint64_t stream, uint64_t size);
   void ReleaseCachedBlocks();
-  void ReleaseBlocks(PoolKind pool);
+  void ReleaseBlocks(Pool pool);
   void ReleaseBlock(BlockId b);
   void GarbageCollect();
   void CompletePendingFrees();
 
   // Expandable segments.
-  uint64_t ExpandableRangeSize(PoolKind pool) const;
-  BlockId FindExpandableBlock(PoolKind pool, uint64_t stream, uint64_t size);
-  BlockId TryAllocateExpandable(PoolKind pool, uint64_t stream, uint64_t size);
+  uint64_t ExpandableRangeSize(Pool pool) const;
+  BlockId FindExpandableBlock(Pool pool, uint64_t stream, uint64_t size);
+  BlockId TryAllocateExpandable(Pool pool, uint64_t stream, uint64_t size);
   BlockId MapBlock(BlockId b, uint64_t size);
   void UnmapBlock(BlockId b);
   // The device's memory; "unlimited" still stops at 64 PiB, so that sums of sizes and synthetic
   // addresses never wrap around, whatever a corrupt trace asks for.
   uint64_t DeviceLimit() const { return std::min(settings_.capacity, uint64_t{1} << 56); }
-  uint64_t PageSize(PoolKind pool) const {
-    return pool == PoolKind::kSmall ? kSmallBuffer : kLargeBuffer;
+  uint64_t PageSize(Pool pool) const {
+    return pool == Pool::kSmall ? kSmallBuffer : kLargeBuffer;
   }
 
-  void Emit(SegmentAction action, PoolKind pool, uint64_t addr, uint64_t size, uint64_t stream) {
+  void Emit(SegmentAction action, Pool pool, uint64_t addr, uint64_t size, uint64_t stream) {
     events_.push_back({action, pool, addr, size, stream});
   }
   void AddReserved(uint64_t bytes);
   int32_t FindSegment(uint64_t addr) const;
   bool Overlaps(uint64_t addr, uint64_t size) const;
-  uint64_t NewAddress(uint64_t size, uint64_t stream, PoolKind pool, bool* fallback);
+  uint64_t NewAddress(uint64_t size, uint64_t stream, Pool pool, bool* fallback);
   void FreeAddress(const Segment& seg, uint64_t addr, uint64_t size);
 
   AllocatorSettings settings_;
@@ -300,11 +303,11 @@ class CachingAllocator {
   std::vector<Block> blocks_;
   std::vector<BlockId> spare_blocks_;
   // Moves the held block into the tree (before anything walks the tree). Logically const.
-  static void Flush(Pool& pool) {
+  static void Flush(PoolBlocks& pool) {
     for (int i = 0; i < pool.held_count; ++i) pool.free.insert(pool.held[i]);
     pool.held_count = 0;
   }
-  mutable Pool pools_[2];
+  mutable PoolBlocks pools_[2];
   std::vector<Segment> segments_;
   std::map<uint64_t, int32_t> segment_by_addr_;  // live segments by base address
   AllocatorStats stats_;

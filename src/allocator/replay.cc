@@ -25,7 +25,7 @@ struct InitialSegment {
   uint64_t addr;
   uint64_t size;
   uint64_t stream;
-  PoolKind pool;
+  Pool pool;
 };
 struct InitialBlock {
   uint64_t addr;
@@ -37,8 +37,8 @@ struct InitialBlock {
 };
 
 // A small-pool segment is always 2 MiB; large-pool segments are 10 MiB or more.
-PoolKind PoolOfSegment(uint64_t size) {
-  return size <= kSmallBuffer ? PoolKind::kSmall : PoolKind::kLarge;
+Pool PoolOfSegment(uint64_t size) {
+  return size <= kSmallBuffer ? Pool::kSmall : Pool::kLarge;
 }
 
 // Segments that existed when the trace began: those at the dump, walked back through the
@@ -54,7 +54,7 @@ std::map<uint64_t, InitialSegment> InitialSegments(const model::Trace& trace, in
       continue;
     }
     segs[s.address] = {s.address, s.total_size, s.stream,
-                       s.pool == model::Pool::kSmall ? PoolKind::kSmall : PoolKind::kLarge};
+                       s.pool};
   }
   const model::Events& ev = trace.events;
   for (size_t i = end; i-- > begin;) {
@@ -93,7 +93,7 @@ std::vector<InitialBlock> InitialBlocks(const model::Trace& trace, int32_t devic
     if (it == segs.begin()) continue;
     --it;
     const InitialSegment& s = it->second;
-    if (b.addr + b.size > s.addr + s.size || s.pool != PoolKind::kLarge) continue;
+    if (b.addr + b.size > s.addr + s.size || s.pool != Pool::kLarge) continue;
     uint64_t boundary = s.addr + s.size;
     if (k + 1 < blocks.size() && blocks[k + 1].addr < boundary) boundary = blocks[k + 1].addr;
     if (boundary <= b.addr + b.size) continue;
@@ -117,7 +117,7 @@ class ReplayAddresses : public SegmentAddressSource {
   explicit ReplayAddresses(uint64_t synthetic_base)
       : synthetic_(synthetic_base), synthetic_base_(synthetic_base) {}
 
-  uint64_t NewSegment(uint64_t size, uint64_t stream, PoolKind pool) override {
+  uint64_t NewSegment(uint64_t size, uint64_t stream, Pool pool) override {
     if (!queue.empty() && queue.front().size == size && queue.front().stream == stream) {
       const uint64_t addr = queue.front().addr;
       queue.pop_front();

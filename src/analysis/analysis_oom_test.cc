@@ -21,6 +21,7 @@ constexpr uint64_t kBase = 0x7f0000000000;
 model::Trace FragmentedTrace(uint64_t request, uint64_t device_free) {
   model::Trace t;
   t.facts.has_allocator_state = true;
+  t.facts.reserved_known = true;
   t.facts.has_trace = true;
   t.devices = {0};
   model::Segment seg;

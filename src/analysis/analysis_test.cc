@@ -20,6 +20,7 @@ using model::kNoEvent;
 model::Trace MidRunTrace(bool with_segment_free) {
   model::Trace t;
   t.facts.has_allocator_state = true;
+  t.facts.reserved_known = true;
   t.devices = {0};
   model::Segment seg;
   seg.address = 0x1000000;

@@ -63,7 +63,7 @@ FreeState RebuildFreeBlocks(const model::Trace& trace, const DeviceTimeline& tim
     out.note = "the source records no allocator state (segments and blocks)";
     return out;
   }
-  if (trace.facts.reserved_from_totals) {
+  if (trace.facts.synthetic_segment_addresses) {
     out.note = "the source records reserved totals, not segments";
     return out;
   }

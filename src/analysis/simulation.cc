@@ -117,7 +117,7 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
                                                         ? allocator::RecordedReserved(trace, d)
                                                         : std::vector<uint64_t>();
     const size_t begin = trace.EventRange(d).first;
-    if (!trace.facts.has_allocator_state && trace.facts.reserved_from_totals) {
+    if (!trace.facts.has_allocator_state && trace.facts.reserved_known) {
       // The profiler's totals: the reserved curve of the event model.
       const Timelines timelines = ComputeTimelines(trace);
       for (const DeviceTimeline& t : timelines.devices) {

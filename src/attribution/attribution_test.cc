@@ -24,7 +24,10 @@ const std::string kAutograd = "/usr/lib/python3/site-packages/torch/autograd/__i
 // Builds a one-device trace event by event; Finish() derives the allocations.
 class TraceBuilder {
  public:
-  TraceBuilder() { t.facts.has_allocator_state = true; }
+  TraceBuilder() {
+    t.facts.has_allocator_state = true;
+    t.facts.reserved_known = true;
+  }
 
   StackId Stack(std::vector<std::tuple<std::string, int, std::string>> frames) {
     std::vector<model::FrameId> ids;

@@ -4,24 +4,6 @@
 
 namespace vramscope::attribution {
 
-const char* PhaseName(Phase phase) {
-  switch (phase) {
-    case Phase::kUnknown:
-      return "unknown";
-    case Phase::kSetup:
-      return "setup";
-    case Phase::kBeforeForward:
-      return "before_forward";
-    case Phase::kForward:
-      return "forward";
-    case Phase::kBackward:
-      return "backward";
-    case Phase::kOptimizer:
-      return "optimizer";
-  }
-  return "?";
-}
-
 namespace {
 
 // What one event's own stack says about the phase it ran in.
@@ -181,23 +163,7 @@ bool FromRecordedPhases(const model::Trace& trace, int32_t device, size_t begin,
     any = true;
     fill_to(std::max<size_t>(m.event, begin));
     step = m.step;
-    switch (m.phase) {
-      case model::RecordedPhase::kSetup:
-        phase = Phase::kSetup;
-        break;
-      case model::RecordedPhase::kBeforeForward:
-        phase = Phase::kBeforeForward;
-        break;
-      case model::RecordedPhase::kForward:
-        phase = Phase::kForward;
-        break;
-      case model::RecordedPhase::kBackward:
-        phase = Phase::kBackward;
-        break;
-      case model::RecordedPhase::kOptimizer:
-        phase = Phase::kOptimizer;
-        break;
-    }
+    phase = m.phase;
   }
   if (any) fill_to(end);
   return any;

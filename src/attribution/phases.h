@@ -18,16 +18,9 @@
 
 namespace vramscope::attribution {
 
-enum class Phase : uint8_t {
-  kUnknown,        // no evidence at all (no stacks, no annotations)
-  kSetup,          // before the first forward of the trace (model creation, loading)
-  kBeforeForward,  // inside an iteration, before its forward (zero_grad, moving the batch)
-  kForward,
-  kBackward,
-  kOptimizer,
-};
-inline constexpr int kPhaseCount = 6;
-const char* PhaseName(Phase phase);
+using model::kPhaseCount;
+using model::Phase;
+using model::PhaseName;
 
 struct Iteration {
   int32_t device = 0;

@@ -396,7 +396,7 @@ TEST_F(RecorderTest, NvtxRangesAreRecordedAndBecomeEventPaths) {
   ASSERT_NE(it, trace->events.user_metadata.end());
   EXPECT_EQ(trace->strings.Get(it->second), "train_step/forward");
   ASSERT_FALSE(trace->phase_marks.empty());
-  EXPECT_EQ(trace->phase_marks[0].phase, model::RecordedPhase::kForward);
+  EXPECT_EQ(trace->phase_marks[0].phase, model::Phase::kForward);
 }
 
 TEST_F(RecorderTest, ASubscribeFailureDisablesWithOneLineAndNoException) {

@@ -20,6 +20,8 @@
 
 #include "model/category.h"
 #include "model/interning.h"
+#include "model/limits.h"
+#include "model/phase.h"
 
 namespace vramscope::model {
 
@@ -42,8 +44,6 @@ std::optional<Action> ParseAction(std::string_view name);
 
 inline constexpr int64_t kNoTime = std::numeric_limits<int64_t>::min();
 inline constexpr int64_t kNoEvent = -1;
-// The most trace events one Trace holds (event indices are 32-bit).
-inline constexpr uint64_t kMaxEvents = 0x7fffffff;
 
 // Columnar: a million events stay a few dozen MB. Events of one device are contiguous and in
 // recorded order; `device_ranges` gives each device's [begin, end).
@@ -79,7 +79,9 @@ enum class BlockState : uint8_t { kActiveAllocated, kActivePendingFree, kInactiv
 const char* BlockStateName(BlockState state);
 inline bool IsActive(BlockState s) { return s != BlockState::kInactive; }
 
-enum class Pool : uint8_t { kSmall, kLarge };
+// The caching allocator's pools: requests rounded to 1 MiB or less go to the small one. Used by the
+// snapshot's segments, the allocator model and every report (one vocabulary).
+enum class Pool : uint8_t { kSmall = 0, kLarge = 1 };
 const char* PoolName(Pool pool);
 
 struct Block {
@@ -139,12 +141,13 @@ static_assert(sizeof(Allocation) == 64, "one per tensor allocation: keep it one 
 // capture marks them): from event `event` on, the device's events belong to `phase` of
 // iteration `step` (0: set-up before the first iteration). Phase detection takes these over any
 // evidence from stacks.
-enum class RecordedPhase : uint8_t { kSetup, kBeforeForward, kForward, kBackward, kOptimizer };
+// TODO(issue 15): the predictor's files still spell it RecordedPhase; one enum either way.
+using RecordedPhase = Phase;
 struct PhaseMark {
   int32_t device = 0;
   uint32_t event = 0;
   int32_t step = 0;
-  RecordedPhase phase = RecordedPhase::kSetup;
+  Phase phase = Phase::kSetup;  // never kUnknown: a source that marks a phase knows it
 };
 
 // What a prediction assumed and found, for reports to show next to the figures (absent for
@@ -186,9 +189,13 @@ struct TraceFacts {
   bool has_allocator_state = false;
   // Alloc event sizes are block sizes (what memory_allocated() counts), not requested sizes.
   bool sizes_are_block_sizes = false;
-  // Segment events were derived from a recorded reserved total (a profiler's "Total Reserved"):
-  // their sizes are right, their addresses are not segment addresses.
-  bool reserved_from_totals = false;
+  // The input records reserved memory (torch.cuda.memory_reserved()): an allocator state at the
+  // dump, a profiler's "Total Reserved", or the driver-level allocations of a native trace. Without
+  // it reports show no reserved figures.
+  bool reserved_known = false;
+  // The segment events were made from recorded totals (a profiler's "Total Reserved"): their
+  // sizes are right, their addresses are not segment addresses.
+  bool synthetic_segment_addresses = false;
   bool has_trace = false;  // alloc/free events were recorded
   bool has_times = false;
   bool has_stacks = false;  // any event or block carries frames

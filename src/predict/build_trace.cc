@@ -172,7 +172,7 @@ Result<BuiltTrace> BuildPredictedTrace(TensorStream stream, const BuildOptions& 
     seg.address = s.addr;
     seg.total_size = s.size;
     seg.stream = s.stream;
-    seg.pool = s.pool == allocator::PoolKind::kSmall ? model::Pool::kSmall : model::Pool::kLarge;
+    seg.pool = s.pool == allocator::Pool::kSmall ? model::Pool::kSmall : model::Pool::kLarge;
     seg.is_expandable = s.expandable;
     seg.first_block = static_cast<uint32_t>(trace.blocks.size());
     for (const allocator::BlockView& b : s.blocks) {
@@ -225,6 +225,7 @@ Result<BuiltTrace> BuildPredictedTrace(TensorStream stream, const BuildOptions& 
   trace.device_event_ranges = {{0, ev.count()}};
   trace.allocator_settings = SnapshotSettings(options.settings);
   trace.facts.has_allocator_state = true;
+  trace.facts.reserved_known = true;
   trace.facts.has_trace = ev.count() > 0;
   trace.facts.has_segment_events = true;
   trace.facts.predicted = true;

@@ -197,7 +197,9 @@ Result<TensorStream> ReadTracerStream(std::string_view path) {
 
 namespace {
 
-const char* PhaseName(model::RecordedPhase p) {
+// The tracer stream's spelling of a phase (its format says "inputs" where reports say
+// "before_forward").
+const char* StreamPhaseName(model::Phase p) {
   switch (p) {
     case model::RecordedPhase::kSetup:
       return "setup";
@@ -256,7 +258,7 @@ Status WriteTensorStream(const TensorStream& stream, const std::string& path, bo
           const std::string_view label = stream.strings.Get(e.name);
           j = {{"ev", "phase"},
                {"step", e.step},
-               {"phase", label.empty() ? std::string(PhaseName(e.phase)) : std::string(label)}};
+               {"phase", label.empty() ? std::string(StreamPhaseName(e.phase)) : std::string(label)}};
           break;
         }
         case StreamEvent::Kind::kEmptyCache:

@@ -165,7 +165,7 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
                         {"notes", in.attribution.notes}};
   out["peak_usage_bytes"] = in.summary.peak_usage_bytes;
   // Memory timelines record no reserved memory at all.
-  const bool reserved_known = f.has_allocator_state || f.reserved_from_totals;
+  const bool reserved_known = f.reserved_known;
   json devices = json::array();
   for (const analysis::DeviceSummary& d : in.summary.devices) {
     json categories = json::array();

@@ -58,8 +58,10 @@ void RenderReplay(std::string& out, const model::Trace& trace,
         "/ {} cudaFree\n",
         Bytes(r.stats.peak_reserved), Bytes(r.stats.peak_allocated),
         100.0 * r.FragmentationAtPeak(), Count(r.stats.cuda_mallocs), Count(r.stats.cuda_frees));
-    if (trace.facts.reserved_from_totals) {
-      out += fmt::format("    recorded peak reserved (the profiler's Total Reserved): {}\n",
+    if (trace.facts.reserved_known) {
+      out += fmt::format("    recorded peak reserved ({}): {}\n",
+                         trace.facts.synthetic_segment_addresses ? "the profiler's Total Reserved"
+                                                                 : "driver-level allocations",
                          Bytes(dev.recorded_peak_reserved));
     }
     out +=

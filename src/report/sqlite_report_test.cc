@@ -276,6 +276,7 @@ class PredictedReport {
     if (oom) e.Push(model::Action::kOom, 0, 0, 8 * kMiB, 0, model::kNoTime, 0);
     t.device_event_ranges = {{0, e.count()}};
     t.facts.has_allocator_state = true;
+    t.facts.reserved_known = true;
     t.facts.has_trace = true;
     t.facts.has_segment_events = true;
     t.facts.predicted = true;

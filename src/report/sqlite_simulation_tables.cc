@@ -94,12 +94,12 @@ Status WriteSimulationTables(Db& db, const ReportInput& in, uint64_t* rows) {
       int64_t seq = 0;
       for (const allocator::SimulatedSegmentEvent& e : r.segment_events) {
         RETURN_IF_ERROR(seg.Row(id, seq++, e.event, allocator::SegmentActionName(e.what.action),
-                                allocator::PoolKindName(e.what.pool), e.what.addr, e.what.size,
+                                model::PoolName(e.what.pool), e.what.addr, e.what.size,
                                 e.what.stream));
       }
       for (const allocator::SegmentView& s : r.final_state) {
         for (const allocator::BlockView& b : s.blocks) {
-          RETURN_IF_ERROR(block.Row(id, s.addr, allocator::PoolKindName(s.pool), s.expandable,
+          RETURN_IF_ERROR(block.Row(id, s.addr, model::PoolName(s.pool), s.expandable,
                                     s.stream, b.addr, b.size, b.requested,
                                     BlockStateText(b.state)));
         }

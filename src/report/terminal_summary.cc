@@ -234,7 +234,7 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
   };
   const bool predicted = IsPredictedTrace(t);
   const bool state = t.facts.has_allocator_state;
-  const bool reserved_known = state || t.facts.reserved_from_totals;
+  const bool reserved_known = t.facts.reserved_known;
   if (predicted) {
     PredictionHeader(in, options, line);
     const std::string name = !t.source.path.empty() ? t.source.path

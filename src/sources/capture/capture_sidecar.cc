@@ -86,13 +86,11 @@ std::optional<model::Category> CategoryOfKind(const std::string& kind) {
   return std::nullopt;
 }
 
-std::optional<model::RecordedPhase> PhaseOfName(const std::string& name) {
-  if (name == "forward") return model::RecordedPhase::kForward;
-  if (name == "backward") return model::RecordedPhase::kBackward;
-  if (name == "optimizer") return model::RecordedPhase::kOptimizer;
-  if (name == "between") return model::RecordedPhase::kBeforeForward;
-  if (name == "setup") return model::RecordedPhase::kSetup;
-  return std::nullopt;
+// The bootstrap's phase names ("between": after an optimizer step, before the next forward).
+std::optional<model::Phase> PhaseOfName(const std::string& name) {
+  const auto phase = model::ParsePhase(name);
+  if (phase == model::Phase::kUnknown) return std::nullopt;
+  return phase;
 }
 
 // "vramscope step=3 phase=forward" -> (3, "forward").
@@ -115,11 +113,11 @@ std::optional<std::pair<int32_t, std::string>> ParseMark(std::string_view text) 
 // optimizer step (zero_grad, the next batch) lead up to the next iteration.
 struct StepCounter {
   int32_t last_optimizer_step = 0;
-  int32_t Of(int32_t step, model::RecordedPhase phase) {
-    if (phase == model::RecordedPhase::kOptimizer) {
+  int32_t Of(int32_t step, model::Phase phase) {
+    if (phase == model::Phase::kOptimizer) {
       last_optimizer_step = std::max(last_optimizer_step, step);
     }
-    if (phase == model::RecordedPhase::kBeforeForward && step <= last_optimizer_step) {
+    if (phase == model::Phase::kBeforeForward && step <= last_optimizer_step) {
       return last_optimizer_step + 1;
     }
     return step;
@@ -134,7 +132,7 @@ size_t MarksFromMetadata(model::Trace& trace) {
     const int32_t device = trace.devices[d];
     bool any = false;
     StepCounter steps;
-    std::optional<std::pair<int32_t, model::RecordedPhase>> current;
+    std::optional<std::pair<int32_t, model::Phase>> current;
     for (size_t i = begin; i < end; ++i) {
       const auto it = trace.events.user_metadata.find(static_cast<uint32_t>(i));
       if (it == trace.events.user_metadata.end()) continue;
@@ -142,10 +140,10 @@ size_t MarksFromMetadata(model::Trace& trace) {
       if (!mark) continue;
       const auto phase = PhaseOfName(mark->second);
       if (!phase) continue;
-      const std::pair<int32_t, model::RecordedPhase> now{steps.Of(mark->first, *phase), *phase};
+      const std::pair<int32_t, model::Phase> now{steps.Of(mark->first, *phase), *phase};
       if (current == now) continue;
       if (!any && i > begin) {
-        out.push_back({device, static_cast<uint32_t>(begin), 0, model::RecordedPhase::kSetup});
+        out.push_back({device, static_cast<uint32_t>(begin), 0, model::Phase::kSetup});
       }
       any = true;
       current = now;
@@ -168,7 +166,7 @@ size_t MarksFromTimes(const CaptureSidecar& sidecar, model::Trace& trace) {
     const auto [begin, end] = trace.device_event_ranges[d];
     const int32_t device = trace.devices[d];
     if (begin == end) continue;
-    out.push_back({device, static_cast<uint32_t>(begin), 0, model::RecordedPhase::kSetup});
+    out.push_back({device, static_cast<uint32_t>(begin), 0, model::Phase::kSetup});
     StepCounter steps;
     size_t i = begin;
     for (const SidecarPhase& p : phases) {

@@ -25,8 +25,8 @@ using model::FrameId;
 using model::StackId;
 
 // No device holds a pebibyte: larger byte counts are corrupt.
-constexpr int64_t kMaxBytes = int64_t{1} << 50;
-constexpr int64_t kMaxDeviceId = (1 << 16) - 1;
+constexpr auto kMaxBytes = static_cast<int64_t>(model::kMaxPlausibleBytes);
+constexpr int64_t kMaxDeviceId = model::kMaxDeviceOrdinal;
 // Times are kept in nanoseconds; beyond this (about 285 years of microseconds since the epoch)
 // a timestamp is corrupt.
 constexpr int64_t kMaxTimeNs = 9'000'000'000'000'000'000;
@@ -1145,7 +1145,8 @@ Result<model::Trace> Parser::Finish() {
   model::TraceFacts& f = trace.facts;
   f.has_allocator_state = false;
   f.sizes_are_block_sizes = true;
-  f.reserved_from_totals = reserved_totals;
+  f.reserved_known = reserved_totals;
+  f.synthetic_segment_addresses = reserved_totals;
   f.has_trace = true;
   f.has_times = true;
   f.has_segment_events = segment_events > 0;

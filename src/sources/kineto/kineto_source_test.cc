@@ -124,7 +124,7 @@ TEST(KinetoSource, PairsAllocationsByAddr) {
   EXPECT_EQ(AllocatedAtMemoryEvents(t), (std::vector<int64_t>{1024, 3072, 2048, 2560, 512}));
   EXPECT_FALSE(t.facts.has_allocator_state);
   EXPECT_TRUE(t.facts.sizes_are_block_sizes);
-  EXPECT_TRUE(t.facts.reserved_from_totals);
+  EXPECT_TRUE(t.facts.reserved_known);
   EXPECT_TRUE(t.facts.has_trace);
   EXPECT_TRUE(t.facts.has_times);
   EXPECT_FALSE(t.facts.starts_mid_run);
@@ -156,7 +156,7 @@ TEST(KinetoSource, LegacySchemaPairsFreesLifoBySize) {
   EXPECT_EQ(t.facts.frees_without_alloc, 1u);
   EXPECT_EQ(t.facts.allocations_alive_before_trace, 1u);
   EXPECT_THAT(t.source.generation, HasSubstr("legacy"));
-  EXPECT_FALSE(t.facts.reserved_from_totals);
+  EXPECT_FALSE(t.facts.reserved_known);
   ASSERT_EQ(t.start_levels.size(), 1u);
   EXPECT_EQ(t.start_levels[0].untracked_allocated, 0);
   EXPECT_EQ(t.start_levels[0].reserved, 0);
@@ -187,7 +187,7 @@ TEST(KinetoSource, ReservedChangesBecomeSegmentEvents) {
   EXPECT_EQ(t.events.size[5], static_cast<uint64_t>(4 * mb));
   EXPECT_EQ(t.events.time_us[1], 2);
   EXPECT_EQ(t.start_levels[0].reserved, 2 * mb);
-  EXPECT_TRUE(t.facts.reserved_from_totals);
+  EXPECT_TRUE(t.facts.reserved_known);
   EXPECT_TRUE(t.facts.has_segment_events);
   std::vector<int64_t> reserved;
   EXPECT_EQ(AllocatedAtMemoryEvents(t, 0, &reserved),
@@ -620,7 +620,7 @@ TEST_P(KinetoFixture, LevelsEqualTheProfilersTotals) {
     EXPECT_EQ(max_reserved, f.peak_reserved);
     EXPECT_EQ(tl.devices[0].peak_allocated, f.peak_allocated);
     EXPECT_EQ(tl.devices[0].peak_reserved, f.peak_reserved);
-    EXPECT_TRUE(t.facts.reserved_from_totals);
+    EXPECT_TRUE(t.facts.reserved_known);
     EXPECT_THAT(t.source.generation, HasSubstr("Addr/Total Allocated"));
   } else {
     // Legacy: the README's counts, including CPU frees, and a curve that never goes below 0

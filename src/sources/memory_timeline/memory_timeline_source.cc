@@ -61,10 +61,9 @@ std::optional<Category> MapCategory(int64_t index) {
   }
 }
 
-// Limits no real timeline comes near: one tensor of 1 PiB, 64 PiB live at once. They keep every
-// sum in the later stages far from overflowing.
-constexpr int64_t kMaxTensorBytes = int64_t{1} << 50;
-constexpr int64_t kMaxLiveBytes = int64_t{1} << 56;
+// The shared plausibility limits (model/limits.h): one tensor, and what is live at once.
+constexpr auto kMaxTensorBytes = static_cast<int64_t>(model::kMaxPlausibleBytes);
+constexpr auto kMaxLiveBytes = static_cast<int64_t>(model::kMaxPlausibleLiveBytes);
 // Synthetic addresses: 512 B apart, one per tensor, never reused.
 constexpr uint64_t kAddressStep = 512;
 

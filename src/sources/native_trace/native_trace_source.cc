@@ -19,16 +19,13 @@ namespace vramscope::native_trace {
 
 namespace {
 
-// No device holds more: a bigger size is a damaged record, and sums of such sizes would overflow
-// the analyses' 64-bit levels.
-constexpr uint64_t kMaxPlausibleBytes = uint64_t{1} << 48;
+// No device holds more (model/limits.h): a bigger size is a damaged record.
+using model::kMaxPlausibleBytes;
 
 using model::Action;
-using model::RecordedPhase;
+using model::Phase;
 using vstrace::RecordKind;
 
-// Device ordinals beyond this are damage, not GPUs.
-constexpr int32_t kMaxDevice = 1023;
 // The NVTX path kept for an event: its innermost ranges.
 constexpr size_t kMaxPathDepth = 16;
 
@@ -94,7 +91,7 @@ struct Pending {
   uint32_t native_stack;
   model::StringId path;
   int32_t step;
-  RecordedPhase phase;
+  Phase phase;
 };
 
 class Builder {
@@ -128,7 +125,7 @@ class Builder {
   }
 
   int32_t Device(int32_t device) {
-    if (device < 0 || device > kMaxDevice) {
+    if (device < 0 || device > model::kMaxDeviceOrdinal) {
       ++unknown_device_;
       return 0;
     }
@@ -181,16 +178,16 @@ class Builder {
     table[addr] = live;
   }
 
-  void UpdatePhase(std::optional<RecordedPhase> phase) {
+  void UpdatePhase(std::optional<Phase> phase) {
     if (!phase) {
       // Nothing named a phase: the phase goes on (the loss after forward belongs to it), except
       // that the optimizer's end starts the stretch before the next forward.
-      if (phase_ == RecordedPhase::kOptimizer) phase_ = RecordedPhase::kBeforeForward;
+      if (phase_ == Phase::kOptimizer) phase_ = Phase::kBeforeForward;
       return;
     }
     any_phase_ = true;
-    if (*phase == RecordedPhase::kForward) {
-      if (phase_ != RecordedPhase::kForward && (step_ == 0 || saw_backward_or_optimizer_)) {
+    if (*phase == Phase::kForward) {
+      if (phase_ != Phase::kForward && (step_ == 0 || saw_backward_or_optimizer_)) {
         ++step_;
         saw_backward_or_optimizer_ = false;
       }
@@ -201,7 +198,7 @@ class Builder {
   }
 
   // The phase the innermost named range of `tid` (then the newest open start/end range) says.
-  std::optional<RecordedPhase> PhaseOfThread(uint32_t tid) const {
+  std::optional<Phase> PhaseOfThread(uint32_t tid) const {
     if (const auto it = nvtx_.find(tid); it != nvtx_.end()) {
       for (auto name = it->second.rbegin(); name != it->second.rend(); ++name) {
         if (const auto p = PhaseOfRangeName(*name)) return p;
@@ -423,7 +420,7 @@ class Builder {
       const size_t begin = ev.count();
       bool first = true;
       int32_t step = 0;
-      RecordedPhase phase = RecordedPhase::kSetup;
+      Phase phase = Phase::kSetup;
       for (const Pending& p : pending_) {
         if (p.device != device) continue;
         const auto index = static_cast<uint32_t>(ev.count());
@@ -446,10 +443,9 @@ class Builder {
     model::TraceFacts& f = t.facts;
     f.has_allocator_state = false;
     f.sizes_are_block_sizes = true;
-    // The segment events are the driver's own allocations, so the reserved curve they make is
-    // recorded, not inferred: reports show it only under this fact (named for the profiler's
-    // totals; here the addresses are real too).
-    f.reserved_from_totals = ev.count() > 0;
+    // The segment events are the driver's own allocations, at their real addresses: the
+    // reserved curve they make is recorded, not inferred.
+    f.reserved_known = ev.count() > 0;
     f.has_trace = ev.count() > 0;
     f.has_times = true;
     f.has_stacks = any_stack;
@@ -618,7 +614,7 @@ class Builder {
   uint32_t last_nvtx_tid_ = 0;
   int64_t last_time_us_ = std::numeric_limits<int64_t>::min();
   int32_t step_ = 0;
-  RecordedPhase phase_ = RecordedPhase::kSetup;
+  Phase phase_ = Phase::kSetup;
   bool any_phase_ = false;
   bool saw_backward_or_optimizer_ = false;
   int64_t driver_allocs_ = 0, managed_allocs_ = 0, pool_allocs_ = 0, failed_allocs_ = 0;
@@ -632,15 +628,15 @@ class Builder {
 
 }  // namespace
 
-std::optional<RecordedPhase> PhaseOfRangeName(std::string_view name) {
+std::optional<Phase> PhaseOfRangeName(std::string_view name) {
   const std::vector<std::string> words = Words(name);
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& w = words[i];
-    if (w == "forward" || w == "fwd") return RecordedPhase::kForward;
-    if (w == "backward" || w == "bwd") return RecordedPhase::kBackward;
-    if (w == "optimizer" || w == "optim") return RecordedPhase::kOptimizer;
+    if (w == "forward" || w == "fwd") return Phase::kForward;
+    if (w == "backward" || w == "bwd") return Phase::kBackward;
+    if (w == "optimizer" || w == "optim") return Phase::kOptimizer;
     if (w == "step" && (words.size() == 1 || (i > 0 && words[i - 1] == "opt"))) {
-      return RecordedPhase::kOptimizer;
+      return Phase::kOptimizer;
     }
   }
   return std::nullopt;

@@ -36,6 +36,6 @@ Result<model::Trace> TraceFromNativeTrace(std::span<const uint8_t> bytes, const 
 // The training phase an NVTX range's name stands for, if any: its words (split at
 // non-alphanumerics, case changes and digits) include forward/fwd, backward/bwd,
 // optimizer/optim, or the name is just "step" or "<optim...> step". "train_step" names none.
-std::optional<model::RecordedPhase> PhaseOfRangeName(std::string_view name);
+std::optional<model::Phase> PhaseOfRangeName(std::string_view name);
 
 }  // namespace vramscope::native_trace

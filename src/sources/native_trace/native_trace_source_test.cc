@@ -19,7 +19,7 @@ namespace vramscope::native_trace {
 namespace {
 
 using model::Action;
-using model::RecordedPhase;
+using model::Phase;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using vstrace::Api;
@@ -543,16 +543,16 @@ TEST(NativeTraceSource, NativeStacksBecomeFramesAndStacks) {
 }
 
 TEST(NativeTraceSource, PhaseNamesAreWordsNotSubstrings) {
-  EXPECT_EQ(PhaseOfRangeName("forward"), RecordedPhase::kForward);
-  EXPECT_EQ(PhaseOfRangeName("FWD"), RecordedPhase::kForward);
-  EXPECT_EQ(PhaseOfRangeName("model.ForwardPass"), RecordedPhase::kForward);
-  EXPECT_EQ(PhaseOfRangeName("Backward"), RecordedPhase::kBackward);
-  EXPECT_EQ(PhaseOfRangeName("bwd_pass"), RecordedPhase::kBackward);
-  EXPECT_EQ(PhaseOfRangeName("AddmmBackward0"), RecordedPhase::kBackward);
-  EXPECT_EQ(PhaseOfRangeName("optimizer.step"), RecordedPhase::kOptimizer);
-  EXPECT_EQ(PhaseOfRangeName("Optim"), RecordedPhase::kOptimizer);
-  EXPECT_EQ(PhaseOfRangeName("step"), RecordedPhase::kOptimizer);
-  EXPECT_EQ(PhaseOfRangeName("opt_step"), RecordedPhase::kOptimizer);
+  EXPECT_EQ(PhaseOfRangeName("forward"), Phase::kForward);
+  EXPECT_EQ(PhaseOfRangeName("FWD"), Phase::kForward);
+  EXPECT_EQ(PhaseOfRangeName("model.ForwardPass"), Phase::kForward);
+  EXPECT_EQ(PhaseOfRangeName("Backward"), Phase::kBackward);
+  EXPECT_EQ(PhaseOfRangeName("bwd_pass"), Phase::kBackward);
+  EXPECT_EQ(PhaseOfRangeName("AddmmBackward0"), Phase::kBackward);
+  EXPECT_EQ(PhaseOfRangeName("optimizer.step"), Phase::kOptimizer);
+  EXPECT_EQ(PhaseOfRangeName("Optim"), Phase::kOptimizer);
+  EXPECT_EQ(PhaseOfRangeName("step"), Phase::kOptimizer);
+  EXPECT_EQ(PhaseOfRangeName("opt_step"), Phase::kOptimizer);
   EXPECT_EQ(PhaseOfRangeName("train_step"), std::nullopt);
   EXPECT_EQ(PhaseOfRangeName("forwarding_table"), std::nullopt);
   EXPECT_EQ(PhaseOfRangeName("aten::addmm"), std::nullopt);
@@ -593,21 +593,21 @@ TEST(NativeTraceSource, NvtxRangesGiveEachEventItsPathAndThePhaseMarks) {
   EXPECT_EQ(path_of(7), "train_step/backward");  // thread 2 has no ranges: the last active one's
   EXPECT_EQ(path_of(9), "train_step/optimizer.step");
 
-  std::vector<std::tuple<uint32_t, int32_t, RecordedPhase>> marks;
+  std::vector<std::tuple<uint32_t, int32_t, Phase>> marks;
   for (const model::PhaseMark& m : t.phase_marks) {
     EXPECT_EQ(m.device, 0);
     marks.emplace_back(m.event, m.step, m.phase);
   }
-  EXPECT_EQ(marks, (std::vector<std::tuple<uint32_t, int32_t, RecordedPhase>>{
-                       {0, 0, RecordedPhase::kSetup},
-                       {2, 1, RecordedPhase::kForward},
-                       {6, 1, RecordedPhase::kBackward},
-                       {8, 1, RecordedPhase::kOptimizer},
-                       {10, 1, RecordedPhase::kBeforeForward},
-                       {12, 2, RecordedPhase::kForward},
-                       {16, 2, RecordedPhase::kBackward},
-                       {18, 2, RecordedPhase::kOptimizer},
-                       {20, 2, RecordedPhase::kBeforeForward},
+  EXPECT_EQ(marks, (std::vector<std::tuple<uint32_t, int32_t, Phase>>{
+                       {0, 0, Phase::kSetup},
+                       {2, 1, Phase::kForward},
+                       {6, 1, Phase::kBackward},
+                       {8, 1, Phase::kOptimizer},
+                       {10, 1, Phase::kBeforeForward},
+                       {12, 2, Phase::kForward},
+                       {16, 2, Phase::kBackward},
+                       {18, 2, Phase::kOptimizer},
+                       {20, 2, Phase::kBeforeForward},
                    }));
   EXPECT_FALSE(HasNote(t, "NVTX ranges were not recorded"));
 }
@@ -617,9 +617,9 @@ TEST(NativeTraceSource, StartEndRangesAndMarksCountToo) {
   b.Start(1, 9, "fwd").Alloc(2, 0x1000, 512).End(3, 9).Mark(4, "bwd").Alloc(5, 0x2000, 512);
   const model::Trace t = LoadOk(b.bytes());
   ASSERT_EQ(t.phase_marks.size(), 2u);
-  EXPECT_EQ(t.phase_marks[0].phase, RecordedPhase::kForward);
+  EXPECT_EQ(t.phase_marks[0].phase, Phase::kForward);
   EXPECT_EQ(t.phase_marks[0].step, 1);
-  EXPECT_EQ(t.phase_marks[1].phase, RecordedPhase::kBackward);
+  EXPECT_EQ(t.phase_marks[1].phase, Phase::kBackward);
   EXPECT_EQ(t.phase_marks[1].event, 2u);
 }
 

@@ -57,7 +57,7 @@ class Converter {
     const auto key = doc_->AsString(context[j - 1]);
     if (!key || *key != "device_traces") return std::nullopt;
     const size_t device = lists - 1 + doc_->Items(context[j]).size();
-    if (device > (1u << 20)) return std::nullopt;
+    if (device > static_cast<size_t>(model::kMaxDeviceOrdinal)) return std::nullopt;
     return static_cast<int32_t>(device);
   }
   Status ConsumeEntries(int32_t device, Value list, std::span<const Value> entries) {
@@ -395,7 +395,7 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
     model::Segment& out = pending[s].segment;
     uint64_t device = 0;
     RETURN_IF_ERROR(GetU64(seg, sp, "device", 0, &device));
-    if (device > 1u << 20) {
+    if (device > static_cast<uint64_t>(model::kMaxDeviceOrdinal)) {
       return InvalidInput(
           fmt::format("{}: device {} is not a device ordinal", sp.ToString(), device));
     }
@@ -715,6 +715,7 @@ Result<model::Trace> Converter::Run() {
   // Facts.
   model::TraceFacts& f = t.facts;
   f.has_allocator_state = true;
+  f.reserved_known = true;
   for (const Action a : t.events.action) {
     switch (a) {
       case Action::kAlloc:
