@@ -34,6 +34,9 @@ struct InitialBlock {
   uint64_t stream;
   int32_t allocation;
   bool exact;
+  // The block lies inside a segment the recording implies, so the allocator's rules fix its size
+  // (below): the replay reports it with the sizes it confirmed.
+  bool established = false;
 };
 
 // A small-pool segment is always 2 MiB; large-pool segments are 10 MiB or more.
@@ -70,7 +73,9 @@ std::map<uint64_t, InitialSegment> InitialSegments(const model::Trace& trace, in
 // Allocations alive when the trace began, with their block sizes. A block whose size is not
 // known exactly (it was freed during the trace, which records only the requested size) takes
 // the rounded request; in the large pool, a gap of 1 MiB or less after it cannot be a free block
-// (every large-pool block is larger), so it is the unsplit remainder of this one.
+// (every large-pool block is larger), so it is the unsplit remainder of this one. Inside a known
+// segment that fixes the block: the small pool always splits off the rest (sizes are multiples of
+// 512 B), and the large pool splits off more than 1 MiB or nothing.
 std::vector<InitialBlock> InitialBlocks(const model::Trace& trace, int32_t device,
                                         const std::map<uint64_t, InitialSegment>& segs,
                                         const AllocatorSettings& settings) {
@@ -93,7 +98,9 @@ std::vector<InitialBlock> InitialBlocks(const model::Trace& trace, int32_t devic
     if (it == segs.begin()) continue;
     --it;
     const InitialSegment& s = it->second;
-    if (b.addr + b.size > s.addr + s.size || s.pool != Pool::kLarge) continue;
+    if (b.addr + b.size > s.addr + s.size) continue;
+    b.established = true;
+    if (s.pool != Pool::kLarge) continue;
     uint64_t boundary = s.addr + s.size;
     if (k + 1 < blocks.size() && blocks[k + 1].addr < boundary) boundary = blocks[k + 1].addr;
     if (boundary <= b.addr + b.size) continue;
@@ -244,6 +251,7 @@ class Replayer {
       model_.SetTag(id, b.allocation);
       block_of_[b.allocation] = id;
       ++result_.initial_blocks;
+      if (b.established && !b.exact) result_.confirmed_block_sizes.emplace_back(b.allocation, b.size);
     }
     if (unplaced > 0) {
       result_.notes.push_back(fmt::format(

@@ -115,8 +115,10 @@ struct ReplayResult {
   std::vector<std::string> invariant_violations;  // with check_invariants; empty when sound
   // Compare mode: (allocation index, block bytes) for every allocation of the trace whose size
   // the recording left estimated (Allocation::size_exact false) and that the model placed at its
-  // recorded address, so the model's block is the real one. A large-pool block the allocator did
-  // not split is bigger than the rounded request; this is how the report learns it.
+  // recorded address, or that was alive before the trace inside a segment the recording implies
+  // (the allocator's split rules then fix its block), so the model's block is the real one. A
+  // large-pool block the allocator did not split is bigger than the rounded request; this is how
+  // the report learns it.
   std::vector<std::pair<int32_t, uint64_t>> confirmed_block_sizes;
 
   // (reserved - allocated) / reserved at the peak of reserved memory.

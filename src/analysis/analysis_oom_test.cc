@@ -68,7 +68,8 @@ model::Trace FragmentedTrace(uint64_t request, uint64_t device_free) {
 TEST(Oom, FragmentationExplainedAtTheEventNotTheDump) {
   model::Trace t = FragmentedTrace(20 * kMiB, 1 * kMiB);
   const ProjectRoot root("/home/me/proj");
-  const Analysis a = Analyze(t, root);
+  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(t), root);
+  const Analysis& a = *analysis_owner;
   ASSERT_EQ(a.summary.devices.size(), 1u);
   const DeviceSummary& d = a.summary.devices[0];
   EXPECT_EQ(d.allocated_at_dump, 0);  // the unwinding freed everything before the dump
@@ -109,7 +110,8 @@ TEST(Oom, EnoughOnTheDeviceMeansTheProcessCapStoppedIt) {
   // 64 MiB requested with 24 MiB reserved but free: no fragmentation; the device had 80 GiB free.
   model::Trace t = FragmentedTrace(64 * kMiB, uint64_t{80} << 30);
   const ProjectRoot root("/home/me/proj");
-  const Analysis a = Analyze(t, root);
+  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(t), root);
+  const Analysis& a = *analysis_owner;
   const OomExplanation& o = a.summary.devices.at(0).ooms.at(0);
   EXPECT_FALSE(o.fragmentation);
   EXPECT_EQ(o.limit, OomLimit::kAllocatorCap);
@@ -125,7 +127,8 @@ TEST(Oom, SmallRequestsLookInTheSmallPoolAndRoundUp) {
   // cannot serve it, and the device had nothing left.
   model::Trace t = FragmentedTrace(1000, 0);
   const ProjectRoot root("/home/me/proj");
-  const Analysis a = Analyze(t, root);
+  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(t), root);
+  const Analysis& a = *analysis_owner;
   const OomExplanation& o = a.summary.devices.at(0).ooms.at(0);
   EXPECT_TRUE(o.small_pool);
   EXPECT_EQ(o.block_bytes, 1024u);
@@ -144,7 +147,8 @@ TEST(Oom, WithoutAnOomEventThereIsNothingToExplain) {
     if (t.events.action[i] == Action::kOom) t.events.action[i] = Action::kSnapshot;
   }
   const ProjectRoot root("/home/me/proj");
-  const Analysis a = Analyze(t, root);
+  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(t), root);
+  const Analysis& a = *analysis_owner;
   EXPECT_TRUE(a.summary.devices.at(0).ooms.empty());
 }
 
@@ -152,7 +156,8 @@ TEST(Oom, FreeBlocksOfExpandableSegmentsAreNotRebuilt) {
   model::Trace t = FragmentedTrace(20 * kMiB, 1 * kMiB);
   t.segments[0].is_expandable = true;
   const ProjectRoot root("/home/me/proj");
-  const Analysis a = Analyze(t, root);
+  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(t), root);
+  const Analysis& a = *analysis_owner;
   const OomExplanation& o = a.summary.devices.at(0).ooms.at(0);
   EXPECT_FALSE(o.state_known);
   EXPECT_THAT(o.state_note, HasSubstr("expandable"));

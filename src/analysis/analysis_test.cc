@@ -58,7 +58,7 @@ model::Trace MidRunTrace(bool with_segment_free) {
 
 TEST(Timelines, AnchoredAtTheDumpAndDropAtFreeRequested) {
   const model::Trace t = MidRunTrace(false);
-  const Timelines tl = ComputeTimelines(t);
+  const Timelines tl = ComputeTimelines(model::Uninterpreted(t));
   ASSERT_EQ(tl.devices.size(), 1u);
   const DeviceTimeline& d = tl.devices[0];
   EXPECT_EQ(d.allocated_at_start, 1024 + 4096);  // B (700 B -> 1024) and E
@@ -74,7 +74,7 @@ TEST(Timelines, AnchoredAtTheDumpAndDropAtFreeRequested) {
 
 TEST(Timelines, ReservedWalksBackFromTheDump) {
   const model::Trace t = MidRunTrace(true);
-  const DeviceTimeline d = ComputeTimelines(t).devices[0];
+  const DeviceTimeline d = ComputeTimelines(model::Uninterpreted(t)).devices[0];
   EXPECT_EQ(d.reserved_at_start, (2 << 20) + (20 << 20));  // the freed segment existed before
   EXPECT_EQ(d.ReservedAfter(d.end - 1), 2 << 20);
   EXPECT_EQ(d.ReservedAfter(d.end - 2), (2 << 20) + (20 << 20));  // before the segment_free
@@ -140,7 +140,8 @@ TEST(Analyze, BuiltInExampleFigures) {
   auto trace = snapshot::LoadSnapshot(**file);
   ASSERT_TRUE(trace.ok()) << trace.status().message();
   const ProjectRoot root("/home/user/mlp_example");
-  const Analysis a = Analyze(*trace, root);
+  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(*trace), root);
+  const Analysis& a = *analysis_owner;
   ASSERT_EQ(a.summary.devices.size(), 1u);
   const DeviceSummary& d = a.summary.devices[0];
   // The generator's own replay (examples/make_example_snapshot.py) prints these figures.
@@ -176,7 +177,7 @@ TEST(Analyze, FullTraceFixturesEndWhereTheDumpIs) {
     ASSERT_TRUE(file.ok());
     auto trace = snapshot::LoadSnapshot(**file);
     ASSERT_TRUE(trace.ok()) << trace.status().message();
-    const Timelines tl = ComputeTimelines(*trace);
+    const Timelines tl = ComputeTimelines(model::Uninterpreted(*trace));
     for (const DeviceTimeline& d : tl.devices) {
       ASSERT_FALSE(d.allocated.empty()) << name;
       EXPECT_EQ(d.allocated.back(), d.allocated_at_dump) << name;

@@ -2,25 +2,26 @@
 
 namespace vramscope::analysis {
 
-Analysis Analyze(model::Trace& trace, const ProjectRoot& root) {
-  Analysis a;
-  a.attribution = attribution::Attribute(trace);
-  a.timelines = ComputeTimelines(trace);
-  a.sites = std::make_unique<SiteNamer>(trace, root);
-  a.owners = std::make_unique<OwnerNamer>(trace, *a.sites);
-  a.summary = Summarize(trace, a.timelines, a.attribution, *a.sites, *a.owners);
+std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoot& root) {
+  const model::Trace& trace = view.trace;
+  auto a = std::make_unique<Analysis>();
+  a->attribution = attribution::Attribute(view);
+  a->timelines = ComputeTimelines(view);
+  a->sites = std::make_unique<SiteNamer>(trace, root);
+  a->owners = std::make_unique<OwnerNamer>(view, a->attribution, *a->sites);
+  a->summary = Summarize(view, a->timelines, a->attribution, *a->sites, *a->owners);
   {
     attribution::StackFactsCache facts(trace);
-    for (DeviceSummary& d : a.summary.devices) {
-      for (const DeviceTimeline& t : a.timelines.devices) {
+    for (DeviceSummary& d : a->summary.devices) {
+      for (const DeviceTimeline& t : a->timelines.devices) {
         if (t.device != d.device) continue;
-        d.ooms = ExplainOoms(trace, t, a.attribution, *a.sites, *a.owners, facts);
+        d.ooms = ExplainOoms(view, t, a->attribution, *a->sites, *a->owners, facts);
       }
     }
   }
-  a.entries = BuildSkylineEntries(trace, a.summary, a.attribution, *a.sites);
-  a.category_timelines =
-      CategoryTimelines(trace, a.timelines, a.attribution, kCategoryTimelinePoints);
+  a->entries = BuildSkylineEntries(view, a->summary, a->attribution, *a->sites);
+  a->category_timelines =
+      CategoryTimelines(view, a->timelines, a->attribution, kCategoryTimelinePoints);
   return a;
 }
 

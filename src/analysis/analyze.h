@@ -1,6 +1,6 @@
 // The analysis stage in one call: attribution, timelines, sites, the summary (with the
-// out-of-memory explanations) and Skyline's entries, computed once from a loaded trace. Every
-// reporter and subcommand starts from this.
+// out-of-memory explanations) and Skyline's entries, computed once from a loaded trace and its
+// interpretation. The pipeline (src/pipeline) calls it once per input; reporters render it.
 #pragma once
 
 #include <memory>
@@ -12,15 +12,21 @@
 #include "analysis/summary.h"
 #include "analysis/timeline.h"
 #include "attribution/attribution.h"
+#include "model/interpretation.h"
 #include "model/trace.h"
 
 namespace vramscope::analysis {
 
+// Not movable: the namers refer to the attribution and to each other.
 struct Analysis {
+  Analysis() = default;
+  Analysis(const Analysis&) = delete;
+  Analysis& operator=(const Analysis&) = delete;
+
   attribution::Attribution attribution;
   Timelines timelines;
   std::unique_ptr<SiteNamer> sites;    // refers to the trace and the project root
-  std::unique_ptr<OwnerNamer> owners;  // refers to the trace and `sites`
+  std::unique_ptr<OwnerNamer> owners;  // refers to the view, `attribution` and `sites`
   Summary summary;
   SkylineEntries entries;
   // Bytes by category at the reduced points of each device's curve (parallel to timelines).
@@ -30,7 +36,7 @@ struct Analysis {
 // Points kept per device in the category timeline.
 inline constexpr size_t kCategoryTimelinePoints = 20000;
 
-// `trace` and `root` must outlive the result.
-Analysis Analyze(model::Trace& trace, const ProjectRoot& root);
+// The trace and interpretation behind `view`, and `root`, must outlive the result.
+std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoot& root);
 
 }  // namespace vramscope::analysis

@@ -9,9 +9,10 @@ namespace vramscope::analysis {
 
 using model::kNoEvent;
 
-std::vector<CategoryBytes> CategoriesAfter(const model::Trace& trace,
+std::vector<CategoryBytes> CategoriesAfter(const model::TraceView& view,
                                            const attribution::Attribution& attribution,
                                            int32_t device, const std::vector<int64_t>& events) {
+  const model::Trace& trace = view.trace;
   // (event, category, delta) for every alloc and release of the device, swept in event order.
   struct Change {
     int64_t event;
@@ -24,7 +25,7 @@ std::vector<CategoryBytes> CategoriesAfter(const model::Trace& trace,
     const model::Allocation& a = trace.allocations[i];
     if (a.device != device) continue;
     const auto c = static_cast<uint8_t>(attribution.allocations[i].category);
-    const auto size = static_cast<int64_t>(a.size);
+    const auto size = static_cast<int64_t>(view.BlockSize(i));
     if (a.alloc_event == kNoEvent) {
       running[c] += size;
     } else {
@@ -62,13 +63,13 @@ std::vector<CategoryBytes> CategoriesAfter(const model::Trace& trace,
 }
 
 std::vector<std::vector<CategoryPoint>> CategoryTimelines(
-    const model::Trace& trace, const Timelines& timelines,
+    const model::TraceView& view, const Timelines& timelines,
     const attribution::Attribution& attribution, size_t max_points) {
   std::vector<std::vector<CategoryPoint>> out;
   for (const DeviceTimeline& t : timelines.devices) {
     std::vector<int64_t> events = {kNoEvent};
     for (const size_t e : ReduceTimeline(t, max_points)) events.push_back(static_cast<int64_t>(e));
-    const std::vector<CategoryBytes> sums = CategoriesAfter(trace, attribution, t.device, events);
+    const std::vector<CategoryBytes> sums = CategoriesAfter(view, attribution, t.device, events);
     std::vector<CategoryPoint> points;
     points.reserve(events.size());
     for (size_t i = 0; i < events.size(); ++i) points.push_back({events[i], sums[i]});
@@ -77,9 +78,10 @@ std::vector<std::vector<CategoryPoint>> CategoryTimelines(
   return out;
 }
 
-std::vector<IterationSummary> SummarizeIterations(const model::Trace& trace,
+std::vector<IterationSummary> SummarizeIterations(const model::TraceView& view,
                                                   const DeviceTimeline& timeline,
                                                   const attribution::Attribution& attribution) {
+  const model::Trace& trace = view.trace;
   std::vector<IterationSummary> out;
   for (const attribution::Iteration& it : attribution.phases.iterations) {
     if (it.device != timeline.device) continue;
@@ -108,13 +110,15 @@ std::vector<IterationSummary> SummarizeIterations(const model::Trace& trace,
   }
   std::vector<int64_t> peaks;
   for (const IterationSummary& s : out) peaks.push_back(s.peak_event);
-  const std::vector<CategoryBytes> at = CategoriesAfter(trace, attribution, timeline.device, peaks);
+  const std::vector<CategoryBytes> at = CategoriesAfter(view, attribution, timeline.device, peaks);
   for (size_t i = 0; i < out.size(); ++i) out[i].at_peak = at[i];
   return out;
 }
 
-LiveBreakdown BreakdownAfter(const model::Trace& trace, const attribution::Attribution& attribution,
-                             SiteNamer& sites, OwnerNamer& owners, int32_t device, int64_t event) {
+LiveBreakdown BreakdownAfter(const model::TraceView& view,
+                             const attribution::Attribution& attribution, SiteNamer& sites,
+                             OwnerNamer& owners, int32_t device, int64_t event) {
+  const model::Trace& trace = view.trace;
   using attribution::Category;
   LiveBreakdown out;
   for (int c = 0; c < attribution::kCategoryCount; ++c) {
@@ -126,13 +130,14 @@ LiveBreakdown BreakdownAfter(const model::Trace& trace, const attribution::Attri
   for (const size_t i : LiveAfter(trace, device, event)) {
     const model::Allocation& a = trace.allocations[i];
     const attribution::AllocationInfo& info = attribution.allocations[i];
-    const uint32_t owner = owners.Id(a, info);
+    const uint64_t size = view.BlockSize(i);
+    const uint32_t owner = owners.Id(i);
     auto [owner_it, new_owner] = owner_group.emplace(
         (static_cast<uint64_t>(info.category) << 32) | owner, out.by_owner.size());
     if (new_owner) out.by_owner.push_back({info.category, owners.Label(owner), 0, 0});
-    out.by_owner[owner_it->second].bytes += a.size;
+    out.by_owner[owner_it->second].bytes += size;
     ++out.by_owner[owner_it->second].count;
-    out.by_confidence[static_cast<int>(info.confidence)] += a.size;
+    out.by_confidence[static_cast<int>(info.confidence)] += size;
     const uint32_t site = sites.Site(a.alloc_stack);
     auto [it, inserted] = group_of_site.emplace(site, out.by_site.size());
     if (inserted) {
@@ -140,13 +145,13 @@ LiveBreakdown BreakdownAfter(const model::Trace& trace, const attribution::Attri
       site_categories.push_back({});
     }
     SiteGroup& g = out.by_site[it->second];
-    g.bytes += a.size;
+    g.bytes += size;
     ++g.count;
-    site_categories[it->second][static_cast<int>(info.category)] += a.size;
+    site_categories[it->second][static_cast<int>(info.category)] += size;
     CategoryShare& share = out.by_category[static_cast<int>(info.category)];
-    share.bytes += a.size;
+    share.bytes += size;
     ++share.count;
-    out.bytes += a.size;
+    out.bytes += size;
     ++out.count;
   }
   for (size_t g = 0; g < out.by_site.size(); ++g) {
@@ -161,8 +166,9 @@ LiveBreakdown BreakdownAfter(const model::Trace& trace, const attribution::Attri
   return out;
 }
 
-uint32_t OwnerNamer::Id(const model::Allocation& allocation,
-                        const attribution::AllocationInfo& info) {
+uint32_t OwnerNamer::Id(size_t i) {
+  const model::Allocation& allocation = view_.trace.allocations[i];
+  const attribution::AllocationInfo& info = attribution_.allocations[i];
   const model::StringId name =
       info.category == attribution::Category::kWeight
           ? info.module_kind
@@ -170,18 +176,18 @@ uint32_t OwnerNamer::Id(const model::Allocation& allocation,
   const bool before_trace = allocation.alloc_event == kNoEvent;
   // A name the source gave the tensor (the predictor, a capture sidecar) is its owner.
   if (!before_trace) {
-    const auto& names = trace_.events.tensor_name;
-    if (const auto named = names.find(static_cast<uint32_t>(allocation.alloc_event));
-        named != names.end()) {
+    if (const std::string_view tensor =
+            view_.TensorName(static_cast<uint32_t>(allocation.alloc_event));
+        !tensor.empty()) {
       const bool state = info.category == attribution::Category::kWeight ||
                          info.category == attribution::Category::kGradient ||
                          info.category == attribution::Category::kOptimizerState ||
                          info.category == attribution::Category::kInput ||
                          info.category == attribution::Category::kWorkspace;
-      const std::string_view tensor = trace_.strings.Get(named->second);
-      std::string label = state || info.operation == model::kEmptyString
-                              ? std::string(tensor)
-                              : fmt::format("{} @ {}", trace_.strings.Get(info.operation), tensor);
+      std::string label =
+          state || info.operation == model::kEmptyString
+              ? std::string(tensor)
+              : fmt::format("{} @ {}", attribution_.Name(info.operation), tensor);
       auto [it, inserted] =
           by_label_.emplace(std::move(label), static_cast<uint32_t>(labels_.size()));
       if (inserted) labels_.push_back(it->first);
@@ -198,7 +204,7 @@ uint32_t OwnerNamer::Id(const model::Allocation& allocation,
   } else {
     label = sites_.Label(site);
     if (name != model::kEmptyString) {
-      const std::string_view what = trace_.strings.Get(name);
+      const std::string_view what = attribution_.Name(name);
       if (label != what) label = fmt::format("{} @ {}", what, label);
     }
   }

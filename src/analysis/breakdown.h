@@ -11,6 +11,7 @@
 #include "analysis/sites.h"
 #include "analysis/timeline.h"
 #include "attribution/attribution.h"
+#include "model/interpretation.h"
 #include "model/trace.h"
 
 namespace vramscope::analysis {
@@ -54,12 +55,13 @@ class OwnerNamer;
 
 // The allocations of `device` live right after `event` (kNoEvent: at the start of the trace), as
 // LiveAfter gives them, grouped.
-LiveBreakdown BreakdownAfter(const model::Trace& trace, const attribution::Attribution& attribution,
+LiveBreakdown BreakdownAfter(const model::TraceView& view,
+                             const attribution::Attribution& attribution,
                              SiteNamer& sites, OwnerNamer& owners, int32_t device, int64_t event);
 
 // Live bytes by category right after each of `events` (ascending indices into Trace::events of
 // `device`; kNoEvent first means "at the start of the trace"). One sweep over the allocations.
-std::vector<CategoryBytes> CategoriesAfter(const model::Trace& trace,
+std::vector<CategoryBytes> CategoriesAfter(const model::TraceView& view,
                                            const attribution::Attribution& attribution,
                                            int32_t device, const std::vector<int64_t>& events);
 
@@ -71,7 +73,7 @@ struct CategoryPoint {
 // Per device, the category stack at the points of the reduced allocated curve (ReduceTimeline),
 // so the extremes of every category's sum survive. Parallel to Timelines::devices.
 std::vector<std::vector<CategoryPoint>> CategoryTimelines(
-    const model::Trace& trace, const Timelines& timelines,
+    const model::TraceView& view, const Timelines& timelines,
     const attribution::Attribution& attribution, size_t max_points);
 
 struct IterationSummary {
@@ -88,7 +90,7 @@ struct IterationSummary {
 };
 
 // One summary per detected iteration of `device`, in order.
-std::vector<IterationSummary> SummarizeIterations(const model::Trace& trace,
+std::vector<IterationSummary> SummarizeIterations(const model::TraceView& view,
                                                   const DeviceTimeline& timeline,
                                                   const attribution::Attribution& attribution);
 
@@ -98,13 +100,17 @@ std::vector<IterationSummary> SummarizeIterations(const model::Trace& trace,
 // distinct (stack, name) and handed out as ids: a million allocations share a few thousand.
 class OwnerNamer {
  public:
-  OwnerNamer(const model::Trace& trace, SiteNamer& sites) : trace_(trace), sites_(sites) {}
-  uint32_t Id(const model::Allocation& allocation, const attribution::AllocationInfo& info);
+  OwnerNamer(const model::TraceView& view, const attribution::Attribution& attribution,
+             SiteNamer& sites)
+      : view_(view), attribution_(attribution), sites_(sites) {}
+  // The owner of allocation `i` (an index into Trace::allocations).
+  uint32_t Id(size_t i);
   const std::string& Label(uint32_t id) const { return labels_[id]; }
   size_t size() const { return labels_.size(); }
 
  private:
-  const model::Trace& trace_;
+  const model::TraceView view_;
+  const attribution::Attribution& attribution_;
   SiteNamer& sites_;
   // (stack << 32 | name) -> id, apart for allocations made before the trace and in it.
   std::unordered_map<uint64_t, uint32_t> by_key_[2];

@@ -56,8 +56,9 @@ int64_t BlockReleaseEvent(const model::Allocation& a) {
 // the dump walked back through the segment events after `event`, minus the blocks of the
 // allocations that occupied them then. Free neighbours are always merged by the allocator, so
 // each gap between occupied blocks is one free block.
-FreeState RebuildFreeBlocks(const model::Trace& trace, const DeviceTimeline& timeline,
+FreeState RebuildFreeBlocks(const model::TraceView& view, const DeviceTimeline& timeline,
                             int64_t event, uint64_t stream, bool small_request) {
+  const model::Trace& trace = view.trace;
   FreeState out;
   if (!trace.facts.has_allocator_state) {
     out.note = "the source records no allocator state (segments and blocks)";
@@ -105,7 +106,8 @@ FreeState RebuildFreeBlocks(const model::Trace& trace, const DeviceTimeline& tim
   // Occupied blocks per segment: (address, size).
   std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> occupied;
   uint64_t outside = 0;
-  for (const model::Allocation& a : trace.allocations) {
+  for (size_t i = 0; i < trace.allocations.size(); ++i) {
+    const model::Allocation& a = trace.allocations[i];
     if (a.device != timeline.device) continue;
     const bool born = a.alloc_event == kNoEvent || a.alloc_event <= event;
     const int64_t release = BlockReleaseEvent(a);
@@ -121,7 +123,7 @@ FreeState RebuildFreeBlocks(const model::Trace& trace, const DeviceTimeline& tim
       ++outside;
       continue;
     }
-    occupied[it->first].emplace_back(a.addr, a.size);
+    occupied[it->first].emplace_back(a.addr, view.BlockSize(i));
   }
   if (outside > 0) {
     out.note = fmt::format(
@@ -286,10 +288,12 @@ void Judge(OomExplanation& o) {
 
 }  // namespace
 
-std::vector<OomExplanation> ExplainOoms(const model::Trace& trace, const DeviceTimeline& timeline,
+std::vector<OomExplanation> ExplainOoms(const model::TraceView& view,
+                                        const DeviceTimeline& timeline,
                                         const attribution::Attribution& attribution,
                                         SiteNamer& sites, OwnerNamer& owners,
                                         attribution::StackFactsCache& facts) {
+  const model::Trace& trace = view.trace;
   std::vector<OomExplanation> out;
   const model::Events& ev = trace.events;
   allocator::AllocatorSettings settings;
@@ -320,7 +324,7 @@ std::vector<OomExplanation> ExplainOoms(const model::Trace& trace, const DeviceT
       o.operation = trace.strings.Get(op->second);
     } else if (const model::StringId name = facts.Get(o.stack).operation;
                name != model::kEmptyString) {
-      o.operation = trace.strings.Get(name);
+      o.operation = facts.Name(name);
     }
     if (const auto free = ev.oom_device_free.find(static_cast<uint32_t>(i));
         free != ev.oom_device_free.end()) {
@@ -342,7 +346,7 @@ std::vector<OomExplanation> ExplainOoms(const model::Trace& trace, const DeviceT
     o.cap_at_least_bytes = static_cast<uint64_t>(std::max<int64_t>(peak_reserved, 0));
     if (o.cap_at_least_bytes >= o.cap_below_bytes) o.cap_at_least_bytes = 0;
 
-    const FreeState state = RebuildFreeBlocks(trace, timeline, event, o.stream, o.small_pool);
+    const FreeState state = RebuildFreeBlocks(view, timeline, event, o.stream, o.small_pool);
     o.state_known = state.known;
     o.state_note = state.note;
     o.largest_free_block_bytes = state.largest_usable;
@@ -351,7 +355,7 @@ std::vector<OomExplanation> ExplainOoms(const model::Trace& trace, const DeviceT
     o.largest_free_block_any_bytes = state.largest_any;
     o.free_block_bytes = state.free_bytes;
 
-    o.live = BreakdownAfter(trace, attribution, sites, owners, timeline.device, event);
+    o.live = BreakdownAfter(view, attribution, sites, owners, timeline.device, event);
     Judge(o);
     out.push_back(std::move(o));
   }

@@ -92,7 +92,8 @@ struct OomExplanation {
 
 // One explanation per oom event of `device` (its events in Trace::events), in order. `facts`
 // names the operation of the failing request's stack.
-std::vector<OomExplanation> ExplainOoms(const model::Trace& trace, const DeviceTimeline& timeline,
+std::vector<OomExplanation> ExplainOoms(const model::TraceView& view,
+                                        const DeviceTimeline& timeline,
                                         const attribution::Attribution& attribution,
                                         SiteNamer& sites, OwnerNamer& owners,
                                         attribution::StackFactsCache& facts);

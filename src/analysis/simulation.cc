@@ -26,17 +26,16 @@ std::vector<int32_t> DevicesWithEvents(const model::Trace& trace) {
 }
 
 // Who held memory right before the failed request: live allocations by site, largest first.
-std::vector<SiteBytes> LiveBySite(const model::Trace& trace, SiteNamer& sites, int32_t device,
+std::vector<SiteBytes> LiveBySite(const model::TraceView& view, SiteNamer& sites, int32_t device,
                                   int64_t event, size_t top, uint64_t* total) {
   std::unordered_map<uint32_t, SiteBytes> by_site;
   *total = 0;
-  for (const size_t a : LiveAfter(trace, device, event - 1)) {
-    const model::Allocation& al = trace.allocations[a];
-    const uint32_t site = sites.Site(al.alloc_stack);
+  for (const size_t a : LiveAfter(view.trace, device, event - 1)) {
+    const uint32_t site = sites.Site(view.trace.allocations[a].alloc_stack);
     SiteBytes& s = by_site[site];
-    s.bytes += al.size;
+    s.bytes += view.BlockSize(a);
     s.allocations += 1;
-    *total += al.size;
+    *total += view.BlockSize(a);
   }
   std::vector<std::pair<uint32_t, SiteBytes>> sorted(by_site.begin(), by_site.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) {
@@ -53,20 +52,21 @@ std::vector<SiteBytes> LiveBySite(const model::Trace& trace, SiteNamer& sites, i
 
 }  // namespace
 
-Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
-                             const SimulationRequest& request) {
+Result<Simulations> ReplayRecording(const model::Trace& trace,
+                                    const std::optional<std::string>& recorded_conf,
+                                    bool record_curves) {
   Simulations out;
   if (!trace.facts.has_trace) {
     return InvalidInput(fmt::format(
-        "{}: the snapshot holds no alloc/free trace, so there is nothing to replay; record one "
+        "{}: the input holds no alloc/free trace, so there is nothing to replay; record one "
         "with torch.cuda.memory._record_memory_history() before the step you want to see",
         trace.source.path));
   }
   // Settings, checked before any work.
   allocator::AllocatorSettings recorded;
   std::string source;
-  if (request.recorded_conf) {
-    ASSIGN_OR_RETURN(recorded, allocator::ParseAllocConf(*request.recorded_conf));
+  if (recorded_conf) {
+    ASSIGN_OR_RETURN(recorded, allocator::ParseAllocConf(*recorded_conf));
     source = "given with --recorded-conf";
   } else if (!trace.allocator_settings.empty()) {
     ASSIGN_OR_RETURN(recorded, allocator::SettingsFromSnapshot(trace.allocator_settings));
@@ -78,36 +78,20 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
                  : "not recorded by this source, so torch's defaults are assumed; pass "
                    "--recorded-conf if the run set PYTORCH_CUDA_ALLOC_CONF";
   }
-  std::vector<allocator::AllocatorSettings> what_if;
-  for (const auto& conf : request.what_if) {
-    allocator::AllocatorSettings s = recorded;
-    if (conf) {
-      ASSIGN_OR_RETURN(s, allocator::ParseAllocConf(*conf));
-    }
-    s.capacity = request.capacity;
-    s.memory_fraction = request.memory_fraction;
-    what_if.push_back(s);
-  }
-
-  std::vector<int32_t> devices = DevicesWithEvents(trace);
-  if (request.device) {
-    if (std::find(devices.begin(), devices.end(), *request.device) == devices.end()) {
-      std::vector<std::string> names;
-      for (const int32_t d : devices) names.push_back(std::to_string(d));
-      return UsageError(fmt::format(
-          "--device {}: no allocation was recorded on it; devices with allocations: {}",
-          *request.device,
-          names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "))));
-    }
-    devices = {*request.device};
-  }
+  const std::vector<int32_t> devices = DevicesWithEvents(trace);
   if (devices.empty()) {
     return InvalidInput(fmt::format(
         "{}: the trace holds no allocation on any device, so there is nothing to replay; record "
         "one with torch.cuda.memory._record_memory_history() before the step you want to see",
         trace.source.path));
   }
-
+  // The reserved curve of a source without an allocator state (a profiler's totals, driver
+  // allocations) is the event model's; block sizes do not enter it.
+  std::optional<Timelines> recorded_curves;
+  if (!trace.facts.has_allocator_state && trace.facts.reserved_known) {
+    const model::Interpretation nothing;
+    recorded_curves = ComputeTimelines(model::TraceView{trace, nothing});
+  }
   for (const int32_t d : devices) {
     DeviceSimulation dev;
     dev.device = d;
@@ -117,10 +101,8 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
                                                         ? allocator::RecordedReserved(trace, d)
                                                         : std::vector<uint64_t>();
     const size_t begin = trace.EventRange(d).first;
-    if (!trace.facts.has_allocator_state && trace.facts.reserved_known) {
-      // The profiler's totals: the reserved curve of the event model.
-      const Timelines timelines = ComputeTimelines(trace);
-      for (const DeviceTimeline& t : timelines.devices) {
+    if (recorded_curves) {
+      for (const DeviceTimeline& t : recorded_curves->devices) {
         if (t.device != d) continue;
         dev.recorded_peak_reserved = static_cast<uint64_t>(t.peak_reserved);
         dev.recorded_peak_event = t.peak_reserved_event == model::kNoEvent
@@ -134,54 +116,80 @@ Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
         dev.recorded_peak_event = static_cast<int64_t>(begin + k);
       }
     }
-    {
-      allocator::ReplayOptions options;
-      options.settings = recorded;
-      dev.compared = trace.facts.has_allocator_state;
-      options.follow_recording = dev.compared;
-      options.record_curves = request.record_curves;
-      ASSIGN_OR_RETURN(allocator::ReplayResult r, allocator::Replay(trace, d, options));
-      // The state before the first event counts too (a trace may start by releasing memory).
-      if (r.initial_reserved > dev.recorded_peak_reserved) {
-        dev.recorded_peak_reserved = r.initial_reserved;
-        dev.recorded_peak_event = static_cast<int64_t>(begin);
-      }
-      dev.runs.push_back(
-          {dev.compared ? "replay" : "model", recorded.ToAllocConf(), std::move(r), {}, 0});
+    allocator::ReplayOptions options;
+    options.settings = recorded;
+    dev.compared = trace.facts.has_allocator_state;
+    options.follow_recording = dev.compared;
+    options.record_curves = record_curves;
+    ASSIGN_OR_RETURN(allocator::ReplayResult r, allocator::Replay(trace, d, options));
+    // The state before the first event counts too (a trace may start by releasing memory).
+    if (r.initial_reserved > dev.recorded_peak_reserved) {
+      dev.recorded_peak_reserved = r.initial_reserved;
+      dev.recorded_peak_event = static_cast<int64_t>(begin);
     }
-    for (const allocator::AllocatorSettings& s : what_if) {
-      allocator::ReplayOptions options;
-      options.settings = s;
-      options.follow_recording = false;
-      options.record_curves = request.record_curves;
-      ASSIGN_OR_RETURN(allocator::ReplayResult r, allocator::Replay(trace, d, options));
-      SimulationRun run{"what-if", s.ToAllocConf(), std::move(r), {}, 0};
-      if (run.result.oom) {
-        run.live_at_oom = LiveBySite(trace, sites, d, run.result.oom->event, request.top_sites,
-                                     &run.live_at_oom_total);
-      }
-      dev.runs.push_back(std::move(run));
-    }
+    dev.runs.push_back(
+        {dev.compared ? "replay" : "model", recorded.ToAllocConf(), std::move(r), {}, 0});
     out.devices.push_back(std::move(dev));
   }
   return out;
 }
 
-size_t AdoptReplayedBlockSizes(model::Trace& trace, const Simulations& sims) {
-  size_t changed = 0;
+Status AddWhatIfRuns(const model::TraceView& view, SiteNamer& sites, const WhatIfRequest& request,
+                     Simulations& sims) {
+  const model::Trace& trace = view.trace;
+  if (request.device) {
+    std::vector<std::string> names;
+    bool found = false;
+    for (const DeviceSimulation& dev : sims.devices) {
+      names.push_back(std::to_string(dev.device));
+      found |= dev.device == *request.device;
+    }
+    if (!found) {
+      return UsageError(fmt::format(
+          "--device {}: no allocation was recorded on it; devices with allocations: {}",
+          *request.device,
+          names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "))));
+    }
+  }
+  for (DeviceSimulation& dev : sims.devices) {
+    if (request.device && dev.device != *request.device) continue;
+    for (const auto& conf : request.what_if) {
+      allocator::AllocatorSettings s = dev.recorded_settings;
+      if (conf) {
+        ASSIGN_OR_RETURN(s, allocator::ParseAllocConf(*conf));
+      }
+      s.capacity = request.capacity;
+      s.memory_fraction = request.memory_fraction;
+      allocator::ReplayOptions options;
+      options.settings = s;
+      options.follow_recording = false;
+      options.record_curves = request.record_curves;
+      ASSIGN_OR_RETURN(allocator::ReplayResult r, allocator::Replay(trace, dev.device, options));
+      SimulationRun run{"what-if", s.ToAllocConf(), std::move(r), {}, 0};
+      if (run.result.oom) {
+        run.live_at_oom = LiveBySite(view, sites, dev.device, run.result.oom->event,
+                                     request.top_sites, &run.live_at_oom_total);
+      }
+      dev.runs.push_back(std::move(run));
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<uint64_t> ReplayedBlockSizes(const model::Trace& trace, const Simulations& sims) {
+  std::vector<uint64_t> out;
   for (const DeviceSimulation& device : sims.devices) {
     if (!device.compared || device.runs.empty()) continue;
     for (const auto& [index, size] : device.runs.front().result.confirmed_block_sizes) {
       if (index < 0 || static_cast<size_t>(index) >= trace.allocations.size()) continue;
-      model::Allocation& a = trace.allocations[index];
+      const model::Allocation& a = trace.allocations[index];
       // The model's block always holds the request; anything else is not this allocation.
       if (a.size_exact || size < a.requested_size) continue;
-      changed += a.size != size;
-      a.size = size;
-      a.size_exact = true;
+      if (out.empty()) out.assign(trace.allocations.size(), 0);
+      out[index] = size;
     }
   }
-  return changed;
+  return out;
 }
 
 }  // namespace vramscope::analysis

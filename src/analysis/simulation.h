@@ -10,19 +10,19 @@
 #include "allocator/replay.h"
 #include "analysis/sites.h"
 #include "common/status.h"
+#include "model/interpretation.h"
 #include "model/trace.h"
 
 namespace vramscope::analysis {
 
-struct SimulationRequest {
-  std::optional<int32_t> device;  // default: every device with trace events
-  // The PYTORCH_CUDA_ALLOC_CONF the recorded run used, for snapshots that do not record their
-  // settings (before torch 2.3). When given it wins over what the snapshot records.
-  std::optional<std::string> recorded_conf;
-  // What-if runs: each a whole PYTORCH_CUDA_ALLOC_CONF ("" = torch's defaults), or nullopt for
-  // the recorded settings (used when only a capacity or memory fraction is asked about).
+// What-if runs over the recorded requests (vramscope simulate --capacity, --alloc-conf,
+// --compare).
+struct WhatIfRequest {
+  std::optional<int32_t> device;  // default: every device the replay covers
+  // Each a whole PYTORCH_CUDA_ALLOC_CONF ("" = torch's defaults), or nullopt for the recorded
+  // settings (used when only a capacity or memory fraction is asked about).
   std::vector<std::optional<std::string>> what_if;
-  uint64_t capacity = allocator::kUnlimited;  // for the what-if runs
+  uint64_t capacity = allocator::kUnlimited;
   double memory_fraction = 0;
   bool record_curves = true;
   size_t top_sites = 10;  // live-at-OOM sites kept per what-if run
@@ -56,20 +56,29 @@ struct DeviceSimulation {
 };
 
 struct Simulations {
-  std::vector<DeviceSimulation> devices;
-  std::vector<std::string> notes;  // devices skipped, and why
+  std::vector<DeviceSimulation> devices;  // every device with allocations, ascending
 };
 
-// Runs the replay of every selected device and the what-if runs. Errors are the user's: a bad
-// setting, a device without events, a snapshot without a trace.
-Result<Simulations> Simulate(const model::Trace& trace, SiteNamer& sites,
-                             const SimulationRequest& request);
+// The allocator model's replay of every device with allocations: runs[0] of each device, against
+// the recording where the source holds the allocator's state ("replay"), else the model's own run
+// over the recorded requests ("model"). `recorded_conf` (PYTORCH_CUDA_ALLOC_CONF syntax) replaces
+// the settings the snapshot records, for snapshots from before torch 2.3 that record none. An
+// error when the trace holds nothing to replay, or `recorded_conf` is malformed.
+Result<Simulations> ReplayRecording(const model::Trace& trace,
+                                    const std::optional<std::string>& recorded_conf,
+                                    bool record_curves = true);
 
-// Gives every allocation whose block size the trace left estimated, and that the replay against
-// the recording placed at its recorded address, the model's block size (then exact). A block the
-// allocator did not split is bigger than the rounded request (up to 1 MiB in the large pool, more
-// for oversize blocks); with this the allocated curve is PyTorch's own (checked on the goldens).
-// Returns how many allocations changed size.
-size_t AdoptReplayedBlockSizes(model::Trace& trace, const Simulations& sims);
+// Appends the what-if runs of `request` to the devices of `sims` (made by ReplayRecording from
+// the same trace). Errors are the user's: a bad setting, a device without allocations.
+Status AddWhatIfRuns(const model::TraceView& view, SiteNamer& sites, const WhatIfRequest& request,
+                     Simulations& sims);
+
+// The block bytes the replay against the recording established for allocations the trace left
+// estimated, parallel to Trace::allocations (0: nothing established): the model placed the
+// allocation at its recorded address, or, alive before the trace, the recorded segment layout
+// fixes its block. A block the allocator did not split is bigger than the rounded request (up to
+// 1 MiB in the large pool, more for oversize blocks); with these the allocated curve is PyTorch's
+// own (checked on the goldens). Empty when no replay was compared with a recording.
+std::vector<uint64_t> ReplayedBlockSizes(const model::Trace& trace, const Simulations& sims);
 
 }  // namespace vramscope::analysis

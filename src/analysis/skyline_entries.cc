@@ -14,8 +14,9 @@ using attribution::Category;
 namespace {
 
 // The event after which the most activation bytes of `device` are live (kNoEvent: the start).
-int64_t ActivationPeakEvent(const model::Trace& trace, const attribution::Attribution& attribution,
-                            int32_t device) {
+int64_t ActivationPeakEvent(const model::TraceView& view,
+                            const attribution::Attribution& attribution, int32_t device) {
+  const model::Trace& trace = view.trace;
   std::vector<std::pair<int64_t, int64_t>> changes;  // (event, delta)
   int64_t live = 0;
   for (size_t i = 0; i < trace.allocations.size(); ++i) {
@@ -23,7 +24,7 @@ int64_t ActivationPeakEvent(const model::Trace& trace, const attribution::Attrib
     if (a.device != device || attribution.allocations[i].category != Category::kActivation) {
       continue;
     }
-    const auto size = static_cast<int64_t>(a.size);
+    const auto size = static_cast<int64_t>(view.BlockSize(i));
     if (a.alloc_event == model::kNoEvent) {
       live += size;
     } else {
@@ -46,26 +47,26 @@ int64_t ActivationPeakEvent(const model::Trace& trace, const attribution::Attrib
 
 }  // namespace
 
-SkylineEntries BuildSkylineEntries(const model::Trace& trace, const Summary& summary,
+SkylineEntries BuildSkylineEntries(const model::TraceView& view, const Summary& summary,
                                    const attribution::Attribution& attribution, SiteNamer& sites) {
+  const model::Trace& trace = view.trace;
   SkylineEntries out;
   // Gradient sizes by requested size, consumed one per weight.
   std::map<uint64_t, std::vector<uint64_t>> gradients;
   for (size_t i = 0; i < trace.allocations.size(); ++i) {
     if (attribution.allocations[i].category == Category::kGradient) {
-      gradients[trace.allocations[i].requested_size].push_back(trace.allocations[i].size);
+      gradients[trace.allocations[i].requested_size].push_back(view.BlockSize(i));
     }
   }
   std::map<std::string, uint64_t, std::less<>> named_gradients;
-  if (!trace.events.tensor_name.empty()) {
-    for (const model::Allocation& a : trace.allocations) {
+  if (view.HasTensorNames()) {
+    for (size_t i = 0; i < trace.allocations.size(); ++i) {
+      const model::Allocation& a = trace.allocations[i];
       if (a.alloc_event == model::kNoEvent) continue;
       const auto event = static_cast<uint32_t>(a.alloc_event);
-      const auto name = trace.events.tensor_name.find(event);
-      const auto c = trace.events.category.find(event);
-      if (name != trace.events.tensor_name.end() && c != trace.events.category.end() &&
-          c->second == Category::kGradient) {
-        named_gradients[std::string(trace.strings.Get(name->second))] = a.size;
+      const std::string_view name = view.TensorName(event);
+      if (!name.empty() && view.RecordedCategory(event) == Category::kGradient) {
+        named_gradients[std::string(name)] = view.BlockSize(i);
       }
     }
   }
@@ -78,14 +79,14 @@ SkylineEntries BuildSkylineEntries(const model::Trace& trace, const Summary& sum
       if (info.category == Category::kWeight) {
         // A weight the source named ("h.0.attn.c_attn.weight") keeps its name, and its gradient
         // is the allocation named "<name>.grad".
-        const auto named =
+        const std::string_view named =
             a.alloc_event == model::kNoEvent
-                ? trace.events.tensor_name.end()
-                : trace.events.tensor_name.find(static_cast<uint32_t>(a.alloc_event));
-        if (named != trace.events.tensor_name.end()) {
+                ? std::string_view()
+                : view.TensorName(static_cast<uint32_t>(a.alloc_event));
+        if (!named.empty()) {
           WeightEntry w;
-          w.name = std::string(trace.strings.Get(named->second));
-          w.size_bytes = a.size;
+          w.name = std::string(named);
+          w.size_bytes = view.BlockSize(i);
           w.stack = a.alloc_stack;
           if (auto g = named_gradients.find(w.name + ".grad"); g != named_gradients.end()) {
             w.grad_size_bytes = g->second;
@@ -95,12 +96,12 @@ SkylineEntries BuildSkylineEntries(const model::Trace& trace, const Summary& sum
         }
         std::string base = sites.Label(sites.Site(a.alloc_stack));
         if (info.module_kind != model::kEmptyString) {
-          base = fmt::format("{} @ {}", trace.strings.Get(info.module_kind), base);
+          base = fmt::format("{} @ {}", attribution.Name(info.module_kind), base);
         }
         const int n = seen[base]++;
         WeightEntry w;
         w.name = fmt::format("{}#{}", base, n);
-        w.size_bytes = a.size;
+        w.size_bytes = view.BlockSize(i);
         w.stack = a.alloc_stack;
         auto it = gradients.find(a.requested_size);
         if (it != gradients.end() && !it->second.empty()) {
@@ -111,15 +112,15 @@ SkylineEntries BuildSkylineEntries(const model::Trace& trace, const Summary& sum
       }
     }
     for (const size_t i :
-         LiveAfter(trace, d.device, ActivationPeakEvent(trace, attribution, d.device))) {
+         LiveAfter(trace, d.device, ActivationPeakEvent(view, attribution, d.device))) {
       const model::Allocation& a = trace.allocations[i];
       const attribution::AllocationInfo& info = attribution.allocations[i];
       if (info.category == Category::kActivation) {
         ActivationEntry e;
         e.operation_name = info.operation != model::kEmptyString
-                               ? std::string(trace.strings.Get(info.operation))
+                               ? std::string(attribution.Name(info.operation))
                                : std::string("unknown");
-        e.size_bytes = a.size;
+        e.size_bytes = view.BlockSize(i);
         e.stack = a.alloc_stack;
         out.activations.push_back(std::move(e));
       }

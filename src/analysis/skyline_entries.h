@@ -38,7 +38,7 @@ struct SkylineEntries {
   std::vector<ActivationEntry> activations;
 };
 
-SkylineEntries BuildSkylineEntries(const model::Trace& trace, const Summary& summary,
+SkylineEntries BuildSkylineEntries(const model::TraceView& view, const Summary& summary,
                                    const attribution::Attribution& attribution, SiteNamer& sites);
 
 }  // namespace vramscope::analysis

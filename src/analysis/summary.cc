@@ -8,9 +8,10 @@ namespace vramscope::analysis {
 
 using attribution::Category;
 
-Summary Summarize(const model::Trace& trace, const Timelines& timelines,
+Summary Summarize(const model::TraceView& view, const Timelines& timelines,
                   const attribution::Attribution& attribution, SiteNamer& sites,
                   OwnerNamer& owners) {
+  const model::Trace& trace = view.trace;
   Summary out;
   out.allocations = trace.allocations.size();
   for (size_t d = 0; d < trace.devices.size(); ++d) {
@@ -75,7 +76,7 @@ Summary Summarize(const model::Trace& trace, const Timelines& timelines,
 
     // What was live at the peak, by site, by category and by owner.
     LiveBreakdown live =
-        BreakdownAfter(trace, attribution, sites, owners, s.device, s.peak_allocated_event);
+        BreakdownAfter(view, attribution, sites, owners, s.device, s.peak_allocated_event);
     s.live_at_peak_bytes = live.bytes;
     s.live_at_peak_count = live.count;
     s.live_at_peak_by_site = std::move(live.by_site);
@@ -84,7 +85,7 @@ Summary Summarize(const model::Trace& trace, const Timelines& timelines,
     s.live_at_peak_by_confidence = live.by_confidence;
     s.peak_step = attribution.phases.StepAt(s.peak_allocated_event);
     s.peak_phase = attribution.phases.At(s.peak_allocated_event);
-    s.iterations = SummarizeIterations(trace, t, attribution);
+    s.iterations = SummarizeIterations(view, t, attribution);
     out.peak_usage_bytes = std::max(out.peak_usage_bytes, s.peak_allocated);
     out.devices.push_back(std::move(s));
   }

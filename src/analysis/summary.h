@@ -55,7 +55,7 @@ struct Summary {
   uint64_t allocations = 0;
 };
 
-Summary Summarize(const model::Trace& trace, const Timelines& timelines,
+Summary Summarize(const model::TraceView& view, const Timelines& timelines,
                   const attribution::Attribution& attribution, SiteNamer& sites,
                   OwnerNamer& owners);
 

@@ -20,7 +20,8 @@ int64_t DeviceTimeline::ReservedAfter(size_t event) const {
   return it == reserved_steps.begin() ? reserved_at_start : std::prev(it)->second;
 }
 
-Timelines ComputeTimelines(const model::Trace& trace) {
+Timelines ComputeTimelines(const model::TraceView& view) {
+  const model::Trace& trace = view.trace;
   const model::Events& ev = trace.events;
   Timelines out;
   out.devices.resize(trace.devices.size());
@@ -44,18 +45,19 @@ Timelines ComputeTimelines(const model::Trace& trace) {
   };
   // Each allocation's block size enters the curve at its alloc and leaves at its release: first
   // as deltas in place, then summed.
-  for (const model::Allocation& a : trace.allocations) {
+  for (size_t i = 0; i < trace.allocations.size(); ++i) {
+    const model::Allocation& a = trace.allocations[i];
     const size_t slot = device_slot(a.device);
     if (slot >= out.devices.size()) continue;
     DeviceTimeline& t = out.devices[slot];
-    const auto size = static_cast<int64_t>(a.size);
+    const auto size = static_cast<int64_t>(view.BlockSize(i));
     if (a.alloc_event == kNoEvent) {
       t.allocated_at_start += size;
     } else {
       t.allocated[a.alloc_event - t.begin] += size;
     }
     if (a.ReleaseEvent() != kNoEvent) t.allocated[a.ReleaseEvent() - t.begin] -= size;
-    if (!a.size_exact) ++t.estimated_sizes;
+    if (!view.SizeExact(i)) ++t.estimated_sizes;
   }
   auto segment_delta = [&](size_t i) -> int64_t {
     switch (ev.action[i]) {

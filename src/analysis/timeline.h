@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/interpretation.h"
 #include "model/trace.h"
 
 namespace vramscope::analysis {
@@ -46,7 +47,7 @@ struct Timelines {
   int64_t PeakAllocated() const;        // the largest per-device peak
 };
 
-Timelines ComputeTimelines(const model::Trace& trace);
+Timelines ComputeTimelines(const model::TraceView& view);
 
 // The events of `timeline` worth drawing when at most about `max_points` may be kept: all of them
 // when they fit, else per bucket of consecutive events the ones with the lowest and highest

@@ -184,14 +184,13 @@ bool ByPhase(const Context& c, Phase phase, Confidence conf, bool from_stack, De
   return false;
 }
 
-void Decide(const Context& c, const std::unordered_map<uint32_t, Category>& recorded,
-            AllocationInfo& info) {
+void Decide(const Context& c, const model::TraceView& view, AllocationInfo& info) {
   Decider d(info);
   const model::Allocation& a = c.a;
   const StackFacts& s = c.at_alloc;
   if (a.alloc_event != model::kNoEvent) {
-    if (auto it = recorded.find(static_cast<uint32_t>(a.alloc_event)); it != recorded.end()) {
-      d.Set(it->second, Confidence::kHigh, kRuleSource);
+    if (const auto recorded = view.RecordedCategory(static_cast<uint32_t>(a.alloc_event))) {
+      d.Set(*recorded, Confidence::kHigh, kRuleSource);
       return;
     }
   }
@@ -258,8 +257,9 @@ void Decide(const Context& c, const std::unordered_map<uint32_t, Category>& reco
 // Refinement by sizes: tensors alive across the whole trace without a stack are model state;
 // when there are three of them for each gradient of one size and the trace shows an optimizer
 // step, two of each three are Adam's moments.
-void RefineBySizes(const model::Trace& trace, const Phases& phases,
+void RefineBySizes(const model::TraceView& view, const Phases& phases,
                    std::vector<AllocationInfo>& infos, std::vector<std::string>& notes) {
+  const model::Trace& trace = view.trace;
   const uint8_t persistent = RuleId(kRulePersistent);
   bool optimizer_seen = false;
   for (const Iteration& it : phases.iterations) optimizer_seen |= it.has_optimizer;
@@ -343,7 +343,7 @@ void RefineBySizes(const model::Trace& trace, const Phases& phases,
       infos[members[k]].category = Category::kOptimizerState;
       infos[members[k]].rule_id = RuleId(kRuleAdamBySize);
       ++moved;
-      moved_bytes += trace.allocations[members[k]].size;
+      moved_bytes += view.BlockSize(members[k]);
     }
   }
   if (moved > 0) {
@@ -357,10 +357,11 @@ void RefineBySizes(const model::Trace& trace, const Phases& phases,
 
 }  // namespace
 
-Attribution Attribute(model::Trace& trace) {
+Attribution Attribute(const model::TraceView& view) {
+  const model::Trace& trace = view.trace;
   StackFactsCache facts(trace);
   Attribution out;
-  out.phases = DetectPhases(trace, facts);
+  out.phases = DetectPhases(view, facts);
   const Phases& phases = out.phases;
   // Which iterations reach backward, by (device, step).
   std::map<std::pair<int32_t, int32_t>, bool> step_backward;
@@ -386,19 +387,20 @@ Attribution Attribute(model::Trace& trace) {
                     a.alloc_event == model::kNoEvent,
                     backward != step_backward.end() && backward->second};
     AllocationInfo info;
-    Decide(c, trace.events.category, info);
+    Decide(c, view, info);
     info.phase = c.alloc_phase;
     info.operation = at_alloc.operation;
     info.module_kind = at_alloc.module_kind;
     if (a.alloc_event != model::kNoEvent) {
       const auto event = static_cast<uint32_t>(a.alloc_event);
       if (auto op = trace.events.operation.find(event); op != trace.events.operation.end()) {
-        info.operation = op->second;
+        info.operation = facts.names().Intern(trace.strings.Get(op->second));
       }
     }
     out.allocations.push_back(info);
   }
-  RefineBySizes(trace, phases, out.allocations, out.notes);
+  RefineBySizes(view, phases, out.allocations, out.notes);
+  out.names = std::move(facts.names());
   out.notes.insert(out.notes.begin(), fmt::format("phases found from {}", phases.evidence));
   return out;
 }

@@ -1,6 +1,7 @@
 // Attribution: every allocation gets one category (model::Category), the rule that decided it,
 // how sure that rule is, the phase it was allocated in and the operation that produced it where
-// one can be named. It reads the trace and never edits it (except to intern names).
+// one can be named. It reads the trace through its interpretation (model::TraceView) and never
+// edits either.
 //
 // Evidence, strongest first:
 //   1. what the source itself recorded (PyTorch's memory-profiler categories, a capture sidecar);
@@ -23,6 +24,7 @@
 #include "attribution/phases.h"
 #include "attribution/stack_facts.h"
 #include "model/category.h"
+#include "model/interpretation.h"
 #include "model/trace.h"
 
 namespace vramscope::attribution {
@@ -39,6 +41,7 @@ struct AllocationInfo {
   Confidence confidence = Confidence::kLow;
   uint8_t rule_id = 0;  // RuleText(rule_id): a sentence a user can read, why this category
   Phase phase = Phase::kUnknown;  // the phase of its alloc event (kUnknown: before the trace)
+  // Ids into Attribution::names.
   model::StringId operation = model::kEmptyString;    // "aten::addmm", "linear", ...
   model::StringId module_kind = model::kEmptyString;  // "linear", "conv", ... (nn.Module file)
 };
@@ -52,8 +55,11 @@ struct Attribution {
   Phases phases;
   // What the attribution could and could not tell, one line each (evidence used, caveats).
   std::vector<std::string> notes;
+  // The operation and module names AllocationInfo refers to.
+  model::StringTable names;
+  std::string_view Name(model::StringId id) const { return names.Get(id); }
 };
 
-Attribution Attribute(model::Trace& trace);
+Attribution Attribute(const model::TraceView& view);
 
 }  // namespace vramscope::attribution

@@ -58,7 +58,7 @@ class TraceBuilder {
     t.facts.has_trace = true;
     t.facts.has_native_frames = true;
     model::BuildAllocations(t);
-    return Attribute(t);
+    return Attribute(model::Uninterpreted(t));
   }
   // The attribution of the allocation at `addr` (its latest lifetime).
   const AllocationInfo& Of(const Attribution& a, uint64_t addr) const {
@@ -200,7 +200,7 @@ TEST_F(TwoSteps, WorkspaceFromCublasHandleCode) {
 TEST_F(TwoSteps, ActivationSavedInForwardReleasedInBackward) {
   EXPECT_EQ(Cat(first_.saved), Category::kActivation) << Why(first_.saved);
   EXPECT_EQ(b_.Of(a_, first_.saved).confidence, Confidence::kHigh);
-  EXPECT_EQ(b_.t.strings.Get(b_.Of(a_, first_.saved).operation), "aten::addmm");
+  EXPECT_EQ(a_.Name(b_.Of(a_, first_.saved).operation), "aten::addmm");
 }
 
 TEST_F(TwoSteps, ForwardScratchFreedBeforeBackwardIsTemporary) {
@@ -224,7 +224,7 @@ TEST_F(TwoSteps, AdamStateCreatedAtTheFirstStepAndKept) {
 
 TEST_F(TwoSteps, StepScratchIsTemporary) {
   EXPECT_EQ(Cat(first_.step_tmp), Category::kTemporary) << Why(first_.step_tmp);
-  EXPECT_EQ(b_.t.strings.Get(b_.Of(a_, first_.step_tmp).operation), "aten::_foreach_sqrt");
+  EXPECT_EQ(a_.Name(b_.Of(a_, first_.step_tmp).operation), "aten::_foreach_sqrt");
 }
 
 TEST_F(TwoSteps, EveryRuleHasASentence) {
@@ -298,10 +298,10 @@ TEST(Attribute, PythonOnlyStacksUseEventOrderForBackward) {
   b.t.device_event_ranges = {{0, b.t.events.count()}};
   b.t.facts.has_trace = true;
   model::BuildAllocations(b.t);
-  const Attribution a = Attribute(b.t);
+  const Attribution a = Attribute(model::Uninterpreted(b.t));
   EXPECT_FALSE(a.phases.from_native_frames);
   EXPECT_EQ(b.Of(a, act).category, Category::kActivation);
-  EXPECT_EQ(b.t.strings.Get(b.Of(a, act).operation), "gelu");
+  EXPECT_EQ(a.Name(b.Of(a, act).operation), "gelu");
   EXPECT_EQ(b.Of(a, act_grad).category, Category::kTemporary);
   EXPECT_EQ(b.Of(a, grad).category, Category::kGradient);
   EXPECT_EQ(b.Of(a, grad).confidence, Confidence::kLow);
@@ -399,8 +399,8 @@ TEST(StackFacts, ProfilerFramesNameTheOperatorAndTheModule) {
   StackFactsCache cache(b.t);
   const StackFacts f = cache.Get(op);
   EXPECT_TRUE(f.in_forward);
-  EXPECT_EQ(b.t.strings.Get(f.operation), "aten::addmm");
-  EXPECT_EQ(b.t.strings.Get(f.module_kind), "Linear");
+  EXPECT_EQ(cache.Name(f.operation), "aten::addmm");
+  EXPECT_EQ(cache.Name(f.module_kind), "Linear");
 }
 
 TEST(CategoryName, AllEightNamedAndParsed) {

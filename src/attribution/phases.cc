@@ -146,7 +146,7 @@ std::vector<size_t> StepStartsFromAnnotations(const model::Trace& trace, int32_t
 
 // Applies the phases the source recorded (Trace::phase_marks) to one device's events. Returns
 // false when the source recorded none for it.
-bool FromRecordedPhases(const model::Trace& trace, int32_t device, size_t begin, size_t end,
+bool FromRecordedPhases(const model::TraceView& view, int32_t device, size_t begin, size_t end,
                         Phases& out) {
   bool any = false;
   size_t next = begin;
@@ -158,7 +158,7 @@ bool FromRecordedPhases(const model::Trace& trace, int32_t device, size_t begin,
       out.event_step[next] = step;
     }
   };
-  for (const model::PhaseMark& m : trace.phase_marks) {
+  for (const model::PhaseMark& m : view.PhaseMarks()) {
     if (m.device != device) continue;
     any = true;
     fill_to(std::max<size_t>(m.event, begin));
@@ -171,7 +171,8 @@ bool FromRecordedPhases(const model::Trace& trace, int32_t device, size_t begin,
 
 }  // namespace
 
-Phases DetectPhases(const model::Trace& trace, StackFactsCache& cache) {
+Phases DetectPhases(const model::TraceView& view, StackFactsCache& cache) {
+  const model::Trace& trace = view.trace;
   Phases out;
   const size_t n = trace.events.count();
   out.event_phase.assign(n, Phase::kUnknown);
@@ -181,7 +182,7 @@ Phases DetectPhases(const model::Trace& trace, StackFactsCache& cache) {
     const int32_t device = trace.devices[d];
     const auto [begin, end] = trace.device_event_ranges[d];
     if (begin == end) continue;
-    const bool recorded = FromRecordedPhases(trace, device, begin, end, out);
+    const bool recorded = FromRecordedPhases(view, device, begin, end, out);
     any_recorded |= recorded;
     const std::vector<size_t> annotated = StepStartsFromAnnotations(trace, device, begin, end);
     bool had_markers = false;

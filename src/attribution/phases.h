@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attribution/stack_facts.h"
+#include "model/interpretation.h"
 #include "model/trace.h"
 
 namespace vramscope::attribution {
@@ -62,6 +63,7 @@ struct Phases {
   }
 };
 
-Phases DetectPhases(const model::Trace& trace, StackFactsCache& facts);
+// `view` gives the recorded phase marks (a capture's over the source's).
+Phases DetectPhases(const model::TraceView& view, StackFactsCache& facts);
 
 }  // namespace vramscope::attribution

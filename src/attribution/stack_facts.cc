@@ -50,7 +50,7 @@ bool IsAllocationHelper(std::string_view op) {
 
 }  // namespace
 
-StackFactsCache::StackFactsCache(model::Trace& trace)
+StackFactsCache::StackFactsCache(const model::Trace& trace)
     : trace_(trace), cache_(trace.stacks.size()), done_(trace.stacks.size(), false) {}
 
 const StackFacts& StackFactsCache::Get(model::StackId stack) {
@@ -82,7 +82,7 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
             name.find_first_not_of("0123456789", cut + 1) == std::string_view::npos) {
           name = name.substr(0, cut);
         }
-        module_kind = trace_.strings.Get(trace_.strings.Intern(name));
+        module_kind = names_.Get(names_.Intern(name));
       }
       return;
     }
@@ -140,7 +140,7 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
         const size_t slash = file.rfind('/');
         std::string_view stem = std::string_view(file).substr(slash + 1);
         stem.remove_suffix(3);  // ".py"
-        module_kind = trace_.strings.Get(trace_.strings.Intern(stem));
+        module_kind = names_.Get(names_.Intern(stem));
       }
       if (python_op.empty() && function == "forward") python_op = module_kind;
     }
@@ -149,11 +149,11 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
     }
   });
   if (!native_op.empty()) {
-    f.operation = trace_.strings.Intern("aten::" + std::string(native_op));
+    f.operation = names_.Intern("aten::" + std::string(native_op));
   } else if (!python_op.empty()) {
-    f.operation = trace_.strings.Intern(python_op);
+    f.operation = names_.Intern(python_op);
   }
-  if (!module_kind.empty()) f.module_kind = trace_.strings.Intern(module_kind);
+  if (!module_kind.empty()) f.module_kind = names_.Intern(module_kind);
   // A copy to the device is an input only when no module or autograd code is on the stack.
   f.host_copy = f.host_copy && !f.in_forward && !f.in_backward && !f.in_optimizer;
   return f;

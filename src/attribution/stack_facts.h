@@ -28,14 +28,18 @@ struct StackFacts {
 
 class StackFactsCache {
  public:
-  // `trace` is non-const only to intern operation names into its string table.
-  explicit StackFactsCache(model::Trace& trace);
+  explicit StackFactsCache(const model::Trace& trace);
   const StackFacts& Get(model::StackId stack);
+  // The names StackFacts::operation and module_kind refer to. The trace's own string table stays
+  // as the source read it: names derived from frames are interned here.
+  std::string_view Name(model::StringId id) const { return names_.Get(id); }
+  model::StringTable& names() { return names_; }
 
  private:
   StackFacts Compute(model::StackId stack);
 
-  model::Trace& trace_;
+  const model::Trace& trace_;
+  model::StringTable names_;
   std::vector<StackFacts> cache_;
   std::vector<bool> done_;
 };

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <new>
 
-#include "cli/built_in_example.h"
+#include "pipeline/built_in_example.h"
 
 namespace vramscope::cli {
 
@@ -40,7 +40,7 @@ int RunAndReport(const std::string& input, const std::function<Status()>& body) 
   } catch (const std::bad_alloc&) {
     return ReportError(InvalidInput(fmt::format(
         "{}: ran out of memory; the input may be corrupt, or larger than this machine can hold",
-        input.empty() ? kBuiltInExampleName : input)));
+        input.empty() ? pipeline::kBuiltInExampleName : input)));
   } catch (const std::exception& e) {
     return ReportError(InternalError(fmt::format("unexpected failure: {}", e.what())));
   }

@@ -8,11 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/exit_codes.h"
-#include "cli/report_command.h"
+#include "cli/report_output.h"
 #include "cli/run_tracer.h"
 #include "common/units.h"
 #include "predict/model_description.h"
 #include "predict/predict.h"
+#include "pipeline/analyze.h"
+#include "pipeline/load.h"
 #include "predict/tracer_stream.h"
 
 namespace vramscope::cli {
@@ -292,16 +294,26 @@ Status Run(const PredictOptions& o) {
                            fit->dimension == predict::FitDimension::kBatch ? "batch" : "seq",
                            fit->largest));
   }
-  ReportOptions r;
-  r.input = o.model;
-  r.output = o.output;
-  r.no_sqlite = o.output.empty();
-  r.html = o.html;
-  r.force = o.force;
-  r.json = o.json;
-  r.quiet = o.quiet;
-  r.top = o.top;
-  return ReportTrace(std::move(built.trace), r);
+  // The prediction is reported like any input: through the pipeline.
+  ReportOutputOptions out;
+  out.output = o.output;
+  out.database_by_default = false;
+  out.html = o.html;
+  out.force = o.force;
+  out.json = o.json;
+  out.quiet = o.quiet;
+  out.top = o.top;
+  ASSIGN_OR_RETURN(PreparedOutputs outputs,
+                   PrepareReportOutputs({pipeline::InputKind::kFile, o.model}, out));
+  ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(""));
+  pipeline::LoadOptions load;
+  load.progress = false;
+  load.project_root = project_root;
+  ASSIGN_OR_RETURN(pipeline::Loaded loaded,
+                   pipeline::FromTrace(std::move(built.trace), load));
+  ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,
+                   pipeline::Analyze(std::move(loaded), {project_root, std::nullopt}));
+  return EmitReport(*analyzed, out, outputs, {});
 }
 
 }  // namespace

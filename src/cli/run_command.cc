@@ -16,7 +16,7 @@
 #include <span>
 
 #include "cli/exit_codes.h"
-#include "cli/report_command.h"
+#include "cli/report_output.h"
 #include "common/temp_dir.h"
 #include "sources/capture/capture_folder.h"
 
@@ -356,15 +356,15 @@ int RunRunCommand(RunOptions o) {
     if (!o.quiet) fmt::print("captures written to {}\n", out_dir.string());
     return program_code;
   }
-  ReportOptions report;
-  report.input = out_dir.string();
-  report.output = (out_dir / "report.sqlite").string();
+  // The folder is reported as `vramscope report FOLDER` does; its report.sqlite is this run's.
+  ReportOutputOptions report;
   report.force = true;
   report.json = o.json;
   report.quiet = o.quiet;
   report.html = o.html;
-  report.project_root = o.project_root;
-  const int report_code = RunAndReport(report.input, [&] { return WriteReport(report); });
+  const pipeline::Input folder{pipeline::InputKind::kCaptureFolder, out_dir.string()};
+  const int report_code = RunAndReport(
+      folder.path, [&] { return ReportOnInput(folder, o.project_root, report); });
   return program_code != 0 ? program_code : report_code;
 }
 

@@ -5,23 +5,24 @@
 #include <cmath>
 #include <cstdio>
 
-#include "analysis/analyze.h"
 #include "analysis/simulation.h"
 #include "cli/exit_codes.h"
-#include "cli/load_input.h"
 #include "common/atomic_output.h"
 #include "common/units.h"
+#include "pipeline/analyze.h"
+#include "pipeline/load.h"
+#include "report/report_input.h"
 #include "report/simulation_summary.h"
 #include "report/sqlite_report.h"
 
 namespace vramscope::cli {
 namespace {
 
-Result<analysis::SimulationRequest> BuildRequest(const SimulateOptions& o) {
-  analysis::SimulationRequest request;
+// The what-if runs asked for; every setting is checked here, before the input is read.
+Result<analysis::WhatIfRequest> BuildWhatIf(const SimulateOptions& o) {
+  analysis::WhatIfRequest request;
   request.device = o.device;
   request.top_sites = static_cast<size_t>(o.top);
-  request.recorded_conf = o.recorded_conf;
   if (!o.capacity.empty()) {
     const int64_t bytes = ParseBytes(o.capacity);
     if (bytes <= 0) {
@@ -42,7 +43,7 @@ Result<analysis::SimulationRequest> BuildRequest(const SimulateOptions& o) {
     if (o.capacity.empty()) {
       return UsageError(
           "--memory-fraction needs --capacity: the fraction is of the device's memory, which "
-          "the snapshot does not record");
+          "the recording does not say");
     }
     request.memory_fraction = f;
   }
@@ -56,45 +57,44 @@ Result<analysis::SimulationRequest> BuildRequest(const SimulateOptions& o) {
   } else if (!o.capacity.empty()) {
     request.what_if.emplace_back(std::nullopt);  // the recorded settings on that device
   }
+  for (const auto& conf : request.what_if) {
+    if (conf) RETURN_IF_ERROR(allocator::ParseAllocConf(*conf).status());
+  }
+  if (o.recorded_conf) RETURN_IF_ERROR(allocator::ParseAllocConf(*o.recorded_conf).status());
   return request;
 }
 
 Status Run(const SimulateOptions& o) {
-  if (o.top < 0) return UsageError("--top must be 0 or more");
-  ASSIGN_OR_RETURN(const analysis::SimulationRequest request, BuildRequest(o));
-  ASSIGN_OR_RETURN(const std::string project_root, ResolveProjectRoot(o.project_root));
+  ASSIGN_OR_RETURN(const analysis::WhatIfRequest what_if, BuildWhatIf(o));
+  const pipeline::Input input = pipeline::ClassifyInput(o.input);
+  ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(o.project_root));
   std::optional<AtomicOutput> output;
   if (!o.output.empty()) {
     ASSIGN_OR_RETURN(AtomicOutput prepared, AtomicOutput::Prepare(o.output, o.force));
     output.emplace(std::move(prepared));
   }
-  ASSIGN_OR_RETURN(model::Trace trace, LoadInput(o.input, o.quiet));
-  const analysis::ProjectRoot root(project_root);
-  analysis::Analysis analysis = analysis::Analyze(trace, root);
-  ASSIGN_OR_RETURN(const analysis::Simulations sims,
-                   analysis::Simulate(trace, *analysis.sites, request));
+  pipeline::LoadOptions load;
+  load.progress = !o.quiet;
+  load.project_root = project_root;
+  load.recorded_conf = o.recorded_conf;
+  load.model_run_without_recording = true;
+  load.require_replay = true;
+  ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::Load(input, load));
+  ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,
+                   pipeline::Analyze(std::move(loaded), {project_root, what_if}));
+  const report::ReportInput in = report::ReportInput::From(*analyzed);
   report::SqliteReportInfo info;
   if (output) {
-    const report::ReportInput input{trace,
-                                    analysis.timelines,
-                                    analysis.attribution,
-                                    analysis.summary,
-                                    analysis.entries,
-                                    *analysis.sites,
-                                    root,
-                                    &sims,
-                                    &analysis.category_timelines,
-                                    analysis.owners.get()};
-    RETURN_IF_ERROR(report::WriteSqliteReport(output->temp_path(), input, &info));
+    RETURN_IF_ERROR(report::WriteSqliteReport(output->temp_path(), in, &info));
     RETURN_IF_ERROR(output->Commit());
   }
   if (o.json) {
-    nlohmann::json json = report::RenderSimulationJson(trace, sims);
+    nlohmann::json json = report::RenderSimulationJson(in, o.device);
     json["report"] = output ? nlohmann::json{{"path", output->target()}, {"rows", info.rows}}
                             : nlohmann::json(nullptr);
     fmt::print("{}\n", json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   } else if (!o.quiet) {
-    fmt::print("{}", report::RenderSimulationText(trace, sims));
+    fmt::print("{}", report::RenderSimulationText(in, o.device));
     if (output) {
       fmt::print("\nreport written to {} (with the simulation in the vramscope_sim_* tables)\n",
                  output->target());
@@ -108,14 +108,16 @@ Status Run(const SimulateOptions& o) {
 void RegisterSimulateCommand(CLI::App& app, SimulateOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "simulate",
-      "Replay a snapshot's alloc/free trace through vramscope's model of PyTorch's caching "
+      "Replay a recorded alloc/free trace through vramscope's model of PyTorch's caching "
       "allocator: compare every decision with what the recorded allocator did (allocation "
       "addresses, segment allocations and releases, the reserved curve, the final state), and "
       "answer what-if questions: would it fit in --capacity, where would it run out, and what "
       "other allocator settings (--alloc-conf, --compare) do to reserved memory and "
       "fragmentation. With no INPUT, uses the built-in example.");
   cmd->add_option("input", o.input,
-                  "snapshot pickle with a trace (torch.cuda.memory._record_memory_history); omit "
+                  "any input 'report' reads that holds an alloc/free trace: a memory snapshot "
+                  "recorded with torch.cuda.memory._record_memory_history, a profiler trace with "
+                  "memory events, a memory timeline, a native trace, or a capture folder; omit "
                   "it to use the built-in example");
   cmd->add_option("--capacity", o.capacity,
                   "device memory PyTorch's allocator can get, e.g. 24GiB (a card's memory minus "
@@ -134,8 +136,8 @@ void RegisterSimulateCommand(CLI::App& app, SimulateOptions& o) {
       ->expected(1, 16);
   cmd->add_option("--recorded-conf", o.recorded_conf,
                   "the PYTORCH_CUDA_ALLOC_CONF the recorded run used, for snapshots from before "
-                  "torch 2.3, which do not record their allocator settings (when given, it "
-                  "replaces what a newer snapshot records)");
+                  "torch 2.3 and other inputs that do not record their allocator settings (when "
+                  "given, it replaces what a newer snapshot records)");
   cmd->add_option("-o,--output", o.output,
                   "also write the report database, with the simulated curves, segment events "
                   "and final layout in vramscope_sim_* tables");

@@ -1,6 +1,6 @@
-// `vramscope simulate [INPUT]`: replays a snapshot's trace through the allocator model, compares
-// it with what really happened, and answers what-if questions (--capacity, --alloc-conf,
-// --compare).
+// `vramscope simulate [INPUT]`: replays the recorded alloc/free trace of any input through the
+// allocator model, compares it with what really happened, and answers what-if questions
+// (--capacity, --alloc-conf, --compare).
 #pragma once
 
 #include <CLI/CLI.hpp>

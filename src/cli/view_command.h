@@ -1,6 +1,6 @@
 // `vramscope view [INPUT] [--compare OTHER] -o PAGE.html`: writes the self-contained HTML viewer
-// of a report database, or of any input `report` reads (reported first into a temporary
-// database). Also the helper behind `vramscope report --html`.
+// of a report database, or of any input `report` reads (loaded and analysed by the pipeline into
+// a temporary database first).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -22,9 +22,5 @@ struct ViewOptions {
 
 void RegisterViewCommand(CLI::App& app, ViewOptions& options);
 int RunViewCommand(const ViewOptions& options);
-
-// Writes the viewer of the report databases `databases` (1 or 2) to `target`, atomically.
-Status WriteViewerPage(const std::vector<std::string>& databases, const std::string& target,
-                       bool overwrite, const std::string& title);
 
 }  // namespace vramscope::cli

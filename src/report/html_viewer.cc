@@ -6,6 +6,8 @@
 #include <span>
 #include <string_view>
 
+#include "common/atomic_output.h"
+
 namespace vramscope::report {
 
 // The bundled page (cmake/BundleViewer.cmake): page.html with the stylesheet and scripts
@@ -99,6 +101,26 @@ Status WriteHtmlViewer(const std::string& path, const std::vector<const ViewerRe
     return InvalidInput(fmt::format("{}: writing the page failed (disk full?)", path));
   }
   return Status::Ok();
+}
+
+Status WriteViewerPage(const std::vector<std::string>& databases, const std::string& target,
+                       bool overwrite, const std::string& title) {
+  ASSIGN_OR_RETURN(AtomicOutput output, AtomicOutput::Prepare(target, overwrite));
+  std::vector<ViewerReport> reports;
+  for (const std::string& db : databases) {
+    ASSIGN_OR_RETURN(ViewerReport r, LoadViewerReport(db));
+    BuildViewerLod(r);
+    reports.push_back(std::move(r));
+  }
+  std::vector<const ViewerReport*> pointers;
+  for (const auto& r : reports) pointers.push_back(&r);
+  std::string page_title = title;
+  if (page_title.empty()) {
+    page_title =
+        reports.size() == 2 ? reports[0].title + " vs " + reports[1].title : reports[0].title;
+  }
+  RETURN_IF_ERROR(WriteHtmlViewer(output.temp_path(), pointers, page_title));
+  return output.Commit();
 }
 
 }  // namespace vramscope::report

@@ -19,4 +19,10 @@ std::string RenderHtmlViewer(const std::vector<const ViewerReport*>& reports,
 Status WriteHtmlViewer(const std::string& path, const std::vector<const ViewerReport*>& reports,
                        const std::string& title);
 
+// The page of the report databases `databases` (one, or two side by side) written to `target`
+// atomically; an existing target is replaced only with `overwrite`. `title` empty: the reports'
+// own titles.
+Status WriteViewerPage(const std::vector<std::string>& databases, const std::string& target,
+                       bool overwrite, const std::string& title);
+
 }  // namespace vramscope::report

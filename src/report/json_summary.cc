@@ -135,7 +135,7 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
   out["prediction"] = Prediction(in);
   out["source"] = {
       {"path", t.source.path},
-      {"format", t.source.format},
+      {"format", in.view.Format()},
       {"generation", t.source.generation},
       {"generation_evidence", t.source.generation_evidence},
       {"bytes", t.source.file_bytes},
@@ -159,7 +159,7 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
       {"frees_without_alloc", f.frees_without_alloc},
       {"allocations_alive_before_trace", f.allocations_alive_before_trace},
   };
-  out["notes"] = f.notes;
+  out["notes"] = in.view.Notes();
   out["attribution"] = {{"phases_evidence", in.attribution.phases.evidence},
                         {"phases_detected", in.attribution.phases.detected},
                         {"notes", in.attribution.notes}};

@@ -9,18 +9,6 @@
 
 namespace vramscope::report {
 
-size_t BoundingRank(const std::vector<RankRow>& rows) {
-  size_t best = 0;
-  for (size_t i = 1; i < rows.size(); ++i) {
-    const RankRow& a = rows[i];
-    const RankRow& b = rows[best];
-    if (std::tie(a.peak_reserved, a.peak_allocated) > std::tie(b.peak_reserved, b.peak_allocated)) {
-      best = i;
-    }
-  }
-  return best;
-}
-
 std::string RenderRankTable(const std::vector<RankRow>& rows) {
   std::string out = fmt::format("{} processes captured; per rank:\n", rows.size());
   out += fmt::format("  {:<10} {:<18} {:>16} {:>16}  {:<22} {}\n", "rank", "host:device",
@@ -69,16 +57,13 @@ nlohmann::json RankTableJson(const std::vector<RankRow>& rows) {
   return out;
 }
 
-Status WriteRankTable(const std::string& database, const std::vector<RankRow>& rows) {
-  Db db;
-  RETURN_IF_ERROR(db.Open(database));
+Status WriteRankTable(Db& db, const std::vector<RankRow>& rows) {
   RETURN_IF_ERROR(db.Exec(
       "CREATE TABLE vramscope_ranks (label TEXT NOT NULL PRIMARY KEY, rank INTEGER, "
       "local_rank INTEGER, host TEXT, device INTEGER NOT NULL, device_name TEXT, file TEXT NOT "
       "NULL, peak_allocated_bytes INTEGER NOT NULL, peak_reserved_bytes INTEGER NOT NULL, "
       "peak_step INTEGER NOT NULL, peak_phase TEXT, steps INTEGER NOT NULL, end_reason TEXT, "
-      "oom INTEGER NOT NULL, reported INTEGER NOT NULL);"
-      "BEGIN;"));
+      "oom INTEGER NOT NULL, reported INTEGER NOT NULL);"));
   Insert insert(db, "INSERT INTO vramscope_ranks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   for (const RankRow& r : rows) {
     RETURN_IF_ERROR(insert.Row(r.label, Insert::MaybeInt{r.rank.value_or(0), r.rank.has_value()},
@@ -88,7 +73,7 @@ Status WriteRankTable(const std::string& database, const std::vector<RankRow>& r
                                r.peak_phase, r.steps, r.end_reason, static_cast<int64_t>(r.oom),
                                static_cast<int64_t>(r.reported)));
   }
-  return db.Exec("COMMIT;");
+  return Status::Ok();
 }
 
 }  // namespace vramscope::report

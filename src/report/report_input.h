@@ -1,21 +1,28 @@
-// Everything a reporter renders, computed once by the pipeline. Reporters hold no analysis logic.
+// Everything a reporter renders, computed once by the pipeline (src/pipeline). Reporters hold no
+// analysis logic: they read these figures and the trace through its interpretation.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "analysis/breakdown.h"
+#include "analysis/ranks.h"
 #include "analysis/simulation.h"
 #include "analysis/sites.h"
 #include "analysis/skyline_entries.h"
 #include "analysis/summary.h"
 #include "analysis/timeline.h"
 #include "attribution/attribution.h"
+#include "model/interpretation.h"
 #include "model/trace.h"
+#include "pipeline/analyze.h"
 
 namespace vramscope::report {
 
 struct ReportInput {
+  // The input as loaded: the source's record (`trace`) and what interpretation added (`view`).
   const model::Trace& trace;
+  model::TraceView view;
   const analysis::Timelines& timelines;
   const attribution::Attribution& attribution;
   const analysis::Summary& summary;
@@ -28,7 +35,29 @@ struct ReportInput {
   const std::vector<std::vector<analysis::CategoryPoint>>* category_timelines = nullptr;
   // Owner labels of the allocations (vramscope_owners); null: computed by the writer.
   analysis::OwnerNamer* owners = nullptr;
+  // The per-rank rows of a capture folder with several processes (vramscope_ranks); null or
+  // empty otherwise.
+  const std::vector<analysis::RankRow>* ranks = nullptr;
+
+  // The one way the CLI makes it: from the pipeline's result.
+  static ReportInput From(const pipeline::Analyzed& analyzed);
 };
+
+inline ReportInput ReportInput::From(const pipeline::Analyzed& r) {
+  analysis::Analysis& a = *r.analysis;
+  return ReportInput{r.trace(),
+                     r.view(),
+                     a.timelines,
+                     a.attribution,
+                     a.summary,
+                     a.entries,
+                     *a.sites,
+                     r.root,
+                     r.simulations(),
+                     &a.category_timelines,
+                     a.owners.get(),
+                     r.loaded.ranks.empty() ? nullptr : &r.loaded.ranks};
+}
 
 inline constexpr const char* kToolVersion = "0.1.0";
 

@@ -128,7 +128,7 @@ void RenderReplay(std::string& out, const model::Trace& trace,
 }
 
 void RenderWhatIf(std::string& out, const model::Trace& trace,
-                  const analysis::DeviceSimulation& dev) {
+                  const analysis::DeviceSimulation& dev, const analysis::DeviceSummary* recorded) {
   std::vector<const analysis::SimulationRun*> runs;
   for (const auto& run : dev.runs) {
     if (run.label == "what-if") runs.push_back(&run);
@@ -152,7 +152,9 @@ void RenderWhatIf(std::string& out, const model::Trace& trace,
       [](const analysis::SimulationRun& r) { return Capacity(r.result.settings); });
   row("peak reserved", Bytes(dev.recorded_peak_reserved),
       [](const analysis::SimulationRun& r) { return Bytes(r.result.stats.peak_reserved); });
-  row("peak allocated", Bytes(replay.stats.peak_allocated),
+  row("peak allocated",
+      Bytes(recorded != nullptr ? static_cast<uint64_t>(recorded->peak_allocated)
+                                : replay.stats.peak_allocated),
       [](const analysis::SimulationRun& r) { return Bytes(r.result.stats.peak_allocated); });
   row("fragmentation at peak", fmt::format("{:.1f}%", 100.0 * replay.FragmentationAtPeak()),
       [](const analysis::SimulationRun& r) {
@@ -294,48 +296,73 @@ nlohmann::json RunJson(const analysis::SimulationRun& run) {
   return j;
 }
 
+// The recorded peak allocated of `device`, as every verb reports it (the analysis' summary).
+const analysis::DeviceSummary* RecordedSummary(const ReportInput& in, int32_t device) {
+  for (const analysis::DeviceSummary& d : in.summary.devices) {
+    if (d.device == device) return &d;
+  }
+  return nullptr;
+}
+
+bool Shown(std::optional<int32_t> only, int32_t device) { return !only || *only == device; }
+
 }  // namespace
 
-std::string RenderSimulationText(const model::Trace& trace, const analysis::Simulations& sims) {
+std::string RenderSimulationText(const ReportInput& in, std::optional<int32_t> device) {
+  const model::Trace& trace = in.trace;
   std::string out =
       fmt::format("vramscope simulate: {}\n", trace.source.built_in_example
                                                   ? "built-in example (recorded on an NVIDIA H200: "
                                                     "a 2-layer MLP trained with Adam for 3 steps)"
                                                   : trace.source.path);
-  for (const auto& dev : sims.devices) {
+  if (in.simulations == nullptr) return out;
+  for (const auto& dev : in.simulations->devices) {
+    if (!Shown(device, dev.device)) continue;
     const auto [begin, end] = trace.EventRange(dev.device);
     out += fmt::format("\ncuda:{}  {} trace events; allocator settings: {}, {}\n", dev.device,
                        Count(end - begin), ConfLabel(dev.recorded_settings.ToAllocConf()),
                        dev.settings_source);
+    if (const analysis::DeviceSummary* d = RecordedSummary(in, dev.device)) {
+      out += fmt::format("  recorded: peak allocated {}, peak reserved {} (as 'vramscope report' "
+                         "gives them)\n",
+                         Bytes(static_cast<uint64_t>(d->peak_allocated)),
+                         Bytes(static_cast<uint64_t>(d->peak_reserved)));
+    }
     RenderReplay(out, trace, dev, dev.runs.front());
-    RenderWhatIf(out, trace, dev);
+    RenderWhatIf(out, trace, dev, RecordedSummary(in, dev.device));
   }
-  for (const std::string& n : sims.notes) out += "note: " + n + "\n";
   return out;
 }
 
-nlohmann::json RenderSimulationJson(const model::Trace& trace, const analysis::Simulations& sims) {
+nlohmann::json RenderSimulationJson(const ReportInput& in, std::optional<int32_t> device) {
+  const model::Trace& trace = in.trace;
   nlohmann::json devices = nlohmann::json::array();
-  for (const auto& dev : sims.devices) {
-    const auto [begin, end] = trace.EventRange(dev.device);
-    devices.push_back({{"device", dev.device},
-                       {"events", end - begin},
-                       {"recorded_settings", SettingsJson(dev.recorded_settings)},
-                       {"recorded_settings_source", dev.settings_source},
-                       {"recorded_peak_reserved_bytes", dev.recorded_peak_reserved},
-                       {"recorded_peak_reserved_event", dev.recorded_peak_event},
-                       {"replay", RunJson(dev.runs.front())},
-                       {"what_if", [&] {
-                          nlohmann::json w = nlohmann::json::array();
-                          for (size_t k = 1; k < dev.runs.size(); ++k)
-                            w.push_back(RunJson(dev.runs[k]));
-                          return w;
-                        }()}});
+  if (in.simulations != nullptr) {
+    for (const auto& dev : in.simulations->devices) {
+      if (!Shown(device, dev.device)) continue;
+      const auto [begin, end] = trace.EventRange(dev.device);
+      const analysis::DeviceSummary* recorded = RecordedSummary(in, dev.device);
+      devices.push_back(
+          {{"device", dev.device},
+           {"events", end - begin},
+           {"recorded_settings", SettingsJson(dev.recorded_settings)},
+           {"recorded_settings_source", dev.settings_source},
+           // The recording's own peaks, as every verb reports them.
+           {"recorded_peak_allocated_bytes",
+            recorded != nullptr ? nlohmann::json(recorded->peak_allocated) : nlohmann::json()},
+           {"recorded_peak_reserved_bytes", dev.recorded_peak_reserved},
+           {"recorded_peak_reserved_event", dev.recorded_peak_event},
+           {"replay", RunJson(dev.runs.front())},
+           {"what_if", [&] {
+              nlohmann::json w = nlohmann::json::array();
+              for (size_t k = 1; k < dev.runs.size(); ++k) w.push_back(RunJson(dev.runs[k]));
+              return w;
+            }()}});
+    }
   }
   return {{"tool", "vramscope"},
           {"input", trace.source.built_in_example ? "built-in example" : trace.source.path},
-          {"devices", devices},
-          {"notes", sims.notes}};
+          {"devices", devices}};
 }
 
 }  // namespace vramscope::report

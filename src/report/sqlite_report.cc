@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "report/prediction_fit.h"
+#include "report/rank_table.h"
 #include "report/sqlite_tables.h"
 
 namespace vramscope::report {
@@ -112,7 +113,8 @@ CREATE TABLE vramscope_allocations (
   free_completed_event INTEGER, free_completed_time_us INTEGER,
   category TEXT NOT NULL, confidence TEXT NOT NULL, rule_id INTEGER NOT NULL, operation TEXT,
   site_id INTEGER NOT NULL, user_metadata TEXT, compile_context TEXT,
-  phase TEXT NOT NULL, step INTEGER NOT NULL, owner_id INTEGER NOT NULL);
+  phase TEXT NOT NULL, step INTEGER NOT NULL, owner_id INTEGER NOT NULL,
+  size_evidence TEXT NOT NULL);
 CREATE TABLE vramscope_owners (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
 CREATE TABLE vramscope_category_timeline (
   device INTEGER NOT NULL, event INTEGER, time_us INTEGER,
@@ -286,7 +288,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
         {"tool_version", kToolVersion},
         {"created_utc", UtcNow()},
         {"source_path", src.path},
-        {"source_format", src.format},
+        {"source_format", in.view.Format()},
         {"source_generation", src.generation},
         {"source_generation_evidence", src.generation_evidence},
         {"source_bytes", std::to_string(src.file_bytes)},
@@ -304,17 +306,24 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
         {"ring_buffer_overflowed", f.ring_buffer_overflowed ? "1" : "0"},
         {"frees_without_alloc", std::to_string(f.frees_without_alloc)},
         {"allocations_alive_before_trace", std::to_string(f.allocations_alive_before_trace)},
-        {"attribution", "first cut: stacks and lifetimes"},
+        {"attribution",
+         "per allocation: what the source or a capture recorded, else C++ and Python frames, "
+         "lifetimes against the detected phases, and sizes (docs/design/attribution.md); "
+         "vramscope_allocations.rule_id names the rule"},
         {"allocated_semantics",
-         "bytes of blocks handed to tensors (torch.cuda.memory_allocated); sizes of blocks "
-         "freed during the trace are the request rounded to 512 B"},
+         "bytes of blocks handed to tensors (torch.cuda.memory_allocated), counted from alloc to "
+         "free_requested; a block's size is the one the source recorded, else the one the "
+         "allocator model's replay established, else the request rounded to 512 B "
+         "(vramscope_allocations.size_evidence)"},
+        {"reserved_known", f.reserved_known ? "1" : "0"},
+        {"synthetic_segment_addresses", f.synthetic_segment_addresses ? "1" : "0"},
         {"reserved_semantics", "bytes of cudaMalloc'd segments (torch.cuda.memory_reserved)"},
     };
     for (const auto& [k, v] : entries) RETURN_IF_ERROR(meta.Row(k, v));
     *rows += meta.rows();
     Insert note(db, "INSERT INTO vramscope_notes VALUES (?, ?)");
     int64_t n = 0;
-    for (const auto& text : f.notes) RETURN_IF_ERROR(note.Row(++n, text));
+    for (const auto& text : in.view.Notes()) RETURN_IF_ERROR(note.Row(++n, text));
     for (const auto& text : in.attribution.notes) RETURN_IF_ERROR(note.Row(++n, text));
     *rows += note.rows();
   }
@@ -412,11 +421,13 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     Insert site(db, "INSERT INTO vramscope_sites VALUES (?, ?)");
     Insert alloc(db,
                  "INSERT INTO vramscope_allocations VALUES "
-                 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     const model::Events& ev = t.events;
     // The analysis' owner ids when it made them, else our own.
     std::unique_ptr<analysis::OwnerNamer> own;
-    if (in.owners == nullptr) own = std::make_unique<analysis::OwnerNamer>(t, in.sites);
+    if (in.owners == nullptr) {
+      own = std::make_unique<analysis::OwnerNamer>(in.view, in.attribution, in.sites);
+    }
     analysis::OwnerNamer& owners = in.owners != nullptr ? *in.owners : *own;
     for (size_t i = 0; i < t.allocations.size(); ++i) {
       const model::Allocation& a = t.allocations[i];
@@ -437,16 +448,18 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
         return Insert::Time(e == model::kNoEvent ? model::kNoTime : ev.time_us[e]);
       };
       RETURN_IF_ERROR(alloc.Row(
-          static_cast<int64_t>(i), a.device, a.addr, a.requested_size, a.size, a.size_exact,
+          static_cast<int64_t>(i), a.device, a.addr, a.requested_size, in.view.BlockSize(i),
+          in.view.SizeExact(i),
           a.stream, a.alive_at_end, Insert::Event(a.alloc_event), time_of(a.alloc_event),
           a.alloc_stack, Insert::Event(a.free_requested_event), time_of(a.free_requested_event),
           a.free_stack, Insert::Event(a.free_completed_event), time_of(a.free_completed_event),
           attribution::CategoryName(info.category), attribution::ConfidenceName(info.confidence),
           rule_it->second,
-          Insert::MaybeText{t.strings.Get(info.operation), info.operation != model::kEmptyString},
+          Insert::MaybeText{in.attribution.Name(info.operation),
+                            info.operation != model::kEmptyString},
           site_it->second, text_of(ev.user_metadata), text_of(ev.compile_context),
           attribution::PhaseName(info.phase), in.attribution.phases.StepAt(a.alloc_event),
-          owners.Id(a, info)));
+          owners.Id(i), model::SizeEvidenceName(in.view.SizeEvidenceOf(i))));
     }
     *rows += alloc.rows() + rule.rows() + site.rows();
     Insert owner(db, "INSERT INTO vramscope_owners VALUES (?, ?)");
@@ -506,6 +519,10 @@ Status WriteSqliteReport(const std::string& path, const ReportInput& input,
   if (IsPredictedTrace(input.trace)) {
     RETURN_IF_ERROR(db.Exec(kPredictionSchema));
     RETURN_IF_ERROR(WritePredictionTable(db, input, &rows));
+  }
+  if (input.ranks != nullptr && !input.ranks->empty()) {
+    RETURN_IF_ERROR(WriteRankTable(db, *input.ranks));
+    rows += input.ranks->size();
   }
   RETURN_IF_ERROR(db.Exec("COMMIT"));
   if (info != nullptr) {

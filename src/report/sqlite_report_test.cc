@@ -14,6 +14,8 @@
 
 #include "analysis/analyze.h"
 #include "common/gzip.h"
+#include "pipeline/analyze.h"
+#include "pipeline/load.h"
 #include "report/json_summary.h"
 #include "report/terminal_summary.h"
 #include "report/viewer_data.h"
@@ -69,49 +71,35 @@ class Database {
   sqlite3* db_ = nullptr;
 };
 
+// The real pipeline over the example snapshot, as `vramscope simulate -o` runs it.
 class ExampleReport : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string example =
         std::string(VRAMSCOPE_SOURCE_DIR) + "/examples/synthetic_mlp_adam_step.pickle";
-    auto file = MappedFile::Open(example);
-    ASSERT_TRUE(file.ok()) << file.status().message();
-    auto trace = snapshot::LoadSnapshot(**file);
-    ASSERT_TRUE(trace.ok()) << trace.status().message();
-    trace_ = std::make_unique<model::Trace>(std::move(trace).value());
-    root_ = std::make_unique<analysis::ProjectRoot>("/home/user/mlp_example");
-    analysis_ = std::make_unique<analysis::Analysis>(analysis::Analyze(*trace_, *root_));
+    pipeline::LoadOptions load;
+    load.progress = false;
+    auto loaded = pipeline::Load(pipeline::ClassifyInput(example), load);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+    // The replay against the recording and one what-if run under a capacity too small for the
+    // example's peak, so every vramscope_sim_* table has rows.
+    analysis::WhatIfRequest what_if;
+    what_if.what_if.emplace_back("");
+    what_if.capacity = 64ull << 20;
+    auto analyzed =
+        pipeline::Analyze(std::move(loaded).value(), {"/home/user/mlp_example", what_if});
+    ASSERT_TRUE(analyzed.ok()) << analyzed.status().message();
+    analyzed_ = std::move(analyzed).value();
     path_ = (std::filesystem::temp_directory_path() /
              ("vramscope_report_test_" + std::to_string(getpid()) + ".sqlite"))
                 .string();
     std::filesystem::remove(path_);
-    // The replay against the recording and one what-if run under a capacity too small for the
-    // example's peak, so every vramscope_sim_* table has rows.
-    analysis::SimulationRequest request;
-    request.what_if.emplace_back("");
-    request.capacity = 64ull << 20;
-    auto sims = analysis::Simulate(*trace_, *analysis_->sites, request);
-    ASSERT_TRUE(sims.ok()) << sims.status().message();
-    sims_ = std::make_unique<analysis::Simulations>(std::move(sims).value());
-    const ReportInput input{*trace_,
-                            analysis_->timelines,
-                            analysis_->attribution,
-                            analysis_->summary,
-                            analysis_->entries,
-                            *analysis_->sites,
-                            *root_,
-                            sims_.get(),
-                            &analysis_->category_timelines,
-                            analysis_->owners.get()};
-    const Status status = WriteSqliteReport(path_, input, &info_);
+    const Status status = WriteSqliteReport(path_, ReportInput::From(*analyzed_), &info_);
     ASSERT_TRUE(status.ok()) << status.message();
   }
   void TearDown() override { std::filesystem::remove(path_); }
 
-  std::unique_ptr<model::Trace> trace_;
-  std::unique_ptr<analysis::ProjectRoot> root_;
-  std::unique_ptr<analysis::Analysis> analysis_;
-  std::unique_ptr<analysis::Simulations> sims_;
+  std::unique_ptr<pipeline::Analyzed> analyzed_;
   std::string path_;
   SqliteReportInfo info_;
 };
@@ -212,16 +200,7 @@ TEST_F(ExampleReport, MeasuredReportsSayTheyAreNotPredicted) {
   Database db(path_);
   EXPECT_EQ(db.One("SELECT value FROM vramscope_metadata WHERE key = 'predicted'"), "false");
   EXPECT_EQ(db.One("SELECT count(*) FROM sqlite_master WHERE name = 'vramscope_prediction'"), "0");
-  const ReportInput input{*trace_,
-                          analysis_->timelines,
-                          analysis_->attribution,
-                          analysis_->summary,
-                          analysis_->entries,
-                          *analysis_->sites,
-                          *root_,
-                          sims_.get(),
-                          &analysis_->category_timelines,
-                          analysis_->owners.get()};
+  const ReportInput input = ReportInput::From(*analyzed_);
   const nlohmann::json json = RenderJsonSummary(input, 10);
   EXPECT_EQ(json["predicted"], false);
   EXPECT_TRUE(json["prediction"].is_null());
@@ -297,11 +276,11 @@ class PredictedReport {
     t.prediction = std::move(p);
     model::BuildAllocations(t);
     root_ = std::make_unique<analysis::ProjectRoot>("");
-    analysis_ = std::make_unique<analysis::Analysis>(analysis::Analyze(t, *root_));
-    input_ = std::make_unique<ReportInput>(
-        ReportInput{t, analysis_->timelines, analysis_->attribution, analysis_->summary,
-                    analysis_->entries, *analysis_->sites, *root_, nullptr,
-                    &analysis_->category_timelines, analysis_->owners.get()});
+    analysis_ = analysis::Analyze(model::Uninterpreted(t), *root_);
+    input_ = std::make_unique<ReportInput>(ReportInput{
+        t, model::Uninterpreted(t), analysis_->timelines, analysis_->attribution,
+        analysis_->summary, analysis_->entries, *analysis_->sites, *root_, nullptr,
+        &analysis_->category_timelines, analysis_->owners.get()});
     path_ = (std::filesystem::temp_directory_path() /
              ("vramscope_prediction_test_" + std::to_string(getpid()) + ".sqlite"))
                 .string();

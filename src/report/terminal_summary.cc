@@ -258,7 +258,7 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
     line(fmt::format("vramscope report: {}", name));
     if (state) {
       line(fmt::format("  {}, {} schema ({}), {}; {} trace events, {} segments, {} blocks",
-                       t.source.format, t.source.generation,
+                       in.view.Format(), t.source.generation,
                        t.source.pickle_protocol > 0
                            ? fmt::format("pickle protocol {}", t.source.pickle_protocol)
                            : std::string("pickle"),
@@ -267,7 +267,7 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
                        FormatCount(static_cast<int64_t>(t.segments.size())),
                        FormatCount(static_cast<int64_t>(t.blocks.size()))));
     } else {
-      line(fmt::format("  {}, {}, {}; {} events, {} allocations", t.source.format,
+      line(fmt::format("  {}, {}, {}; {} events, {} allocations", in.view.Format(),
                        t.source.generation, FormatBytes(static_cast<int64_t>(t.source.file_bytes)),
                        FormatCount(static_cast<int64_t>(t.events.count())),
                        FormatCount(static_cast<int64_t>(t.allocations.size()))));
@@ -404,10 +404,11 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
                     : "the snapshot records block sizes only for live blocks"));
     }
   }
-  if (!t.facts.notes.empty() || !in.attribution.notes.empty()) {
+  const std::vector<std::string> notes = in.view.Notes();
+  if (!notes.empty() || !in.attribution.notes.empty()) {
     line("");
     line("notes:");
-    for (const auto& n : t.facts.notes) line("  - " + n);
+    for (const auto& n : notes) line("  - " + n);
     for (const auto& n : in.attribution.notes) line("  - " + n);
   }
   return out;

@@ -11,61 +11,50 @@
 #include "analysis/simulation.h"
 #include "common/gzip.h"
 #include "common/mapped_file.h"
+#include "pipeline/analyze.h"
+#include "pipeline/load.h"
 #include "report/sqlite_report.h"
 #include "sources/load_source.h"
 
 namespace vramscope::report {
 namespace {
 
-// A report database written by the real pipeline from `input`, and the analysis it came from,
-// so the viewer's columns can be checked against the pipeline's own curves.
+// A report database written by the real pipeline (src/pipeline) from `input`, and the analysis it
+// came from, so the viewer's columns can be checked against the pipeline's own curves.
 class Reported {
  public:
   explicit Reported(const std::string& input) {
-    auto file = MappedFile::Open(input);
-    if (!file.ok()) {
-      error_ = file.status().message();
+    pipeline::LoadOptions load;
+    load.progress = false;
+    auto loaded = pipeline::Load(pipeline::ClassifyInput(input), load);
+    if (!loaded.ok()) {
+      error_ = loaded.status().message();
       return;
     }
-    auto trace = sources::LoadTrace(**file);
-    if (!trace.ok()) {
-      error_ = trace.status().message();
+    auto analyzed =
+        pipeline::Analyze(std::move(loaded).value(), {"/nonexistent/project", std::nullopt});
+    if (!analyzed.ok()) {
+      error_ = analyzed.status().message();
       return;
     }
-    trace_ = std::make_unique<model::Trace>(std::move(trace).value());
-    root_ = std::make_unique<analysis::ProjectRoot>("/nonexistent/project");
-    analysis_ = std::make_unique<analysis::Analysis>(analysis::Analyze(*trace_, *root_));
-    std::optional<analysis::Simulations> sims;
-    if (trace_->facts.has_trace && trace_->facts.has_allocator_state) {
-      auto run = analysis::Simulate(*trace_, *analysis_->sites, {});
-      if (run.ok()) sims_ = std::make_unique<analysis::Simulations>(std::move(run).value());
-    }
+    analyzed_ = std::move(analyzed).value();
+    trace_ = &analyzed_->trace();
+    analysis_ = analyzed_->analysis.get();
     path_ = (std::filesystem::temp_directory_path() /
              ("vramscope_viewer_test_" + std::to_string(getpid()) + "_" +
               std::to_string(counter_++) + ".sqlite"))
                 .string();
     std::filesystem::remove(path_);
-    const ReportInput in{*trace_,
-                         analysis_->timelines,
-                         analysis_->attribution,
-                         analysis_->summary,
-                         analysis_->entries,
-                         *analysis_->sites,
-                         *root_,
-                         sims_.get(),
-                         &analysis_->category_timelines,
-                         analysis_->owners.get()};
     SqliteReportInfo info;
-    const Status status = WriteSqliteReport(path_, in, &info);
+    const Status status = WriteSqliteReport(path_, ReportInput::From(*analyzed_), &info);
     if (!status.ok()) error_ = status.message();
   }
   ~Reported() { std::filesystem::remove(path_); }
 
   std::string error_;
-  std::unique_ptr<model::Trace> trace_;
-  std::unique_ptr<analysis::ProjectRoot> root_;
-  std::unique_ptr<analysis::Analysis> analysis_;
-  std::unique_ptr<analysis::Simulations> sims_;
+  std::unique_ptr<pipeline::Analyzed> analyzed_;
+  const model::Trace* trace_ = nullptr;
+  const analysis::Analysis* analysis_ = nullptr;
   std::string path_;
   static inline int counter_ = 0;
 };

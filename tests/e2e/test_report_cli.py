@@ -524,7 +524,7 @@ def test_json_timings(run, out_dir):
     assert rc == 0, err
     doc = json.loads(out)
     t = doc["timings_s"]
-    stages = ("read", "parse", "build_model", "analyze", "write_report")
+    stages = ("read", "parse", "build_model", "replay", "analyze", "write_report")
     assert set(t) == set(stages) | {"total", "peak_rss_bytes"}
     for k, v in t.items():
         assert isinstance(v, (int, float)) and v >= 0, (k, v)

@@ -124,7 +124,7 @@ struct StepCounter {
   }
 };
 
-size_t MarksFromMetadata(model::Trace& trace) {
+size_t MarksFromMetadata(const model::Trace& trace, std::vector<model::PhaseMark>& marks_out) {
   size_t marks = 0;
   std::vector<model::PhaseMark> out;
   for (size_t d = 0; d < trace.devices.size(); ++d) {
@@ -151,11 +151,12 @@ size_t MarksFromMetadata(model::Trace& trace) {
       ++marks;
     }
   }
-  if (marks > 0) trace.phase_marks = std::move(out);
+  if (marks > 0) marks_out = std::move(out);
   return marks;
 }
 
-size_t MarksFromTimes(const CaptureSidecar& sidecar, model::Trace& trace) {
+size_t MarksFromTimes(const CaptureSidecar& sidecar, const model::Trace& trace,
+                      std::vector<model::PhaseMark>& marks_out) {
   std::vector<SidecarPhase> phases = sidecar.phases;
   std::stable_sort(phases.begin(), phases.end(), [](const SidecarPhase& a, const SidecarPhase& b) {
     return a.begin_us < b.begin_us;
@@ -182,7 +183,7 @@ size_t MarksFromTimes(const CaptureSidecar& sidecar, model::Trace& trace) {
       ++marks;
     }
   }
-  if (marks > 0) trace.phase_marks = std::move(out);
+  if (marks > 0) marks_out = std::move(out);
   return marks;
 }
 
@@ -296,15 +297,16 @@ Result<std::optional<CaptureSidecar>> ParseCaptureSidecar(std::string_view text,
   return std::optional<CaptureSidecar>(std::move(s));
 }
 
-SidecarApplied ApplyCaptureSidecar(const CaptureSidecar& sidecar, model::Trace& trace) {
+SidecarApplied InterpretCaptureSidecar(const CaptureSidecar& sidecar, const model::Trace& trace,
+                                       model::Interpretation& out) {
   SidecarApplied applied;
   // Phases: the marks PyTorch stored with each trace entry are exact; the times are the fallback
   // for PyTorch versions without _set_memory_metadata.
   if (trace.facts.has_trace) {
-    applied.phase_marks = MarksFromMetadata(trace);
+    applied.phase_marks = MarksFromMetadata(trace, out.phase_marks);
     applied.phases_from_metadata = applied.phase_marks > 0;
     if (applied.phase_marks == 0 && trace.facts.has_times) {
-      applied.phase_marks = MarksFromTimes(sidecar, trace);
+      applied.phase_marks = MarksFromTimes(sidecar, trace, out.phase_marks);
     }
   }
 
@@ -351,7 +353,7 @@ SidecarApplied ApplyCaptureSidecar(const CaptureSidecar& sidecar, model::Trace& 
     const auto event = static_cast<uint32_t>(trace.allocations[*best].alloc_event);
     auto [slot, inserted] = names.try_emplace(event, t.name, 0);
     if (inserted) {
-      trace.events.category[event] = t.category;
+      out.category[event] = t.category;
     } else if (slot->second.first != t.name) {
       ++slot->second.second;  // views of one storage (a flat parameter): count the others
     }
@@ -359,7 +361,7 @@ SidecarApplied ApplyCaptureSidecar(const CaptureSidecar& sidecar, model::Trace& 
   for (const auto& [event, name] : names) {
     const std::string text =
         name.second == 0 ? name.first : fmt::format("{} (+{} more)", name.first, name.second);
-    trace.events.tensor_name[event] = trace.strings.Intern(text);
+    out.tensor_name[event] = text;
     ++applied.tensors_named;
   }
 
@@ -378,9 +380,9 @@ SidecarApplied ApplyCaptureSidecar(const CaptureSidecar& sidecar, model::Trace& 
   if (!sidecar.framework.empty() && sidecar.framework != "plain") {
     who += ", " + sidecar.framework;
   }
-  trace.facts.notes.push_back(who);
+  out.notes.push_back(who);
   if (sidecar.end_reason == "steps") {
-    trace.facts.notes.push_back(fmt::format("the capture ended after {} training steps (--steps)",
+    out.notes.push_back(fmt::format("the capture ended after {} training steps (--steps)",
                                             sidecar.steps_completed));
   } else if (sidecar.end_reason == "oom") {
     std::string line = "the program ran out of GPU memory";
@@ -391,30 +393,30 @@ SidecarApplied ApplyCaptureSidecar(const CaptureSidecar& sidecar, model::Trace& 
     if (sidecar.oom && !sidecar.oom->message.empty()) {
       line += "; PyTorch said: " + sidecar.oom->message.substr(0, 400);
     }
-    trace.facts.notes.push_back(line);
+    out.notes.push_back(line);
   } else if (sidecar.end_reason == "exception") {
-    trace.facts.notes.push_back(
+    out.notes.push_back(
         fmt::format("the program ended with an exception{}",
                     sidecar.exception.empty() ? "" : ": " + sidecar.exception.substr(0, 300)));
   } else if (sidecar.end_reason == "signal") {
-    trace.facts.notes.push_back("the capture was written when the program was terminated");
+    out.notes.push_back("the capture was written when the program was terminated");
   }
   if (!sidecar.fallback.empty()) {
-    trace.facts.notes.push_back("stacks: " + sidecar.fallback);
+    out.notes.push_back("stacks: " + sidecar.fallback);
   }
   if (applied.phase_marks > 0) {
-    trace.facts.notes.push_back(fmt::format("phases recorded by the capture ({})",
+    out.notes.push_back(fmt::format("phases recorded by the capture ({})",
                                             applied.phases_from_metadata
                                                 ? "marks stored with each allocator event"
                                                 : "phase times matched to the events' times"));
   }
   if (applied.tensors_unmatched > 0) {
-    trace.facts.notes.push_back(fmt::format(
+    out.notes.push_back(fmt::format(
         "{} of the {} tensors the capture named are held by no allocation the trace saw (made "
         "before the history began, or dropped from its ring buffer)",
         applied.tensors_unmatched, sidecar.tensors.size()));
   }
-  trace.source.format += " + vramscope run sidecar";
+  out.format_suffix += " + vramscope run sidecar";
   return applied;
 }
 

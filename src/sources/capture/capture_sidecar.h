@@ -1,8 +1,8 @@
 // The sidecar `vramscope run`'s bootstrap writes beside each snapshot (docs/design/capture.md,
-// format "vramscope-capture" version 1): what the snapshot cannot say. Reading it and applying it
-// to the snapshot's Trace gives the capture's recorded phases (Trace::phase_marks), the names and
-// categories of weights, gradients and optimizer state (Events::tensor_name/category), and facts
-// (which rank, why the capture ended, PyTorch's OOM message).
+// format "vramscope-capture" version 1): what the snapshot cannot say. Interpreting it beside the
+// snapshot's Trace gives the capture's recorded phases, the names and categories of weights,
+// gradients and optimizer state, and notes (which rank, why the capture ended, PyTorch's OOM
+// message), as a model::Interpretation.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/interpretation.h"
 #include "model/trace.h"
 
 namespace vramscope::sources {
@@ -68,9 +69,11 @@ struct SidecarApplied {
   size_t tensors_unmatched = 0;       // sidecar tensors no allocation of the trace holds
 };
 
-// Adds the sidecar's phases, tensor names and categories and facts to a trace read from its
-// snapshot (call before BuildAllocations' users, after the source). Never fails: what does not
-// match is counted and said in the facts.
-SidecarApplied ApplyCaptureSidecar(const CaptureSidecar& sidecar, model::Trace& trace);
+// What the sidecar says about the trace read from its snapshot: its phases, the names and
+// categories of the tensors it saw, and notes (rank, host, why the capture ended), added to `out`
+// (the trace itself stays as the snapshot had it). Never fails: what does not match is counted
+// and said in the notes.
+SidecarApplied InterpretCaptureSidecar(const CaptureSidecar& sidecar, const model::Trace& trace,
+                                       model::Interpretation& out);
 
 }  // namespace vramscope::sources

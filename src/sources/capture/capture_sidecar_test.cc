@@ -20,6 +20,11 @@ using model::Action;
 // gradient (40) in backward, Adam's two states (50, 51) in the optimizer step.
 struct StepTrace {
   model::Trace t;
+  model::Interpretation in;  // what the sidecar adds beside `t`
+  model::TraceView view() const { return {t, in}; }
+  SidecarApplied Apply(const CaptureSidecar& sidecar) {
+    return InterpretCaptureSidecar(sidecar, t, in);
+  }
   StepTrace(bool with_marks) {
     auto push = [&](Action a, uint64_t addr, uint64_t size, int64_t time, const char* mark) {
       t.events.Push(a, 0, addr, size, 0, time * 1000, model::kEmptyStack);  // ms apart
@@ -44,10 +49,7 @@ struct StepTrace {
     model::BuildAllocations(t);
   }
   // The name the sidecar gave the allocation made by event `i` ("" when none).
-  std::string NameOf(uint32_t i) const {
-    const auto it = t.events.tensor_name.find(i);
-    return it == t.events.tensor_name.end() ? "" : std::string(t.strings.Get(it->second));
-  }
+  std::string NameOf(uint32_t i) const { return std::string(view().TensorName(i)); }
 };
 
 constexpr const char* kSidecar = R"({
@@ -131,9 +133,9 @@ TEST(CaptureSidecar, DamagedSidecarsGetOneLineNamingTheFileAndField) {
 
 TEST(CaptureSidecar, PhasesFromPerEventMarks) {
   StepTrace s(/*with_marks=*/true);
-  const SidecarApplied applied = ApplyCaptureSidecar(Parse(kSidecar), s.t);
+  const SidecarApplied applied = s.Apply(Parse(kSidecar));
   EXPECT_TRUE(applied.phases_from_metadata);
-  const attribution::Attribution a = attribution::Attribute(s.t);
+  const attribution::Attribution a = attribution::Attribute(s.view());
   using attribution::Phase;
   const std::vector<std::pair<Phase, int32_t>> expected = {
       {Phase::kSetup, 0},     {Phase::kSetup, 0},     {Phase::kForward, 1},
@@ -147,10 +149,10 @@ TEST(CaptureSidecar, PhasesFromPerEventMarks) {
 
 TEST(CaptureSidecar, PhasesFromTimesWithoutMarks) {
   StepTrace s(/*with_marks=*/false);
-  const SidecarApplied applied = ApplyCaptureSidecar(Parse(kSidecar), s.t);
+  const SidecarApplied applied = s.Apply(Parse(kSidecar));
   EXPECT_FALSE(applied.phases_from_metadata);
   EXPECT_EQ(applied.phase_marks, 4u);
-  const attribution::Attribution a = attribution::Attribute(s.t);
+  const attribution::Attribution a = attribution::Attribute(s.view());
   using attribution::Phase;
   EXPECT_EQ(a.phases.At(1), Phase::kSetup);  // t=20 ms, before forward began at 25 ms
   EXPECT_EQ(a.phases.At(2), Phase::kForward);
@@ -162,7 +164,7 @@ TEST(CaptureSidecar, PhasesFromTimesWithoutMarks) {
 
 TEST(CaptureSidecar, NamesAndCategoriesByAddressAndTime) {
   StepTrace s(/*with_marks=*/true);
-  const SidecarApplied applied = ApplyCaptureSidecar(Parse(kSidecar), s.t);
+  const SidecarApplied applied = s.Apply(Parse(kSidecar));
   EXPECT_EQ(applied.tensors_named, 4u);
   EXPECT_EQ(applied.tensors_unmatched, 1u);
   EXPECT_EQ(s.NameOf(0), "weight");
@@ -172,7 +174,7 @@ TEST(CaptureSidecar, NamesAndCategoriesByAddressAndTime) {
   // The output at 0x4000 and the next batch there are not named: the sidecar saw no tensor there.
   EXPECT_EQ(s.NameOf(2), "");
   EXPECT_EQ(s.NameOf(8), "");
-  const attribution::Attribution a = attribution::Attribute(s.t);
+  const attribution::Attribution a = attribution::Attribute(s.view());
   auto category_of_event = [&](int32_t event) {
     for (size_t i = 0; i < s.t.allocations.size(); ++i) {
       if (s.t.allocations[i].alloc_event == event) return a.allocations[i].category;
@@ -183,7 +185,12 @@ TEST(CaptureSidecar, NamesAndCategoriesByAddressAndTime) {
   EXPECT_EQ(category_of_event(3), model::Category::kGradient);
   EXPECT_EQ(category_of_event(6), model::Category::kOptimizerState);
   // Facts say who captured it and why it ended.
-  const auto& notes = s.t.facts.notes;
+  const auto& notes = s.in.notes;
+  // The trace stays as its snapshot had it: names, categories and notes are beside it.
+  EXPECT_TRUE(s.t.events.tensor_name.empty());
+  EXPECT_TRUE(s.t.events.category.empty());
+  EXPECT_TRUE(s.t.phase_marks.empty());
+  EXPECT_TRUE(s.t.facts.notes.empty());
   EXPECT_NE(std::find_if(notes.begin(), notes.end(),
                          [](const std::string& n) {
                            return n.find("rank 1 of 2 (local rank 1) on node3, NVIDIA H200") !=
@@ -201,7 +208,7 @@ TEST(CaptureSidecar, ATensorSeenBeforeItsAddressWasReusedNamesTheEarlierAllocati
   // the output only.
   CaptureSidecar sidecar = Parse(kSidecar);
   sidecar.tensors = {{model::Category::kWeight, "buffer.at.0x4000", 0x4000, 0, 512, 33000, 1}};
-  ApplyCaptureSidecar(sidecar, s.t);
+  s.Apply(sidecar);
   EXPECT_EQ(s.NameOf(2), "buffer.at.0x4000");
   EXPECT_EQ(s.NameOf(8), "");
 }

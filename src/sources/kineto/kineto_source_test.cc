@@ -71,7 +71,7 @@ std::vector<Action> Actions(const model::Trace& t) {
 // allocated (and reserved) right after every alloc / free_requested, in event order.
 std::vector<int64_t> AllocatedAtMemoryEvents(const model::Trace& t, size_t device_slot = 0,
                                              std::vector<int64_t>* reserved = nullptr) {
-  const analysis::Timelines timelines = analysis::ComputeTimelines(t);
+  const analysis::Timelines timelines = analysis::ComputeTimelines(model::Uninterpreted(t));
   const analysis::DeviceTimeline& d = timelines.devices.at(device_slot);
   std::vector<int64_t> out;
   for (size_t i = d.begin; i < d.end; ++i) {
@@ -193,7 +193,7 @@ TEST(KinetoSource, ReservedChangesBecomeSegmentEvents) {
   EXPECT_EQ(AllocatedAtMemoryEvents(t, 0, &reserved),
             (std::vector<int64_t>{4096, 3 * mb + 4096, 4096, 0}));
   EXPECT_EQ(reserved, (std::vector<int64_t>{2 * mb, 6 * mb, 6 * mb, 2 * mb}));
-  const analysis::Timelines tl = analysis::ComputeTimelines(t);
+  const analysis::Timelines tl = analysis::ComputeTimelines(model::Uninterpreted(t));
   EXPECT_EQ(tl.devices[0].peak_reserved, 6 * mb);
   EXPECT_EQ(tl.devices[0].peak_allocated, 3 * mb + 4096);
 }
@@ -213,7 +213,7 @@ TEST(KinetoSource, UntrackedStartLevelMakesTheCurveMatchTotals) {
   EXPECT_EQ(t.facts.frees_without_alloc, 1u);
   EXPECT_TRUE(t.facts.starts_mid_run);
   EXPECT_EQ(AllocatedAtMemoryEvents(t), (std::vector<int64_t>{10000, 9488, 8488}));
-  const analysis::Timelines tl = analysis::ComputeTimelines(t);
+  const analysis::Timelines tl = analysis::ComputeTimelines(model::Uninterpreted(t));
   EXPECT_EQ(tl.devices[0].allocated_at_start, 9000);
 }
 
@@ -601,7 +601,7 @@ TEST_P(KinetoFixture, LevelsEqualTheProfilersTotals) {
   std::vector<int64_t> reserved;
   const std::vector<int64_t> allocated = AllocatedAtMemoryEvents(t, 0, &reserved);
   ASSERT_EQ(allocated.size(), expected.size());
-  const analysis::Timelines tl = analysis::ComputeTimelines(t);
+  const analysis::Timelines tl = analysis::ComputeTimelines(model::Uninterpreted(t));
   if (f.totals) {
     size_t allocated_mismatch = 0, reserved_mismatch = 0, first_mismatch = SIZE_MAX;
     int64_t max_allocated = 0, max_reserved = 0;

@@ -18,6 +18,8 @@
 #include <string_view>
 
 #include "analysis/analyze.h"
+#include "pipeline/analyze.h"
+#include "pipeline/load.h"
 #include "sources/memory_timeline/memory_timeline_source.h"
 
 namespace {
@@ -114,9 +116,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(got == want);
   }
 
-  const vramscope::analysis::ProjectRoot root("/proj");
-  const vramscope::analysis::Analysis analysis = vramscope::analysis::Analyze(*trace, root);
-  Check(analysis.attribution.allocations.size() == trace->allocations.size());
+  // The rest of the pipeline a user's input takes: the allocator model's replay, then every
+  // analysis.
+  const size_t allocations = trace->allocations.size();
+  auto loaded = vramscope::pipeline::FromTrace(std::move(*trace), {.progress = false});
+  Check(loaded.ok());
+  auto analyzed = vramscope::pipeline::Analyze(std::move(*loaded), {"/proj", std::nullopt});
+  Check(analyzed.ok());
+  const vramscope::analysis::Analysis& analysis = *(*analyzed)->analysis;
+  Check(analysis.attribution.allocations.size() == allocations);
   for (const auto& device : analysis.summary.devices) {
     uint64_t by_category = 0;
     for (const auto& share : device.live_at_peak_by_category) by_category += share.bytes;

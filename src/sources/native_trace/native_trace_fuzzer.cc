@@ -20,6 +20,8 @@
 #include <string>
 
 #include "analysis/analyze.h"
+#include "pipeline/analyze.h"
+#include "pipeline/load.h"
 #include "capture/vstrace_format.h"
 #include "sources/native_trace/native_trace_source.h"
 #include "sources/native_trace/vstrace_reader.h"
@@ -143,9 +145,15 @@ void ReadOne(const std::string& input) {
       bytes.first(static_cast<size_t>(parsed->valid_bytes)), "fuzz");
   Check(intact.ok() && intact->stopped.empty() && intact->record_count == parsed->record_count);
 
-  const vramscope::analysis::ProjectRoot root("/proj");
-  const vramscope::analysis::Analysis analysis = vramscope::analysis::Analyze(*trace, root);
-  Check(analysis.attribution.allocations.size() == trace->allocations.size());
+  // The rest of the pipeline a user's input takes: the allocator model's replay, then every
+  // analysis.
+  const size_t allocations = trace->allocations.size();
+  auto loaded = vramscope::pipeline::FromTrace(std::move(*trace), {.progress = false});
+  Check(loaded.ok());
+  auto analyzed = vramscope::pipeline::Analyze(std::move(*loaded), {"/proj", std::nullopt});
+  Check(analyzed.ok());
+  const vramscope::analysis::Analysis& analysis = *(*analyzed)->analysis;
+  Check(analysis.attribution.allocations.size() == allocations);
 }
 
 }  // namespace

@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <span>
 
-namespace vramscope::cli {
+namespace vramscope::pipeline {
 
 std::span<const uint8_t> BuiltInExampleSnapshot();
 inline constexpr const char* kBuiltInExampleName = "goldens/h200/mlp_adam_fp32.pickle.gz";
 
-}  // namespace vramscope::cli
+}  // namespace vramscope::pipeline

@@ -1,0 +1,100 @@
+// What interpretation adds beside a loaded Trace, and the view every later stage reads.
+//
+// A Trace holds what its source read, and nothing rewrites it after loading. What later steps
+// learn about the same recording sits here instead:
+//   - a capture sidecar (vramscope run) gives the phases the bootstrap marked and the names and
+//     categories of parameters, gradients and optimizer state;
+//   - the allocator model's replay against the recording gives the real block size of
+//     allocations the trace left estimated (a trace records requested sizes, and a large-pool
+//     block the allocator did not split is bigger than the rounded request);
+//   - the pipeline notes what it did (which rank of several is shown, a native trace beside).
+// TraceView joins the two: what interpretation established wins, the source's record is the
+// rest. Attribution, analyses and reporters read a TraceView, so every verb that loads the same
+// input through the pipeline sees the same sizes, names and phases.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "model/trace.h"
+
+namespace vramscope::model {
+
+// Where a block size came from, from most to least certain.
+enum class SizeEvidence : uint8_t {
+  kRecorded,   // the source recorded the block size (alive at the dump, a profiler's block bytes)
+  kReplayed,   // the allocator model's replay placed it at its recorded address with this size
+  kEstimated,  // the request rounded to 512 B: the trace recorded only the request
+};
+const char* SizeEvidenceName(SizeEvidence evidence);
+
+struct Interpretation {
+  // Block bytes the allocator replay established for allocations the trace left estimated, by
+  // allocation index: 0 where it established nothing. Empty when there was no replay.
+  std::vector<uint64_t> replayed_block_size;
+
+  // From a capture sidecar. Phase marks, when any, replace the source's (Trace::phase_marks):
+  // by device, then event. Categories and names are keyed by alloc event, like the source's own
+  // (Events::category, Events::tensor_name), and win over them.
+  std::vector<PhaseMark> phase_marks;
+  std::unordered_map<uint32_t, Category> category;
+  std::unordered_map<uint32_t, std::string> tensor_name;
+
+  // What the user should know about how the input was read, one line each, after the source's
+  // own notes (TraceFacts::notes).
+  std::vector<std::string> notes;
+  // Appended to SourceInfo::format in reports: " + vramscope run sidecar".
+  std::string format_suffix;
+};
+
+// The trace as every stage after loading reads it. Cheap to copy; both parts must outlive it.
+struct TraceView {
+  const Trace& trace;
+  const Interpretation& interpretation;
+
+  // Block bytes of allocation `i` (what torch.cuda.memory_allocated() counts for it), and how
+  // that size is known.
+  uint64_t BlockSize(size_t i) const {
+    const Allocation& a = trace.allocations[i];
+    if (a.size_exact) return a.size;
+    const auto& replayed = interpretation.replayed_block_size;
+    return i < replayed.size() && replayed[i] != 0 ? replayed[i] : a.size;
+  }
+  SizeEvidence SizeEvidenceOf(size_t i) const {
+    if (trace.allocations[i].size_exact) return SizeEvidence::kRecorded;
+    const auto& replayed = interpretation.replayed_block_size;
+    return i < replayed.size() && replayed[i] != 0 ? SizeEvidence::kReplayed
+                                                   : SizeEvidence::kEstimated;
+  }
+  bool SizeExact(size_t i) const { return SizeEvidenceOf(i) != SizeEvidence::kEstimated; }
+
+  // The recorded phases: the capture's when it marked any, else the source's.
+  std::span<const PhaseMark> PhaseMarks() const {
+    return interpretation.phase_marks.empty() ? std::span<const PhaseMark>(trace.phase_marks)
+                                              : std::span<const PhaseMark>(
+                                                    interpretation.phase_marks);
+  }
+  // The category a source or a capture recorded for the tensor of alloc event `event`.
+  std::optional<Category> RecordedCategory(uint32_t event) const;
+  // The name a source or a capture gave that tensor; empty when none.
+  std::string_view TensorName(uint32_t event) const;
+  bool HasTensorNames() const {
+    return !interpretation.tensor_name.empty() || !trace.events.tensor_name.empty();
+  }
+  // The source's format, with what interpretation added ("... + vramscope run sidecar").
+  std::string Format() const { return trace.source.format + interpretation.format_suffix; }
+  // Every note: the source's, then interpretation's.
+  std::vector<std::string> Notes() const;
+};
+
+// An empty interpretation, for views of a trace as its source read it (sources' tests, fuzzers).
+const Interpretation& NoInterpretation();
+inline TraceView Uninterpreted(const Trace& trace) { return {trace, NoInterpretation()}; }
+
+}  // namespace vramscope::model

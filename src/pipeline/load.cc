@@ -1,0 +1,180 @@
+#include "pipeline/load.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+#include "analysis/analyze.h"
+#include "common/mapped_file.h"
+#include "common/progress.h"
+#include "pipeline/built_in_example.h"
+#include "sources/capture/capture_folder.h"
+#include "sources/capture/capture_sidecar.h"
+#include "sources/load_source.h"
+
+namespace vramscope::pipeline {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// One file of any format, by content.
+Result<Loaded> ReadFile(const Input& input, const std::string& path, const LoadOptions& options) {
+  std::unique_ptr<MappedFile> file;
+  if (input.kind == InputKind::kBuiltInExample) {
+    file = MappedFile::FromBytes(kBuiltInExampleName, BuiltInExampleSnapshot());
+  } else {
+    ASSIGN_OR_RETURN(file, MappedFile::Open(path));
+  }
+  Loaded out;
+  out.input = input;
+  Progress progress(fmt::format("reading {}", file->path()), options.progress);
+  sources::SourceOptions source_options;
+  source_options.progress = [&](uint64_t done, uint64_t total) { progress.Update(done, total); };
+  ASSIGN_OR_RETURN(out.trace, sources::LoadTrace(*file, source_options, &out.timings));
+  progress.Finish();
+  out.trace.source.built_in_example = input.kind == InputKind::kBuiltInExample;
+  return out;
+}
+
+// The allocator model over the loaded trace: the replay against the recording, whose block sizes
+// interpretation adopts. A trace it cannot replay is an error only with require_replay; else the
+// notes say why.
+Status Replay(Loaded& loaded, const LoadOptions& options) {
+  const model::Trace& trace = loaded.trace;
+  const bool wanted = trace.facts.has_trace && (trace.facts.has_allocator_state ||
+                                                options.model_run_without_recording);
+  if (!wanted) {
+    if (!options.require_replay) return Status::Ok();
+    return InvalidInput(fmt::format(
+        "{}: the input holds no alloc/free trace, so there is nothing to replay; record one "
+        "with torch.cuda.memory._record_memory_history() before the step you want to see",
+        loaded.input.Name()));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Result<analysis::Simulations> replayed =
+      analysis::ReplayRecording(trace, options.recorded_conf);
+  loaded.replay_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!replayed.ok()) {
+    if (options.require_replay) return replayed.status();
+    loaded.interpretation.notes.push_back(fmt::format(
+        "the allocator model did not replay this trace: {}", replayed.status().message()));
+    return Status::Ok();
+  }
+  loaded.interpretation.replayed_block_size = analysis::ReplayedBlockSizes(trace, *replayed);
+  loaded.simulations = std::move(*replayed);
+  return Status::Ok();
+}
+
+// The sidecar `vramscope run` wrote beside a snapshot, when there is one.
+Status InterpretSidecar(const fs::path& sidecar_path, Loaded& loaded) {
+  ASSIGN_OR_RETURN(std::optional<sources::CaptureSidecar> sidecar,
+                   sources::ReadCaptureSidecar(sidecar_path.string()));
+  if (sidecar) sources::InterpretCaptureSidecar(*sidecar, loaded.trace, loaded.interpretation);
+  return Status::Ok();
+}
+
+// One process's capture: its snapshot (else its native trace) with the sidecar's phases, names
+// and notes.
+Result<Loaded> LoadCapture(const Input& folder, const sources::Capture& capture,
+                           const LoadOptions& options,
+                           std::optional<sources::CaptureSidecar>* sidecar_out) {
+  const fs::path& file = capture.snapshot.empty() ? capture.native : capture.snapshot;
+  ASSIGN_OR_RETURN(Loaded loaded, ReadFile(folder, file.string(), options));
+  if (!capture.snapshot.empty() && !capture.sidecar.empty()) {
+    ASSIGN_OR_RETURN(std::optional<sources::CaptureSidecar> sidecar,
+                     sources::ReadCaptureSidecar(capture.sidecar.string()));
+    if (sidecar) {
+      sources::InterpretCaptureSidecar(*sidecar, loaded.trace, loaded.interpretation);
+    }
+    if (sidecar_out != nullptr) *sidecar_out = std::move(sidecar);
+  }
+  if (!capture.snapshot.empty() && !capture.native.empty()) {
+    loaded.interpretation.notes.push_back(fmt::format(
+        "a native trace was captured too: 'vramscope report {}' shows the driver-level view",
+        capture.native.string()));
+  }
+  RETURN_IF_ERROR(Replay(loaded, options));
+  return loaded;
+}
+
+// The row of one rank: the figures its own report gives, and what its sidecar says.
+Result<analysis::RankRow> RankRowOf(const Input& folder, const sources::Capture& capture,
+                                    const LoadOptions& options) {
+  LoadOptions quiet = options;
+  quiet.progress = false;
+  std::optional<sources::CaptureSidecar> sidecar;
+  ASSIGN_OR_RETURN(const Loaded loaded, LoadCapture(folder, capture, quiet, &sidecar));
+  const analysis::ProjectRoot root(options.project_root);
+  const std::unique_ptr<analysis::Analysis> analysis = analysis::Analyze(loaded.view(), root);
+  analysis::RankRow row;
+  row.label = capture.label;
+  row.rank = capture.rank;
+  row.file = fs::path(capture.snapshot.empty() ? capture.native : capture.snapshot)
+                 .lexically_relative(folder.path)
+                 .string();
+  analysis::FillRankFigures(analysis->summary, row);
+  if (sidecar) {
+    row.local_rank = sidecar->local_rank;
+    row.host = sidecar->hostname;
+    row.device_name = sidecar->device_name;
+    if (sidecar->device) row.device = static_cast<int32_t>(*sidecar->device);
+    row.end_reason = sidecar->end_reason;
+    row.oom |= sidecar->end_reason == "oom";
+  }
+  return row;
+}
+
+// The captures `vramscope run` wrote. One process: its capture. Several (ranks): a row each,
+// and the capture of the rank that bounds the job.
+Result<Loaded> LoadCaptureFolder(const Input& input, const LoadOptions& options) {
+  const fs::path dir(input.path);
+  ASSIGN_OR_RETURN(const std::vector<sources::Capture> captures, sources::FindCaptures(dir));
+  if (captures.size() == 1) return LoadCapture(input, captures.front(), options, nullptr);
+  std::vector<analysis::RankRow> rows;
+  for (const sources::Capture& capture : captures) {
+    Progress progress(fmt::format("reading {} ({} of {})", capture.label, rows.size() + 1,
+                                  captures.size()),
+                      options.progress);
+    auto row = RankRowOf(input, capture, options);
+    if (!row.ok()) return row.status().WithPrefix(capture.label + ": ");
+    rows.push_back(std::move(*row));
+  }
+  const size_t bounding = analysis::BoundingRank(rows);
+  rows[bounding].reported = true;
+  ASSIGN_OR_RETURN(Loaded loaded, LoadCapture(input, captures[bounding], options, nullptr));
+  loaded.interpretation.notes.push_back(fmt::format(
+      "{} of {} processes: the one with the highest reserved peak (the per-rank table has them "
+      "all; 'vramscope report {}' reports another)",
+      rows[bounding].label, rows.size(), (dir / "<rank>.pickle").string()));
+  loaded.ranks = std::move(rows);
+  return loaded;
+}
+
+}  // namespace
+
+Result<Loaded> Load(const Input& input, const LoadOptions& options) {
+  if (input.kind == InputKind::kCaptureFolder) return LoadCaptureFolder(input, options);
+  ASSIGN_OR_RETURN(Loaded loaded, ReadFile(input, input.path, options));
+  // A snapshot `vramscope run` wrote: its sidecar beside it gives phases and names.
+  if (input.kind == InputKind::kFile) {
+    if (const fs::path sidecar = sources::SidecarBeside(input.path); !sidecar.empty()) {
+      RETURN_IF_ERROR(InterpretSidecar(sidecar, loaded));
+    }
+  }
+  RETURN_IF_ERROR(Replay(loaded, options));
+  return loaded;
+}
+
+Result<Loaded> FromTrace(model::Trace trace, const LoadOptions& options) {
+  Loaded loaded;
+  loaded.input = {InputKind::kFile, trace.source.path};
+  loaded.trace = std::move(trace);
+  RETURN_IF_ERROR(Replay(loaded, options));
+  return loaded;
+}
+
+}  // namespace vramscope::pipeline

@@ -1,0 +1,62 @@
+// Load: the first half of the pipeline every verb runs. Reads any input — a file of any format
+// (picked by content), a snapshot with the capture sidecar beside it, a folder of captures, the
+// built-in example, or a trace the predictor made — into an immutable model::Trace, and puts what
+// interpretation adds beside it (model::Interpretation): the sidecar's phases and tensor names,
+// and the block sizes the allocator model's replay against the recording establishes. Nothing
+// rewrites the Trace after this.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/ranks.h"
+#include "analysis/simulation.h"
+#include "common/status.h"
+#include "model/interpretation.h"
+#include "model/trace.h"
+#include "pipeline/input.h"
+#include "sources/snapshot/snapshot_source.h"
+
+namespace vramscope::pipeline {
+
+struct LoadOptions {
+  bool progress = true;  // a progress line on stderr while reading (only on a terminal)
+  // The PYTORCH_CUDA_ALLOC_CONF the recorded run used, for snapshots that do not record their
+  // settings (before torch 2.3); it decides the replay, hence the block sizes the report adopts.
+  std::optional<std::string> recorded_conf;
+  // Also run the allocator model over inputs without a recorded allocator state (profiler traces,
+  // memory timelines): its own run, which `simulate` shows; the report needs only the replay
+  // against a recording.
+  bool model_run_without_recording = false;
+  // A trace the model cannot replay is an error (simulate), not a note (report).
+  bool require_replay = false;
+  // For the per-rank figures of a capture folder (each rank is analysed). Absolute.
+  std::string project_root;
+};
+
+struct Loaded {
+  Input input;
+  model::Trace trace;  // as its source read it
+  model::Interpretation interpretation;
+  // The allocator model's runs: runs[0] of each device is the replay (against the recording, or
+  // the model's own run with model_run_without_recording). Analyze adds what-if runs. nullopt
+  // when there was nothing to replay.
+  std::optional<analysis::Simulations> simulations;
+  // A capture folder with several processes: one row each, in rank order; `trace` is the one
+  // that bounds the job (the highest reserved peak). Empty otherwise.
+  std::vector<analysis::RankRow> ranks;
+  snapshot::LoadTimings timings;  // parse and model-building time of the file read
+  double replay_s = 0;            // the allocator model's replay
+
+  model::TraceView view() const { return {trace, interpretation}; }
+};
+
+// Reads `input`. Errors are one line naming the file (or folder) and what to do.
+Result<Loaded> Load(const Input& input, const LoadOptions& options);
+
+// A trace made elsewhere — by the predictor (`vramscope predict`), or by a test or fuzz target from
+// bytes — interpreted like any input read from a file.
+Result<Loaded> FromTrace(model::Trace trace, const LoadOptions& options);
+
+}  // namespace vramscope::pipeline
