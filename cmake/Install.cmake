@@ -3,7 +3,7 @@
 #
 #   <prefix>/bin/vramscope                              the command
 #   <prefix>/lib/vramscope/libvramscope_inject.so       the native capture library, when CUPTI was
-#                                                       found (src/capture/, --native); the binary
+#                                                       found (src/native_capture/, --native); the binary
 #                                                       looks for it at <its dir>/../lib/vramscope/
 #   <site-packages>/vramscope/                          the Python package (pip only: the binary
 #                                                       embeds the same files for itself)
@@ -33,7 +33,7 @@ if(SKBUILD)
 endif()
 
 # VRAMSCOPE_INJECT_INSTALL_DIR itself (default lib/vramscope) is defined where vramscope_inject's
-# install rule is (src/capture/), which runs before this file. The binary finds the library at
+# install rule is (src/native_capture/), which runs before this file. The binary finds the library at
 # <bin>/../lib/vramscope; a custom value that breaks that is said at configure time.
 if(TARGET vramscope_inject AND DEFINED VRAMSCOPE_INJECT_INSTALL_DIR
    AND NOT VRAMSCOPE_INJECT_INSTALL_DIR STREQUAL "lib/vramscope")

@@ -18,7 +18,7 @@
 #include "cli/exit_codes.h"
 #include "cli/report_output.h"
 #include "common/temp_dir.h"
-#include "sources/capture/capture_folder.h"
+#include "sources/run_output/capture_folder.h"
 
 namespace vramscope::cli {
 

@@ -10,8 +10,8 @@
 #include "common/mapped_file.h"
 #include "common/progress.h"
 #include "pipeline/built_in_example.h"
-#include "sources/capture/capture_folder.h"
-#include "sources/capture/capture_sidecar.h"
+#include "sources/run_output/capture_folder.h"
+#include "sources/run_output/capture_sidecar.h"
 #include "sources/load_source.h"
 
 namespace vramscope::pipeline {

@@ -3,7 +3,7 @@
 #include <cctype>
 #include <cstring>
 
-#include "capture/vstrace_format.h"
+#include "native_capture/vstrace_format.h"
 
 namespace vramscope::sources {
 

@@ -16,7 +16,7 @@ enum class InputFormat {
   kZstd,
   kZipArchive,   // torch.save() archives, .zip
   kSqlite,       // e.g. a report we wrote
-  kNativeTrace,  // vramscope run --native's .vstrace (capture/vstrace_format.h)
+  kNativeTrace,  // vramscope run --native's .vstrace (native_capture/vstrace_format.h)
   kUnknown,
 };
 

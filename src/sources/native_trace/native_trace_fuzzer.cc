@@ -22,7 +22,7 @@
 #include "analysis/analyze.h"
 #include "pipeline/analyze.h"
 #include "pipeline/load.h"
-#include "capture/vstrace_format.h"
+#include "native_capture/vstrace_format.h"
 #include "sources/native_trace/native_trace_source.h"
 #include "sources/native_trace/vstrace_reader.h"
 

@@ -1,5 +1,5 @@
 // Source: the native trace (.vstrace) that `vramscope run --native` records with CUPTI inside
-// any CUDA process (src/capture/, docs/design/native-trace.md).
+// any CUDA process (src/native_capture/, docs/design/native-trace.md).
 //
 // What it holds is driver-level memory: every cuMemAlloc / cuMemAllocPitch / cuMemAllocManaged /
 // cuMemAllocAsync / cuMemAllocFromPoolAsync and its free, and the virtual-memory API's mappings.

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "capture/vstrace_format.h"
+#include "native_capture/vstrace_format.h"
 #include "common/mapped_file.h"
 #include "sources/input_format.h"
 #include "sources/load_source.h"

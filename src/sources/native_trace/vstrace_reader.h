@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "capture/vstrace_format.h"
+#include "native_capture/vstrace_format.h"
 #include "common/status.h"
 
 namespace vramscope::native_trace {

@@ -1,4 +1,4 @@
-#include "capture/recorder.h"
+#include "native_capture/recorder.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>

@@ -1,4 +1,4 @@
-#include "sources/capture/capture_folder.h"
+#include "sources/run_output/capture_folder.h"
 
 #include <fmt/format.h>
 

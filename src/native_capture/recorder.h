@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "capture/cupti_api.h"
-#include "capture/vstrace_format.h"
+#include "native_capture/cupti_api.h"
+#include "native_capture/vstrace_format.h"
 
 namespace vramscope::capture {
 

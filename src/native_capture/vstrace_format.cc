@@ -1,4 +1,4 @@
-#include "capture/vstrace_format.h"
+#include "native_capture/vstrace_format.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -5,7 +5,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "capture/cupti_api.h"
+#include "native_capture/cupti_api.h"
 
 namespace vramscope::capture {
 

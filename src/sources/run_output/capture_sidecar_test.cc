@@ -1,7 +1,7 @@
 // The capture sidecar: parsing (good, other formats, damaged) and applying it to a trace laid out
 // as a snapshot of one training step would be (phases from the per-event marks and from times,
 // weight/gradient/state names by address and time).
-#include "sources/capture/capture_sidecar.h"
+#include "sources/run_output/capture_sidecar.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "attribution/attribution.h"
-#include "sources/capture/capture_folder.h"
+#include "sources/run_output/capture_folder.h"
 
 namespace vramscope::sources {
 namespace {

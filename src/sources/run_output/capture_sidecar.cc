@@ -1,4 +1,4 @@
-#include "sources/capture/capture_sidecar.h"
+#include "sources/run_output/capture_sidecar.h"
 
 #include <fmt/format.h>
 

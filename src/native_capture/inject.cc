@@ -13,8 +13,8 @@
 #include <exception>
 #include <string>
 
-#include "capture/cupti_api.h"
-#include "capture/recorder.h"
+#include "native_capture/cupti_api.h"
+#include "native_capture/recorder.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "capture/recorder.h"
+#include "native_capture/recorder.h"
 #include "sources/native_trace/native_trace_source.h"
 #include "sources/native_trace/vstrace_reader.h"
 
