@@ -44,6 +44,15 @@ uint64_t SegmentSizeFor(uint64_t rounded);
 inline Pool PoolFor(uint64_t rounded) {
   return rounded <= kSmallSize ? Pool::kSmall : Pool::kLarge;
 }
+// The pool a recorded cudaMalloc'd segment of `size` bytes belongs to, by the sizes the allocator
+// gives segments (get_allocation_size): the small pool's are exactly 2 MiB, the large pool's
+// 20 MiB or a multiple of 2 MiB of 10 MiB or more. (Expandable segments map pages instead: 2 MiB
+// pages in the small pool, 20 MiB in the large; a mapping of a multiple of 20 MiB is taken as the
+// large pool's.)
+inline Pool PoolOfSegmentSize(uint64_t size, bool expandable = false) {
+  if (expandable) return size % kLargeBuffer == 0 ? Pool::kLarge : Pool::kSmall;
+  return size <= kSmallBuffer ? Pool::kSmall : Pool::kLarge;
+}
 
 // What the model did to the device, in order: the actions that the real allocator records as
 // trace entries, except alloc and free (those are answered to the caller directly).

@@ -39,11 +39,6 @@ struct InitialBlock {
   bool established = false;
 };
 
-// A small-pool segment is always 2 MiB; large-pool segments are 10 MiB or more.
-Pool PoolOfSegment(uint64_t size) {
-  return size <= kSmallBuffer ? Pool::kSmall : Pool::kLarge;
-}
-
 // Segments that existed when the trace began: those at the dump, walked back through the
 // recorded segment events (an alloc means it did not exist before; a free means it did).
 std::map<uint64_t, InitialSegment> InitialSegments(const model::Trace& trace, int32_t device,
@@ -64,7 +59,7 @@ std::map<uint64_t, InitialSegment> InitialSegments(const model::Trace& trace, in
     if (ev.action[i] == Action::kSegmentAlloc) {
       segs.erase(ev.addr[i]);
     } else if (ev.action[i] == Action::kSegmentFree) {
-      segs[ev.addr[i]] = {ev.addr[i], ev.size[i], ev.stream[i], PoolOfSegment(ev.size[i])};
+      segs[ev.addr[i]] = {ev.addr[i], ev.size[i], ev.stream[i], PoolOfSegmentSize(ev.size[i])};
     }
   }
   return segs;
@@ -432,7 +427,7 @@ class Replayer {
           fmt::format("event {}: the recording allocated a {}-byte segment at {:#x} that the "
                       "model did not need",
                       r.event, r.size, r.addr));
-      if (!model_.AddSegment(r.addr, r.size, r.stream, PoolOfSegment(r.size))) {
+      if (!model_.AddSegment(r.addr, r.size, r.stream, PoolOfSegmentSize(r.size))) {
         Diverge(fmt::format("event {}: the recorded segment at {:#x} overlaps one the model holds",
                             r.event, r.addr));
       }

@@ -2,7 +2,8 @@
 
 namespace vramscope::analysis {
 
-std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoot& root) {
+std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoot& root,
+                                  const Simulations* replay) {
   const model::Trace& trace = view.trace;
   auto a = std::make_unique<Analysis>();
   a->attribution = attribution::Attribute(view);
@@ -22,6 +23,7 @@ std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoo
   a->entries = BuildSkylineEntries(view, a->summary, a->attribution, *a->sites);
   a->category_timelines =
       CategoryTimelines(view, a->timelines, a->attribution, kCategoryTimelinePoints);
+  a->segments = ComputeSegmentTimeline(view, replay);
   return a;
 }
 

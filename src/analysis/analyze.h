@@ -7,6 +7,8 @@
 
 #include "analysis/breakdown.h"
 #include "analysis/oom.h"
+#include "analysis/segment_timeline.h"
+#include "analysis/simulation.h"
 #include "analysis/sites.h"
 #include "analysis/skyline_entries.h"
 #include "analysis/summary.h"
@@ -31,12 +33,17 @@ struct Analysis {
   SkylineEntries entries;
   // Bytes by category at the reduced points of each device's curve (parallel to timelines).
   std::vector<std::vector<CategoryPoint>> category_timelines;
+  // The segments over time and which one held each allocation.
+  SegmentTimeline segments;
 };
 
 // Points kept per device in the category timeline.
 inline constexpr size_t kCategoryTimelinePoints = 20000;
 
-// The trace and interpretation behind `view`, and `root`, must outlive the result.
-std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoot& root);
+// The trace and interpretation behind `view`, and `root`, must outlive the result. `replay`: the
+// allocator model's replay (Loaded::simulations), whose segments stand in for recorded ones where
+// the source has none; may be null.
+std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoot& root,
+                                  const Simulations* replay = nullptr);
 
 }  // namespace vramscope::analysis

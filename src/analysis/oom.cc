@@ -89,9 +89,8 @@ FreeState RebuildFreeBlocks(const model::TraceView& view, const DeviceTimeline& 
     if (action == Action::kSegmentAlloc) {
       segs.erase(ev.addr[i]);
     } else if (action == Action::kSegmentFree) {
-      // A small-pool segment is always 2 MiB; large-pool segments are 10 MiB or more.
       segs[ev.addr[i]] = {ev.addr[i], ev.size[i], ev.stream[i],
-                          ev.size[i] <= allocator::kSmallBuffer, true};
+                          allocator::PoolOfSegmentSize(ev.size[i]) == model::Pool::kSmall, true};
     }
   }
   uint64_t total = 0;

@@ -6,7 +6,7 @@ namespace vramscope::pipeline {
 
 Result<std::unique_ptr<Analyzed>> Analyze(Loaded loaded, const AnalyzeOptions& options) {
   auto out = std::make_unique<Analyzed>(std::move(loaded), options.project_root);
-  out->analysis = analysis::Analyze(out->view(), out->root);
+  out->analysis = analysis::Analyze(out->view(), out->root, out->simulations());
   if (options.what_if) {
     if (!out->loaded.simulations) {
       return InvalidInput(fmt::format(

@@ -7,6 +7,7 @@
 
 #include "analysis/breakdown.h"
 #include "analysis/ranks.h"
+#include "analysis/segment_timeline.h"
 #include "analysis/simulation.h"
 #include "analysis/sites.h"
 #include "analysis/skyline_entries.h"
@@ -38,6 +39,9 @@ struct ReportInput {
   // The per-rank rows of a capture folder with several processes (vramscope_ranks); null or
   // empty otherwise.
   const std::vector<analysis::RankRow>* ranks = nullptr;
+  // The segments over time (vramscope_segment_timeline, vramscope_allocations.segment_id); null:
+  // not computed.
+  const analysis::SegmentTimeline* segments = nullptr;
 
   // The one way the CLI makes it: from the pipeline's result.
   static ReportInput From(const pipeline::Analyzed& analyzed);
@@ -56,7 +60,8 @@ inline ReportInput ReportInput::From(const pipeline::Analyzed& r) {
                      r.simulations(),
                      &a.category_timelines,
                      a.owners.get(),
-                     r.loaded.ranks.empty() ? nullptr : &r.loaded.ranks};
+                     r.loaded.ranks.empty() ? nullptr : &r.loaded.ranks,
+                     &a.segments};
 }
 
 inline constexpr const char* kToolVersion = "0.1.0";

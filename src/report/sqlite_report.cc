@@ -114,7 +114,12 @@ CREATE TABLE vramscope_allocations (
   category TEXT NOT NULL, confidence TEXT NOT NULL, rule_id INTEGER NOT NULL, operation TEXT,
   site_id INTEGER NOT NULL, user_metadata TEXT, compile_context TEXT,
   phase TEXT NOT NULL, step INTEGER NOT NULL, owner_id INTEGER NOT NULL,
-  size_evidence TEXT NOT NULL);
+  size_evidence TEXT NOT NULL, segment_id INTEGER);
+CREATE TABLE vramscope_segment_timeline (
+  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, address INTEGER NOT NULL,
+  size_bytes INTEGER NOT NULL, stream INTEGER NOT NULL, pool TEXT NOT NULL,
+  pool_evidence TEXT NOT NULL, expandable INTEGER NOT NULL, first_event INTEGER,
+  end_event INTEGER, source TEXT NOT NULL, synthetic_address INTEGER NOT NULL);
 CREATE TABLE vramscope_owners (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
 CREATE TABLE vramscope_category_timeline (
   device INTEGER NOT NULL, event INTEGER, time_us INTEGER,
@@ -421,7 +426,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     Insert site(db, "INSERT INTO vramscope_sites VALUES (?, ?)");
     Insert alloc(db,
                  "INSERT INTO vramscope_allocations VALUES "
-                 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     const model::Events& ev = t.events;
     // The analysis' owner ids when it made them, else our own.
     std::unique_ptr<analysis::OwnerNamer> own;
@@ -429,6 +434,11 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
       own = std::make_unique<analysis::OwnerNamer>(in.view, in.attribution, in.sites);
     }
     analysis::OwnerNamer& owners = in.owners != nullptr ? *in.owners : *own;
+    auto segment_of = [&](size_t i) -> int64_t {
+      return in.segments != nullptr && i < in.segments->allocation_segment.size()
+                 ? in.segments->allocation_segment[i]
+                 : -1;
+    };
     for (size_t i = 0; i < t.allocations.size(); ++i) {
       const model::Allocation& a = t.allocations[i];
       const attribution::AllocationInfo& info = in.attribution.allocations[i];
@@ -459,7 +469,8 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
                             info.operation != model::kEmptyString},
           site_it->second, text_of(ev.user_metadata), text_of(ev.compile_context),
           attribution::PhaseName(info.phase), in.attribution.phases.StepAt(a.alloc_event),
-          owners.Id(i), model::SizeEvidenceName(in.view.SizeEvidenceOf(i))));
+          owners.Id(i), model::SizeEvidenceName(in.view.SizeEvidenceOf(i)),
+          Insert::MaybeInt{segment_of(i), segment_of(i) >= 0}));
     }
     *rows += alloc.rows() + rule.rows() + site.rows();
     Insert owner(db, "INSERT INTO vramscope_owners VALUES (?, ?)");
@@ -470,6 +481,25 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
   }
   RETURN_IF_ERROR(WriteAttributionTables(db, in, rows));
   RETURN_IF_ERROR(WriteOomTables(db, in, rows));
+  if (in.segments != nullptr) {
+    Insert seg(db, "INSERT INTO vramscope_segment_timeline VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+    const analysis::SegmentTimeline& st = *in.segments;
+    for (size_t k = 0; k < st.segments.size(); ++k) {
+      const analysis::SegmentSpan& s = st.segments[k];
+      const analysis::DeviceSegments* dev = nullptr;
+      for (const auto& d : st.devices) {
+        if (d.device == s.device) dev = &d;
+      }
+      RETURN_IF_ERROR(seg.Row(
+          static_cast<int64_t>(k), s.device, s.address, s.size, s.stream, model::PoolName(s.pool),
+          analysis::PoolEvidenceName(s.pool_evidence), s.expandable, Insert::Event(s.first_event),
+          Insert::Event(s.end_event),
+          analysis::SegmentSourceName(dev != nullptr ? dev->source
+                                                     : analysis::SegmentSource::kRecorded),
+          dev != nullptr && dev->synthetic_addresses));
+    }
+    *rows += seg.rows();
+  }
   {
     Insert live(db, "INSERT INTO vramscope_live_at_peak VALUES (?, ?, ?, ?, ?)");
     Insert cat(db, "INSERT INTO vramscope_categories_at_peak VALUES (?, ?, ?, ?)");

@@ -121,7 +121,26 @@ TEST_F(ExampleReport, SkylineSchemaIsVerbatim) {
                          name == "stack_frames" || name == "misc_sizes";
     EXPECT_TRUE(skyline || name.rfind("vramscope_", 0) == 0) << name;
   }
-  EXPECT_EQ(info_.vramscope_tables, 28);
+  EXPECT_EQ(info_.vramscope_tables, 29);
+}
+
+TEST_F(ExampleReport, SegmentTimelineHoldsEverySegmentAndEveryAllocationsSegment) {
+  Database db(path_);
+  // The trace begins before the first cudaMalloc: its 14 segment_allocs are the 14 segments at
+  // the dump, each with its pool as the dump records it, and every allocation lies in one.
+  EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_segment_timeline"), "14");
+  EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_segment_timeline WHERE first_event IS NULL OR "
+                   "end_event IS NOT NULL OR pool_evidence != 'dump' OR source != 'recorded'"),
+            "0");
+  EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_segment_timeline t JOIN vramscope_segments s "
+                   "ON s.address = t.address AND s.total_size = t.size_bytes AND s.pool = t.pool"),
+            "14");
+  EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_allocations WHERE segment_id IS NULL"), "0");
+  // An allocation's block lies inside its segment.
+  EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_allocations a JOIN vramscope_segment_timeline "
+                   "t ON t.id = a.segment_id WHERE a.address < t.address OR a.address + "
+                   "a.size_bytes > t.address + t.size_bytes"),
+            "0");
 }
 
 TEST_F(ExampleReport, SimulationTablesHoldTheReplayAndTheWhatIf) {
@@ -306,7 +325,7 @@ TEST(PredictedReport, DatabaseHoldsThePrediction) {
   EXPECT_EQ(r.analysis_->summary.devices[0].peak_reserved, static_cast<int64_t>(20 * kMiB));
   Database db(r.path_);
   EXPECT_EQ(db.One("SELECT value FROM vramscope_metadata WHERE key = 'predicted'"), "true");
-  EXPECT_EQ(r.info_.vramscope_tables, 29);  // the 28 of every report and vramscope_prediction
+  EXPECT_EQ(r.info_.vramscope_tables, 30);  // the 29 of every report and vramscope_prediction
   EXPECT_EQ(db.Query("SELECT key, value FROM vramscope_prediction ORDER BY rowid"),
             (std::vector<std::vector<std::string>>{
                 {"model", "gpt2 (built-in family: GPT-2)"},

@@ -106,98 +106,10 @@ void PushStep(StepCurve& curve, int32_t event, double value) {
   curve.value.push_back(value);
 }
 
-// Segments' lifetimes from the segment events (and the segments at the dump, which lived to the
-// end; those never allocated in the trace existed before it).
-struct SegmentEvent {
-  int32_t event;
-  bool grow;
-  double address, size, stream;
-};
-
-void BuildSegments(ViewerDevice& d, const std::vector<SegmentEvent>& events,
-                   const std::vector<std::pair<double, std::pair<double, uint8_t>>>& at_dump,
-                   const std::string& source) {
-  ViewerSegments& s = d.segments;
-  s.source = source;
-  std::map<double, size_t> open;  // address -> segment index
-  auto add = [&](double address, double size, double stream, int32_t start) {
-    s.address.push_back(address);
-    s.size.push_back(size);
-    s.stream.push_back(stream);
-    s.start.push_back(start);
-    s.end.push_back(d.events);
-    s.pool.push_back(2);  // decided below
-    return s.address.size() - 1;
-  };
-  for (const SegmentEvent& e : events) {
-    if (e.grow) {
-      open[e.address] = add(e.address, e.size, e.stream, e.event);
-    } else {
-      auto it = open.find(e.address);
-      if (it != open.end()) {
-        s.end[it->second] = e.event;
-        open.erase(it);
-      } else {
-        const size_t i = add(e.address, e.size, e.stream, -1);
-        s.end[i] = e.event;
-      }
-    }
-  }
-  std::map<double, uint8_t> dump_pool;
-  for (const auto& [address, size_pool] : at_dump) {
-    dump_pool[address] = size_pool.second;
-    if (open.count(address) == 0) {
-      open[address] = add(address, size_pool.first, 0, -1);
-    }
-  }
-  for (const auto& [address, index] : open) {
-    auto it = dump_pool.find(address);
-    if (it != dump_pool.end()) s.pool[index] = it->second;
-  }
-}
-
-// Each allocation's segment: one that holds its address while it is live.
-void AssignSegments(ViewerDevice& d) {
-  ViewerAllocations& a = d.allocations;
-  ViewerSegments& s = d.segments;
-  a.segment.assign(a.count(), -1);
-  std::vector<size_t> by_address(s.count());
-  std::iota(by_address.begin(), by_address.end(), 0);
-  std::sort(by_address.begin(), by_address.end(),
-            [&](size_t x, size_t y) { return s.address[x] < s.address[y]; });
-  std::vector<double> sorted_address(s.count());
-  for (size_t i = 0; i < s.count(); ++i) sorted_address[i] = s.address[by_address[i]];
-  double largest = 0;
-  for (double size : s.size) largest = std::max(largest, size);
-  std::vector<bool> has_small(s.count(), false), has_large(s.count(), false);
-  for (size_t i = 0; i < a.count(); ++i) {
-    const double addr = a.address[i];
-    auto hi = std::upper_bound(sorted_address.begin(), sorted_address.end(), addr);
-    for (auto it = hi; it != sorted_address.begin();) {
-      --it;
-      const size_t seg = by_address[it - sorted_address.begin()];
-      if (s.address[seg] + largest <= addr) break;
-      if (addr + a.size[i] > s.address[seg] + s.size[seg]) continue;
-      // Lifetimes overlap (before-the-trace starts are -1, so they compare as earliest).
-      if (s.start[seg] <= std::max(a.start[i], 0) && a.start[i] < s.end[seg]) {
-        a.segment[i] = static_cast<int32_t>(seg);
-        (a.size[i] <= 1048576 ? has_small : has_large)[seg] = true;
-        break;
-      }
-    }
-  }
-  // Pools the dump did not say: a segment holding a block over 1 MiB is large; one of 2 MiB
-  // holding only small blocks is the small pool's.
-  for (size_t i = 0; i < s.count(); ++i) {
-    if (s.pool[i] != 2) continue;
-    s.pool[i] = (!has_large[i] && has_small[i] && s.size[i] == 2097152) ? 1 : 0;
-  }
-}
-
 Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
                   std::unordered_map<std::string, uint32_t>& string_ids,
                   std::unordered_map<std::string, uint8_t>& phase_ids,
-                  const std::vector<int64_t>& owner_remap, bool has_sim) {
+                  const std::vector<int64_t>& owner_remap, bool has_sim, bool has_segments) {
   const std::string dev = std::to_string(d.device);
   // The device's events are one contiguous range of trace indices: the alloc/free ends of the
   // allocations (vramscope_allocations) and every other event (vramscope_events).
@@ -217,12 +129,14 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
     return e;
   };
   ViewerAllocations& a = d.allocations;
+  std::vector<int64_t> segment_ids;  // vramscope_segment_timeline.id per allocation, -1: none
   RETURN_IF_ERROR(db.Query(
       "SELECT alloc_event, alloc_time_us, free_requested_event, free_requested_time_us, "
       "free_completed_event, free_completed_time_us, size_bytes, requested_bytes, address, "
-      "category, owner_id, operation, alloc_stack_id, phase, step FROM vramscope_allocations "
-      "WHERE device = " +
-          dev + " ORDER BY COALESCE(alloc_event, -1), id",
+      "category, owner_id, operation, alloc_stack_id, phase, step, " +
+          std::string(has_segments ? "segment_id" : "NULL") +
+          " FROM vramscope_allocations WHERE device = " + dev +
+          " ORDER BY COALESCE(alloc_event, -1), id",
       [&](sqlite3_stmt* s) {
         raw.push_back({see(s, 0, 1), see(s, 2, 3), see(s, 4, 5)});
         a.size.push_back(static_cast<double>(Int(s, 6)));
@@ -246,24 +160,23 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
         if (new_phase) r.phases.push_back(phase);
         a.phase.push_back(ph_it->second);
         a.step.push_back(static_cast<int32_t>(Int(s, 14)));
+        segment_ids.push_back(IsNull(s, 15) ? -1 : Int(s, 15));
       }));
   struct OtherEvent {
     int64_t id;
     bool grow, shrink;
-    double address, size, stream, reserved;
+    double size, reserved;
   };
   std::vector<OtherEvent> others;
   RETURN_IF_ERROR(db.Query(
-      "SELECT id, time_us, action, address, size, stream, reserved_bytes FROM vramscope_events "
-      "WHERE device = " +
+      "SELECT id, time_us, action, size, reserved_bytes FROM vramscope_events WHERE device = " +
           dev + " ORDER BY id",
       [&](sqlite3_stmt* s) {
         const int64_t id = see(s, 0, 1);
         if (id < 0) return;
         const std::string action = Text(s, 2);
         others.push_back({id, IsSegmentGrow(action), IsSegmentShrink(action),
-                          static_cast<double>(Int(s, 3)), static_cast<double>(Int(s, 4)),
-                          static_cast<double>(Int(s, 5)), static_cast<double>(Int(s, 6))});
+                          static_cast<double>(Int(s, 3)), static_cast<double>(Int(s, 4))});
       }));
   if (last - first >= INT32_MAX) {
     return InvalidInput(
@@ -305,16 +218,12 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
 
   // Reserved memory moves only at segment events, which are all in vramscope_events with the
   // level after them; the level before the first one is that minus its own change.
-  std::vector<SegmentEvent> segment_events;
   for (const OtherEvent& o : others) {
     if (d.reserved.event.empty()) {
       const double before = o.reserved - (o.grow ? o.size : 0) + (o.shrink ? o.size : 0);
       PushStep(d.reserved, 0, before);
     }
     PushStep(d.reserved, local(o.id), o.reserved);
-    if (o.grow || o.shrink) {
-      segment_events.push_back({local(o.id), o.grow, o.address, o.size, o.stream});
-    }
   }
   if (d.reserved.event.empty()) {
     // No segment or other event: reserved stayed at its level at the dump.
@@ -341,30 +250,37 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
     return e < 0 || e >= num_events ? if_null : static_cast<int32_t>(e);
   };
 
-  // Segments: recorded ones, else the allocator model's first run.
-  std::vector<std::pair<double, std::pair<double, uint8_t>>> at_dump;
-  RETURN_IF_ERROR(db.Query(
-      "SELECT address, total_size, pool FROM vramscope_segments WHERE device = " + dev,
-      [&](sqlite3_stmt* s) {
-        at_dump.push_back({static_cast<double>(Int(s, 0)),
-                           {static_cast<double>(Int(s, 1)), Text(s, 2) == "small" ? 1 : 0}});
-      }));
-  if (!segment_events.empty() || !at_dump.empty()) {
-    BuildSegments(d, segment_events, at_dump, "recorded");
-  } else if (has_sim) {
-    std::vector<SegmentEvent> modelled;
+  // Segments, as the analysis computed them (analysis/segment_timeline.h): recorded ones, else
+  // the allocator model's; each allocation's segment too. A report written before that table
+  // existed has none.
+  ViewerSegments& segs = d.segments;
+  std::unordered_map<int64_t, int32_t> segment_index;  // table id -> index in d.segments
+  if (has_segments) {
     RETURN_IF_ERROR(db.Query(
-        "SELECT e.event, e.action, e.address, e.size_bytes, e.stream FROM "
-        "vramscope_sim_segment_events e JOIN vramscope_sim_runs r ON r.id = e.run WHERE "
-        "r.device = " +
-            dev + " AND r.id = (SELECT MIN(id) FROM vramscope_sim_runs WHERE device = " + dev +
-            ") ORDER BY e.seq",
+        "SELECT id, address, size_bytes, stream, pool, first_event, end_event, source FROM "
+        "vramscope_segment_timeline WHERE device = " +
+            dev + " ORDER BY id",
         [&](sqlite3_stmt* s) {
-          const int32_t e = local_event(s, 0, 0);
-          modelled.push_back({e, IsSegmentGrow(Text(s, 1)), static_cast<double>(Int(s, 2)),
-                              static_cast<double>(Int(s, 3)), static_cast<double>(Int(s, 4))});
+          segment_index[Int(s, 0)] = static_cast<int32_t>(segs.count());
+          segs.address.push_back(static_cast<double>(Int(s, 1)));
+          segs.size.push_back(static_cast<double>(Int(s, 2)));
+          segs.stream.push_back(static_cast<double>(Int(s, 3)));
+          segs.pool.push_back(Text(s, 4) == "small" ? 1 : 0);
+          segs.start.push_back(local_event(s, 5, -1));
+          segs.end.push_back(local_event(s, 6, num_events));
+          segs.source = Text(s, 7);
         }));
-    if (!modelled.empty()) BuildSegments(d, modelled, {}, "model");
+  } else {
+    r.notes.push_back(fmt::format(
+        "device {}: this report has no segment timeline (written by an older vramscope); write "
+        "it again with 'vramscope report' to see the allocator's segments",
+        d.device));
+  }
+  a.segment.assign(a.count(), -1);
+  for (size_t i = 0; i < a.count(); ++i) {
+    if (const auto it = segment_index.find(segment_ids[i]); it != segment_index.end()) {
+      a.segment[i] = it->second;
+    }
   }
 
   // Which allocation each event makes live or frees.
@@ -383,7 +299,6 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
     if (a.start[i] >= 0 && a.end[i] > a.start[i]) claim(a.start[i], i, +1);
     if (a.end[i] < num_events && a.end[i] > a.start[i]) claim(a.end[i], i, -1);
   }
-  AssignSegments(d);
 
   // The allocator model's curves (vramscope simulate's replay), when the report has them.
   if (has_sim) {
@@ -634,6 +549,7 @@ Result<ViewerReport> LoadViewerReport(const std::string& path, const std::string
   RETURN_IF_ERROR(db.Query("SELECT text FROM vramscope_notes ORDER BY id",
                            [&](sqlite3_stmt* s) { r.notes.push_back(Text(s, 0)); }));
   const bool has_sim = db.HasTable("vramscope_sim_runs");
+  const bool has_segments = db.HasTable("vramscope_segment_timeline");
 
   std::vector<int32_t> devices;
   RETURN_IF_ERROR(
@@ -644,7 +560,8 @@ Result<ViewerReport> LoadViewerReport(const std::string& path, const std::string
   for (int32_t device : devices) {
     ViewerDevice& d = r.devices.emplace_back();
     d.device = device;
-    RETURN_IF_ERROR(LoadDevice(db, r, d, string_ids, phase_ids, owner_remap, has_sim));
+    RETURN_IF_ERROR(
+        LoadDevice(db, r, d, string_ids, phase_ids, owner_remap, has_sim, has_segments));
     ChooseOwnerSeries(r, d);
   }
   return r;
