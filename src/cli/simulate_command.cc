@@ -77,7 +77,6 @@ Status Run(const SimulateOptions& o) {
   load.progress = !o.quiet;
   load.project_root = project_root;
   load.recorded_conf = o.recorded_conf;
-  load.model_run_without_recording = true;
   load.require_replay = true;
   ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::Load(input, load));
   ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,

@@ -39,14 +39,12 @@ Result<Loaded> ReadFile(const Input& input, const std::string& path, const LoadO
   return out;
 }
 
-// The allocator model over the loaded trace: the replay against the recording, whose block sizes
-// interpretation adopts. A trace it cannot replay is an error only with require_replay; else the
-// notes say why.
+// The allocator model over the loaded trace: the replay against the recording (whose block sizes
+// interpretation adopts), or the model's own run where nothing was recorded to compare with. A
+// trace it cannot replay is an error only with require_replay; else the notes say why.
 Status Replay(Loaded& loaded, const LoadOptions& options) {
   const model::Trace& trace = loaded.trace;
-  const bool wanted = trace.facts.has_trace && (trace.facts.has_allocator_state ||
-                                                options.model_run_without_recording);
-  if (!wanted) {
+  if (!trace.facts.has_trace) {
     if (!options.require_replay) return Status::Ok();
     return InvalidInput(fmt::format(
         "{}: the input holds no alloc/free trace, so there is nothing to replay; record one "

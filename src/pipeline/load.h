@@ -25,10 +25,6 @@ struct LoadOptions {
   // The PYTORCH_CUDA_ALLOC_CONF the recorded run used, for snapshots that do not record their
   // settings (before torch 2.3); it decides the replay, hence the block sizes the report adopts.
   std::optional<std::string> recorded_conf;
-  // Also run the allocator model over inputs without a recorded allocator state (profiler traces,
-  // memory timelines): its own run, which `simulate` shows; the report needs only the replay
-  // against a recording.
-  bool model_run_without_recording = false;
   // A trace the model cannot replay is an error (simulate), not a note (report).
   bool require_replay = false;
   // For the per-rank figures of a capture folder (each rank is analysed). Absolute.
@@ -39,8 +35,9 @@ struct Loaded {
   Input input;
   model::Trace trace;  // as its source read it
   model::Interpretation interpretation;
-  // The allocator model's runs: runs[0] of each device is the replay (against the recording, or
-  // the model's own run with model_run_without_recording). Analyze adds what-if runs. nullopt
+  // The allocator model's runs: runs[0] of each device is the replay, against the recording when
+  // the source holds the allocator's state (a snapshot), else the model's own run over the
+  // recorded requests (profiler traces, memory timelines). Analyze adds what-if runs. nullopt
   // when there was nothing to replay.
   std::optional<analysis::Simulations> simulations;
   // A capture folder with several processes: one row each, in rank order; `trace` is the one
