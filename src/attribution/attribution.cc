@@ -67,11 +67,14 @@ constexpr const char* kRuleAdamBySize =
     "such tensors for each gradient of this size: Adam's exp_avg and exp_avg_sq beside the "
     "weight";
 constexpr const char* kRuleTrainedLeaf =
-    "copied to the device outside any module, then given a gradient and optimizer state of "
-    "its size: a leaf tensor the optimizer trains (a weight)";
+    "made on or copied to the device outside any module, then given a gradient and optimizer "
+    "state of its size: a leaf tensor the optimizer trains (a weight)";
 constexpr const char* kRuleNotAGradient =
     "created in backward and kept past it, but no weight has its size: not a parameter's "
     "gradient (an activation gradient kept by user code)";
+constexpr const char* kRuleScriptTensor =
+    "created before the first forward by code outside any module, and kept to the end: a tensor "
+    "the script made (an input or a constant); no module created it";
 constexpr const char* kRuleWorkspaceBySize =
     "no stack; kept for the whole trace and exactly the default cuBLAS workspace size "
     "(8,519,680 B)";
@@ -164,9 +167,14 @@ bool ByPhase(const Context& c, Phase phase, Confidence conf, bool from_stack, De
       return true;
     case Phase::kBeforeForward:
     case Phase::kSetup:
-      if (!c.released && phase == Phase::kSetup) {
+      if (!c.released && phase == Phase::kSetup && c.at_alloc.known) {
+        // Weights are what modules create (their constructors, reset_parameters, Module.to/
+        // cuda, state-dict loads: weight_creation above) or what the optimizer steps
+        // (RefineBySizes). A tensor the script made outside any module is neither.
+        d.Set(Category::kInput, Confidence::kMedium, kRuleScriptTensor);
+      } else if (!c.released && phase == Phase::kSetup) {
         d.Set(Category::kWeight, Confidence::kLow,
-              "allocated before the first forward and kept to the end (model state)");
+              "no stack; allocated before the first forward and kept to the end (model state)");
       } else if (c.released && (later_step || c.release_phase == Phase::kBackward ||
                                 c.release_phase == Phase::kOptimizer)) {
         d.Set(Category::kInput, Confidence::kLow,

@@ -186,3 +186,76 @@ def test_gzipped_snapshot_reads_like_the_plain_one(run, tmp_path):
     plain = report(run, unpacked, tmp_path / "a.sqlite")
     zipped = report(run, EXAMPLE, tmp_path / "b.sqlite")
     assert zipped["devices"] == plain["devices"]
+
+
+def script_level_tensor_snapshot(adam_leaf: bool = False) -> dict:
+    """The shape of a real run that was misreported (issue 15): Python-only stacks, a Linear moved
+    to the GPU with .cuda(), and `x = torch.randn(1, 256, device="cuda")` made at script level and
+    fed to the module for two steps of SGD. Only the module's parameters get gradients."""
+    from conftest import AUTOGRAD_PY, MODULE_PY, SnapshotBuilder, frame
+
+    user = "/home/user/proj/train.py"
+    optim = "/usr/lib/python3/site-packages/torch/optim/sgd.py"
+    b = SnapshotBuilder()
+    to_device = [frame(MODULE_PY, 1143, "_apply"), frame(MODULE_PY, 1178, "cuda"),
+                 frame(user, 4, "<module>")]
+    weight = b.alloc(256 * 256 * 4, to_device)
+    bias = b.alloc(256 * 4, to_device)
+    x = b.alloc(256 * 4, [frame(user, 5, "<module>")])
+    # With adam_leaf, a leaf made at script level that the optimizer trains too (requires_grad,
+    # given to Adam): it gets a gradient and two state tensors of its size.
+    leaf = b.alloc(3 * 512, [frame(user, 6, "<module>")]) if adam_leaf else None
+    grads = []
+    for step in range(2):
+        forward = [frame(MODULE_PY, 1527, "_call_impl"), frame(user, 9, "<module>")]
+        backward = [frame(AUTOGRAD_PY, 266, "backward"), frame(user, 10, "<module>")]
+        out = b.alloc(256 * 4, forward)
+        loss = b.alloc(4, [frame(user, 9, "<module>")])
+        if step == 0:
+            grads = [b.alloc(256 * 256 * 4, backward), b.alloc(256 * 4, backward)]
+            if adam_leaf:
+                grads.append(b.alloc(3 * 512, backward))
+                state = [frame(optim, 70, "_init_group"), frame(user, 11, "<module>")]
+                grads += [b.alloc(3 * 512, state), b.alloc(3 * 512, state)]
+        b.free(out, backward)
+        scratch = b.alloc(256 * 256 * 4, [frame(optim, 80, "step"), frame(user, 11, "<module>")])
+        b.free(scratch, [frame(optim, 80, "step"), frame(user, 11, "<module>")])
+        b.free(loss, [frame(user, 12, "<module>")])
+    del weight, bias, x, grads, leaf
+    return b.build()
+
+
+def test_a_script_level_tensor_is_an_input_not_a_weight(run, tmp_path):
+    """No module created `x` and no gradient flows to it: it is an input. Weights are what modules
+    create (or what the optimizer steps), so Skyline's weight_entries hold the Linear's two
+    parameters, each with its gradient's size, and nothing with a gradient of 0."""
+    from conftest import write_pickle
+
+    snapshot = write_pickle(tmp_path / "script.pickle", script_level_tensor_snapshot())
+    rc, out, err = run("report", str(snapshot), "-o", str(tmp_path / "r.sqlite"), "--json")
+    assert rc == 0, err
+    with open_db(tmp_path / "r.sqlite") as db:
+        x = db.execute("SELECT a.category, r.text FROM vramscope_allocations a JOIN "
+                       "vramscope_rules r ON r.id = a.rule_id JOIN vramscope_sites s ON "
+                       "s.id = a.site_id WHERE s.label LIKE '%train.py:5 <module>'").fetchall()
+        assert len(x) == 1 and x[0][0] == "input", x
+        weights = db.execute("SELECT size_bytes, grad_size_bytes FROM weight_entries "
+                             "ORDER BY size_bytes DESC").fetchall()
+        assert weights == [(262144, 262144), (1024, 1024)], weights
+
+
+def test_a_script_level_leaf_the_optimizer_trains_is_a_weight(run, tmp_path):
+    """What the optimizer steps is a weight even when no module made it: a leaf made at script
+    level with a gradient and Adam's two state tensors of its size."""
+    from conftest import write_pickle
+
+    snapshot = write_pickle(tmp_path / "leaf.pickle", script_level_tensor_snapshot(adam_leaf=True))
+    rc, out, err = run("report", str(snapshot), "-o", str(tmp_path / "r.sqlite"), "--json")
+    assert rc == 0, err
+    with open_db(tmp_path / "r.sqlite") as db:
+        by_site = dict(db.execute(
+            "SELECT s.label, a.category FROM vramscope_allocations a JOIN vramscope_sites s ON "
+            "s.id = a.site_id WHERE s.label LIKE '%train.py:5 <module>' OR "
+            "s.label LIKE '%train.py:6 <module>'").fetchall())
+        assert sorted(by_site.values()) == ["input", "weight"], by_site
+        assert next(c for label, c in by_site.items() if label.endswith(":6 <module>")) == "weight"
