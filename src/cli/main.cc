@@ -19,11 +19,13 @@ int main(int argc, char** argv) {
   InstallInterruptCleanup();
   CLI::App app{
       "vramscope: where the GPU memory of deep-learning training goes.\n"
-      "Reads PyTorch CUDA memory snapshots and writes a memory report (Skyline/DeepView.Profile "
-      "SQLite schema + vramscope tables) with a summary; replays them through a model of "
-      "PyTorch's caching allocator to answer what-if questions; writes an interactive HTML "
-      "viewer; predicts the same report for a model and training set-up without a GPU; captures a "
-      "training run with no change to its code (vramscope run -- python train.py).",
+      "Reads what PyTorch records of GPU memory (memory snapshots, profiler traces, memory "
+      "timelines) or what 'vramscope run' captures, and writes a memory report "
+      "(Skyline/DeepView.Profile SQLite schema + vramscope tables) with a summary; replays the "
+      "recorded requests through a model of PyTorch's caching allocator to answer what-if "
+      "questions; writes an interactive HTML viewer; predicts the same report for a model and "
+      "training set-up without a GPU; captures a training run with no change to its code "
+      "(vramscope run -- python train.py).",
       "vramscope"};
   app.set_version_flag("--version", std::string("vramscope ") + report::kToolVersion);
   app.require_subcommand(0, 1);

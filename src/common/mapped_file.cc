@@ -20,7 +20,9 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
   }
   if (S_ISDIR(st.st_mode)) {
     return InvalidInput(fmt::format(
-        "{}: is a directory; give a snapshot file (from torch.cuda.memory._dump_snapshot)", path));
+        "{}: is a directory; give a file (a memory snapshot, profiler trace, memory timeline or "
+        "native trace), or the folder 'vramscope run' wrote",
+        path));
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)

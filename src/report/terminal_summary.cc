@@ -275,7 +275,7 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
   }
   if (in.summary.devices.empty()) {
     line(fmt::format("  no device holds any memory in this {}",
-                     predicted ? "prediction" : "snapshot"));
+                     predicted ? "prediction" : "recording"));
   }
   // The figures' labels, in one column: "peak allocated" or "predicted peak allocated".
   const size_t width = predicted ? 26 : 16;
@@ -401,7 +401,8 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
           "512 B ({})",
           FormatCount(static_cast<int64_t>(d.estimated_sizes)),
           predicted ? "the prediction did not give their block sizes"
-                    : "the snapshot records block sizes only for live blocks"));
+                    : "the snapshot records block sizes only for live blocks, and the allocator "
+                      "model's replay could not establish these"));
     }
   }
   const std::vector<std::string> notes = in.view.Notes();
