@@ -45,16 +45,9 @@ class SpanBuilder {
 
   void Grow(int64_t event, uint64_t address, uint64_t size, uint64_t stream, bool expandable,
             std::optional<model::Pool> pool) {
-    SegmentSpan s;
-    s.device = device_;
-    s.address = address;
-    s.size = size;
-    s.stream = stream;
-    s.first_event = event;
-    s.expandable = expandable;
-    SetPool(s, pool);
     open_[address] = out_.size();
-    out_.push_back(s);
+    out_.push_back(Span(address, size, stream, expandable, pool));
+    out_.back().first_event = event;
   }
   void Shrink(int64_t event, uint64_t address, uint64_t size, uint64_t stream, bool expandable,
               std::optional<model::Pool> pool) {
@@ -64,15 +57,8 @@ class SpanBuilder {
       return;
     }
     // Released in the trace, never made in it: it existed before the trace began.
-    SegmentSpan s;
-    s.device = device_;
-    s.address = address;
-    s.size = size;
-    s.stream = stream;
-    s.end_event = event;
-    s.expandable = expandable;
-    SetPool(s, pool);
-    out_.push_back(s);
+    out_.push_back(Span(address, size, stream, expandable, pool));
+    out_.back().end_event = event;
   }
   // A segment the dump holds: the open span at its address, or one that lived throughout.
   void AtDump(const model::Segment& seg) {
@@ -82,27 +68,26 @@ class SpanBuilder {
       s.pool_evidence = PoolEvidence::kDump;
       return;
     }
-    SegmentSpan s;
-    s.device = device_;
-    s.address = seg.address;
-    s.size = seg.total_size;
-    s.stream = seg.stream;
-    s.expandable = seg.is_expandable;
-    s.pool = seg.pool;
+    SegmentSpan s = Span(seg.address, seg.total_size, seg.stream, seg.is_expandable, seg.pool);
     s.pool_evidence = PoolEvidence::kDump;
     open_[seg.address] = out_.size();
     out_.push_back(s);
   }
 
  private:
-  static void SetPool(SegmentSpan& s, std::optional<model::Pool> pool) {
-    if (pool) {
-      s.pool = *pool;
-      s.pool_evidence = PoolEvidence::kModel;
-    } else {
-      s.pool = allocator::PoolOfSegmentSize(s.size, s.expandable);
-      s.pool_evidence = PoolEvidence::kSegmentSize;
-    }
+  // A span alive throughout, with its pool: the one given (the model's, or the dump's), else the
+  // allocator's segment sizes.
+  SegmentSpan Span(uint64_t address, uint64_t size, uint64_t stream, bool expandable,
+                   std::optional<model::Pool> pool) const {
+    SegmentSpan s;
+    s.device = device_;
+    s.address = address;
+    s.size = size;
+    s.stream = stream;
+    s.expandable = expandable;
+    s.pool = pool ? *pool : allocator::PoolOfSegmentSize(size, expandable);
+    s.pool_evidence = pool ? PoolEvidence::kModel : PoolEvidence::kSegmentSize;
+    return s;
   }
 
   int32_t device_;

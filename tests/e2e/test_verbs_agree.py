@@ -175,3 +175,33 @@ def test_capture_folder_agrees_across_verbs(tmp_path):
     if NODE is not None:
         run_ok("view", folder, cwd=tmp_path)
         assert page_peaks(folder / "report.html") == {dev: a for dev, (a, _) in peaks.items()}
+
+
+@pytest.mark.parametrize("name, stem", [
+    ("run3.pickle.gz", "run3"),
+    ("run3.pickle", "run3"),
+    ("trace.pt.trace.json.gz", "trace"),
+    ("timeline.raw.json.gz", "timeline"),
+])
+def test_one_rule_names_every_verbs_default_output(name, stem, tmp_path):
+    """report and view name their outputs alike: the input's name without its folder and without
+    the suffixes of the formats vramscope reads."""
+    source = tmp_path / "in" / name
+    source.parent.mkdir()
+    if name.endswith(".pickle.gz") or name.endswith(".pickle"):
+        data = (GOLDENS / "mlp_sgd_fp32.pickle.gz").read_bytes()
+        if name.endswith(".pickle"):
+            import gzip
+            data = gzip.decompress(data)
+        source.write_bytes(data)
+    else:
+        fixture = {"trace.pt.trace.json.gz": "kineto_torch2.6_h100_qwen1.5-0.5b_inference.json.gz",
+                   "timeline.raw.json.gz": "memory_timeline_raw_oct2023.json.gz"}[name]
+        if not (REAL_FIXTURES / fixture).is_file():
+            pytest.skip(f"{REAL_FIXTURES / fixture} is absent")
+        shutil.copy(REAL_FIXTURES / fixture, source)
+    out = tmp_path / "out"
+    out.mkdir()
+    run_ok("report", source, "-q", cwd=out)
+    run_ok("view", source, "-q", cwd=out)
+    assert sorted(p.name for p in out.iterdir()) == [f"{stem}.html", f"{stem}.sqlite"]

@@ -17,9 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "analysis/analyze.h"
-#include "pipeline/analyze.h"
-#include "pipeline/load.h"
+#include "support/through_pipeline.h"
 #include "sources/memory_timeline/memory_timeline_source.h"
 
 namespace {
@@ -116,19 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(got == want);
   }
 
-  // The rest of the pipeline a user's input takes: the allocator model's replay, then every
-  // analysis.
-  const size_t allocations = trace->allocations.size();
-  auto loaded = vramscope::pipeline::FromTrace(std::move(*trace), {.progress = false});
-  Check(loaded.ok());
-  auto analyzed = vramscope::pipeline::Analyze(std::move(*loaded), {"/proj", std::nullopt});
-  Check(analyzed.ok());
-  const vramscope::analysis::Analysis& analysis = *(*analyzed)->analysis;
-  Check(analysis.attribution.allocations.size() == allocations);
-  for (const auto& device : analysis.summary.devices) {
-    uint64_t by_category = 0;
-    for (const auto& share : device.live_at_peak_by_category) by_category += share.bytes;
-    Check(by_category == device.live_at_peak_bytes);
-  }
+  // The rest of the pipeline a user's input takes, and what holds for every input.
+  vramscope::testing::ThroughPipeline(std::move(*trace));
   return 0;
 }

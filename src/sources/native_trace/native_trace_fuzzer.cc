@@ -19,9 +19,7 @@
 #include <span>
 #include <string>
 
-#include "analysis/analyze.h"
-#include "pipeline/analyze.h"
-#include "pipeline/load.h"
+#include "support/through_pipeline.h"
 #include "native_capture/vstrace_format.h"
 #include "sources/native_trace/native_trace_source.h"
 #include "sources/native_trace/vstrace_reader.h"
@@ -145,15 +143,8 @@ void ReadOne(const std::string& input) {
       bytes.first(static_cast<size_t>(parsed->valid_bytes)), "fuzz");
   Check(intact.ok() && intact->stopped.empty() && intact->record_count == parsed->record_count);
 
-  // The rest of the pipeline a user's input takes: the allocator model's replay, then every
-  // analysis.
-  const size_t allocations = trace->allocations.size();
-  auto loaded = vramscope::pipeline::FromTrace(std::move(*trace), {.progress = false});
-  Check(loaded.ok());
-  auto analyzed = vramscope::pipeline::Analyze(std::move(*loaded), {"/proj", std::nullopt});
-  Check(analyzed.ok());
-  const vramscope::analysis::Analysis& analysis = *(*analyzed)->analysis;
-  Check(analysis.attribution.allocations.size() == allocations);
+  // The rest of the pipeline a user's input takes, and what holds for every input.
+  vramscope::testing::ThroughPipeline(std::move(*trace));
 }
 
 }  // namespace
