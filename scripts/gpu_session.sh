@@ -31,9 +31,11 @@
 #       scripts' --dry-run-cpu / --cpu), on a few cases; a step with no stand-in is printed, not
 #       run. Nothing it writes is ground truth, and no step of it is ever reported as "ok".
 #
-#   scripts/gpu_session.sh unpack DIR
+#   scripts/gpu_session.sh unpack DIR [--into REPO]
 #       HERE, after the call: DIR is where the tool put the files (files_at). Puts goldens/<gpu>/
-#       (with gpu_session.json and gpu_session.md) into the repository, for `git add goldens/<gpu>`.
+#       (with gpu_session.json and gpu_session.md) into the repository (or REPO), for
+#       `git add goldens/<gpu>`; a later call of the same bundle adds to an earlier one's results
+#       (scripts/gpu_session_results.py writes and merges them).
 #
 # Exit status of run: 0 every selected step ran and passed; 1 a step failed (or the bundle is
 # missing); 2 none failed but some were skipped (out of time, or not selected with --only).
@@ -463,43 +465,8 @@ cmd_run() {
 
   # Results: JSON and markdown, beside the goldens and in $OUT; everything in one tarball.
   mkdir -p "$GS_STAGE/goldens/$GS_SLUG"
-  "$GS_PY" - "$GS_STAGE" "$GS_SLUG" "$dry" "$budget" "$(($(date +%s) - start))" "$bundle/MANIFEST.txt" <<'EOF'
-import datetime, json, os, sys
-stage, slug, dry, budget, elapsed, manifest = sys.argv[1:7]
-dry = dry == "1"
-steps = []
-for line in open(os.path.join(stage, "steps.tsv")):
-    name, status, seconds = line.rstrip("\n").split("\t")
-    log = os.path.join(stage, "logs", name + ".log")
-    tail = open(log, errors="replace").read()[-1500:] if os.path.exists(log) else ""
-    steps.append({"step": name, "status": status, "seconds": int(seconds), "log_tail": tail})
-try:
-    gpu = json.load(open(os.path.join(stage, "gpu.json")))
-except (OSError, ValueError):
-    gpu = {}
-doc = {"format": "vramscope-gpu-session", "version": 1, "dry_run": dry,
-       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-       "budget_s": int(budget), "elapsed_s": int(elapsed), "gpu": gpu,
-       "bundle": open(manifest).read().splitlines()[:5] if os.path.exists(manifest) else None,
-       "steps": steps,
-       "note": ("DRY RUN on a machine without a GPU: CPU stand-ins only; nothing here is ground "
-                "truth" if dry else "every step ran on the GPU named above")}
-with open(os.path.join(stage, "results.json"), "w") as f:
-    json.dump(doc, f, indent=1)
-    f.write("\n")
-md = [f"# GPU session {doc['date']}" + (" (DRY RUN, CPU only)" if dry else ""), ""]
-md.append(f"GPU: {gpu.get('name')}, driver {gpu.get('driver_version')}, "
-          f"{gpu.get('memory_total') or ''} ; torch {gpu.get('torch')} (CUDA {gpu.get('torch_cuda')}), "
-          f"Python {gpu.get('python')}, transformers {gpu.get('transformers')}, "
-          f"lightning {gpu.get('lightning')}, jax {gpu.get('jax')}; {gpu.get('vramscope')}")
-md += ["", f"Budget {budget} s, used {elapsed} s.", "", "| step | status | seconds |", "|---|---|---|"]
-md += [f"| {s['step']} | {s['status']} | {s['seconds']} |" for s in steps]
-overhead = os.path.join(stage, "goldens", slug, "capture_overhead.txt")
-if os.path.exists(overhead):
-    md += ["", "Capture overhead (bench/capture_overhead.py):", "", "```", open(overhead).read().rstrip(), "```"]
-with open(os.path.join(stage, "results.md"), "w") as f:
-    f.write("\n".join(md) + "\n")
-EOF
+  "$GS_PY" "$ROOT/scripts/gpu_session_results.py" write "$GS_STAGE" "$GS_SLUG" "$dry" "$budget" \
+    "$(($(date +%s) - start))" "$bundle/MANIFEST.txt"
   cp "$GS_STAGE/results.json" "$GS_STAGE/goldens/$GS_SLUG/gpu_session.json"
   cp "$GS_STAGE/results.md" "$GS_STAGE/goldens/$GS_SLUG/gpu_session.md"
   # Logs go in whole up to 256 KiB each (their ends).
@@ -530,8 +497,14 @@ EOF
 # ---------------------------------------------------------------------------------------------
 
 cmd_unpack() {
-  [[ $# == 1 ]] || die "unpack DIR: DIR is the folder the device tool put the files in (files_at)"
-  local dir=$1
+  local dir="" into=$ROOT
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --into) into=$2; shift 2 ;;
+      *) [[ -z $dir ]] || die "unpack: one folder only"; dir=$1; shift ;;
+    esac
+  done
+  [[ -n $dir ]] || die "unpack DIR [--into REPO]: DIR is the folder the device tool put the files in (files_at)"
   [[ -f $dir/gpu-session.tar.gz ]] || die "unpack: no gpu-session.tar.gz in $dir"
   local tmp
   tmp=$(mktemp -d)
@@ -549,11 +522,16 @@ EOF
   local slug
   slug=$(ls "$tmp/goldens")
   [[ -n $slug && $(echo "$slug" | wc -l) == 1 ]] || die "unpack: expected one goldens/<gpu> folder, found: $slug"
-  mkdir -p "$ROOT/goldens/$slug"
-  cp -r "$tmp/goldens/$slug/." "$ROOT/goldens/$slug/"
+  mkdir -p "$into/goldens/$slug"
+  (cd "$tmp/goldens/$slug" && find . -type f ! -name 'gpu_session.*' -print0 |
+    xargs -0 -I{} cp --parents {} "$into/goldens/$slug/")
+  # A second call of the same bundle (--only, for what the first had no time for) adds to the
+  # first's results rather than replacing them.
+  python3 "$ROOT/scripts/gpu_session_results.py" merge "$into/goldens/$slug/gpu_session.json" \
+    "$tmp/results.json" "$into/goldens/$slug"
   echo "goldens/$slug updated from $dir:"
-  sed -n '/^| step/,$p' "$tmp/results.md"
-  (cd "$ROOT" && git status --short "goldens/$slug" | head -n 40)
+  sed -n '/^| step/,$p' "$into/goldens/$slug/gpu_session.md"
+  (cd "$into" && git status --short "goldens/$slug" 2>/dev/null | head -n 40) || true
   echo "commit with: git add goldens/$slug && git commit -m 'goldens/$slug: GPU session <date> (<what changed>)'"
 }
 

@@ -151,6 +151,64 @@ def test_a_real_run_without_a_gpu_fails_its_preflight_and_claims_nothing(bundle,
     assert rc != 0 and "nothing goes into goldens" in text, text
 
 
+def _fake_call(dest: Path, bundle_lines: list, statuses: dict, files: dict) -> Path:
+    """What a GPU call brings back, made by hand: results and goldens/testgpu/..."""
+    stage = dest / "stage"
+    (stage / "goldens" / "testgpu").mkdir(parents=True)
+    for name, text in files.items():
+        path = stage / "goldens" / "testgpu" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    results = {"format": "vramscope-gpu-session", "version": 1, "dry_run": False,
+               "date": "2026-11-25T00:00:00+00:00", "budget_s": 540, "elapsed_s": 500,
+               "gpu": {"name": "NVIDIA TestGPU", "driver_version": "1.0", "slug": "testgpu",
+                       "torch": "2.11.0"},
+               "bundle": bundle_lines,
+               "steps": [{"step": k, "status": v, "seconds": 1, "log_tail": ""}
+                         for k, v in statuses.items()]}
+    (stage / "results.json").write_text(json.dumps(results))
+    (stage / "results.md").write_text("| step |\n")
+    out = dest / "files_at"
+    out.mkdir()
+    with tarfile.open(out / "gpu-session.tar.gz", "w:gz") as tar:
+        for name in ("goldens", "results.json", "results.md"):
+            tar.add(stage / name, arcname=name)
+    return out
+
+
+def test_unpack_merges_a_second_call_into_the_first(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    bundle_lines = ["vramscope GPU-session bundle", "date: x", "commit: abc"]
+    skipped = "skipped: not enough time left (needs at least 60s, 10s left)"
+    first = _fake_call(tmp_path / "a", bundle_lines,
+                       {"preflight": "ok", "run_goldens": "ok", "native": "ok",
+                        "overhead": "ok", "goldens": skipped, "oom_golden": skipped,
+                        "hf_goldens": skipped},
+                       {"run/metadata.json": "{}", "capture_overhead.txt": "plain 1 s\n"})
+    rc, text = sh("unpack", first, "--into", repo)
+    assert rc == 0, text
+    second = _fake_call(tmp_path / "b", bundle_lines,
+                        {"preflight": "ok", "run_goldens": "skipped: not selected (--only x)",
+                         "native": "skipped: not selected (--only x)",
+                         "overhead": "skipped: not selected (--only x)", "goldens": "ok",
+                         "oom_golden": "failed: exit 1", "hf_goldens": "ok"},
+                        {"metadata.json": "{}", "hf/metadata.json": "{}"})
+    rc, text = sh("unpack", second, "--into", repo)
+    assert rc == 0, text
+    gold = repo / "goldens" / "testgpu"
+    for name in ("run/metadata.json", "capture_overhead.txt", "metadata.json", "hf/metadata.json",
+                 "gpu_session.json", "gpu_session.md"):
+        assert (gold / name).is_file(), name
+    merged = json.loads((gold / "gpu_session.json").read_text())
+    assert merged["calls"] == 2
+    assert {s["step"]: s["status"] for s in merged["steps"]} == {
+        "preflight": "ok", "run_goldens": "ok", "native": "ok", "overhead": "ok",
+        "goldens": "ok", "oom_golden": "failed: exit 1", "hf_goldens": "ok"}
+    md = (gold / "gpu_session.md").read_text()
+    assert "| oom_golden | failed: exit 1 | 1 |" in md and "plain 1 s" in md
+
+
 def test_missing_pieces_fail_loudly(bundle, tmp_path):
     rc, text = sh("run", "--dry-run-cpu", "--bundle", tmp_path / "nothing", "--out",
                   tmp_path / "o1", "--python", PYTHON)
