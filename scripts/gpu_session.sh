@@ -186,8 +186,18 @@ step_preflight() {
   "$GS_BIN" run --help | grep -q -- "--native" || { echo "this vramscope has no 'run --native'"; exit 1; }
   echo "== Python =="
   "$GS_PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)'
-  echo "== the injection library loads into a process with torch =="
-  "$GS_PY" -c 'import ctypes, sys, torch; lib = ctypes.CDLL(sys.argv[1]); lib.InitializeInjection; print("ok:", sys.argv[1])' "$GS_INJECT"
+  local asan
+  asan=$(ldd "$GS_INJECT" | awk '/libasan/ { print $3 }')
+  if [[ -n $asan ]]; then
+    # A sanitizer build (the tests' bundle): its library loads only after its runtime, and a
+    # Python with torch under that runtime is no check of the product. The Release bundle a GPU
+    # session carries has no such runtime and takes the check below.
+    echo "== the injection library loads (a sanitizer build: with $asan preloaded, without torch) =="
+    LD_PRELOAD=$asan ASAN_OPTIONS=detect_leaks=0 "$GS_PY" -c 'import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); lib.InitializeInjection; print("ok:", sys.argv[1])' "$GS_INJECT"
+  else
+    echo "== the injection library loads into a process with torch =="
+    "$GS_PY" -c 'import ctypes, sys, torch; lib = ctypes.CDLL(sys.argv[1]); lib.InitializeInjection; print("ok:", sys.argv[1])' "$GS_INJECT"
+  fi
   if [[ $GS_DRY == 1 ]]; then
     echo "dry run: no GPU, CUPTI or nvidia-smi needed"
     return 0
