@@ -94,6 +94,6 @@ if [[ $runs != 0 ]]; then
     -dict=src/sources/capture/capture_sidecar_fuzzer.dict
   fuzz "report database behind 'vramscope view' (load + pyramid + blob)" \
     build-fuzz/src/report/viewer_report_fuzzer "src/report/viewer_report_fuzz_corpus/*.sqlite" \
-    65536 -dict=src/report/viewer_report_fuzzer.dict
+    65536 -dict=src/report/viewer_report_fuzzer.dict -rss_limit_mb=1024
   echo "fuzz: no finding in $runs runs of each target"
 fi
