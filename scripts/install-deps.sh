@@ -7,9 +7,10 @@ packages=(cmake ninja-build g++ pkg-config libsqlite3-dev libcli11-dev nlohmann-
           libfmt-dev libabsl-dev zlib1g-dev sqlite3)
 if [[ "${1:-}" == "--test" ]]; then
   # Tests: GoogleTest, clang's libFuzzer and sanitizer runtimes, Python for the end-to-end suite,
-  # Node.js for the viewer's unit tests and Chromium for its browser tests.
+  # Node.js for the viewer's unit tests, Chromium for its browser tests and patchelf for
+  # scripts/gpu_session.sh's bundle (tests/gpu_session).
   packages+=(libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 python3-venv nodejs
-             chromium)
+             chromium patchelf)
 fi
 
 missing=()

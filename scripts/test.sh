@@ -3,7 +3,8 @@
 #   1. unit tests (GoogleTest), the viewer's JavaScript tests (node --test), end-to-end tests
 #      (pytest, the viewer's in headless Chromium) under ASan + UBSan, via CTest;
 #   2. every libFuzzer target (pickle reader, allocator replay, profiler-trace, memory-timeline and
-#      native-trace sources, the predictor's inputs) under ASan + UBSan for a bounded number of runs.
+#      native-trace sources, the predictor's inputs, the capture sidecar, the report database behind
+#      `vramscope view`) under ASan + UBSan for a bounded number of runs.
 # The tracer's and the capture bootstrap's tests (tests/tracer, tests/capture) run with PyTorch,
 # transformers, peft, accelerate and lightning from PyPI, installed once into a virtual environment
 # under ~/.cache/vramscope (VRAMSCOPE_TORCH_VENV to choose another).
@@ -69,7 +70,8 @@ if [[ $runs != 0 ]]; then
     -DVRAMSCOPE_SANITIZE=address,undefined -DVRAMSCOPE_BUILD_FUZZERS=ON \
     -DVRAMSCOPE_BUILD_TESTS=OFF >/dev/null
   cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer kineto_source_fuzzer \
-    memory_timeline_source_fuzzer predict_input_fuzzer native_trace_fuzzer
+    memory_timeline_source_fuzzer predict_input_fuzzer native_trace_fuzzer capture_sidecar_fuzzer \
+    viewer_report_fuzzer
   fuzz "pickle reader + snapshot source" build-fuzz/src/sources/pickle/pickle_reader_fuzzer \
     "src/sources/pickle/fuzz_corpus/*.pickle" 8192
   fuzz "allocator model + replay (model invariants)" build-fuzz/src/allocator/replay_fuzzer \
@@ -86,5 +88,12 @@ if [[ $runs != 0 ]]; then
   fuzz "native capture traces (.vstrace reader + source) + analysis" \
     build-fuzz/src/sources/native_trace/native_trace_fuzzer \
     "src/sources/native_trace/fuzz_corpus/*" 4096
+  fuzz "capture sidecar (parse + apply to traces) + analysis" \
+    build-fuzz/src/sources/capture/capture_sidecar_fuzzer \
+    "src/sources/capture/capture_sidecar_fuzz_corpus/*" 8192 \
+    -dict=src/sources/capture/capture_sidecar_fuzzer.dict
+  fuzz "report database behind 'vramscope view' (load + pyramid + blob)" \
+    build-fuzz/src/report/viewer_report_fuzzer "src/report/viewer_report_fuzz_corpus/*.sqlite" \
+    65536 -dict=src/report/viewer_report_fuzzer.dict -rss_limit_mb=1024
   echo "fuzz: no finding in $runs runs of each target"
 fi

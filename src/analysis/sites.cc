@@ -141,7 +141,9 @@ std::string SiteNamer::Label(uint32_t site) const {
   if (f.kind == model::FrameKind::kPython) {
     if (file.empty()) return std::string(function);
     const auto rel = root_.Relative(file);
-    return fmt::format("{}:{} {}", rel ? *rel : ShortPath(file), f.line, function);
+    const std::string path = rel ? *rel : ShortPath(file);
+    if (f.line <= 0) return fmt::format("{} {}", path, function);  // the line is unknown
+    return fmt::format("{}:{} {}", path, f.line, function);
   }
   return NativeName(function);
 }

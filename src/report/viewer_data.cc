@@ -66,6 +66,22 @@ class ReportDb {
     if (rc != SQLITE_DONE) return Damaged(message);
     return Status::Ok();
   }
+  // A report numbers the rows of `table` from 0 or 1 without gaps; the reader sizes its columns
+  // by the highest id, so an id beyond the row count is damage that would make it allocate
+  // without bound (a frame id of 50 million is 4 GB of frames).
+  Status CheckDenseIds(const char* table) {
+    int64_t rows = 0, highest = -1;
+    RETURN_IF_ERROR(Query(fmt::format("SELECT count(*), COALESCE(max(id), -1) FROM {}", table),
+                          [&](sqlite3_stmt* s) {
+                            rows = sqlite3_column_int64(s, 0);
+                            highest = sqlite3_column_int64(s, 1);
+                          }));
+    if (highest > rows) {
+      return Damaged(fmt::format("{} has an id {} in {} rows; its ids run from 0 or 1 without gaps",
+                                 table, highest, rows));
+    }
+    return Status::Ok();
+  }
   Status Damaged(const std::string& message) const {
     return InvalidInput(fmt::format(
         "{}: cannot read the report ({}); write it again with 'vramscope report'", path_, message));
@@ -119,10 +135,12 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
   std::vector<RawAllocation> raw;
   std::vector<std::pair<int64_t, int64_t>> times;  // (event, time_us)
   int64_t first = INT64_MAX, last = -1;
+  int64_t references = 0;  // rows' event ids: a report names each of a device's events once
   auto see = [&](sqlite3_stmt* s, int event_col, int time_col) -> int64_t {
     if (IsNull(s, event_col)) return -1;
     const int64_t e = Int(s, event_col);
     if (e < 0) return -1;
+    ++references;
     first = std::min(first, e);
     last = std::max(last, e);
     if (!IsNull(s, time_col)) times.push_back({e, Int(s, time_col)});
@@ -130,6 +148,7 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
   };
   ViewerAllocations& a = d.allocations;
   std::vector<int64_t> segment_ids;  // vramscope_segment_timeline.id per allocation, -1: none
+  bool too_many_phases = false;
   RETURN_IF_ERROR(db.Query(
       "SELECT alloc_event, alloc_time_us, free_requested_event, free_requested_time_us, "
       "free_completed_event, free_completed_time_us, size_bytes, requested_bytes, address, "
@@ -156,12 +175,24 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
                               ? static_cast<uint32_t>(stack)
                               : 0);
         const std::string phase = Text(s, 13);
-        auto [ph_it, new_phase] = phase_ids.emplace(phase, r.phases.size());
-        if (new_phase) r.phases.push_back(phase);
+        auto ph_it = phase_ids.find(phase);
+        if (ph_it == phase_ids.end()) {
+          if (r.phases.size() > UINT8_MAX) {
+            too_many_phases = true;  // the page's phase column is one byte
+            ph_it = phase_ids.find("unknown");
+          } else {
+            ph_it = phase_ids.emplace(phase, static_cast<uint8_t>(r.phases.size())).first;
+            r.phases.push_back(phase);
+          }
+        }
         a.phase.push_back(ph_it->second);
         a.step.push_back(static_cast<int32_t>(Int(s, 14)));
         segment_ids.push_back(IsNull(s, 15) ? -1 : Int(s, 15));
       }));
+  if (too_many_phases) {
+    return db.Damaged(
+        fmt::format("vramscope_allocations names more than {} distinct phases", UINT8_MAX + 1));
+  }
   struct OtherEvent {
     int64_t id;
     bool grow, shrink;
@@ -178,11 +209,12 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
         others.push_back({id, IsSegmentGrow(action), IsSegmentShrink(action),
                           static_cast<double>(Int(s, 3)), static_cast<double>(Int(s, 4))});
       }));
-  if (last - first >= INT32_MAX) {
-    return InvalidInput(
-        fmt::format("device {}: events {}..{} are not one range of fewer than "
-                    "2^31; the report is damaged",
-                    d.device, first, last));
+  // The device's events are the ids first..last, each named by one row: a wider range is damage,
+  // and would have the columns below sized by it rather than by the file.
+  if (last >= 0 && (last - first >= INT32_MAX || last - first >= references)) {
+    return db.Damaged(
+        fmt::format("device {}: its event ids span {}..{}, {} events, but its rows name only {}",
+                    d.device, first, last, last - first + 1, references));
   }
   d.first_event_id = last < 0 ? 0 : first;
   const int32_t num_events = last < 0 ? 0 : static_cast<int32_t>(last - first + 1);
@@ -505,6 +537,9 @@ Result<ViewerReport> LoadViewerReport(const std::string& path, const std::string
   }
   const analysis::ProjectRoot root(meta["project_root"]);
 
+  for (const char* table : {"vramscope_frames", "vramscope_stacks", "vramscope_owners"}) {
+    RETURN_IF_ERROR(db.CheckDenseIds(table));
+  }
   RETURN_IF_ERROR(
       db.Query("SELECT id, file_path, line_number, function FROM vramscope_frames "
                "ORDER BY id",

@@ -209,6 +209,68 @@ TEST(ViewerData, RefusesWhatIsNotAReport) {
   EXPECT_FALSE(missing.ok());
 }
 
+// Damaged reports are refused with one line naming the file, instead of sizing the columns by
+// the ids they hold: each of these once made `vramscope view` take gigabytes (the event range,
+// 23 GB before it was killed; a frame id of 50 million, 17 GB). Their databases are also the
+// fuzzer's regression inputs (viewer_report_fuzz_corpus/damaged_*.sqlite).
+TEST(ViewerData, DamagedIdsAreRefusedWithoutAllocatingByThem) {
+  const struct {
+    const char* name;
+    std::vector<std::string> sql;
+    const char* message;
+  } cases[] = {
+      {"event range",
+       {"UPDATE vramscope_events SET id = 2000000000 WHERE id = (SELECT max(id) FROM "
+        "vramscope_events)"},
+       "its event ids span 0..2000000000, 2000000001 events, but its rows name only"},
+      {"frame id",
+       {"UPDATE vramscope_frames SET id = 49999999 WHERE id = (SELECT max(id) FROM "
+        "vramscope_frames)"},
+       "vramscope_frames has an id 49999999 in"},
+      {"stack id",
+       {"UPDATE vramscope_stacks SET id = 99999999 WHERE id = (SELECT max(id) FROM "
+        "vramscope_stacks)"},
+       "vramscope_stacks has an id 99999999 in"},
+      {"owner id",
+       {"UPDATE vramscope_owners SET id = 99999999 WHERE id = (SELECT max(id) FROM "
+        "vramscope_owners)"},
+       "vramscope_owners has an id 99999999 in"},
+      {"phase names",
+       {"CREATE TEMP TABLE t AS SELECT * FROM vramscope_allocations",
+        "UPDATE t SET alloc_event = NULL, free_requested_event = NULL, free_completed_event = NULL",
+        // 300 copies of the first allocation, each with a phase of its own.
+        "DELETE FROM t WHERE id <> (SELECT min(id) FROM t)",
+        "WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM n WHERE k < 300) "
+        "INSERT INTO t SELECT t.id + n.k, device, address, requested_bytes, size_bytes, "
+        "size_exact, stream, alive_at_end, alloc_event, alloc_time_us, alloc_stack_id, "
+        "free_requested_event, free_requested_time_us, free_stack_id, free_completed_event, "
+        "free_completed_time_us, category, confidence, rule_id, operation, site_id, "
+        "user_metadata, compile_context, 'phase ' || n.k, step, owner_id, size_evidence, "
+        "segment_id FROM t, n",
+        "UPDATE t SET id = id + 1000000", "INSERT INTO vramscope_allocations SELECT * FROM t"},
+       "vramscope_allocations names more than 256 distinct phases"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Reported r(std::string(VRAMSCOPE_SOURCE_DIR) + "/examples/synthetic_mlp_adam_step.pickle");
+    ASSERT_EQ(r.error_, "");
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(r.path_.c_str(), &db), SQLITE_OK);
+    for (const std::string& sql : c.sql) {
+      char* error = nullptr;
+      ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK) << error;
+    }
+    sqlite3_close(db);
+    auto v = LoadViewerReport(r.path_);
+    ASSERT_FALSE(v.ok());
+    const std::string& message = v.status().message();
+    EXPECT_EQ(message.rfind(r.path_ + ": cannot read the report (", 0), 0u) << message;
+    EXPECT_NE(message.find(c.message), std::string::npos) << message;
+    EXPECT_NE(message.find("write it again with 'vramscope report'"), std::string::npos);
+    EXPECT_EQ(message.find('\n'), std::string::npos);
+  }
+}
+
 // The real fixtures, when present: every source kind goes through the same checks.
 TEST(ViewerData, RealFixturesMatchThePipeline) {
   const std::filesystem::path dir = std::string(VRAMSCOPE_SHARED_DIR) + "/fixtures/real";

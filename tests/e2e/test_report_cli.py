@@ -83,7 +83,7 @@ BAD_INPUTS = {
                             ["segments[0].blocks[1]", "'size'", "str"]),
     "block-with-negative-size": (
         _mutated(lambda s: s["segments"][0]["blocks"][0].update(size=-1)),
-        ["'size'", "-1", "non-negative"]),
+        ["segments[0].blocks[0]: 'size' is -1", "expected a size in bytes: an integer from 0"]),
     "block-with-unknown-state": (
         _mutated(lambda s: s["segments"][0]["blocks"][0].update(state="haunted")),
         ["unknown block state", "haunted"]),

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
@@ -18,6 +19,15 @@ using nlohmann::json;
 // Tolerance when matching sidecar times against the snapshot's: PyTorch converts its approximate
 // clock to Unix time, the bootstrap reads time.time_ns().
 constexpr int64_t kClockSlackUs = 50;
+
+// t + d without overflowing: a damaged sidecar or trace can hold times at the ends of int64.
+int64_t SaturatingAdd(int64_t t, int64_t d) {
+  int64_t out = 0;
+  if (__builtin_add_overflow(t, d, &out)) {
+    return d > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+  }
+  return out;
+}
 
 struct Reader {
   const std::string& path;
@@ -118,7 +128,8 @@ struct StepCounter {
       last_optimizer_step = std::max(last_optimizer_step, step);
     }
     if (phase == model::Phase::kBeforeForward && step <= last_optimizer_step) {
-      return last_optimizer_step + 1;
+      // (A damaged sidecar or mark can say step 2^31-1: it stays the last step there is.)
+      return last_optimizer_step < INT32_MAX ? last_optimizer_step + 1 : INT32_MAX;
     }
     return step;
   }
@@ -177,9 +188,12 @@ size_t MarksFromTimes(const CaptureSidecar& sidecar, const model::Trace& trace,
              (trace.events.time_us[i] == model::kNoTime || trace.events.time_us[i] < p.begin_us)) {
         ++i;
       }
+      // A phase that begins after the device's last event marks none of its events (and a mark
+      // there would point past them); the phases are in time order, so neither do the rest.
+      if (i >= end) break;
       const int32_t step = steps.Of(p.step, *phase);
       if (!out.empty() && out.back().device == device && out.back().event == i) out.pop_back();
-      out.push_back({device, static_cast<uint32_t>(std::min(i, end)), step, *phase});
+      out.push_back({device, static_cast<uint32_t>(i), step, *phase});
       ++marks;
     }
   }
@@ -334,9 +348,9 @@ SidecarApplied InterpretCaptureSidecar(const CaptureSidecar& sidecar, const mode
         const int64_t born = time_of(alloc.alloc_event);
         const int64_t released = time_of(alloc.ReleaseEvent());
         if (t.seen_us != model::kNoTime && born != model::kNoTime) {
-          if (born > t.seen_us + kClockSlackUs) continue;
+          if (born > SaturatingAdd(t.seen_us, kClockSlackUs)) continue;
           if (alloc.ReleaseEvent() != model::kNoEvent && released != model::kNoTime &&
-              released + kClockSlackUs < t.seen_us) {
+              SaturatingAdd(released, kClockSlackUs) < t.seen_us) {
             continue;
           }
         }

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "attribution/attribution.h"
 #include "sources/run_output/capture_folder.h"
@@ -211,6 +212,75 @@ TEST(CaptureSidecar, ATensorSeenBeforeItsAddressWasReusedNamesTheEarlierAllocati
   s.Apply(sidecar);
   EXPECT_EQ(s.NameOf(2), "buffer.at.0x4000");
   EXPECT_EQ(s.NameOf(8), "");
+}
+
+// Found by capture_sidecar_fuzzer (its corpus keeps the inputs: capture_sidecar_fuzz_corpus/).
+
+// A phase that begins after the trace's last event (the real CPU capture's phases all do, against
+// this trace's clock) marks none of its events: no mark may point past the device's events.
+TEST(CaptureSidecarFuzzFinds, PhasesAfterTheLastEventLeaveNoMarkPastIt) {
+  StepTrace s(/*with_marks=*/false);
+  CaptureSidecar sidecar = Parse(kSidecar);
+  sidecar.phases.push_back({2, "forward", 90000, 95000});  // after the last event (60 ms)
+  sidecar.phases.push_back({2, "backward", 96000, 99000});
+  const SidecarApplied applied = s.Apply(sidecar);
+  EXPECT_EQ(applied.phase_marks, 4u);  // the four phases that hold events
+  ASSERT_FALSE(s.in.phase_marks.empty());
+  for (const model::PhaseMark& m : s.in.phase_marks) EXPECT_LT(m.event, s.t.events.count());
+  const attribution::Attribution a = attribution::Attribute(s.view());
+  EXPECT_EQ(a.phases.At(8), attribution::Phase::kBeforeForward);  // unchanged
+}
+
+// Steps and times at the ends of their types: step 2^31-1 followed by the optimizer's "between"
+// phase overflowed the step counter, and a tensor seen at INT64_MAX µs (or an allocation freed
+// then) overflowed the 50 µs matching slack. Both are undefined behaviour (UBSan stops the test).
+TEST(CaptureSidecarFuzzFinds, StepsAndTimesAtTheEndsOfTheirTypes) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  auto make = [&](model::Trace& t, bool marks) {
+    auto push = [&](Action a, uint64_t addr, int64_t time, const char* mark) {
+      t.events.Push(a, 0, addr, 4096, 0, time, model::kEmptyStack);
+      if (marks && mark != nullptr) {
+        t.events.user_metadata[static_cast<uint32_t>(t.events.count() - 1)] =
+            t.strings.Intern(mark);
+      }
+    };
+    push(Action::kAlloc, 0x1000, 10, "vramscope step=2147483647 phase=optimizer");
+    push(Action::kAlloc, 0x2000, 20, "vramscope step=2147483647 phase=between");
+    push(Action::kFreeRequested, 0x2000, kMax, nullptr);
+    push(Action::kFreeCompleted, 0x2000, kMax, nullptr);
+    push(Action::kAlloc, 0x3000, kMax, nullptr);
+    t.devices = {0};
+    t.device_event_ranges = {{0, t.events.count()}};
+    t.facts.has_trace = true;
+    t.facts.has_times = true;
+    model::BuildAllocations(t);
+  };
+  model::Trace t;
+  model::Interpretation in;
+  make(t, true);
+  CaptureSidecar sidecar = Parse(R"({"format": "vramscope-capture", "version": 1,
+    "phases": [{"step": 9223372036854775807, "phase": "optimizer", "begin_us": 5},
+               {"step": 1, "phase": "between", "begin_us": 15}],
+    "tensors": [{"kind": "gradient", "name": "w.grad", "data_ptr": 8192, "nbytes": 4096,
+                 "seen_us": 9223372036854775807},
+                {"kind": "parameter", "name": "w", "data_ptr": 12288, "nbytes": 4096,
+                 "seen_us": 9223372036854775807}]})");
+  EXPECT_EQ(sidecar.phases[0].step, INT32_MAX);  // clamped when read
+  const SidecarApplied applied = InterpretCaptureSidecar(sidecar, t, in);
+  EXPECT_TRUE(applied.phases_from_metadata);
+  ASSERT_EQ(in.phase_marks.size(), 2u);
+  EXPECT_EQ(in.phase_marks[1].step, INT32_MAX);  // the step after the last there stays the last
+  // Both tensors are matched: freed at INT64_MAX is not "freed before it was seen".
+  EXPECT_EQ(applied.tensors_named, 2u);
+  const model::TraceView view{t, in};
+  EXPECT_EQ(view.TensorName(1), "w.grad");
+  EXPECT_EQ(view.TensorName(4), "w");
+  // From times, the same ends.
+  model::Trace u;
+  model::Interpretation from_times;
+  make(u, false);
+  EXPECT_EQ(InterpretCaptureSidecar(sidecar, u, from_times).phase_marks, 2u);
+  EXPECT_EQ(from_times.phase_marks.back().step, INT32_MAX);
 }
 
 TEST(CaptureFolder, FindsRanksInOrderAndTheirFiles) {

@@ -38,6 +38,29 @@ struct Path {
   Path Key(const char* k) const { return Path{this, k, -1}; }
 };
 
+// What an integer field of a snapshot may hold, for checking and for the error messages.
+struct IntRange {
+  const char* what;      // "a size in bytes"
+  uint64_t max;          // inclusive
+  const char* max_text;  // how the messages write `max`
+};
+// No GPU holds 2^50 bytes (1 PiB, model::kMaxPlausibleBytes, the bound every source applies); a
+// size beyond that is damage (an unsigned -1, a wrapped subtraction), and would wrap the sums the
+// report makes.
+static_assert(model::kMaxPlausibleBytes == uint64_t{1} << 50, "kBytes' text says 2^50");
+constexpr IntRange kBytes{"a size in bytes", model::kMaxPlausibleBytes,
+                          "2^50 (1 PiB: more than any GPU holds)"};
+constexpr IntRange kAddress{"a device address", UINT64_MAX, "2^64-1"};
+constexpr IntRange kStream{"a CUDA stream handle", UINT64_MAX, "2^64-1"};
+static_assert(model::kMaxDeviceOrdinal == (int64_t{1} << 16) - 1, "kOrdinal's text says 2^16-1");
+constexpr IntRange kOrdinal{"a device ordinal", static_cast<uint64_t>(model::kMaxDeviceOrdinal),
+                            "2^16-1"};
+// What to do about a value no snapshot PyTorch writes holds.
+constexpr const char* kRemedy =
+    "the snapshot is damaged or was not written by PyTorch: dump it again with "
+    "torch.cuda.memory._dump_snapshot() (if PyTorch wrote it as it is, please report it to "
+    "vramscope with the torch version)";
+
 class Converter {
  public:
   // The document being built (while streaming) or built; rebound when the parse finishes.
@@ -109,33 +132,50 @@ class Converter {
  private:
   // --- typed access -------------------------------------------------------------------------
   Status TypeError(const Path& where, const char* key, Value v, const char* want) const {
-    return InvalidInput(fmt::format("{}: '{}' is {}, expected {}", where.ToString(), key,
-                                    pickle::KindWithArticle(doc_->kind(v)), want));
+    return InvalidInput(fmt::format("{}: '{}' is {}, expected {}; {}", where.ToString(), key,
+                                    pickle::KindWithArticle(doc_->kind(v)), want, kRemedy));
+  }
+  // An integer as the error messages show it: its value, or what it is when no 64-bit type
+  // holds it.
+  std::string IntegerText(Value v) const {
+    if (const auto i = doc_->AsInt64(v)) return std::to_string(*i);
+    if (const auto u = doc_->AsUint64(v)) return std::to_string(*u);
+    return "an integer wider than 64 bits";
+  }
+  // An integer field that is out of its range: which field of which entry, the value, the range.
+  Status RangeError(const Path& where, const char* key, Value v, const IntRange& range) const {
+    return InvalidInput(fmt::format("{}: '{}' is {}, expected {}: an integer from 0 to {}; {}",
+                                    where.ToString(), key, IntegerText(v), range.what,
+                                    range.max_text, kRemedy));
+  }
+  // An unsigned integer in `range`, from an int value; an error naming the field otherwise.
+  Status ToU64(Value v, const Path& where, const char* key, const IntRange& range,
+               uint64_t* out) const {
+    const Kind kind = doc_->kind(v);
+    if (kind != Kind::kInt && kind != Kind::kBool) {
+      return TypeError(where, key, v, fmt::format("{} (an integer)", range.what).c_str());
+    }
+    const auto u = doc_->AsUint64(v);
+    if (!u || *u > range.max) return RangeError(where, key, v, range);
+    *out = *u;
+    return Status::Ok();
   }
   // An unsigned integer under `key`; `fallback` when absent or None.
-  Status GetU64(Value dict, const Path& where, const char* key, uint64_t fallback,
-                uint64_t* out) const {
+  Status GetU64(Value dict, const Path& where, const char* key, const IntRange& range,
+                uint64_t fallback, uint64_t* out) const {
     const Value v = doc_->Get(dict, key);
     if (doc_->IsMissing(v) || doc_->IsNone(v)) {
       *out = fallback;
       return Status::Ok();
     }
-    const auto u = doc_->AsUint64(v);
-    if (!u) {
-      if (const auto i = doc_->AsInt64(v)) {
-        return InvalidInput(fmt::format("{}: '{}' is {}, expected a non-negative integer",
-                                        where.ToString(), key, *i));
-      }
-      return TypeError(where, key, v, "an integer");
-    }
-    *out = *u;
-    return Status::Ok();
+    return ToU64(v, where, key, range, out);
   }
-  Status RequireU64(Value dict, const Path& where, const char* key, uint64_t* out) const {
+  Status RequireU64(Value dict, const Path& where, const char* key, const IntRange& range,
+                    uint64_t* out) const {
     if (doc_->IsMissing(doc_->Get(dict, key))) {
-      return InvalidInput(fmt::format("{}: missing '{}'", where.ToString(), key));
+      return InvalidInput(fmt::format("{}: missing '{}'; {}", where.ToString(), key, kRemedy));
     }
-    return GetU64(dict, where, key, 0, out);
+    return GetU64(dict, where, key, range, 0, out);
   }
   Status RequireDict(Value v, const Path& where) const {
     if (doc_->kind(v) != Kind::kDict) {
@@ -176,7 +216,7 @@ class Converter {
     model::Frame f;
     f.filename = trace_.strings.Intern(filename);
     f.function = trace_.strings.Intern(function);
-    f.line = static_cast<int32_t>(std::clamp<int64_t>(line, INT32_MIN, INT32_MAX));
+    f.line = static_cast<int32_t>(std::clamp<int64_t>(line, 0, INT32_MAX));
     f.kind = model::ClassifyFrame(filename);
     return trace_.frames.Intern(f);
   }
@@ -203,12 +243,18 @@ class Converter {
       return TypeError(where, "filename", filename, "a str");
     }
     if (!doc_->IsMissing(name) && !name_text) return TypeError(where, "name", name, "a str");
+    // The line number; 0 when unknown. PyTorch stores it unsigned and writes an unsigned -1
+    // (2^64-1) for a frame without one (torch.compile's generated code on Python 3.13): any
+    // value no source line has is such an unknown line, not damage.
     const Value line = doc_->Get(v, "line");
     int64_t line_number = 0;
     if (!doc_->IsMissing(line) && !doc_->IsNone(line)) {
+      const Kind kind = doc_->kind(line);
+      if (kind != Kind::kInt && kind != Kind::kBool) {
+        return TypeError(where, "line", line, "a line number (an integer, or None)");
+      }
       const auto l = doc_->AsInt64(line);
-      if (!l) return TypeError(where, "line", line, "an integer");
-      line_number = *l;
+      if (l && *l > 0 && *l <= INT32_MAX) line_number = *l;
     }
     *out = InternFrame(filename_text.value_or(""), name_text.value_or(""), line_number);
     if (const auto id = doc_->ContainerId(v)) Remember(*id, *out);
@@ -337,7 +383,7 @@ class Converter {
 Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
                                model::Block* out) {
   RETURN_IF_ERROR(RequireDict(block, where));
-  RETURN_IF_ERROR(RequireU64(block, where, "size", &out->size));
+  RETURN_IF_ERROR(RequireU64(block, where, "size", kBytes, &out->size));
   const Value state = doc_->Get(block, "state");
   const auto state_text = doc_->AsString(state);
   if (!state_text) {
@@ -355,8 +401,8 @@ Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
                                     std::string(state_text->substr(0, 40))));
   }
   // 2.1+ blocks carry their address; older ones tile the segment from its start.
-  RETURN_IF_ERROR(GetU64(block, where, "address", address, &out->address));
-  RETURN_IF_ERROR(GetU64(block, where, "requested_size", 0, &out->requested_size));
+  RETURN_IF_ERROR(GetU64(block, where, "address", kAddress, address, &out->address));
+  RETURN_IF_ERROR(GetU64(block, where, "requested_size", kBytes, 0, &out->requested_size));
   const Value history = doc_->Get(block, "history");
   if (!doc_->IsMissing(history) && !doc_->IsNone(history)) {
     // 1.13/2.0: the allocations this block has held, oldest first; the last is the current one.
@@ -369,7 +415,7 @@ Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
       const Path lp = p.Index(static_cast<int64_t>(records.size() - 1));
       RETURN_IF_ERROR(RequireDict(last, lp));
       if (out->requested_size == 0) {
-        RETURN_IF_ERROR(GetU64(last, lp, "real_size", 0, &out->requested_size));
+        RETURN_IF_ERROR(GetU64(last, lp, "real_size", kBytes, 0, &out->requested_size));
       }
       RETURN_IF_ERROR(
           ConvertStack(doc_->Get(last, "frames"), doc_->Get(last, "cpp_frames"), lp, &out->stack));
@@ -394,18 +440,14 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
     RETURN_IF_ERROR(RequireDict(seg, sp));
     model::Segment& out = pending[s].segment;
     uint64_t device = 0;
-    RETURN_IF_ERROR(GetU64(seg, sp, "device", 0, &device));
-    if (device > static_cast<uint64_t>(model::kMaxDeviceOrdinal)) {
-      return InvalidInput(
-          fmt::format("{}: device {} is not a device ordinal", sp.ToString(), device));
-    }
+    RETURN_IF_ERROR(GetU64(seg, sp, "device", kOrdinal, 0, &device));
     out.device = static_cast<int32_t>(device);
-    RETURN_IF_ERROR(RequireU64(seg, sp, "address", &out.address));
-    RETURN_IF_ERROR(RequireU64(seg, sp, "total_size", &out.total_size));
-    RETURN_IF_ERROR(GetU64(seg, sp, "allocated_size", 0, &out.allocated_size));
-    RETURN_IF_ERROR(GetU64(seg, sp, "active_size", 0, &out.active_size));
-    RETURN_IF_ERROR(GetU64(seg, sp, "requested_size", 0, &out.requested_size));
-    RETURN_IF_ERROR(GetU64(seg, sp, "stream", 0, &out.stream));
+    RETURN_IF_ERROR(RequireU64(seg, sp, "address", kAddress, &out.address));
+    RETURN_IF_ERROR(RequireU64(seg, sp, "total_size", kBytes, &out.total_size));
+    RETURN_IF_ERROR(GetU64(seg, sp, "allocated_size", kBytes, 0, &out.allocated_size));
+    RETURN_IF_ERROR(GetU64(seg, sp, "active_size", kBytes, 0, &out.active_size));
+    RETURN_IF_ERROR(GetU64(seg, sp, "requested_size", kBytes, 0, &out.requested_size));
+    RETURN_IF_ERROR(GetU64(seg, sp, "stream", kStream, 0, &out.stream));
     const Value type = doc_->Get(seg, "segment_type");
     if (const auto t = doc_->AsString(type)) {
       out.pool = *t == "small" ? model::Pool::kSmall : model::Pool::kLarge;
@@ -415,8 +457,11 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
     const Value pool_id = doc_->Get(seg, "segment_pool_id");
     if (!doc_->IsMissing(pool_id) && !doc_->IsNone(pool_id)) {
       const auto ids = doc_->Items(pool_id);
+      // PyTorch's pool ids are unsigned (CaptureId_t): one past INT64_MAX keeps its identity
+      // as the same 64 bits rather than falling into the default pool.
       for (size_t k = 0; k < ids.size() && k < 2; ++k) {
-        out.pool_id[k] = doc_->AsInt64(ids[k]).value_or(0);
+        const auto u = doc_->AsUint64(ids[k]);
+        out.pool_id[k] = u ? static_cast<int64_t>(*u) : doc_->AsInt64(ids[k]).value_or(0);
       }
     }
     if (const auto e = doc_->AsBool(doc_->Get(seg, "is_expandable"))) out.is_expandable = *e;
@@ -462,44 +507,39 @@ Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
   std::optional<std::string_view> action_name;
   uint64_t addr = 0, size = 0, stream = 0, device_free = 0;
   int64_t time_us = model::kNoTime;
-  Value frames, compile_context, user_metadata;
-  bool has_device_free = false;
+  Value frames, compile_context, user_metadata, size_value, device_free_value;
   // One pass over the entry's keys: this loop runs once per trace entry (millions).
   for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
     const auto key = doc_->AsString(pairs[i]);
     if (!key) continue;
     const Value v = pairs[i + 1];
-    auto u64 = [&](uint64_t* out) -> Status {
-      if (doc_->IsNone(v)) return Status::Ok();
-      const auto u = doc_->AsUint64(v);
-      if (!u) {
-        const std::string k(*key);
-        return TypeError(where, k.c_str(), v, "a non-negative integer");
-      }
-      *out = *u;
-      return Status::Ok();
-    };
     if (*key == "action") {
       action_name = doc_->AsString(v);
       if (!action_name) return TypeError(where, "action", v, "a str");
     } else if (*key == "addr") {
-      RETURN_IF_ERROR(u64(&addr));
+      if (!doc_->IsNone(v)) RETURN_IF_ERROR(ToU64(v, where, "addr", kAddress, &addr));
     } else if (*key == "size") {
-      RETURN_IF_ERROR(u64(&size));
+      size_value = v;  // checked below, once the action is known
     } else if (*key == "stream") {
-      RETURN_IF_ERROR(u64(&stream));
+      if (!doc_->IsNone(v)) RETURN_IF_ERROR(ToU64(v, where, "stream", kStream, &stream));
     } else if (*key == "time_us") {
+      time_us = model::kNoTime;
       if (!doc_->IsNone(v)) {
-        const auto t = doc_->AsInt64(v);
-        if (!t) return TypeError(where, "time_us", v, "an integer");
-        time_us = *t;
-        times_ = true;
+        const Kind kind = doc_->kind(v);
+        if (kind != Kind::kInt && kind != Kind::kBool) {
+          return TypeError(where, "time_us", v,
+                           "a time in microseconds since the epoch (an integer, or None)");
+        }
+        // A time no 64-bit clock holds (an unsigned -1) is an unknown time, as None is.
+        if (const auto t = doc_->AsInt64(v); t && *t != model::kNoTime) {
+          time_us = *t;
+          times_ = true;
+        }
       }
     } else if (*key == "frames") {
       frames = v;
     } else if (*key == "device_free") {
-      RETURN_IF_ERROR(u64(&device_free));
-      has_device_free = true;
+      device_free_value = v;
     } else if (*key == "compile_context") {
       compile_context = v;
       compile_context_ = true;
@@ -512,6 +552,18 @@ Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
   }
   if (!action_name) return InvalidInput(where.ToString() + ": missing 'action'");
   const std::optional<Action> action = model::ParseAction(*action_name);
+  // The memory actions' sizes are bytes the device held, and bounded; an action this vramscope
+  // does not know (or a user_defined / annotate entry) keeps whatever unsigned value it has.
+  const bool memory_action = action && *action <= Action::kSnapshot;
+  static constexpr IntRange kAnyUnsigned{"an unsigned integer", UINT64_MAX, "2^64-1"};
+  if (!doc_->IsMissing(size_value) && !doc_->IsNone(size_value)) {
+    RETURN_IF_ERROR(ToU64(size_value, where, "size", memory_action ? kBytes : kAnyUnsigned, &size));
+  }
+  const bool has_device_free =
+      !doc_->IsMissing(device_free_value) && !doc_->IsNone(device_free_value);
+  if (has_device_free) {
+    RETURN_IF_ERROR(ToU64(device_free_value, where, "device_free", kBytes, &device_free));
+  }
   StackId stack;
   RETURN_IF_ERROR(ConvertStack(frames, Value(), where, &stack));
   model::Events& ev = trace_.events;

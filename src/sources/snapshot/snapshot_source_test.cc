@@ -382,7 +382,7 @@ TEST(SnapshotErrors, NameThePathToTheBadValue) {
   EXPECT_THAT(
       ErrorOf(tb::Dict(
           {{"segments", tb::List({Segment(0, 512, {Block(0, 512, 0, "inactive"), bad_block})})}})),
-      HasSubstr("segments[0].blocks[1]: 'size' is a str, expected an integer"));
+      HasSubstr("segments[0].blocks[1]: 'size' is a str, expected a size in bytes (an integer)"));
   EXPECT_THAT(ErrorOf(tb::Dict(
                   {{"segments", tb::List({Segment(0, 512, {Block(0, 512, 0, "levitating")})})}})),
               HasSubstr("unknown block state 'levitating'"));
@@ -399,12 +399,173 @@ TEST(SnapshotErrors, NameThePathToTheBadValue) {
           {{"segments", tb::List({})},
            {"device_traces",
             tb::List({tb::List({Entry("alloc", 0, 0, tb::List({}), {{"size", tb::Int(-5)}})})})}})),
-      HasSubstr("'size' is an int, expected a non-negative integer"));
+      HasSubstr("device_traces[0][0]: 'size' is -5, expected a size in bytes: an integer from 0 "
+                "to 2^50"));
   const tb::P bad_frame = tb::List({tb::Dict({{"filename", tb::Int(3)}})});
   EXPECT_THAT(ErrorOf(tb::Dict(
                   {{"segments", tb::List({})},
                    {"device_traces", tb::List({tb::List({Entry("alloc", 0, 512, bad_frame)})})}})),
               HasSubstr("device_traces[0][0].frames[0]: 'filename' is an int"));
+}
+
+// ---- integers out of their range: unknown where that means something, else a clear error ------
+
+// torch.compile on torch 2.6 / Python 3.13: PyTorch stores a frame's line unsigned and writes an
+// unsigned -1 for generated code without one, which pickle writes as a 9-byte LONG1 (no int64
+// holds it). Such a frame is read with an unknown line (0); the frames around it keep theirs.
+TEST(SnapshotIntegers, TorchCompileFrameWithUnsignedMinusOneLineHasAnUnknownLine) {
+  const uint64_t base = 0x7f2000000000ull;
+  const tb::P compiled = tb::Dict({{"filename", tb::Str("/tmp/torchinductor_root/ab/cabxyz.py")},
+                                   {"line", tb::UInt(UINT64_MAX)},
+                                   {"name", tb::Str("call")}});
+  const tb::P stack = tb::List(
+      {compiled,
+       tb::Frame("/usr/lib/python3.13/site-packages/torch/_dynamo/eval_frame.py", 574, "_fn"),
+       tb::Frame("/proj/train.py", 30, "train_step")});
+  const tb::P root = tb::Dict(
+      {{"segments", tb::List({Segment(base, 2 << 20,
+                                      {Block(base, 1024, 1000, "active_allocated", stack),
+                                       Block(base + 1024, (2 << 20) - 1024, 0, "inactive")},
+                                      false, "small", 1024, 1024, 1000)})},
+       {"device_traces", tb::List({tb::List({Entry("alloc", base, 1000, stack)})})}});
+  for (const int protocol : {2, 4}) {
+    SCOPED_TRACE(protocol);
+    const std::string bytes = tb::PickleWriter(protocol).Dump(root);
+    // The shape of the real file: LONG1 with 9 bytes, ff x 8 then a 0 sign byte.
+    ASSERT_NE(bytes.find(std::string("\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00", 11)),
+              std::string::npos);
+    auto t = FromBytes(bytes);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    const auto frames = t->stacks.Frames(t->events.stack[0]);
+    ASSERT_EQ(frames.size(), 3u);
+    EXPECT_EQ(t->strings.Get(t->frames.Get(frames[0]).function), "call");
+    EXPECT_EQ(t->frames.Get(frames[0]).line, 0);  // unknown
+    EXPECT_EQ(t->frames.Get(frames[0]).kind, model::FrameKind::kPython);
+    EXPECT_EQ(t->frames.Get(frames[1]).line, 574);
+    EXPECT_EQ(t->frames.Get(frames[2]).line, 30);
+    EXPECT_EQ(t->blocks[0].stack, t->events.stack[0]);
+  }
+}
+
+TEST(SnapshotIntegers, LinesNoSourceHasAreUnknownAndANonIntegerLineIsNamed) {
+  auto line_of = [](tb::P line) -> Result<int32_t> {
+    const tb::P stack = tb::List({tb::Dict(
+        {{"filename", tb::Str("/proj/a.py")}, {"line", std::move(line)}, {"name", tb::Str("f")}})});
+    const tb::P root =
+        tb::Dict({{"segments", tb::List({})},
+                  {"device_traces", tb::List({tb::List({Entry("alloc", 4096, 512, stack)})})}});
+    auto t = FromBytes(tb::PickleWriter().Dump(root), "bad.pickle");
+    if (!t.ok()) return t.status();
+    return t->frames.Get(t->stacks.Frames(t->events.stack[0])[0]).line;
+  };
+  EXPECT_EQ(*line_of(tb::Int(-1)), 0);                  // a signed -1
+  EXPECT_EQ(*line_of(tb::Int(int64_t{1} << 40)), 0);    // past any file's length
+  EXPECT_EQ(*line_of(tb::UInt(uint64_t{1} << 63)), 0);  // past int64
+  EXPECT_EQ(*line_of(tb::None()), 0);
+  EXPECT_EQ(*line_of(tb::Int(7)), 7);
+  EXPECT_EQ(*line_of(tb::Int(INT32_MAX)), INT32_MAX);
+  const auto text = line_of(tb::Str("12"));
+  ASSERT_FALSE(text.ok());
+  EXPECT_THAT(
+      text.status().message(),
+      HasSubstr("bad.pickle: device_traces[0][0].frames[0]: 'line' is a str, expected a "
+                "line number (an integer, or None); the snapshot is damaged or was not "
+                "written by PyTorch: dump it again with torch.cuda.memory._dump_snapshot()"));
+}
+
+// Replaces the 8-byte LONG1 that PickleWriter wrote for `placeholder` with a 10-byte one
+// (2^72 + 1): an integer no 64-bit type holds.
+std::string WithWideInteger(std::string bytes, uint64_t placeholder) {
+  std::string old("\x8a\x08", 2);
+  for (int k = 0; k < 8; ++k) old.push_back(static_cast<char>((placeholder >> (8 * k)) & 0xFF));
+  const size_t at = bytes.find(old);
+  EXPECT_NE(at, std::string::npos);
+  if (at == std::string::npos) return bytes;
+  return bytes.replace(at, old.size(), std::string("\x8a\x0a\x01\0\0\0\0\0\0\0\0\x01", 12));
+}
+
+TEST(SnapshotIntegers, ImpossibleSizesAreRefusedNamingTheFieldAndTheRange) {
+  const uint64_t base = 0x7f3000000000ull;
+  const tb::P no_frames = tb::List({});
+  auto error_of_entry = [&](tb::P entry) {
+    return ErrorOf(tb::Dict(
+        {{"segments", tb::List({})},
+         {"device_traces",
+          tb::List({tb::List({Entry("alloc", base, 512, no_frames), std::move(entry)})})}}));
+  };
+  // An unsigned -1 as a size: no device holds it, and it would wrap every sum.
+  EXPECT_THAT(
+      error_of_entry(Entry("free_requested", base, 0, no_frames, {{"size", tb::UInt(UINT64_MAX)}})),
+      HasSubstr("bad.pickle: device_traces[0][1]: 'size' is 18446744073709551615, expected a size "
+                "in bytes: an integer from 0 to 2^50 (1 PiB: more than any GPU holds); the "
+                "snapshot is damaged or was not written by PyTorch: dump it again with "
+                "torch.cuda.memory._dump_snapshot() (if PyTorch wrote it as it is, please report "
+                "it to vramscope with the torch version)"));
+  EXPECT_THAT(
+      error_of_entry(tb::Dict(
+          {{"action", tb::Str("oom")}, {"device_free", tb::Int(-1)}, {"size", tb::Int(1 << 20)}})),
+      HasSubstr("device_traces[0][1]: 'device_free' is -1, expected a size in bytes"));
+  EXPECT_THAT(error_of_entry(Entry("alloc", 0, 512, no_frames, {{"addr", tb::Int(-4096)}})),
+              HasSubstr("device_traces[0][1]: 'addr' is -4096, expected a device address: an "
+                        "integer from 0 to 2^64-1"));
+  // Wider than 64 bits (LONG1 of 10 bytes).
+  const uint64_t placeholder = 0x1122334455667788ull;
+  const std::string wide = WithWideInteger(
+      tb::PickleWriter().Dump(tb::Dict(
+          {{"segments", tb::List({})},
+           {"device_traces", tb::List({tb::List({Entry("alloc", base, 0, no_frames,
+                                                       {{"size", tb::UInt(placeholder)}})})})}})),
+      placeholder);
+  auto t = FromBytes(wide, "wide.pickle");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(),
+              HasSubstr("wide.pickle: device_traces[0][0]: 'size' is an integer wider than 64 "
+                        "bits, expected a size in bytes"));
+  // Segments and blocks.
+  EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::List({Segment(base, uint64_t{1} << 51, {})})}})),
+              HasSubstr("segments[0]: 'total_size' is 2251799813685248, expected a size in bytes"));
+  const tb::P huge_block = tb::Dict({{"address", tb::UInt(base)},
+                                     {"size", tb::UInt(UINT64_MAX)},
+                                     {"state", tb::Str("inactive")}});
+  EXPECT_THAT(
+      ErrorOf(tb::Dict({{"segments", tb::List({Segment(base, 2 << 20, {huge_block})})}})),
+      HasSubstr("segments[0].blocks[0]: 'size' is 18446744073709551615, expected a size in bytes"));
+  const tb::P seg_on_device = tb::Dict({{"device", tb::Int(-1)},
+                                        {"address", tb::UInt(base)},
+                                        {"total_size", tb::Int(2 << 20)},
+                                        {"blocks", tb::List({})}});
+  EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::List({seg_on_device})}})),
+              HasSubstr("segments[0]: 'device' is -1, expected a device ordinal: an integer from "
+                        "0 to 2^16-1"));
+}
+
+TEST(SnapshotIntegers, UnsignedMinusOneWhereItMeansUnknownOrIsNotASize) {
+  const uint64_t base = 0x7f4000000000ull;
+  const tb::P no_frames = tb::List({});
+  tb::P seg = Segment(base, 2 << 20, {Block(base, 2 << 20, 0, "inactive")});
+  // A private pool's id past INT64_MAX keeps its identity (its 64 bits), not the default pool's.
+  auto pooled = std::const_pointer_cast<tb::Obj>(seg);
+  for (auto& [key, value] : pooled->pairs) {
+    if (key == "segment_pool_id") value = tb::Tuple({tb::Int(0), tb::UInt(UINT64_MAX)});
+  }
+  const tb::P root =
+      tb::Dict({{"segments", tb::List({seg})},
+                {"device_traces",
+                 tb::List({tb::List({
+                     // A time no clock holds: unknown, like None.
+                     Entry("alloc", base, 512, no_frames, {{"time_us", tb::UInt(UINT64_MAX)}}),
+                     Entry("free_requested", base, 512, no_frames),
+                     Entry("free_completed", base, 512, no_frames),
+                     // Not a memory action: its size is not bytes the device held.
+                     Entry("user_defined", 0, 0, no_frames, {{"size", tb::UInt(UINT64_MAX)}}),
+                 })})}});
+  auto t = FromBytes(tb::PickleWriter().Dump(root));
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->events.time_us[0], model::kNoTime);
+  EXPECT_EQ(t->events.time_us[1], 1700000000000000);
+  EXPECT_EQ(t->events.size[3], UINT64_MAX);
+  EXPECT_EQ(t->segments[0].pool_id[0], 0);
+  EXPECT_EQ(t->segments[0].pool_id[1], -1);  // the same 64 bits
 }
 
 TEST(SnapshotErrors, NonPickleInputsAreNamed) {
