@@ -89,9 +89,9 @@ if [[ $runs != 0 ]]; then
     build-fuzz/src/sources/native_trace/native_trace_fuzzer \
     "src/sources/native_trace/fuzz_corpus/*" 4096
   fuzz "capture sidecar (parse + apply to traces) + analysis" \
-    build-fuzz/src/sources/capture/capture_sidecar_fuzzer \
-    "src/sources/capture/capture_sidecar_fuzz_corpus/*" 8192 \
-    -dict=src/sources/capture/capture_sidecar_fuzzer.dict
+    build-fuzz/src/sources/run_output/capture_sidecar_fuzzer \
+    "src/sources/run_output/capture_sidecar_fuzz_corpus/*" 8192 \
+    -dict=src/sources/run_output/capture_sidecar_fuzzer.dict
   fuzz "report database behind 'vramscope view' (load + pyramid + blob)" \
     build-fuzz/src/report/viewer_report_fuzzer "src/report/viewer_report_fuzz_corpus/*.sqlite" \
     65536 -dict=src/report/viewer_report_fuzzer.dict -rss_limit_mb=1024
