@@ -588,14 +588,17 @@ KNOWN = [
                "loss is the peak (b·s·h·4 B for the decoders and BERT; ViT's forward peaks at "
                "the classifier in the family, so there it shows as a few bytes). (In fp32 the "
                "head's linear saves it, so both keep it.)",
+        "fixed": "The causal-LM head (CausalLmHead), BERT's MLM head and ViT's classifier free "
+                 "the final hidden states after the loss, when forward returns; under autocast "
+                 "the final norm's output is live through the loss as in PyTorch.",
         "counts": {
-            "gpt2-bf16-amp": {"lifetime": 1},
-            "gpt2-ckpt-bf16-amp": {"lifetime": 1},
-            "llama-bf16-amp": {"lifetime": 1},
-            "llama-lora8-bf16-amp": {"lifetime": 1},
-            "qwen2-bf16-amp": {"lifetime": 1},
-            "bert-bf16-amp": {"lifetime": 1},
-            "vit-bf16-amp": {"lifetime": 1},
+            "gpt2-bf16-amp": {},
+            "gpt2-ckpt-bf16-amp": {},
+            "llama-bf16-amp": {},
+            "llama-lora8-bf16-amp": {},
+            "qwen2-bf16-amp": {},
+            "bert-bf16-amp": {},
+            "vit-bf16-amp": {},
         },
     },
     {

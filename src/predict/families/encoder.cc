@@ -180,15 +180,19 @@ class Encoder : public Model {
       sim.Node("SelectBackward0", {n}, {cls_row}, {}, [bytes = sim.Bytes(n)](BackwardContext& c) {
         if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::select_backward"));
       });
-      sim.Free(n);
       TensorId logits;
       {
         Scope c(sim, "classifier");
         logits = ops.Linear(cls_row, classifier_, b);
       }
       sim.Free(cls_row);
-      Scope l(sim, "loss");
-      const TensorId loss = ops.CrossEntropy(logits, b, m_.num_labels);
+      TensorId loss;
+      {
+        Scope l(sim, "loss");
+        loss = ops.CrossEntropy(logits, b, m_.num_labels);
+      }
+      // forward keeps `sequence_output` until it returns, after the loss.
+      sim.Free(n);
       return {{}, logits, loss};
     }
     TensorId scores;
@@ -212,9 +216,13 @@ class Encoder : public Model {
       scores = ops.Linear(t, decoder, rows);
       sim.Free(t);
     }
+    TensorId loss;
+    {
+      Scope l(sim, "loss");
+      loss = ops.CrossEntropy(scores, rows, m_.vocab);
+    }
+    // forward keeps `sequence_output` until it returns, after the loss.
     sim.Free(x);
-    Scope l(sim, "loss");
-    const TensorId loss = ops.CrossEntropy(scores, rows, m_.vocab);
     return {{}, scores, loss};
   }
 

@@ -65,9 +65,13 @@ StepTensors CausalLmHead(Ops& ops, TensorId hidden, const LinearWeights& head, u
     Scope l(sim, "lm_head");
     logits = ops.Linear(hidden, head, batch * seq);
   }
+  TensorId loss;
+  {
+    Scope l(sim, "loss");
+    loss = CausalLmLoss(ops, logits, batch, seq, head.out);
+  }
+  // forward keeps `hidden_states` in a local variable until it returns, after the loss.
   sim.Free(hidden);
-  Scope l(sim, "loss");
-  const TensorId loss = CausalLmLoss(ops, logits, batch, seq, head.out);
   return {{}, logits, loss};
 }
 

@@ -80,8 +80,9 @@ TensorId ApplyIn(Ops& ops, std::string_view name, const AdaptedLinear& l, Tensor
 // and shifted, cross-entropy over every position.
 TensorId CausalLmLoss(Ops& ops, TensorId logits, uint64_t batch, uint64_t seq, uint64_t vocab);
 
-// The LM head over the final hidden states (consumed) and the causal-LM loss: the logits, held
-// by the loop until the step ends, and the loss.
+// The LM head over the final hidden states (consumed, after the loss: the model's forward holds
+// them until it returns) and the causal-LM loss: the logits, held by the loop until the step
+// ends, and the loss.
 StepTensors CausalLmHead(Ops& ops, TensorId hidden, const LinearWeights& head, uint64_t batch,
                          uint64_t seq);
 
