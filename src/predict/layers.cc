@@ -430,7 +430,6 @@ TensorId Ops::Embedding(TensorId ids, const Weight& table, uint64_t rows, uint64
 
 TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                              uint64_t kv_heads, uint64_t seq, uint64_t head_dim) {
-  (void)kv_heads;
   // sdpa is a lower-precision op under autocast: fp32 inputs (rotary's products) are cast.
   auto operand = [&](TensorId t) {
     if (precision_.autocast && Dtype(t) != *precision_.autocast)
@@ -443,16 +442,21 @@ TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch,
   const DType d = Dtype(qi);
   const TensorId out =
       New(batch * heads * seq * head_dim, d, "aten::_scaled_dot_product_attention");
-  // The log-sum-exp per query, fp32; the memory-efficient kernel (the one fp32 gets) pads the
-  // queries to a multiple of 32. The cuDNN and flash kernels (16-bit) also keep the philox
-  // seed and offset as two small device tensors; the memory-efficient kernel keeps them on the
-  // CPU (the fp32 goldens have none).
+  // The kernel PyTorch (2.9 and later) picks on sm90: memory-efficient for fp32; for 16-bit
+  // inputs cuDNN when K and V have every head and the head dim is at most 128 (a multiple of
+  // 8), else flash (grouped-query attention through enable_gqa).
+  // The log-sum-exp per query, fp32; the memory-efficient kernel pads the queries to a multiple
+  // of 32. Then the RNG state the kernel saves for backward: cuDNN's philox seed and offset,
+  // [1] int64 each on the device; flash's `rng_state` [2] uint64 and an unused 0-d uint64, on
+  // the device (flash_api.cpp mha_fwd); the memory-efficient kernel allocates none on the
+  // device (the fp32 H200 goldens, torch 2.11: only its output and log-sum-exp).
   const bool fp32 = d == DType::kF32;
+  const bool cudnn = kv_heads == heads && head_dim <= 128 && head_dim % 8 == 0;
   const uint64_t lse_seq = fp32 ? (seq + 31) / 32 * 32 : seq;
   const TensorId lse =
       New(batch * heads * lse_seq, DType::kF32, "aten::_scaled_dot_product_attention");
   const TensorId seed =
-      fp32 ? kNoTensor : New(1, DType::kI64, "aten::_scaled_dot_product_attention");
+      fp32 ? kNoTensor : New(cudnn ? 1 : 2, DType::kI64, "aten::_scaled_dot_product_attention");
   const TensorId offset =
       fp32 ? kNoTensor : New(1, DType::kI64, "aten::_scaled_dot_product_attention");
   const uint64_t bq = sim_.Bytes(qi), bk = sim_.Bytes(ki), bv = sim_.Bytes(vi);

@@ -270,19 +270,23 @@ KNOWN = [
     },
     {
         "key": "efficient-rng-device",
-        "verdict": FAMILY_BUG,
-        "title": "SDPA memory-efficient kernel without dropout: the RNG state tensors it saves "
-                 "are on the device; the family has none",
-        "why": "`_efficient_attention_forward` "
-               "(aten/src/ATen/native/transformers/cuda/attention.cu) makes its seed and offset"
-               " as host scalars only when dropout is on (see `sdpa-rng-cpu`); without dropout "
-               "('// Not using dropout') it makes `seed_t = at::empty({}, "
-               "at::dtype(at::kLong).device(device))` and `offset_t` likewise: two 8-byte "
-               "tensors on the GPU, saved for backward. The family's FusedAttention gives fp32 "
-               "attention (the memory-efficient kernel on sm90) none, which holds only with "
-               "dropout (GPT-2's and BERT's 0.1); ViT's attention has no dropout "
-               "(attention_probs_dropout_prob 0.0), so fp32 ViT misses a pair per layer (one "
-               "512 B allocator block each on a GPU).",
+        "verdict": TRACER,
+        "title": "SDPA memory-efficient kernel without dropout: the tracer records two 8-byte "
+                 "device tensors that a GPU run does not allocate",
+        "why": "The meta kernel of `_scaled_dot_product_efficient_attention` "
+               "(torch/_meta_registrations.py) returns the philox seed and offset as 0-d int64 "
+               "tensors, which fake tensor mode puts on the op's device, so the tracer records "
+               "two 8-byte CUDA tensors per attention, saved for backward. On a real GPU the "
+               "memory-efficient kernel without dropout allocates only its output and "
+               "log-sum-exp: the H200 goldens (torch 2.11) show it, `gpt_adamw_fp32` "
+               "(F.scaled_dot_product_attention(is_causal=True), no dropout: per layer one "
+               "2,097,152 B output and one 32,768 B log-sum-exp from "
+               "`_efficient_attention_forward`, nothing else) and `hf/vit_b32_fp32` (ViT, "
+               "attention dropout 0.0: no allocation of 8 B or less in forward but the loss's)."
+               " The family, which allocates none, is right; it was first counted as a family "
+               "bug from the CUDA source (`seed_t = at::empty({{}}, ...device(device))` in "
+               "attention.cu), which these runs contradict. With dropout the seed and offset "
+               "are host scalars (`sdpa-rng-cpu`).",
         "counts": {
             "vit-fp32": {"activation/tracer": 4},
         },
@@ -300,11 +304,16 @@ KNOWN = [
                "(`cudnn_seed`/`cudnn_offset`, [1] int64 each); it cannot tell the kernels "
                "apart, and on sm90 grouped-query attention (LLaMA, Qwen2) goes to flash. 8 B "
                "per layer.",
+        "fixed": "FusedAttention tells the kernels apart as PyTorch does on sm90: 16-bit "
+                 "attention with fewer KV heads than query heads (or a head dim cuDNN does not "
+                 "take) runs flash, whose saved RNG state is a [2] uint64 `rng_state` and a 0-d"
+                 " uint64; cuDNN keeps its [1] int64 seed and offset. (Each is one 512 B "
+                 "allocator block either way: no golden's figures move.)",
         "counts": {
-            "llama-bf16-amp": {"activation/family": 2, "activation/tracer": 2},
-            "llama-bf16": {"activation/family": 2, "activation/tracer": 2},
-            "llama-lora8-bf16-amp": {"activation/family": 2, "activation/tracer": 2},
-            "qwen2-bf16-amp": {"activation/family": 2, "activation/tracer": 2},
+            "llama-bf16-amp": {},
+            "llama-bf16": {},
+            "llama-lora8-bf16-amp": {},
+            "qwen2-bf16-amp": {},
         },
     },
     {
