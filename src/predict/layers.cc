@@ -155,17 +155,28 @@ TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
   if (has_bias) inputs.push_back(b);
   // Under ZeRO-3/FSDP backward gathers the weight again for the input gradient.
   const uint64_t regather = sharded() ? Elements(lw.w.t) * ElementSize(Dtype(w)) : 0;
+  // AddmmBackward0 computes the input's gradient, then the weight's; MmBackward0 (no bias)
+  // the gradient of `mat2` (the weight) first.
   sim_.Node(has_bias ? "AddmmBackward0" : "MmBackward0", inputs, {y}, saved,
-            [gx, gw, gb, regather](BackwardContext& c) {
+            [gx, gw, gb, regather, has_bias](BackwardContext& c) {
               const TensorId gathered =
                   regather > 0 ? c.New(regather, "c10d::all_gather") : kNoTensor;
-              if (c.Needs(0)) {
+              auto input = [&] {
+                if (!c.Needs(0)) return;
                 c.GiveGrad(0, c.New(gx, "aten::mm"));
                 c.Matmul();
-              }
-              if (c.Needs(1)) {
+              };
+              auto weight = [&] {
+                if (!c.Needs(1)) return;
                 c.GiveGrad(1, c.New(gw, "aten::mm"));
                 c.Matmul();
+              };
+              if (has_bias) {
+                input();
+                weight();
+              } else {
+                weight();
+                input();
               }
               // The bias gradient: the engine sums the broadcast gradient (reduce_grad).
               if (gb > 0 && c.Needs(2)) c.GiveGrad(2, c.New(gb, "aten::sum"));
@@ -490,13 +501,14 @@ TensorId Ops::MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, 
   const TensorId scores = New(scores_n, d, "aten::bmm");
   sim_.Matmul("aten::bmm");
   const uint64_t bq = sim_.Bytes(q), bk = sim_.Bytes(k), bv = sim_.Bytes(v);
+  // BmmBackward0 computes the gradient of `mat2` first.
   sim_.Node("BmmBackward0", {q, k}, {scores}, {q, k}, [bq, bk](BackwardContext& c) {
-    if (c.Needs(0)) {
-      c.GiveGrad(0, c.New(bq, "aten::bmm"));
-      c.Matmul("aten::bmm");
-    }
     if (c.Needs(1)) {
       c.GiveGrad(1, c.New(bk, "aten::bmm"));
+      c.Matmul("aten::bmm");
+    }
+    if (c.Needs(0)) {
+      c.GiveGrad(0, c.New(bq, "aten::bmm"));
       c.Matmul("aten::bmm");
     }
   });
@@ -523,13 +535,14 @@ TensorId Ops::MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, 
   const TensorId out = New(batch * heads * seq * head_dim, d, "aten::bmm");
   sim_.Matmul("aten::bmm");
   const uint64_t bp = sim_.Bytes(pd);
+  // BmmBackward0 computes the gradient of `mat2` first.
   sim_.Node("BmmBackward0", {pd, v}, {out}, {pd, v}, [bp, bv](BackwardContext& c) {
-    if (c.Needs(0)) {
-      c.GiveGrad(0, c.New(bp, "aten::bmm"));
-      c.Matmul("aten::bmm");
-    }
     if (c.Needs(1)) {
       c.GiveGrad(1, c.New(bv, "aten::bmm"));
+      c.Matmul("aten::bmm");
+    }
+    if (c.Needs(0)) {
+      c.GiveGrad(0, c.New(bp, "aten::bmm"));
       c.Matmul("aten::bmm");
     }
   });

@@ -720,25 +720,6 @@ rule("view-gradient-accumulation",
      residual={("temporary", "tracer"): lambda a, x: x.lora and _bwd(a) and op(a) == "add"
               and a.bytes == x.rows * x.h * _act_bytes(x)})
 
-def _mm_order(allocs: list, x: Ctx) -> tuple[list, list]:
-    """The family's MmBackward0 (BmmBackward0) allocations in PyTorch's order: its gradients of
-    `self` and `mat2`, when both are temporaries, swapped."""
-    out, moved, i = list(allocs), [], 0
-    while i + 1 < len(out):
-        a, b = out[i], out[i + 1]
-        if (a.phase == "backward" and a.name == b.name and (
-                (a.name.endswith("(MmBackward0)") and op(a) == op(b) == "mm")
-                or (a.name.endswith("(BmmBackward0)") and op(a) == op(b) == "bmm"))):
-            out[i], out[i + 1] = b, a
-            moved.append(a)
-            i += 2
-        else:
-            i += 1
-    return out, moved
-
-
-rule("mm-backward-order",
-     reorder={("temporary", "family"): _mm_order})
 
 
 def _conv1d_cast_order(allocs: list, x: Ctx) -> tuple[list, list]:

@@ -847,16 +847,20 @@ KNOWN = [
                " differs; it shows where the weight gradient is a temporary (the bf16 product "
                "under autocast, cast to the fp32 .grad afterwards). Compared after putting the "
                "family's pair in PyTorch's order; each swap is counted.",
+        "fixed": "Ops::Linear's MmBackward0 (no bias) makes the weight's gradient before the "
+                 "input's, and MathAttention's BmmBackward0 nodes the gradient of `mat2` first,"
+                 " as PyTorch's nodes do; AddmmBackward0 keeps the input first. (A regression "
+                 "now shows as unexplained entries: the old order has no signature of its own.)",
         "counts": {
-            "gpt2-fp32": {"temporary/family": 1},
-            "gpt2-bf16-amp": {"temporary/family": 1},
-            "gpt2-ckpt-bf16-amp": {"temporary/family": 1},
-            "llama-fp32": {"temporary/family": 4},
-            "llama-bf16-amp": {"temporary/family": 15},
+            "gpt2-fp32": {},
+            "gpt2-bf16-amp": {},
+            "gpt2-ckpt-bf16-amp": {},
+            "llama-fp32": {},
+            "llama-bf16-amp": {},
             "llama-bf16": {},
-            "llama-lora8-bf16-amp": {"temporary/family": 6},
-            "qwen2-fp32": {"temporary/family": 4},
-            "qwen2-bf16-amp": {"temporary/family": 9},
+            "llama-lora8-bf16-amp": {},
+            "qwen2-fp32": {},
+            "qwen2-bf16-amp": {},
             "bert-fp32": {},
             "bert-bf16-amp": {},
             "vit-fp32": {},
