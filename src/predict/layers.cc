@@ -132,14 +132,22 @@ TensorId Ops::View(TensorId x, uint64_t elements) {
 }
 
 TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
-  // Autocast casts the arguments last to first (bias, weight, input), as the H200 goldens show
-  // (linear_adam_bf16, events 6-8).
+  // Autocast casts the arguments last to first: linear(x, weight, bias) bias, weight, input, as
+  // the H200 goldens show (linear_adam_bf16, events 6-8); addmm(bias, x, weight) weight, input,
+  // bias.
   const bool has_bias = lw.b.t != kNoTensor;
   const TensorId wg = Gathered(lw.w.t);
   const TensorId bg = has_bias ? Gathered(lw.b.t) : kNoTensor;
-  const TensorId b = has_bias ? ForMatmul(bg, true) : kNoTensor;
-  const TensorId w = ForMatmul(wg, true);
-  const TensorId xin = ForMatmul(x, false);
+  TensorId b = kNoTensor, w = kNoTensor, xin = kNoTensor;
+  if (lw.addmm_args) {
+    w = ForMatmul(wg, true);
+    xin = ForMatmul(x, false);
+    b = has_bias ? ForMatmul(bg, true) : kNoTensor;
+  } else {
+    b = has_bias ? ForMatmul(bg, true) : kNoTensor;
+    w = ForMatmul(wg, true);
+    xin = ForMatmul(x, false);
+  }
   const DType out_dtype = precision_.Compute();
   const char* op = has_bias ? "aten::addmm" : "aten::mm";
   const TensorId y = New(rows * lw.out, out_dtype, op);

@@ -34,6 +34,10 @@ struct Weight {
 struct LinearWeights {
   Weight w, b;  // b.t == kNoTensor without a bias
   uint64_t in = 0, out = 0;
+  // GPT-2's Conv1D calls torch.addmm(bias, x, weight) where nn.Linear calls
+  // linear(x, weight, bias): autocast casts the arguments last to first, so weight, input, bias
+  // instead of bias, weight, input.
+  bool addmm_args = false;
 };
 
 class Ops {

@@ -30,6 +30,10 @@ class Gpt2 : public Model {
         b.c_fc = MakeAdapted(ops, "c_fc", m_.hidden, Inner(), true, s_, false);
         b.mlp_proj = MakeAdapted(ops, "c_proj", Inner(), m_.hidden, true, s_, false);
       }
+      // Conv1D: torch.addmm(bias, x, weight) (LoRA's own adapters are nn.Linear).
+      for (AdaptedLinear* l : {&b.c_attn, &b.c_proj, &b.c_fc, &b.mlp_proj}) {
+        l->base.addmm_args = true;
+      }
       blocks_.push_back(b);
     }
     ln_f_ = MakeLayerNorm(ops, "ln_f", m_.hidden, true, s_.lora_rank == 0);
