@@ -241,7 +241,36 @@ void StepSimulator::Node(std::string_view name, const std::vector<TensorId>& inp
       out_.events[tensors_[t].alloc_event].category = model::Category::kActivation;
     }
   }
+  if (recomputing_ && !n.saved.empty()) {
+    recompute_cut_event_ = out_.events.size();
+    recompute_cut_tensor_ = tensors_.size();
+  }
   nodes_.push_back(std::move(n));
+}
+
+void StepSimulator::DropRecomputedTail(size_t event, size_t tensor) {
+  std::vector<uint64_t> dropped;
+  for (size_t i = tensor; i < tensors_.size(); ++i) {
+    Tensor& t = tensors_[i];
+    if (!t.owns_storage) continue;  // views and aliases own no allocation
+    dropped.push_back(t.id);
+    t.owns_storage = false;
+    t.view_of = kNoTensor;
+  }
+  std::sort(dropped.begin(), dropped.end());
+  auto is_dropped = [&](uint64_t id) {
+    return std::binary_search(dropped.begin(), dropped.end(), id);
+  };
+  auto& events = out_.events;
+  auto kept = events.begin() + static_cast<std::ptrdiff_t>(event);
+  for (auto it = kept; it != events.end(); ++it) {
+    const bool drop =
+        ((it->kind == StreamEvent::Kind::kAlloc || it->kind == StreamEvent::Kind::kFree) &&
+         is_dropped(it->id)) ||
+        it->kind == StreamEvent::Kind::kMatmul || it->kind == StreamEvent::Kind::kConv;
+    if (!drop) *kept++ = *it;
+  }
+  events.erase(kept, events.end());
 }
 
 void StepSimulator::Matmul(std::string_view op) {
@@ -329,7 +358,15 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
     const auto x = static_cast<TensorId>(tensors_.size() - 1);
     // Parameters of the block get a gradient only through the recomputed graph.
     tensors_[x].requires_grad = true;
+    // Early stop (torch.utils.checkpoint's default): the recomputation ends once the last
+    // tensor the block's backward needs is saved; what the block computes after that (GPT-2's
+    // final residual add) is never made.
+    recomputing_ = true;
+    recompute_cut_event_ = out_.events.size();
+    recompute_cut_tensor_ = tensors_.size();
     const TensorId y2 = block(x);
+    recomputing_ = false;
+    DropRecomputedTail(recompute_cut_event_, recompute_cut_tensor_);
     grad_enabled_ = was_enabled;
     EndAutocast();
     scope_ = backward_scope;

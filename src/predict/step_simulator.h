@@ -116,7 +116,8 @@ class StepSimulator {
   // --- activation checkpointing: runs `block` without saving, saves its input, and runs it
   // again in backward when its gradient arrives (torch.utils.checkpoint). In the recomputation
   // `block` gets an alias of the input (same bytes, no storage of its own) and runs in the
-  // module scope and autocast state of the forward.
+  // module scope and autocast state of the forward, and stops early, as checkpoint does by
+  // default: what the block computes after the last node that saves a tensor is never made.
   TensorId Checkpoint(TensorId input, const std::function<TensorId(TensorId)>& block);
   // Set when a tensor of more than kMaxTensorBytes was asked for (sizes beyond any GPU).
   static constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 50;
@@ -189,6 +190,10 @@ class StepSimulator {
   void DeliverGrad(TensorId input, TensorId grad);
   void AccumulateIntoParam(int32_t param, TensorId grad);
   void ReleaseGraph(int32_t from_node);
+  // Checkpointing's early stop: drops what was made from stream event `event` and tensor
+  // `tensor` on (allocations, their frees, matmul and conv markers); those tensors stay as
+  // storage-less placeholders for the graph's bookkeeping.
+  void DropRecomputedTail(size_t event, size_t tensor);
   Thread thread() const { return in_backward_ ? Thread::kBackward : Thread::kMain; }
 
   TensorStream& out_;
@@ -206,6 +211,10 @@ class StepSimulator {
   bool grad_enabled_ = true;
   bool in_backward_ = false;
   bool too_large_ = false;
+  // In a checkpoint's recomputation: where the last node that saved a tensor was recorded.
+  bool recomputing_ = false;
+  size_t recompute_cut_event_ = 0;
+  size_t recompute_cut_tensor_ = 0;
   int32_t optimizer_steps_ = 0;
 };
 
