@@ -166,12 +166,12 @@ TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
   // AddmmBackward0 computes the input's gradient, then the weight's; MmBackward0 (no bias)
   // the gradient of `mat2` (the weight) first.
   sim_.Node(has_bias ? "AddmmBackward0" : "MmBackward0", inputs, {y}, saved,
-            [gx, gw, gb, regather, has_bias](BackwardContext& c) {
+            [gx, gw, gb, regather, has_bias, nd = linear_inputs_nd](BackwardContext& c) {
               const TensorId gathered =
                   regather > 0 ? c.New(regather, "c10d::all_gather") : kNoTensor;
               auto input = [&] {
                 if (!c.Needs(0)) return;
-                c.GiveGrad(0, c.New(gx, "aten::mm"));
+                c.GiveGrad(0, nd ? c.NewReshaped(gx, "aten::mm") : c.New(gx, "aten::mm"));
                 c.Matmul();
               };
               auto weight = [&] {

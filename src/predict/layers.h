@@ -45,6 +45,10 @@ class Ops {
   Ops(StepSimulator& sim, Precision precision);
   StepSimulator& sim() { return sim_; }
   const Precision& precision() const { return precision_; }
+  // nn.Linear's inputs have more than two dimensions ([b, s, h]: the transformer families,
+  // layer lists with a [seq, features] input): F.linear folds them for the mm, so the input's
+  // gradient is a reshaped view of the mm result (BackwardContext::NewReshaped).
+  bool linear_inputs_nd = false;
 
   // --- weights (made in the set-up phase, inside the current module scope) -----------------
   Weight MakeWeight(std::string_view name, uint64_t elements, bool trainable = true);

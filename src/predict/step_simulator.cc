@@ -63,6 +63,12 @@ TensorId BackwardContext::New(uint64_t bytes, std::string_view op) {
   return sim_.Alloc(bytes, model::Category::kTemporary, sim_.nodes_[node_].name, op);
 }
 
+TensorId BackwardContext::NewReshaped(uint64_t bytes, std::string_view op) {
+  const TensorId t = New(bytes, op);
+  sim_.tensors_[t].reshaped = true;
+  return t;
+}
+
 void BackwardContext::Free(TensorId t) { sim_.Free(t); }
 void BackwardContext::Matmul(std::string_view op) { sim_.Matmul(op); }
 void BackwardContext::Conv(uint64_t workspace_bytes) { sim_.Conv(workspace_bytes); }
@@ -418,11 +424,11 @@ void StepSimulator::RunNode(int32_t index) {
       Free(grad);
       continue;
     }
-    DeliverGrad(inputs[input], grad);
+    DeliverGrad(inputs[input], grad, index);
   }
 }
 
-void StepSimulator::DeliverGrad(TensorId input, TensorId grad) {
+void StepSimulator::DeliverGrad(TensorId input, TensorId grad, int32_t from_node) {
   Tensor& t = tensors_[input];
   if (!t.requires_grad) {
     Free(grad);
@@ -434,6 +440,16 @@ void StepSimulator::DeliverGrad(TensorId input, TensorId grad) {
   }
   if (t.grad == kNoTensor) {
     t.grad = grad;
+  } else if (tensors_[t.grad].reshaped) {
+    // InputBuffer::accumulate adds in place only into a gradient that owns its storage alone;
+    // a reshaped view shares it with the result it views, so the first sum is `old + new` (the
+    // buffer then holds the sum, and later gradients go into it in place).
+    const TensorId old = t.grad;
+    const TensorId sum = Alloc(tensors_[old].bytes, model::Category::kTemporary,
+                               nodes_[from_node].name, "aten::add");
+    tensors_[input].grad = sum;
+    Free(old);
+    Free(grad);
   } else {
     Free(grad);  // InputBuffer::accumulate adds in place into the first gradient
   }

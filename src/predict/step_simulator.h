@@ -35,6 +35,10 @@ class BackwardContext {
   TensorId GradOut(size_t output = 0) const;          // the incoming gradient, kNoTensor if none
   uint64_t Bytes(TensorId t) const;                   // a tensor's storage bytes
   TensorId New(uint64_t bytes, std::string_view op);  // a temporary (autograd thread)
+  // A temporary handed on as a reshaped view of itself (nn.Linear's input gradient for an input
+  // of more than two dimensions): the view shares its storage with the result, so the engine
+  // cannot add another gradient into it in place.
+  TensorId NewReshaped(uint64_t bytes, std::string_view op);
   void Free(TensorId t);
   void Matmul(std::string_view op = "aten::mm");
   void Conv(uint64_t workspace_bytes);
@@ -162,6 +166,7 @@ class StepSimulator {
     bool alive = false;
     bool owns_storage = true;      // false: an alias of another tensor's storage (checkpointing)
     TensorId view_of = kNoTensor;  // a view holds a reference to its base's storage
+    bool reshaped = false;         // BackwardContext::NewReshaped: shares its storage
   };
   struct Param {
     TensorId tensor = kNoTensor;
@@ -187,7 +192,7 @@ class StepSimulator {
   void StepOptimizer(const OptimizerSetup& setup);
   void RunNode(int32_t index);
   void RunEngine(int32_t from_node);
-  void DeliverGrad(TensorId input, TensorId grad);
+  void DeliverGrad(TensorId input, TensorId grad, int32_t from_node);
   void AccumulateIntoParam(int32_t param, TensorId grad);
   void ReleaseGraph(int32_t from_node);
   // Checkpointing's early stop: drops what was made from stream event `event` and tensor

@@ -330,6 +330,65 @@ TEST(StepSimulator, LayerNormSavesMeanAndRstdAndMakesThreeGradients) {
   ExpectLines(PhaseLines(s, 1, "step_end"), {Free(3), Free(4), Free(9)}, "step end");
 }
 
+// --- one tensor into two linears: the engine's first gradient sum --------------------------------
+
+// h = fc(x); y = fa(h) + fb(h) (all bias-free, fp32). Backward runs fb's node, then fa's: both
+// hand h a gradient. For a [b, s, h] input nn.Linear's input gradient is a reshaped view of the
+// mm result, which the engine cannot add into in place: the second gradient is summed out of
+// place (aten::add), as the tracer's run of the real engine shows; a 2-D input's gradient owns
+// its storage, and the sum goes into it in place.
+std::vector<std::string> SharedInputBackward(bool linear_inputs_nd) {
+  constexpr uint64_t kRows = 16, kHidden = 64;
+  TensorStream s;
+  StepSimulator sim(s);
+  Ops ops(sim, Precision{});
+  ops.linear_inputs_nd = linear_inputs_nd;
+  sim.Phase(0, RecordedPhase::kSetup, "setup");
+  const LinearWeights fc = ops.MakeLinear("fc", kHidden, kHidden, /*bias=*/false);
+  const LinearWeights fa = ops.MakeLinear("fa", kHidden, kHidden, /*bias=*/false);
+  const LinearWeights fb = ops.MakeLinear("fb", kHidden, kHidden, /*bias=*/false);
+  sim.Phase(1, RecordedPhase::kBeforeForward, "inputs");
+  const TensorId x = ops.Input("x", kRows * kHidden, DType::kF32);
+  const TensorId target = ops.Input("target", kRows * kHidden, DType::kF32);
+  sim.Phase(1, RecordedPhase::kForward, "forward");
+  const TensorId h = ops.Linear(x, fc, kRows);
+  sim.EnterModule("fa");
+  const TensorId a = ops.Linear(h, fa, kRows);
+  sim.ExitModule();
+  sim.EnterModule("fb");
+  const TensorId b = ops.Linear(h, fb, kRows);
+  sim.ExitModule();
+  ops.Free(h);
+  const TensorId y = ops.Add(a, b);
+  ops.Free(a);
+  ops.Free(b);
+  const TensorId loss = ops.MseLoss(y, target);
+  ops.Free(y);
+  sim.Phase(1, RecordedPhase::kBackward, "backward");
+  sim.Backward(loss);
+  return PhaseLines(s, 1, "backward");
+}
+
+TEST(StepSimulator, AReshapedGradientIsSummedOutOfPlace) {
+  constexpr uint64_t kBytes = 16 * 64 * 4;
+  const std::string sum = Alloc(17, kBytes, "temporary", "fa (MmBackward0)", "aten::add");
+  const auto nd = SharedInputBackward(true);
+  // fb's gradient of h (#14) is buffered; fa's (#16) arrives and is added out of place (#17),
+  // then both go.
+  const auto at = std::find(nd.begin(), nd.end(), sum);
+  ASSERT_NE(at, nd.end()) << fmt::format("{}", fmt::join(nd, "\n"));
+  ASSERT_LE(at + 3, nd.end());
+  EXPECT_EQ(*(at + 1), Free(14));
+  EXPECT_EQ(*(at + 2), Free(16));
+  // A 2-D input: the same step sums in place (no add at all).
+  const auto flat = SharedInputBackward(false);
+  EXPECT_EQ(std::count_if(flat.begin(), flat.end(),
+                          [](const std::string& l) { return l.find("aten::add") != l.npos; }),
+            0)
+      << fmt::format("{}", fmt::join(flat, "\n"));
+  EXPECT_EQ(flat.size() + 2, nd.size());  // the add, and its free when h's gradient is used
+}
+
 // --- optimizers --------------------------------------------------------------------------------
 
 // The MLP's parameters in creation order, with their bytes.

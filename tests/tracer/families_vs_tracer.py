@@ -713,12 +713,6 @@ rule("mixed-dtype-add-grad-cast",
         or (x.model == "vit" and a.module == "vit.embeddings"
             and a.bytes == x.b * (x.s - 1) * x.h * 2))})
 
-rule("view-gradient-accumulation",
-     match={("temporary", "tracer"): lambda a, x: _bwd(a) and op(a) == "add"
-           and mod_is(a, *_LINEARS) and a.bytes == x.rows * x.h * _act_bytes(x)
-           and not x.lora},
-     residual={("temporary", "tracer"): lambda a, x: x.lora and _bwd(a) and op(a) == "add"
-              and a.bytes == x.rows * x.h * _act_bytes(x)})
 
 
 

@@ -826,11 +826,18 @@ KNOWN = [
                "later sums go in place into it. The family always adds in place into the first "
                "gradient. (Under autocast the input gradients are fresh fp32 casts, "
                "ToCopyBackward0 outputs, and are summed in place.)",
+        "fixed": "nn.Linear's input gradient is a reshaped view of the mm result when the input"
+                 " has more than two dimensions (Ops::linear_inputs_nd: the transformer "
+                 "families, and layer lists with a [seq, features] input; "
+                 "BackwardContext::NewReshaped), and StepSimulator::DeliverGrad adds a second "
+                 "gradient into such a view out of place (`aten::add`), later ones in place "
+                 "into the sum. (A regression shows as unexplained tracer entries: the old "
+                 "behaviour has no signature of its own.)",
         "counts": {
-            "llama-fp32": {"temporary/tracer": 4},
-            "llama-bf16": {"temporary/tracer": 4},
-            "qwen2-fp32": {"temporary/tracer": 4},
-            "vit-fp32": {"temporary/tracer": 2},
+            "llama-fp32": {},
+            "llama-bf16": {},
+            "qwen2-fp32": {},
+            "vit-fp32": {},
         },
     },
     {

@@ -62,6 +62,9 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
   TensorStream stream;
   StepSimulator sim(stream);
   Ops ops(sim, setup.precision);
+  ops.linear_inputs_nd = m.family == Family::kGpt2 || m.family == Family::kLlama ||
+                         m.family == Family::kBert || m.family == Family::kVit ||
+                         (m.family == Family::kLayerList && m.input_shape.size() == 2);
   const int shards = setup.zero == ZeroMode::kNone ? 1 : setup.world_size;
   if (setup.zero == ZeroMode::kZero2 || setup.zero == ZeroMode::kZero3 ||
       setup.zero == ZeroMode::kFsdp) {
