@@ -280,11 +280,24 @@ TensorId Ops::Mul(TensorId a, TensorId b) {
   // Type promotion: bf16 * fp32 is fp32.
   const DType d = ElementSize(Dtype(a)) >= ElementSize(Dtype(b)) ? Dtype(a) : Dtype(b);
   const TensorId y = New(std::max(Elements(a), Elements(b)), d, "aten::mul");
+  // Each gradient is a product in the output gradient's dtype (grad * other); the engine's
+  // validate_outputs then casts it to its input's dtype where they differ (a bf16 operand of an
+  // fp32 product under autocast), after the node has made both.
+  const uint64_t ea = Elements(a), eb = Elements(b), out_size = ElementSize(d);
   const uint64_t ba = sim_.Bytes(a), bb = sim_.Bytes(b);
-  sim_.Node("MulBackward0", {a, b}, {y}, MulSaves(sim_, a, b), [ba, bb](BackwardContext& c) {
-    if (c.Needs(0)) c.GiveGrad(0, c.New(ba, "aten::mul"));
-    if (c.Needs(1)) c.GiveGrad(1, c.New(bb, "aten::mul"));
-  });
+  sim_.Node("MulBackward0", {a, b}, {y}, MulSaves(sim_, a, b),
+            [ea, eb, out_size, ba, bb](BackwardContext& c) {
+              TensorId ga = c.Needs(0) ? c.New(ea * out_size, "aten::mul") : kNoTensor;
+              TensorId gb = c.Needs(1) ? c.New(eb * out_size, "aten::mul") : kNoTensor;
+              for (auto [g, bytes] : {std::pair{&ga, ba}, std::pair{&gb, bb}}) {
+                if (*g == kNoTensor || c.Bytes(*g) == bytes) continue;
+                const TensorId cast = c.New(bytes, "aten::_to_copy");
+                c.Free(*g);
+                *g = cast;
+              }
+              c.GiveGrad(0, ga);
+              c.GiveGrad(1, gb);
+            });
   return y;
 }
 
@@ -302,21 +315,27 @@ TensorId Ops::Add(TensorId a, TensorId b) {
   const uint64_t n = std::max(Elements(a), Elements(b));
   const TensorId y = New(n, d, "aten::add");
   // An operand broadcast to the output (a bias, position embeddings) gets the gradient summed
-  // to its shape; one of the output's shape gets it as it is.
+  // to its shape; one of the output's shape gets it as it is, or, when its dtype is not the
+  // output's (a bf16 branch added to the fp32 residual stream under autocast), the engine's
+  // validate_outputs casts it to the operand's dtype.
   const uint64_t reduce_a = Elements(a) < n ? sim_.Bytes(a) : 0;
   const uint64_t reduce_b = Elements(b) < n ? sim_.Bytes(b) : 0;
-  sim_.Node("AddBackward0", {a, b}, {y}, {}, [reduce_a, reduce_b](BackwardContext& c) {
-    if (reduce_a > 0) {
-      if (c.Needs(0)) c.GiveGrad(0, c.New(reduce_a, "aten::sum"));
-    } else {
-      c.PassGrad(0);
-    }
-    if (reduce_b > 0) {
-      if (c.Needs(1)) c.GiveGrad(1, c.New(reduce_b, "aten::sum"));
-    } else {
-      c.PassGrad(1);
-    }
-  });
+  const uint64_t cast_a = Dtype(a) != d ? sim_.Bytes(a) : 0;
+  const uint64_t cast_b = Dtype(b) != d ? sim_.Bytes(b) : 0;
+  sim_.Node("AddBackward0", {a, b}, {y}, {},
+            [reduce_a, reduce_b, cast_a, cast_b](BackwardContext& c) {
+              auto one = [&](size_t input, uint64_t reduce, uint64_t cast) {
+                if (reduce > 0) {
+                  if (c.Needs(input)) c.GiveGrad(input, c.New(reduce, "aten::sum"));
+                } else if (cast > 0) {
+                  if (c.Needs(input)) c.GiveGrad(input, c.New(cast, "aten::_to_copy"));
+                } else {
+                  c.PassGrad(input);
+                }
+              };
+              one(0, reduce_a, cast_a);
+              one(1, reduce_b, cast_b);
+            });
   return y;
 }
 
@@ -378,16 +397,36 @@ TensorId Ops::RmsNorm(TensorId x, const Weight& gamma, uint64_t rows, uint64_t h
   } else {
     sim_.Ref(h);
   }
-  const TensorId sq = Elementwise(*this, h, "aten::pow", "PowBackward0", true, false);
+  // Each backward as PyTorch's formula computes it, one kernel per operator: PowBackward0 is
+  // grad * (2 * h.pow(1)) (pow_backward), MeanBackward1 grad.expand(...) / n (the expand is a
+  // view), RsqrtBackward0 -0.5 * grad * result.pow(3); the intermediates go when the formula
+  // is done.
+  auto formula = [](BackwardContext& c, uint64_t bytes, const char* first) {
+    if (!c.Needs(0)) return;
+    const TensorId t1 = c.New(bytes, first);
+    const TensorId t2 = c.New(bytes, "aten::mul");
+    const TensorId g = c.New(bytes, "aten::mul");
+    c.Free(t2);
+    c.Free(t1);
+    c.GiveGrad(0, g);
+  };
+  const TensorId sq = New(Elements(h), DType::kF32, "aten::pow");
+  sim_.Node("PowBackward0", {h}, {sq}, {h}, [formula, bytes = sim_.Bytes(h)](BackwardContext& c) {
+    formula(c, bytes, "aten::pow");
+  });
   const TensorId var = New(rows, DType::kF32, "aten::mean");
   sim_.Node("MeanBackward1", {sq}, {var}, {}, [bytes = sim_.Bytes(sq)](BackwardContext& b) {
-    if (b.Needs(0)) b.GiveGrad(0, b.New(bytes, "aten::expand"));
+    if (b.Needs(0)) b.GiveGrad(0, b.New(bytes, "aten::div"));
   });
   sim_.Free(sq);
   const TensorId var_eps = New(rows, DType::kF32, "aten::add");
   sim_.Node("AddBackward0", {var}, {var_eps}, {}, [](BackwardContext& b) { b.PassGrad(0); });
   sim_.Free(var);
-  const TensorId inv = Elementwise(*this, var_eps, "aten::rsqrt", "RsqrtBackward0", false, true);
+  const TensorId inv = New(rows, DType::kF32, "aten::rsqrt");
+  sim_.Node("RsqrtBackward0", {var_eps}, {inv}, {inv},
+            [formula, bytes = sim_.Bytes(var_eps)](BackwardContext& c) {
+              formula(c, bytes, "aten::pow");
+            });
   sim_.Free(var_eps);
   // h * inv (broadcast): saves both.
   const TensorId normed = New(rows * hidden, DType::kF32, "aten::mul");
@@ -558,17 +597,43 @@ TensorId Ops::MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, 
   return out;
 }
 
-TensorId Ops::Rotary(TensorId x, TensorId cos, TensorId sin) {
-  // transformers' apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, where rotate_half makes
-  // -x2 and cat(-x2, x1). The products save cos and sin (x needs the gradient); with fp32
-  // cos/sin under autocast the results are fp32 (type promotion).
-  const TensorId a = Mul(x, cos);
-  const TensorId neg = New(Elements(x) / 2, Dtype(x), "aten::neg");
-  const TensorId rot = New(Elements(x), Dtype(x), "aten::cat");
-  sim_.Free(neg);
-  sim_.Node("CatBackward0", {x}, {rot}, {}, [bytes = sim_.Bytes(x)](BackwardContext& c) {
-    if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::slice_backward"));
+TensorId Ops::SplitHeads(TensorId x) {
+  const TensorId v = View(x, Elements(x));
+  sim_.Node("ViewBackward0", {x}, {v}, {}, [bytes = sim_.Bytes(x)](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::clone"));
   });
+  return v;
+}
+
+TensorId Ops::Rotary(TensorId x, TensorId cos, TensorId sin) {
+  // transformers' apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, where rotate_half is
+  // x1 = x[..., :d/2], x2 = x[..., d/2:], cat(-x2, x1). The products save cos and sin (x needs
+  // the gradient); with fp32 cos/sin under autocast the results are fp32 (type promotion).
+  const TensorId a = Mul(x, cos);
+  // The halves are views; each SliceBackward0 writes its gradient into zeros of x's size.
+  const uint64_t half = Elements(x) / 2, full_bytes = sim_.Bytes(x);
+  auto slice = [&] {
+    const TensorId s = View(x, half);
+    sim_.Node("SliceBackward0", {x}, {s}, {}, [full_bytes](BackwardContext& c) {
+      if (c.Needs(0)) c.GiveGrad(0, c.New(full_bytes, "aten::slice_backward"));
+    });
+    return s;
+  };
+  const TensorId x1 = slice();
+  const TensorId x2 = slice();
+  const TensorId neg = New(half, Dtype(x), "aten::neg");
+  sim_.Node("NegBackward0", {x2}, {neg}, {}, [bytes = sim_.Bytes(neg)](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::neg"));
+  });
+  sim_.Free(x2);
+  const TensorId rot = New(Elements(x), Dtype(x), "aten::cat");
+  // CatBackward0 hands each input a narrow view of the gradient: no allocation.
+  sim_.Node("CatBackward0", {neg, x1}, {rot}, {}, [](BackwardContext& c) {
+    c.PassGrad(0);
+    c.PassGrad(1);
+  });
+  sim_.Free(neg);
+  sim_.Free(x1);
   const TensorId b = Mul(rot, sin);
   sim_.Free(rot);
   const TensorId y = Add(a, b);

@@ -101,6 +101,10 @@ class Ops {
   // Attention written out: softmax(q k^T / sqrt(d) + mask) v, with dropout on the probabilities.
   TensorId MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                          uint64_t seq, uint64_t head_dim, double dropout);
+  // A projection's `.view(b, s, heads, d).transpose(1, 2)`: a view; the gradient coming back
+  // (contiguous [b, heads, s, d] after the rotary's backward) is copied to go back through the
+  // transpose and the view (aten::clone).
+  TensorId SplitHeads(TensorId x);
   // Rotary embeddings applied to q or k [b, h, s, d] as transformers does (x*cos + rotate(x)*sin);
   // both products save cos or sin, so those live until the last layer's backward.
   TensorId Rotary(TensorId x, TensorId cos, TensorId sin);

@@ -250,8 +250,22 @@ void StepSimulator::Node(std::string_view name, const std::vector<TensorId>& inp
   if (recomputing_ && !n.saved.empty()) {
     recompute_cut_event_ = out_.events.size();
     recompute_cut_tensor_ = tensors_.size();
+    recompute_cut_node_ = index + 1;
   }
   nodes_.push_back(std::move(n));
+}
+
+void StepSimulator::MoveEventsBefore(size_t from, size_t to, size_t tensors) {
+  auto& events = out_.events;
+  const size_t moved = events.size() - from, skipped = from - to;
+  if (moved == 0) return;
+  std::rotate(events.begin() + static_cast<std::ptrdiff_t>(to),
+              events.begin() + static_cast<std::ptrdiff_t>(from), events.end());
+  for (size_t i = tensors; i < tensors_.size(); ++i) {
+    size_t& e = tensors_[i].alloc_event;
+    if (e < to || e >= to + skipped + moved) continue;
+    e = e >= from ? e - skipped : e + moved;
+  }
 }
 
 void StepSimulator::DropRecomputedTail(size_t event, size_t tensor) {
@@ -367,12 +381,16 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
     // Early stop (torch.utils.checkpoint's default): the recomputation ends once the last
     // tensor the block's backward needs is saved; what the block computes after that (GPT-2's
     // final residual add) is never made.
+    const size_t recompute_start = out_.events.size();
+    const size_t recompute_tensors = tensors_.size();
     recomputing_ = true;
     recompute_cut_event_ = out_.events.size();
     recompute_cut_tensor_ = tensors_.size();
+    recompute_cut_node_ = mark;
     const TensorId y2 = block(x);
     recomputing_ = false;
     DropRecomputedTail(recompute_cut_event_, recompute_cut_tensor_);
+    const int32_t tail_nodes = recompute_cut_node_;
     grad_enabled_ = was_enabled;
     EndAutocast();
     scope_ = backward_scope;
@@ -380,6 +398,13 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
     if (g != kNoTensor && tensors_[y2].requires_grad) {
       Ref(g);
       tensors_[y2].grad = g;
+      // The nodes after the last saved tensor (GPT-2's final residual add) are, in PyTorch, the
+      // forward graph's own and save nothing: they run as soon as the gradient arrives, before
+      // the recomputation that the next node's first saved tensor starts. Run them first and
+      // put what they do before the recomputation.
+      const size_t tail_start = out_.events.size();
+      RunEngine(tail_nodes);
+      MoveEventsBefore(tail_start, recompute_start, recompute_tensors);
       RunEngine(mark);
     }
     Free(y2);

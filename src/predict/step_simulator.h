@@ -199,6 +199,9 @@ class StepSimulator {
   // `tensor` on (allocations, their frees, matmul and conv markers); those tensors stay as
   // storage-less placeholders for the graph's bookkeeping.
   void DropRecomputedTail(size_t event, size_t tensor);
+  // Moves stream events [from, end) to `to` (< from), keeping the alloc_event of the tensors
+  // made since `tensors` right.
+  void MoveEventsBefore(size_t from, size_t to, size_t tensors);
   Thread thread() const { return in_backward_ ? Thread::kBackward : Thread::kMain; }
 
   TensorStream& out_;
@@ -220,6 +223,7 @@ class StepSimulator {
   bool recomputing_ = false;
   size_t recompute_cut_event_ = 0;
   size_t recompute_cut_tensor_ = 0;
+  int32_t recompute_cut_node_ = 0;
   int32_t optimizer_steps_ = 0;
 };
 

@@ -272,13 +272,6 @@ def forward_groups(allocs: list[Alloc]) -> dict[str, list[Alloc]]:
     return groups
 
 
-def in_module(a: Alloc, x: "Ctx", *suffixes: str) -> bool:
-    """mod_is, except that under checkpointing the tracer attributes the recomputed graph's
-    backward allocations to the stale `... .dropout` module (see "checkpoint-tracer-labels")."""
-    return mod_is(a, *suffixes) or (x.ckpt and a.phase == "backward"
-                                    and a.module.endswith(".mlp.dropout"))
-
-
 def op(a: Alloc) -> str:
     return a.op.removeprefix("aten::")
 
@@ -349,10 +342,6 @@ class Known:
         """{(category, side): n} for this case (per step, or in all for names)."""
         return {tuple(k.split("/")): n for k, n in self.counts.get(case, {}).items()
                 if k != "lifetime"}
-
-
-def ceil_to(n: int, m: int) -> int:
-    return (n + m - 1) // m * m
 
 
 # --- the classes found (each cause checked in the transformers / PyTorch sources or the tracer)
@@ -545,26 +534,6 @@ rule("rotary-autocast-fp32",
      match={("activation", "family"): lambda a, x: op(a) == "add" and mod_is(a, "self_attn")})
 
 
-def _rotary_autocast_backward(allocs: list, x: Ctx) -> list:
-    """The tracer's rotary backward products under autocast (fp32: grad · cos and grad · sin,
-    the gradient's dtype) and the bf16 cast that follows each."""
-    out = []
-    for i, a in enumerate(allocs):
-        if not (_bwd(a) and mod_is(a, "self_attn")):
-            continue
-        if op(a) == "mul":
-            out.append(a)
-        elif op(a) == "_to_copy" and i > 0 and op(allocs[i - 1]) == "mul" \
-                and mod_is(allocs[i - 1], "self_attn"):
-            out.append(a)
-    return out
-
-
-rule("rotary-autocast-backward",
-     match={("temporary", "family"): lambda a, x: _bwd(a) and mod_is(a, "self_attn")
-           and op(a) == "mul"},
-     pick={("temporary", "tracer"): _rotary_autocast_backward})
-
 
 def _sdpa_cast_order(allocs: list, x: Ctx) -> tuple[list, list]:
     """The family's autocast casts of SDPA's q and k (forward) and their backward casts, in
@@ -689,9 +658,6 @@ rule("embedding-sort",
 
 # backward -------------------------------------------------------------------------------------
 
-_LINEARS = ("lm_head", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-            "down_proj", "query", "key", "value", "fc1", "fc2", "dense", "decoder")
-_BLOCK_MODULE = re.compile(r"\.(?:h|layers|layer)\.\d+(?:\.attention\.output|\.output)?$")
 _NORMS = ("input_layernorm", "post_attention_layernorm", "norm")
 
 
@@ -705,13 +671,6 @@ rule("tied-weight-gradient")
 rule("tied-weight-gradient-autocast",
      match={("temporary", "family"): lambda a, x: _bwd(a) and op(a) == "_to_copy"
            and mod_is(a, "lm_head", "decoder") and a.bytes == x.vocab * x.h * 4})
-
-rule("mixed-dtype-add-grad-cast",
-     match={("temporary", "tracer"): lambda a, x: _bwd(a) and op(a) == "_to_copy" and (
-        ((bool(_BLOCK_MODULE.search(a.module)) or in_module(a, x))
-         and a.bytes == x.rows * x.h * 2)
-        or (x.model == "vit" and a.module == "vit.embeddings"
-            and a.bytes == x.b * (x.s - 1) * x.h * 2))})
 
 
 
@@ -803,21 +762,6 @@ rule("gelu-new-backward",
 def _next_is(allocs: list, i: int, pred) -> bool:
     return i + 1 < len(allocs) and pred(allocs[i + 1])
 
-
-def _qk_layout_copies(allocs: list, x: Ctx) -> list:
-    """The tracer's copies of q's and k's gradients for `.transpose(1, 2)` + `.view`: the clone
-    in self_attn that the q_proj or k_proj backward consumes next."""
-    return [a for i, a in enumerate(allocs)
-            if _bwd(a) and op(a) == "clone" and mod_is(a, "self_attn")
-            and _next_is(allocs, i, lambda b: ".q_proj" in b.module or ".k_proj" in b.module)]
-
-
-rule("rope-backward",
-     match={("temporary", "tracer"): lambda a, x: _bwd(a) and mod_is(a, "self_attn")
-           and op(a) in ("neg", "slice_backward"),
-           ("temporary", "family"): lambda a, x: _bwd(a) and mod_is(a, "self_attn")
-           and op(a) == "slice_backward"},
-     pick={("temporary", "tracer"): _qk_layout_copies})
 
 
 def _known() -> list[Known]:

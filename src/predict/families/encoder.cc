@@ -127,10 +127,17 @@ class Encoder : public Model {
                             ? ops.Dtype(cls_.t)
                             : ops.Dtype(conv);
         const TensorId cat = ops.New(rows * h, d, "aten::cat");
+        // The patches' slice goes to the convolution cast back to its dtype when the cat
+        // promoted (validate_outputs).
+        const uint64_t conv_cast = ops.Dtype(conv) != d ? sim.Bytes(conv) : 0;
         sim.Node("CatBackward0", {cls_.t, conv}, {cat}, {},
-                 [cls_bytes = sim.Bytes(cls_.t)](BackwardContext& c) {
+                 [cls_bytes = sim.Bytes(cls_.t), conv_cast](BackwardContext& c) {
                    if (c.Needs(0)) c.GiveGrad(0, c.New(cls_bytes, "aten::sum"));
-                   c.PassGrad(1);
+                   if (conv_cast == 0) {
+                     c.PassGrad(1);
+                   } else if (c.Needs(1)) {
+                     c.GiveGrad(1, c.New(conv_cast, "aten::_to_copy"));
+                   }
                  });
         sim.Free(conv);
         x = ops.Add(cat, pos_.t);  // + position_embeddings (broadcast over the batch)

@@ -141,8 +141,15 @@ class Llama : public Model {
     {
       Scope a(sim, "self_attn");
       TensorId q, k, v;
-      q = ApplyIn(ops, "q_proj", layer.q, n1, rows, s_);
-      k = ApplyIn(ops, "k_proj", layer.k, n1, rows, s_);
+      // q and k: .view(b, s, heads, d).transpose(1, 2), whose backward copies the rotary's
+      // gradient back into the projection's layout.
+      auto split = [&](TensorId t) {
+        const TensorId heads = ops.SplitHeads(t);
+        sim.Free(t);
+        return heads;
+      };
+      q = split(ApplyIn(ops, "q_proj", layer.q, n1, rows, s_));
+      k = split(ApplyIn(ops, "k_proj", layer.k, n1, rows, s_));
       v = ApplyIn(ops, "v_proj", layer.v, n1, rows, s_);
       const TensorId qr = ops.Rotary(q, cos_, sin_);
       sim.Free(q);
