@@ -540,6 +540,81 @@ TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch,
   return out;
 }
 
+TensorId Ops::SdpaMath(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
+                       uint64_t seq, uint64_t head_dim, double dropout) {
+  const DType d = Dtype(q);
+  const uint64_t full = batch * heads * seq * head_dim;
+  // q * sqrt(scale): "scale before the product for stability".
+  const TensorId q_scaled = MulScalar(q);
+  // is_causal: ones({L, S}, bool).tril(), made a float mask by where(mask, 0.0, -inf).
+  const TensorId ones = New(seq * seq, DType::kBool, "aten::ones");
+  const TensorId tril = New(seq * seq, DType::kBool, "aten::tril");
+  sim_.Free(ones);
+  const TensorId zero = New(1, DType::kF32, "aten::scalar_tensor");
+  const TensorId minus_inf = New(1, DType::kF32, "aten::scalar_tensor");
+  const TensorId mask = New(seq * seq, d, "aten::where");
+  sim_.Free(minus_inf);
+  sim_.Free(zero);
+  sim_.Free(tril);
+  // enable_gqa: repeat_interleave of K and V to every head (a copy; its backward sums).
+  auto repeat = [&](TensorId t) {
+    const TensorId r = New(full, Dtype(t), "aten::clone");
+    sim_.Node("RepeatInterleaveBackward0", {t}, {r}, {},
+              [bytes = sim_.Bytes(t)](BackwardContext& c) {
+                if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::sum"));
+              });
+    return r;
+  };
+  const TensorId k_rep = repeat(k);
+  const TensorId v_rep = repeat(v);
+  // k^T * sqrt(scale), saved by the product.
+  const TensorId k_scaled = MulScalar(k_rep);
+  // matmul folds q [b, heads, s, d] (in the projection's [b, s, heads, d] layout) with a copy.
+  const TensorId q_fold = Copy(q_scaled, "aten::clone");
+  // attn = q @ k^T; BmmBackward0 computes mat2's gradient first.
+  const TensorId scores = New(batch * heads * seq * seq, d, "aten::bmm");
+  sim_.Matmul("aten::bmm");
+  sim_.Node("BmmBackward0", {q_fold, k_scaled}, {scores}, {q_fold, k_scaled},
+            [bq = sim_.Bytes(q_fold), bk = sim_.Bytes(k_scaled)](BackwardContext& c) {
+              if (c.Needs(1)) {
+                c.GiveGrad(1, c.New(bk, "aten::bmm"));
+                c.Matmul("aten::bmm");
+              }
+              if (c.Needs(0)) {
+                c.GiveGrad(0, c.New(bq, "aten::bmm"));
+                c.Matmul("aten::bmm");
+              }
+            });
+  // attn.add_(mask): in place (no new storage), no gradient of its own to make.
+  const TensorId probs =
+      Elementwise(*this, scores, "aten::_safe_softmax", "SoftmaxBackward0", false, true);
+  sim_.Free(scores);
+  const TensorId pd = Dropout(probs, dropout);
+  sim_.Free(probs);
+  const TensorId out = New(full, d, "aten::bmm");
+  sim_.Matmul("aten::bmm");
+  sim_.Node("BmmBackward0", {pd, v_rep}, {out}, {pd, v_rep},
+            [bp = sim_.Bytes(pd), bv = sim_.Bytes(v_rep)](BackwardContext& c) {
+              if (c.Needs(1)) {
+                c.GiveGrad(1, c.New(bv, "aten::bmm"));
+                c.Matmul("aten::bmm");
+              }
+              if (c.Needs(0)) {
+                c.GiveGrad(0, c.New(bp, "aten::bmm"));
+                c.Matmul("aten::bmm");
+              }
+            });
+  // The kernel's locals go when it returns.
+  sim_.Free(pd);
+  sim_.Free(q_fold);
+  sim_.Free(k_scaled);
+  sim_.Free(v_rep);
+  sim_.Free(k_rep);
+  sim_.Free(q_scaled);
+  sim_.Free(mask);
+  return out;
+}
+
 TensorId Ops::MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                             uint64_t seq, uint64_t head_dim, double dropout) {
   const DType d = Dtype(q);
@@ -597,7 +672,7 @@ TensorId Ops::MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, 
   return out;
 }
 
-TensorId Ops::SplitHeads(TensorId x) {
+TensorId Ops::LayoutView(TensorId x) {
   const TensorId v = View(x, Elements(x));
   sim_.Node("ViewBackward0", {x}, {v}, {}, [bytes = sim_.Bytes(x)](BackwardContext& c) {
     if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::clone"));

@@ -98,13 +98,21 @@ class Ops {
   // log-sum-exp; no s^2 tensor.
   TensorId FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                           uint64_t kv_heads, uint64_t seq, uint64_t head_dim);
+  // F.scaled_dot_product_attention's math kernel, `_scaled_dot_product_attention_math`, as it
+  // runs causal grouped-query attention (is_causal, enable_gqa: what fp32 LLaMA/Qwen2 get on
+  // sm90, where the fused kernels refuse it): q and k^T scaled by sqrt(scale) before the
+  // product, the causal mask built inside, K and V repeated to every head, the mask added in
+  // place, softmax, dropout, and the product with V: the output is [b, heads, s, d].
+  TensorId SdpaMath(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
+                    uint64_t seq, uint64_t head_dim, double dropout);
   // Attention written out: softmax(q k^T / sqrt(d) + mask) v, with dropout on the probabilities.
   TensorId MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                          uint64_t seq, uint64_t head_dim, double dropout);
-  // A projection's `.view(b, s, heads, d).transpose(1, 2)`: a view; the gradient coming back
-  // (contiguous [b, heads, s, d] after the rotary's backward) is copied to go back through the
-  // transpose and the view (aten::clone).
-  TensorId SplitHeads(TensorId x);
+  // A view through a transpose (a projection's `.view(b, s, heads, d).transpose(1, 2)`, an
+  // attention output's `.transpose(1, 2)`) that the gradient coming back cannot take as it is:
+  // contiguous in the other layout (after the rotary's backward, or a bmm's), it is copied to go
+  // back through the transpose and the view (aten::clone).
+  TensorId LayoutView(TensorId x);
   // Rotary embeddings applied to q or k [b, h, s, d] as transformers does (x*cos + rotate(x)*sin);
   // both products save cos or sin, so those live until the last layer's backward.
   TensorId Rotary(TensorId x, TensorId cos, TensorId sin);

@@ -452,71 +452,13 @@ rule("gqa-fp32-math",
      match={("activation", "family"): lambda a, x: op(a) == "_scaled_dot_product_attention"})
 
 
-def _attn_runs(allocs: list, phase: str) -> list:
-    """The allocations of each layer's `self_attn` module (itself, not its projections) in a
-    phase, one run per layer, in order."""
-    runs: dict = {}
-    for a in allocs:
-        if a.phase == phase and mod_is(a, "self_attn"):
-            runs.setdefault(a.module, []).append(a)
-    return list(runs.values())
-
-
-def _math_fwd(allocs: list, x: Ctx) -> list:
-    """Per layer, the tracer's forward temporaries of the math kernel: what comes after the two
-    rotary sums (q's and k's `add`) in self_attn."""
-    out = []
-    for run in _attn_runs(allocs, "forward"):
-        adds = [i for i, a in enumerate(run) if op(a) == "add"
-                and a.bytes in (x.b * x.heads * x.s * x.d * 4, x.b * x.kv_heads * x.s * x.d * 4)]
-        if len(adds) >= 2:
-            out.append(run[adds[1] + 1:])
-    return out
-
-
-def _math_scaling(allocs: list, x: Ctx) -> list:
-    """The tracer's `q * √scale` (forward: the kernel's first op) and, in backward, the two
-    products of the gradients by √scale (the `mul`s before the rotary backward, which starts
-    with a `mul` right before its `neg`)."""
-    out = [run[0] for run in _math_fwd(allocs, x) if run and op(run[0]) == "mul"]
-    for run in _attn_runs(allocs, "backward"):
-        first_neg = next((i for i, a in enumerate(run) if op(a) == "neg"), len(run))
-        out += [a for a in run[:max(first_neg - 1, 0)] if op(a) == "mul"]
-    return out
-
-
-def _math_layout(allocs: list, x: Ctx) -> list:
-    """The tracer's temporaries where PyTorch saves a copy and the family the tensor itself
-    (forward: q's rotary sum, the repeated K, the attention's bmm output), and the gradients'
-    layout copies (backward: of the output's gradient, before the attention's first bmm, and
-    of v's, before v_proj's backward)."""
-    qbytes = x.b * x.heads * x.s * x.d * 4
-    out = []
-    for run in _attn_runs(allocs, "forward"):
-        out += [a for a in run if op(a) == "add" and a.bytes == qbytes][:1]
-    for run in _math_fwd(allocs, x):
-        out += [a for a in run if op(a) in ("clone", "bmm") and a.bytes == qbytes]
-    out += [a for i, a in enumerate(allocs)
-            if _bwd(a) and op(a) == "clone" and mod_is(a, "self_attn") and _next_is(
-                allocs, i, lambda b: op(b) == "bmm" or (".v_proj" in b.module and op(b) == "mm"))]
-    return out
-
-
-rule("math-sdpa-scaling",
+rule("math-sdpa-scaling",  # fixed: the old s^2 product of the family's scores
      match={("temporary", "family"): lambda a, x: mod_is(a, "self_attn") and op(a) == "mul"
-           and a.bytes == x.b * x.heads * x.s * x.s * 4},
-     pick={("temporary", "tracer"): _math_scaling})
-
-rule("math-sdpa-causal-mask",
-     match={("temporary", "tracer"): lambda a, x: _fwd(a) and mod_is(a, "self_attn")
-           and op(a) in ("ones", "tril", "scalar_tensor", "where")})
+           and a.bytes == x.b * x.heads * x.s * x.s * 4})
 
 rule("math-sdpa-mask-add",
      match={("temporary", "tracer"): lambda a, x: _fwd(a) and mod_is(a, "self_attn")
            and op(a) == "add" and a.bytes == x.b * x.heads * x.s * x.s * 4})
-
-rule("math-sdpa-copies",
-     pick={("temporary", "tracer"): _math_layout})
 
 
 # rotary position embeddings (LLaMA, Qwen2) ----------------------------------------------------
@@ -758,10 +700,6 @@ rule("gelu-new-backward",
               and a.bytes in (x.rows * 4 * x.h * 4, x.rows * 4 * x.h * 2),
               ("temporary", "family"): lambda a, x: _bwd(a) and ".mlp" in a.module
               and a.bytes in (x.rows * 4 * x.h * 4, x.rows * 4 * x.h * 2)})
-
-def _next_is(allocs: list, i: int, pred) -> bool:
-    return i + 1 < len(allocs) and pred(allocs[i + 1])
-
 
 
 def _known() -> list[Known]:

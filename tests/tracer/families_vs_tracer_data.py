@@ -415,9 +415,13 @@ KNOWN = [
                "d] tensors). The family's MathAttention (the eager-attention model) scales the "
                "[b, heads, s, s] scores instead, one s² tensor in forward and one in backward. "
                "For long sequences the family's transient is the larger one.",
+        "fixed": "fp32 LLaMA/Qwen2 with grouped KV heads run Ops::SdpaMath, the math kernel as "
+                 "PyTorch writes it: q and the repeated k^T are each multiplied by sqrt(scale) "
+                 "before the product (MulBackward1 in backward), the scores are not. (The class"
+                 " still recognises the old [b, heads, s, s] product on the family side.)",
         "counts": {
-            "llama-fp32": {"temporary/family": 4, "temporary/tracer": 6},
-            "qwen2-fp32": {"temporary/family": 4, "temporary/tracer": 6},
+            "llama-fp32": {},
+            "qwen2-fp32": {},
         },
     },
     {
@@ -430,9 +434,13 @@ KNOWN = [
                "it into an [s, s] float mask with `at::where(mask, 0.0, -inf)` (two 0-d scalar "
                "tensors on the device and the [s, s] result), every layer, every forward. The "
                "family's written-out attention has no mask tensors (transient, s²·6 B).",
+        "fixed": "Ops::SdpaMath builds the causal mask inside the kernel, as "
+                 "`_scaled_dot_product_attention_math` does with is_causal: ones and tril ([s, "
+                 "s] bool), two scalar tensors and the [s, s] float mask of `where`, every "
+                 "layer, every forward. (A regression shows as unexplained entries.)",
         "counts": {
-            "llama-fp32": {"temporary/tracer": 10},
-            "qwen2-fp32": {"temporary/tracer": 10},
+            "llama-fp32": {},
+            "qwen2-fp32": {},
         },
     },
     {
@@ -468,9 +476,14 @@ KNOWN = [
                " go back through the transpose and UnsafeView (aten::clone) and so does v's "
                "(the repeat's `sum` is [b, kv_heads, s, d] contiguous, v_proj's view wants [b, "
                "s, kv_heads·d]); the family has neither.",
+        "fixed": "Ops::SdpaMath saves the copies PyTorch saves (the folded q, k^T scaled, the "
+                 "repeated V) and leaves q's rotary sum, the repeated K and the product's "
+                 "output temporaries; LLaMA copies the output for `transpose(1, "
+                 "2).contiguous()`, and Ops::LayoutView copies the output's and v's gradients "
+                 "back through their transposes. (A regression shows as unexplained entries.)",
         "counts": {
-            "llama-fp32": {"temporary/tracer": 10},
-            "qwen2-fp32": {"temporary/tracer": 10},
+            "llama-fp32": {},
+            "qwen2-fp32": {},
         },
     },
     {

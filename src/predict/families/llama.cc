@@ -144,44 +144,40 @@ class Llama : public Model {
       // q and k: .view(b, s, heads, d).transpose(1, 2), whose backward copies the rotary's
       // gradient back into the projection's layout.
       auto split = [&](TensorId t) {
-        const TensorId heads = ops.SplitHeads(t);
+        const TensorId heads = ops.LayoutView(t);
         sim.Free(t);
         return heads;
       };
+      // fp32 with grouped KV heads: the memory-efficient kernel refuses GQA and the others need
+      // 16-bit inputs, so sdpa runs its math kernel, whose gradient of v comes back contiguous
+      // in [b, kv_heads, s, d] and is copied too.
+      const bool fp32 = !ops.precision().autocast && ops.precision().param == DType::kF32;
+      const bool math = fp32 && m_.kv_heads != m_.heads;
       q = split(ApplyIn(ops, "q_proj", layer.q, n1, rows, s_));
       k = split(ApplyIn(ops, "k_proj", layer.k, n1, rows, s_));
       v = ApplyIn(ops, "v_proj", layer.v, n1, rows, s_);
+      if (math) v = split(v);
       const TensorId qr = ops.Rotary(q, cos_, sin_);
       sim.Free(q);
       const TensorId kr = ops.Rotary(k, cos_, sin_);
       sim.Free(k);
-      TensorId ctx;
-      const bool fp32 = !ops.precision().autocast && ops.precision().param == DType::kF32;
-      if (fp32 && m_.kv_heads != m_.heads) {
-        // fp32 with grouped KV heads: the memory-efficient kernel refuses GQA and the others
-        // need 16-bit inputs, so sdpa runs its math path on K and V repeated to every head.
-        auto repeat = [&](TensorId t) {
-          const TensorId full = ops.New(b * m_.heads * s * d, ops.Dtype(t), "aten::clone");
-          sim.Node("ExpandBackward0", {t}, {full}, {}, [bytes = sim.Bytes(t)](BackwardContext& c) {
-            if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::sum"));
-          });
-          return full;
-        };
-        const TensorId kf = repeat(kr), vf = repeat(v);
-        ctx = ops.MathAttention(qr, kf, vf, b, m_.heads, s, d, m_.attention_dropout);
-        sim.Free(kf);
-        sim.Free(vf);
+      TensorId merged;
+      if (math) {
+        const TensorId ctx = ops.SdpaMath(qr, kr, v, b, m_.heads, s, d, m_.attention_dropout);
+        // attn_output.transpose(1, 2).contiguous(): a copy of the kernel's [b, heads, s, d]
+        // output; the gradient coming back goes through the transpose with a copy too.
+        const TensorId t = ops.LayoutView(ctx);
+        sim.Free(ctx);
+        merged = ops.Copy(t, "aten::clone");
+        sim.Free(t);
       } else {
-        ctx = ops.FusedAttention(qr, kr, v, b, m_.heads, m_.kv_heads, s, d);
+        // The fused kernels' output is laid out [b, s, heads, d]: transpose + contiguous copy
+        // nothing.
+        merged = ops.FusedAttention(qr, kr, v, b, m_.heads, m_.kv_heads, s, d);
       }
       sim.Free(qr);
       sim.Free(kr);
       sim.Free(v);
-      // The fused kernels' output is laid out [b, s, heads, d]: transpose + contiguous copy
-      // nothing.
-      const TensorId merged = ctx;
-      sim.Ref(merged);
-      sim.Free(ctx);
       attn = ApplyIn(ops, "o_proj", layer.o, merged, rows, s_);
       sim.Free(merged);
     }
