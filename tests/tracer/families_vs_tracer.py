@@ -1158,12 +1158,16 @@ def report(results: list[Result]) -> str:
               "The live-byte tables below replay each stream (a sum of live storages, no "
               "allocator) and give family − tracer for the peak within each phase and the live "
               "bytes at its end. The deltas are the net effect, at that moment, of the classes "
-              "listed for the case: e.g. `gpt2-bf16-amp`'s forward peak is lower by "
-              "b·s·h·4 (`final-hidden-lifetime`) + the tracer-only position-id and "
-              "mask-preparation temporaries (`position-ids`, `packed-sequence-check`: 784 B); "
-              "the flash cases' by 8 B more per layer (`flash-rng-state-size`), which their "
-              "end of forward shows alone; `bert-fp32`'s end of forward by the tracer-only "
-              "8-byte RNG tensors (`sdpa-rng-cpu`: 2 per layer).", ""]
+              "listed for the case: the decoders' forward peaks are lower by the tracer-only "
+              "position-id and mask-preparation temporaries (`position-ids`, "
+              "`packed-sequence-check`: 784 B), and the fp32 cases' ends of forward by the "
+              "tracer-only 8-byte RNG tensors (`sdpa-rng-cpu`, `efficient-rng-device`: 2 per "
+              "layer). The comparison counts allocations, not the order of frees, and one "
+              "such difference shows: in `gpt2-ckpt-bf16-amp` the family's backward peak is "
+              "one [b, s, 4h] bf16 tensor (98,304 B) higher, because at the recomputed GELU's "
+              "MulBackward0 the tracer frees the saved `0.5 * x` before the cast of its "
+              "gradient and the family after it; from the end of that backward the family "
+              "holds 384 B less (an fp32 [b·s] tensor the tracer frees later).", ""]
     for r in results:
         lines += case_table(r)
     lines += classes_section(results)
