@@ -11,6 +11,7 @@
 #include "cli/report_output.h"
 #include "cli/run_tracer.h"
 #include "common/units.h"
+#include "predict/fit_advice.h"
 #include "predict/model_description.h"
 #include "predict/predict.h"
 #include "pipeline/analyze.h"
@@ -255,18 +256,20 @@ Status Run(const PredictOptions& o) {
     ASSIGN_OR_RETURN(fit, predict::Fit(model, request, dim, o.fit_max));
     const char* what = dim == predict::FitDimension::kBatch ? "batch" : "sequence length";
     if (fit->largest == 0) {
+      const predict::NoFitAdvice advice = predict::ExplainNoFit(*model.spec, request, *fit);
       if (o.json) {
         nlohmann::json j = {{"fit",
                              {{"dimension", what},
                               {"largest", 0},
                               {"capacity_bytes", fit->capacity},
+                              {"needed_reserved_bytes", advice.needed_reserved},
+                              {"needed_allocated_bytes", fit->needed_allocated},
+                              {"shortfall_bytes", advice.shortfall},
+                              {"levers", advice.levers},
                               {"simulations", fit->simulations}}}};
         fmt::print("{}\n", j.dump(2));
       }
-      return InvalidInput(fmt::format(
-          "--fit: not even {} 1 fits: the step needs more than the {} the allocator can have; "
-          "try --dtype bf16-amp, --checkpointing, --lora, --zero or a larger GPU",
-          what, FormatBytes(static_cast<int64_t>(fit->capacity))));
+      return InvalidInput("--fit: " + advice.message);
     }
     if (!o.quiet && !o.json) {
       fmt::print(

@@ -15,18 +15,13 @@
 #include <optional>
 #include <span>
 
+#include "cli/embedded_python.h"
 #include "cli/exit_codes.h"
 #include "cli/report_output.h"
 #include "common/temp_dir.h"
 #include "sources/run_output/capture_folder.h"
 
 namespace vramscope::cli {
-
-// The bootstrap's modules, compiled into the binary (src/cli/CMakeLists.txt), so that the binary
-// alone can inject it.
-std::span<const uint8_t> TracerPackageInit();
-std::span<const uint8_t> BootstrapModule();
-std::span<const uint8_t> BootstrapSiteCustomize();
 
 namespace {
 
@@ -41,14 +36,16 @@ void ForwardSignal(int sig) {
   if (g_child > 0) kill(static_cast<pid_t>(g_child), sig);
 }
 
-// Lays out <dir>/sitecustomize.py and <dir>/vramscope/{__init__,bootstrap}.py.
+// Lays out <dir>/sitecustomize.py (the package's inject/sitecustomize.py, at the top level so that
+// Python's site finds it first on PYTHONPATH) and the whole package under <dir>/vramscope/, both
+// compiled into the binary (cli/embedded_python.h), so that the binary alone can inject them.
 Status WriteBootstrap(const fs::path& dir) {
-  std::error_code ec;
-  fs::create_directories(dir / "vramscope", ec);
-  if (ec) return InternalError(fmt::format("{}: cannot be made: {}", dir.string(), ec.message()));
-  RETURN_IF_ERROR(WriteWholeFile(dir / "sitecustomize.py", BootstrapSiteCustomize()));
-  RETURN_IF_ERROR(WriteWholeFile(dir / "vramscope" / "__init__.py", TracerPackageInit()));
-  return WriteWholeFile(dir / "vramscope" / "bootstrap.py", BootstrapModule());
+  const auto sitecustomize = EmbeddedPythonFile("inject/sitecustomize.py");
+  if (!sitecustomize) {
+    return InternalError("the embedded Python package has no inject/sitecustomize.py");
+  }
+  RETURN_IF_ERROR(WriteEmbeddedPythonPackage(dir));
+  return WriteWholeFile(dir / "sitecustomize.py", *sitecustomize);
 }
 
 std::string ExecutableDir() {

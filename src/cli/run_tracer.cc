@@ -11,12 +11,10 @@
 #include <fstream>
 #include <span>
 
+#include "cli/embedded_python.h"
 #include "common/temp_dir.h"
 
 namespace vramscope::cli {
-
-std::span<const uint8_t> TracerModule();
-std::span<const uint8_t> TracerPackageInit();
 
 bool NeedsTracer(const std::string& model) {
   if (model.rfind("hf:", 0) == 0) return true;
@@ -31,10 +29,7 @@ Status RunTracer(const std::string& python, const std::vector<std::string>& args
     return InternalError(
         fmt::format("cannot make a temporary folder for the tracer: {}", std::strerror(errno)));
   }
-  const auto package = dir.path() / "vramscope";
-  std::filesystem::create_directories(package);
-  RETURN_IF_ERROR(WriteWholeFile(package / "__init__.py", TracerPackageInit()));
-  RETURN_IF_ERROR(WriteWholeFile(package / "tracer.py", TracerModule()));
+  RETURN_IF_ERROR(WriteEmbeddedPythonPackage(dir.path()));
   const std::string errors = (dir.path() / "stderr.txt").string();
 
   std::vector<std::string> argv = {python, "-m", "vramscope.tracer"};

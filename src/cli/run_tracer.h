@@ -1,4 +1,4 @@
-// Runs the Python tracer shipped inside the binary (python/vramscope/tracer.py, embedded at build
+// Runs the Python tracer shipped inside the binary (python/vramscope/tracer/, embedded at build
 // time) on the user's model, for `vramscope predict --model my.py:build` and `--model
 // hf:config.json`: the package is written to a temporary folder, `PYTHON -m vramscope.tracer` runs
 // with it on PYTHONPATH, and the stream it writes is what the predictor reads.

@@ -141,8 +141,6 @@ static_assert(sizeof(Allocation) == 64, "one per tensor allocation: keep it one 
 // capture marks them): from event `event` on, the device's events belong to `phase` of
 // iteration `step` (0: set-up before the first iteration). Phase detection takes these over any
 // evidence from stacks.
-// TODO(issue 15): the predictor's files still spell it RecordedPhase; one enum either way.
-using RecordedPhase = Phase;
 struct PhaseMark {
   int32_t device = 0;
   uint32_t event = 0;

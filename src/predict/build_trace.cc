@@ -81,7 +81,7 @@ Result<BuiltTrace> BuildPredictedTrace(TensorStream stream, const BuildOptions& 
   std::unordered_map<uint64_t, bool> seen;  // ids ever allocated
   std::unordered_map<uint32_t, uint64_t> block_size_of_event;
   int32_t step = 0;
-  model::RecordedPhase phase = model::RecordedPhase::kSetup;
+  model::Phase phase = model::Phase::kSetup;
   bool phase_pending = false;
 
   auto drain_segments = [&] {

@@ -132,14 +132,22 @@ TensorId Ops::View(TensorId x, uint64_t elements) {
 }
 
 TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
-  // Autocast casts the arguments last to first (bias, weight, input), as the H200 goldens show
-  // (linear_adam_bf16, events 6-8).
+  // Autocast casts the arguments last to first: linear(x, weight, bias) bias, weight, input, as
+  // the H200 goldens show (linear_adam_bf16, events 6-8); addmm(bias, x, weight) weight, input,
+  // bias.
   const bool has_bias = lw.b.t != kNoTensor;
   const TensorId wg = Gathered(lw.w.t);
   const TensorId bg = has_bias ? Gathered(lw.b.t) : kNoTensor;
-  const TensorId b = has_bias ? ForMatmul(bg, true) : kNoTensor;
-  const TensorId w = ForMatmul(wg, true);
-  const TensorId xin = ForMatmul(x, false);
+  TensorId b = kNoTensor, w = kNoTensor, xin = kNoTensor;
+  if (lw.addmm_args) {
+    w = ForMatmul(wg, true);
+    xin = ForMatmul(x, false);
+    b = has_bias ? ForMatmul(bg, true) : kNoTensor;
+  } else {
+    b = has_bias ? ForMatmul(bg, true) : kNoTensor;
+    w = ForMatmul(wg, true);
+    xin = ForMatmul(x, false);
+  }
   const DType out_dtype = precision_.Compute();
   const char* op = has_bias ? "aten::addmm" : "aten::mm";
   const TensorId y = New(rows * lw.out, out_dtype, op);
@@ -155,17 +163,28 @@ TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
   if (has_bias) inputs.push_back(b);
   // Under ZeRO-3/FSDP backward gathers the weight again for the input gradient.
   const uint64_t regather = sharded() ? Elements(lw.w.t) * ElementSize(Dtype(w)) : 0;
+  // AddmmBackward0 computes the input's gradient, then the weight's; MmBackward0 (no bias)
+  // the gradient of `mat2` (the weight) first.
   sim_.Node(has_bias ? "AddmmBackward0" : "MmBackward0", inputs, {y}, saved,
-            [gx, gw, gb, regather](BackwardContext& c) {
+            [gx, gw, gb, regather, has_bias, nd = linear_inputs_nd](BackwardContext& c) {
               const TensorId gathered =
                   regather > 0 ? c.New(regather, "c10d::all_gather") : kNoTensor;
-              if (c.Needs(0)) {
-                c.GiveGrad(0, c.New(gx, "aten::mm"));
+              auto input = [&] {
+                if (!c.Needs(0)) return;
+                c.GiveGrad(0, nd ? c.NewReshaped(gx, "aten::mm") : c.New(gx, "aten::mm"));
                 c.Matmul();
-              }
-              if (c.Needs(1)) {
+              };
+              auto weight = [&] {
+                if (!c.Needs(1)) return;
                 c.GiveGrad(1, c.New(gw, "aten::mm"));
                 c.Matmul();
+              };
+              if (has_bias) {
+                input();
+                weight();
+              } else {
+                weight();
+                input();
               }
               // The bias gradient: the engine sums the broadcast gradient (reduce_grad).
               if (gb > 0 && c.Needs(2)) c.GiveGrad(2, c.New(gb, "aten::sum"));
@@ -261,11 +280,24 @@ TensorId Ops::Mul(TensorId a, TensorId b) {
   // Type promotion: bf16 * fp32 is fp32.
   const DType d = ElementSize(Dtype(a)) >= ElementSize(Dtype(b)) ? Dtype(a) : Dtype(b);
   const TensorId y = New(std::max(Elements(a), Elements(b)), d, "aten::mul");
+  // Each gradient is a product in the output gradient's dtype (grad * other); the engine's
+  // validate_outputs then casts it to its input's dtype where they differ (a bf16 operand of an
+  // fp32 product under autocast), after the node has made both.
+  const uint64_t ea = Elements(a), eb = Elements(b), out_size = ElementSize(d);
   const uint64_t ba = sim_.Bytes(a), bb = sim_.Bytes(b);
-  sim_.Node("MulBackward0", {a, b}, {y}, MulSaves(sim_, a, b), [ba, bb](BackwardContext& c) {
-    if (c.Needs(0)) c.GiveGrad(0, c.New(ba, "aten::mul"));
-    if (c.Needs(1)) c.GiveGrad(1, c.New(bb, "aten::mul"));
-  });
+  sim_.Node("MulBackward0", {a, b}, {y}, MulSaves(sim_, a, b),
+            [ea, eb, out_size, ba, bb](BackwardContext& c) {
+              TensorId ga = c.Needs(0) ? c.New(ea * out_size, "aten::mul") : kNoTensor;
+              TensorId gb = c.Needs(1) ? c.New(eb * out_size, "aten::mul") : kNoTensor;
+              for (auto [g, bytes] : {std::pair{&ga, ba}, std::pair{&gb, bb}}) {
+                if (*g == kNoTensor || c.Bytes(*g) == bytes) continue;
+                const TensorId cast = c.New(bytes, "aten::_to_copy");
+                c.Free(*g);
+                *g = cast;
+              }
+              c.GiveGrad(0, ga);
+              c.GiveGrad(1, gb);
+            });
   return y;
 }
 
@@ -283,21 +315,27 @@ TensorId Ops::Add(TensorId a, TensorId b) {
   const uint64_t n = std::max(Elements(a), Elements(b));
   const TensorId y = New(n, d, "aten::add");
   // An operand broadcast to the output (a bias, position embeddings) gets the gradient summed
-  // to its shape; one of the output's shape gets it as it is.
+  // to its shape; one of the output's shape gets it as it is, or, when its dtype is not the
+  // output's (a bf16 branch added to the fp32 residual stream under autocast), the engine's
+  // validate_outputs casts it to the operand's dtype.
   const uint64_t reduce_a = Elements(a) < n ? sim_.Bytes(a) : 0;
   const uint64_t reduce_b = Elements(b) < n ? sim_.Bytes(b) : 0;
-  sim_.Node("AddBackward0", {a, b}, {y}, {}, [reduce_a, reduce_b](BackwardContext& c) {
-    if (reduce_a > 0) {
-      if (c.Needs(0)) c.GiveGrad(0, c.New(reduce_a, "aten::sum"));
-    } else {
-      c.PassGrad(0);
-    }
-    if (reduce_b > 0) {
-      if (c.Needs(1)) c.GiveGrad(1, c.New(reduce_b, "aten::sum"));
-    } else {
-      c.PassGrad(1);
-    }
-  });
+  const uint64_t cast_a = Dtype(a) != d ? sim_.Bytes(a) : 0;
+  const uint64_t cast_b = Dtype(b) != d ? sim_.Bytes(b) : 0;
+  sim_.Node("AddBackward0", {a, b}, {y}, {},
+            [reduce_a, reduce_b, cast_a, cast_b](BackwardContext& c) {
+              auto one = [&](size_t input, uint64_t reduce, uint64_t cast) {
+                if (reduce > 0) {
+                  if (c.Needs(input)) c.GiveGrad(input, c.New(reduce, "aten::sum"));
+                } else if (cast > 0) {
+                  if (c.Needs(input)) c.GiveGrad(input, c.New(cast, "aten::_to_copy"));
+                } else {
+                  c.PassGrad(input);
+                }
+              };
+              one(0, reduce_a, cast_a);
+              one(1, reduce_b, cast_b);
+            });
   return y;
 }
 
@@ -359,16 +397,36 @@ TensorId Ops::RmsNorm(TensorId x, const Weight& gamma, uint64_t rows, uint64_t h
   } else {
     sim_.Ref(h);
   }
-  const TensorId sq = Elementwise(*this, h, "aten::pow", "PowBackward0", true, false);
+  // Each backward as PyTorch's formula computes it, one kernel per operator: PowBackward0 is
+  // grad * (2 * h.pow(1)) (pow_backward), MeanBackward1 grad.expand(...) / n (the expand is a
+  // view), RsqrtBackward0 -0.5 * grad * result.pow(3); the intermediates go when the formula
+  // is done.
+  auto formula = [](BackwardContext& c, uint64_t bytes, const char* first) {
+    if (!c.Needs(0)) return;
+    const TensorId t1 = c.New(bytes, first);
+    const TensorId t2 = c.New(bytes, "aten::mul");
+    const TensorId g = c.New(bytes, "aten::mul");
+    c.Free(t2);
+    c.Free(t1);
+    c.GiveGrad(0, g);
+  };
+  const TensorId sq = New(Elements(h), DType::kF32, "aten::pow");
+  sim_.Node("PowBackward0", {h}, {sq}, {h}, [formula, bytes = sim_.Bytes(h)](BackwardContext& c) {
+    formula(c, bytes, "aten::pow");
+  });
   const TensorId var = New(rows, DType::kF32, "aten::mean");
   sim_.Node("MeanBackward1", {sq}, {var}, {}, [bytes = sim_.Bytes(sq)](BackwardContext& b) {
-    if (b.Needs(0)) b.GiveGrad(0, b.New(bytes, "aten::expand"));
+    if (b.Needs(0)) b.GiveGrad(0, b.New(bytes, "aten::div"));
   });
   sim_.Free(sq);
   const TensorId var_eps = New(rows, DType::kF32, "aten::add");
   sim_.Node("AddBackward0", {var}, {var_eps}, {}, [](BackwardContext& b) { b.PassGrad(0); });
   sim_.Free(var);
-  const TensorId inv = Elementwise(*this, var_eps, "aten::rsqrt", "RsqrtBackward0", false, true);
+  const TensorId inv = New(rows, DType::kF32, "aten::rsqrt");
+  sim_.Node("RsqrtBackward0", {var_eps}, {inv}, {inv},
+            [formula, bytes = sim_.Bytes(var_eps)](BackwardContext& c) {
+              formula(c, bytes, "aten::pow");
+            });
   sim_.Free(var_eps);
   // h * inv (broadcast): saves both.
   const TensorId normed = New(rows * hidden, DType::kF32, "aten::mul");
@@ -430,7 +488,6 @@ TensorId Ops::Embedding(TensorId ids, const Weight& table, uint64_t rows, uint64
 
 TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                              uint64_t kv_heads, uint64_t seq, uint64_t head_dim) {
-  (void)kv_heads;
   // sdpa is a lower-precision op under autocast: fp32 inputs (rotary's products) are cast.
   auto operand = [&](TensorId t) {
     if (precision_.autocast && Dtype(t) != *precision_.autocast)
@@ -443,16 +500,21 @@ TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch,
   const DType d = Dtype(qi);
   const TensorId out =
       New(batch * heads * seq * head_dim, d, "aten::_scaled_dot_product_attention");
-  // The log-sum-exp per query, fp32; the memory-efficient kernel (the one fp32 gets) pads the
-  // queries to a multiple of 32. The cuDNN and flash kernels (16-bit) also keep the philox
-  // seed and offset as two small device tensors; the memory-efficient kernel keeps them on the
-  // CPU (the fp32 goldens have none).
+  // The kernel PyTorch (2.9 and later) picks on sm90: memory-efficient for fp32; for 16-bit
+  // inputs cuDNN when K and V have every head and the head dim is at most 128 (a multiple of
+  // 8), else flash (grouped-query attention through enable_gqa).
+  // The log-sum-exp per query, fp32; the memory-efficient kernel pads the queries to a multiple
+  // of 32. Then the RNG state the kernel saves for backward: cuDNN's philox seed and offset,
+  // [1] int64 each on the device; flash's `rng_state` [2] uint64 and an unused 0-d uint64, on
+  // the device (flash_api.cpp mha_fwd); the memory-efficient kernel allocates none on the
+  // device (the fp32 H200 goldens, torch 2.11: only its output and log-sum-exp).
   const bool fp32 = d == DType::kF32;
+  const bool cudnn = kv_heads == heads && head_dim <= 128 && head_dim % 8 == 0;
   const uint64_t lse_seq = fp32 ? (seq + 31) / 32 * 32 : seq;
   const TensorId lse =
       New(batch * heads * lse_seq, DType::kF32, "aten::_scaled_dot_product_attention");
   const TensorId seed =
-      fp32 ? kNoTensor : New(1, DType::kI64, "aten::_scaled_dot_product_attention");
+      fp32 ? kNoTensor : New(cudnn ? 1 : 2, DType::kI64, "aten::_scaled_dot_product_attention");
   const TensorId offset =
       fp32 ? kNoTensor : New(1, DType::kI64, "aten::_scaled_dot_product_attention");
   const uint64_t bq = sim_.Bytes(qi), bk = sim_.Bytes(ki), bv = sim_.Bytes(vi);
@@ -478,6 +540,81 @@ TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch,
   return out;
 }
 
+TensorId Ops::SdpaMath(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
+                       uint64_t seq, uint64_t head_dim, double dropout) {
+  const DType d = Dtype(q);
+  const uint64_t full = batch * heads * seq * head_dim;
+  // q * sqrt(scale): "scale before the product for stability".
+  const TensorId q_scaled = MulScalar(q);
+  // is_causal: ones({L, S}, bool).tril(), made a float mask by where(mask, 0.0, -inf).
+  const TensorId ones = New(seq * seq, DType::kBool, "aten::ones");
+  const TensorId tril = New(seq * seq, DType::kBool, "aten::tril");
+  sim_.Free(ones);
+  const TensorId zero = New(1, DType::kF32, "aten::scalar_tensor");
+  const TensorId minus_inf = New(1, DType::kF32, "aten::scalar_tensor");
+  const TensorId mask = New(seq * seq, d, "aten::where");
+  sim_.Free(minus_inf);
+  sim_.Free(zero);
+  sim_.Free(tril);
+  // enable_gqa: repeat_interleave of K and V to every head (a copy; its backward sums).
+  auto repeat = [&](TensorId t) {
+    const TensorId r = New(full, Dtype(t), "aten::clone");
+    sim_.Node("RepeatInterleaveBackward0", {t}, {r}, {},
+              [bytes = sim_.Bytes(t)](BackwardContext& c) {
+                if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::sum"));
+              });
+    return r;
+  };
+  const TensorId k_rep = repeat(k);
+  const TensorId v_rep = repeat(v);
+  // k^T * sqrt(scale), saved by the product.
+  const TensorId k_scaled = MulScalar(k_rep);
+  // matmul folds q [b, heads, s, d] (in the projection's [b, s, heads, d] layout) with a copy.
+  const TensorId q_fold = Copy(q_scaled, "aten::clone");
+  // attn = q @ k^T; BmmBackward0 computes mat2's gradient first.
+  const TensorId scores = New(batch * heads * seq * seq, d, "aten::bmm");
+  sim_.Matmul("aten::bmm");
+  sim_.Node("BmmBackward0", {q_fold, k_scaled}, {scores}, {q_fold, k_scaled},
+            [bq = sim_.Bytes(q_fold), bk = sim_.Bytes(k_scaled)](BackwardContext& c) {
+              if (c.Needs(1)) {
+                c.GiveGrad(1, c.New(bk, "aten::bmm"));
+                c.Matmul("aten::bmm");
+              }
+              if (c.Needs(0)) {
+                c.GiveGrad(0, c.New(bq, "aten::bmm"));
+                c.Matmul("aten::bmm");
+              }
+            });
+  // attn.add_(mask): in place (no new storage), no gradient of its own to make.
+  const TensorId probs =
+      Elementwise(*this, scores, "aten::_safe_softmax", "SoftmaxBackward0", false, true);
+  sim_.Free(scores);
+  const TensorId pd = Dropout(probs, dropout);
+  sim_.Free(probs);
+  const TensorId out = New(full, d, "aten::bmm");
+  sim_.Matmul("aten::bmm");
+  sim_.Node("BmmBackward0", {pd, v_rep}, {out}, {pd, v_rep},
+            [bp = sim_.Bytes(pd), bv = sim_.Bytes(v_rep)](BackwardContext& c) {
+              if (c.Needs(1)) {
+                c.GiveGrad(1, c.New(bv, "aten::bmm"));
+                c.Matmul("aten::bmm");
+              }
+              if (c.Needs(0)) {
+                c.GiveGrad(0, c.New(bp, "aten::bmm"));
+                c.Matmul("aten::bmm");
+              }
+            });
+  // The kernel's locals go when it returns.
+  sim_.Free(pd);
+  sim_.Free(q_fold);
+  sim_.Free(k_scaled);
+  sim_.Free(v_rep);
+  sim_.Free(k_rep);
+  sim_.Free(q_scaled);
+  sim_.Free(mask);
+  return out;
+}
+
 TensorId Ops::MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                             uint64_t seq, uint64_t head_dim, double dropout) {
   const DType d = Dtype(q);
@@ -486,13 +623,14 @@ TensorId Ops::MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, 
   const TensorId scores = New(scores_n, d, "aten::bmm");
   sim_.Matmul("aten::bmm");
   const uint64_t bq = sim_.Bytes(q), bk = sim_.Bytes(k), bv = sim_.Bytes(v);
+  // BmmBackward0 computes the gradient of `mat2` first.
   sim_.Node("BmmBackward0", {q, k}, {scores}, {q, k}, [bq, bk](BackwardContext& c) {
-    if (c.Needs(0)) {
-      c.GiveGrad(0, c.New(bq, "aten::bmm"));
-      c.Matmul("aten::bmm");
-    }
     if (c.Needs(1)) {
       c.GiveGrad(1, c.New(bk, "aten::bmm"));
+      c.Matmul("aten::bmm");
+    }
+    if (c.Needs(0)) {
+      c.GiveGrad(0, c.New(bq, "aten::bmm"));
       c.Matmul("aten::bmm");
     }
   });
@@ -519,13 +657,14 @@ TensorId Ops::MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, 
   const TensorId out = New(batch * heads * seq * head_dim, d, "aten::bmm");
   sim_.Matmul("aten::bmm");
   const uint64_t bp = sim_.Bytes(pd);
+  // BmmBackward0 computes the gradient of `mat2` first.
   sim_.Node("BmmBackward0", {pd, v}, {out}, {pd, v}, [bp, bv](BackwardContext& c) {
-    if (c.Needs(0)) {
-      c.GiveGrad(0, c.New(bp, "aten::bmm"));
-      c.Matmul("aten::bmm");
-    }
     if (c.Needs(1)) {
       c.GiveGrad(1, c.New(bv, "aten::bmm"));
+      c.Matmul("aten::bmm");
+    }
+    if (c.Needs(0)) {
+      c.GiveGrad(0, c.New(bp, "aten::bmm"));
       c.Matmul("aten::bmm");
     }
   });
@@ -533,17 +672,43 @@ TensorId Ops::MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, 
   return out;
 }
 
-TensorId Ops::Rotary(TensorId x, TensorId cos, TensorId sin) {
-  // transformers' apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, where rotate_half makes
-  // -x2 and cat(-x2, x1). The products save cos and sin (x needs the gradient); with fp32
-  // cos/sin under autocast the results are fp32 (type promotion).
-  const TensorId a = Mul(x, cos);
-  const TensorId neg = New(Elements(x) / 2, Dtype(x), "aten::neg");
-  const TensorId rot = New(Elements(x), Dtype(x), "aten::cat");
-  sim_.Free(neg);
-  sim_.Node("CatBackward0", {x}, {rot}, {}, [bytes = sim_.Bytes(x)](BackwardContext& c) {
-    if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::slice_backward"));
+TensorId Ops::LayoutView(TensorId x) {
+  const TensorId v = View(x, Elements(x));
+  sim_.Node("ViewBackward0", {x}, {v}, {}, [bytes = sim_.Bytes(x)](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::clone"));
   });
+  return v;
+}
+
+TensorId Ops::Rotary(TensorId x, TensorId cos, TensorId sin) {
+  // transformers' apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, where rotate_half is
+  // x1 = x[..., :d/2], x2 = x[..., d/2:], cat(-x2, x1). The products save cos and sin (x needs
+  // the gradient); with fp32 cos/sin under autocast the results are fp32 (type promotion).
+  const TensorId a = Mul(x, cos);
+  // The halves are views; each SliceBackward0 writes its gradient into zeros of x's size.
+  const uint64_t half = Elements(x) / 2, full_bytes = sim_.Bytes(x);
+  auto slice = [&] {
+    const TensorId s = View(x, half);
+    sim_.Node("SliceBackward0", {x}, {s}, {}, [full_bytes](BackwardContext& c) {
+      if (c.Needs(0)) c.GiveGrad(0, c.New(full_bytes, "aten::slice_backward"));
+    });
+    return s;
+  };
+  const TensorId x1 = slice();
+  const TensorId x2 = slice();
+  const TensorId neg = New(half, Dtype(x), "aten::neg");
+  sim_.Node("NegBackward0", {x2}, {neg}, {}, [bytes = sim_.Bytes(neg)](BackwardContext& c) {
+    if (c.Needs(0)) c.GiveGrad(0, c.New(bytes, "aten::neg"));
+  });
+  sim_.Free(x2);
+  const TensorId rot = New(Elements(x), Dtype(x), "aten::cat");
+  // CatBackward0 hands each input a narrow view of the gradient: no allocation.
+  sim_.Node("CatBackward0", {neg, x1}, {rot}, {}, [](BackwardContext& c) {
+    c.PassGrad(0);
+    c.PassGrad(1);
+  });
+  sim_.Free(neg);
+  sim_.Free(x1);
   const TensorId b = Mul(rot, sin);
   sim_.Free(rot);
   const TensorId y = Add(a, b);

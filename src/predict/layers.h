@@ -34,6 +34,10 @@ struct Weight {
 struct LinearWeights {
   Weight w, b;  // b.t == kNoTensor without a bias
   uint64_t in = 0, out = 0;
+  // GPT-2's Conv1D calls torch.addmm(bias, x, weight) where nn.Linear calls
+  // linear(x, weight, bias): autocast casts the arguments last to first, so weight, input, bias
+  // instead of bias, weight, input.
+  bool addmm_args = false;
 };
 
 class Ops {
@@ -41,6 +45,10 @@ class Ops {
   Ops(StepSimulator& sim, Precision precision);
   StepSimulator& sim() { return sim_; }
   const Precision& precision() const { return precision_; }
+  // nn.Linear's inputs have more than two dimensions ([b, s, h]: the transformer families,
+  // layer lists with a [seq, features] input): F.linear folds them for the mm, so the input's
+  // gradient is a reshaped view of the mm result (BackwardContext::NewReshaped).
+  bool linear_inputs_nd = false;
 
   // --- weights (made in the set-up phase, inside the current module scope) -----------------
   Weight MakeWeight(std::string_view name, uint64_t elements, bool trainable = true);
@@ -90,9 +98,21 @@ class Ops {
   // log-sum-exp; no s^2 tensor.
   TensorId FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                           uint64_t kv_heads, uint64_t seq, uint64_t head_dim);
+  // F.scaled_dot_product_attention's math kernel, `_scaled_dot_product_attention_math`, as it
+  // runs causal grouped-query attention (is_causal, enable_gqa: what fp32 LLaMA/Qwen2 get on
+  // sm90, where the fused kernels refuse it): q and k^T scaled by sqrt(scale) before the
+  // product, the causal mask built inside, K and V repeated to every head, the mask added in
+  // place, softmax, dropout, and the product with V: the output is [b, heads, s, d].
+  TensorId SdpaMath(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
+                    uint64_t seq, uint64_t head_dim, double dropout);
   // Attention written out: softmax(q k^T / sqrt(d) + mask) v, with dropout on the probabilities.
   TensorId MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                          uint64_t seq, uint64_t head_dim, double dropout);
+  // A view through a transpose (a projection's `.view(b, s, heads, d).transpose(1, 2)`, an
+  // attention output's `.transpose(1, 2)`) that the gradient coming back cannot take as it is:
+  // contiguous in the other layout (after the rotary's backward, or a bmm's), it is copied to go
+  // back through the transpose and the view (aten::clone).
+  TensorId LayoutView(TensorId x);
   // Rotary embeddings applied to q or k [b, h, s, d] as transformers does (x*cos + rotate(x)*sin);
   // both products save cos or sin, so those live until the last layer's backward.
   TensorId Rotary(TensorId x, TensorId cos, TensorId sin);

@@ -215,6 +215,23 @@ Result<FitResult> Fit(const LoadedModel& model, const PredictRequest& request,
   out.largest = good;
   out.peak_reserved = best.peak_reserved;
   out.peak_allocated = best.peak_allocated;
+  if (good == 0) {
+    // Size 1 once more with no limit: what the step would need.
+    PredictRequest r = request;
+    if (dimension == FitDimension::kBatch) {
+      r.setup.batch = 1;
+    } else {
+      r.setup.seq = 1;
+    }
+    allocator::AllocatorSettings unlimited = settings;
+    unlimited.capacity = allocator::kUnlimited;
+    unlimited.memory_fraction = 0;
+    ASSIGN_OR_RETURN(TensorStream stream, PredictStream(model, r));
+    ASSIGN_OR_RETURN(PeakOnly p, SimulatePeaks(stream, unlimited));
+    ++out.simulations;
+    out.needed_reserved = p.peak_reserved;
+    out.needed_allocated = p.peak_allocated;
+  }
   return out;
 }
 

@@ -52,6 +52,10 @@ struct FitResult {
   uint64_t capacity = 0;  // what the allocator may reserve
   int simulations = 0;
   std::vector<std::pair<uint64_t, bool>> tried;  // (size, fits), in the order tried
+  // When not even size 1 fits (largest == 0): size 1's peaks with no capacity limit, i.e. what
+  // the step would need (fit_advice.h says by how much it misses and what is left to try).
+  uint64_t needed_reserved = 0;
+  uint64_t needed_allocated = 0;
 };
 // Searches the largest batch (or sequence length) whose predicted step fits, with the full
 // simulation at each size: doubling, then bisection. `limit` bounds the search.

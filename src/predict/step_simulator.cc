@@ -63,6 +63,12 @@ TensorId BackwardContext::New(uint64_t bytes, std::string_view op) {
   return sim_.Alloc(bytes, model::Category::kTemporary, sim_.nodes_[node_].name, op);
 }
 
+TensorId BackwardContext::NewReshaped(uint64_t bytes, std::string_view op) {
+  const TensorId t = New(bytes, op);
+  sim_.tensors_[t].reshaped = true;
+  return t;
+}
+
 void BackwardContext::Free(TensorId t) { sim_.Free(t); }
 void BackwardContext::Matmul(std::string_view op) { sim_.Matmul(op); }
 void BackwardContext::Conv(uint64_t workspace_bytes) { sim_.Conv(workspace_bytes); }
@@ -241,7 +247,50 @@ void StepSimulator::Node(std::string_view name, const std::vector<TensorId>& inp
       out_.events[tensors_[t].alloc_event].category = model::Category::kActivation;
     }
   }
+  if (recomputing_ && !n.saved.empty()) {
+    recompute_cut_event_ = out_.events.size();
+    recompute_cut_tensor_ = tensors_.size();
+    recompute_cut_node_ = index + 1;
+  }
   nodes_.push_back(std::move(n));
+}
+
+void StepSimulator::MoveEventsBefore(size_t from, size_t to, size_t tensors) {
+  auto& events = out_.events;
+  const size_t moved = events.size() - from, skipped = from - to;
+  if (moved == 0) return;
+  std::rotate(events.begin() + static_cast<std::ptrdiff_t>(to),
+              events.begin() + static_cast<std::ptrdiff_t>(from), events.end());
+  for (size_t i = tensors; i < tensors_.size(); ++i) {
+    size_t& e = tensors_[i].alloc_event;
+    if (e < to || e >= to + skipped + moved) continue;
+    e = e >= from ? e - skipped : e + moved;
+  }
+}
+
+void StepSimulator::DropRecomputedTail(size_t event, size_t tensor) {
+  std::vector<uint64_t> dropped;
+  for (size_t i = tensor; i < tensors_.size(); ++i) {
+    Tensor& t = tensors_[i];
+    if (!t.owns_storage) continue;  // views and aliases own no allocation
+    dropped.push_back(t.id);
+    t.owns_storage = false;
+    t.view_of = kNoTensor;
+  }
+  std::sort(dropped.begin(), dropped.end());
+  auto is_dropped = [&](uint64_t id) {
+    return std::binary_search(dropped.begin(), dropped.end(), id);
+  };
+  auto& events = out_.events;
+  auto kept = events.begin() + static_cast<std::ptrdiff_t>(event);
+  for (auto it = kept; it != events.end(); ++it) {
+    const bool drop =
+        ((it->kind == StreamEvent::Kind::kAlloc || it->kind == StreamEvent::Kind::kFree) &&
+         is_dropped(it->id)) ||
+        it->kind == StreamEvent::Kind::kMatmul || it->kind == StreamEvent::Kind::kConv;
+    if (!drop) *kept++ = *it;
+  }
+  events.erase(kept, events.end());
 }
 
 void StepSimulator::Matmul(std::string_view op) {
@@ -329,7 +378,19 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
     const auto x = static_cast<TensorId>(tensors_.size() - 1);
     // Parameters of the block get a gradient only through the recomputed graph.
     tensors_[x].requires_grad = true;
+    // Early stop (torch.utils.checkpoint's default): the recomputation ends once the last
+    // tensor the block's backward needs is saved; what the block computes after that (GPT-2's
+    // final residual add) is never made.
+    const size_t recompute_start = out_.events.size();
+    const size_t recompute_tensors = tensors_.size();
+    recomputing_ = true;
+    recompute_cut_event_ = out_.events.size();
+    recompute_cut_tensor_ = tensors_.size();
+    recompute_cut_node_ = mark;
     const TensorId y2 = block(x);
+    recomputing_ = false;
+    DropRecomputedTail(recompute_cut_event_, recompute_cut_tensor_);
+    const int32_t tail_nodes = recompute_cut_node_;
     grad_enabled_ = was_enabled;
     EndAutocast();
     scope_ = backward_scope;
@@ -337,6 +398,13 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
     if (g != kNoTensor && tensors_[y2].requires_grad) {
       Ref(g);
       tensors_[y2].grad = g;
+      // The nodes after the last saved tensor (GPT-2's final residual add) are, in PyTorch, the
+      // forward graph's own and save nothing: they run as soon as the gradient arrives, before
+      // the recomputation that the next node's first saved tensor starts. Run them first and
+      // put what they do before the recomputation.
+      const size_t tail_start = out_.events.size();
+      RunEngine(tail_nodes);
+      MoveEventsBefore(tail_start, recompute_start, recompute_tensors);
       RunEngine(mark);
     }
     Free(y2);
@@ -381,11 +449,11 @@ void StepSimulator::RunNode(int32_t index) {
       Free(grad);
       continue;
     }
-    DeliverGrad(inputs[input], grad);
+    DeliverGrad(inputs[input], grad, index);
   }
 }
 
-void StepSimulator::DeliverGrad(TensorId input, TensorId grad) {
+void StepSimulator::DeliverGrad(TensorId input, TensorId grad, int32_t from_node) {
   Tensor& t = tensors_[input];
   if (!t.requires_grad) {
     Free(grad);
@@ -397,6 +465,16 @@ void StepSimulator::DeliverGrad(TensorId input, TensorId grad) {
   }
   if (t.grad == kNoTensor) {
     t.grad = grad;
+  } else if (tensors_[t.grad].reshaped) {
+    // InputBuffer::accumulate adds in place only into a gradient that owns its storage alone;
+    // a reshaped view shares it with the result it views, so the first sum is `old + new` (the
+    // buffer then holds the sum, and later gradients go into it in place).
+    const TensorId old = t.grad;
+    const TensorId sum = Alloc(tensors_[old].bytes, model::Category::kTemporary,
+                               nodes_[from_node].name, "aten::add");
+    tensors_[input].grad = sum;
+    Free(old);
+    Free(grad);
   } else {
     Free(grad);  // InputBuffer::accumulate adds in place into the first gradient
   }

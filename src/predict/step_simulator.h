@@ -35,6 +35,10 @@ class BackwardContext {
   TensorId GradOut(size_t output = 0) const;          // the incoming gradient, kNoTensor if none
   uint64_t Bytes(TensorId t) const;                   // a tensor's storage bytes
   TensorId New(uint64_t bytes, std::string_view op);  // a temporary (autograd thread)
+  // A temporary handed on as a reshaped view of itself (nn.Linear's input gradient for an input
+  // of more than two dimensions): the view shares its storage with the result, so the engine
+  // cannot add another gradient into it in place.
+  TensorId NewReshaped(uint64_t bytes, std::string_view op);
   void Free(TensorId t);
   void Matmul(std::string_view op = "aten::mm");
   void Conv(uint64_t workspace_bytes);
@@ -116,14 +120,15 @@ class StepSimulator {
   // --- activation checkpointing: runs `block` without saving, saves its input, and runs it
   // again in backward when its gradient arrives (torch.utils.checkpoint). In the recomputation
   // `block` gets an alias of the input (same bytes, no storage of its own) and runs in the
-  // module scope and autocast state of the forward.
+  // module scope and autocast state of the forward, and stops early, as checkpoint does by
+  // default: what the block computes after the last node that saves a tensor is never made.
   TensorId Checkpoint(TensorId input, const std::function<TensorId(TensorId)>& block);
   // Set when a tensor of more than kMaxTensorBytes was asked for (sizes beyond any GPU).
-  static constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 50;
+  static constexpr uint64_t kMaxTensorBytes = model::kMaxPlausibleBytes;  // 1 PiB (model/limits.h)
   bool too_large() const { return too_large_; }
 
   // --- the step -----------------------------------------------------------------------------
-  void Phase(int32_t step, model::RecordedPhase phase, std::string_view label = {}) {
+  void Phase(int32_t step, model::Phase phase, std::string_view label = {}) {
     out_.Phase(step, phase, label);
   }
   // loss.backward(): the gradient of the loss, the engine over every recorded node, and the
@@ -161,6 +166,7 @@ class StepSimulator {
     bool alive = false;
     bool owns_storage = true;      // false: an alias of another tensor's storage (checkpointing)
     TensorId view_of = kNoTensor;  // a view holds a reference to its base's storage
+    bool reshaped = false;         // BackwardContext::NewReshaped: shares its storage
   };
   struct Param {
     TensorId tensor = kNoTensor;
@@ -186,9 +192,16 @@ class StepSimulator {
   void StepOptimizer(const OptimizerSetup& setup);
   void RunNode(int32_t index);
   void RunEngine(int32_t from_node);
-  void DeliverGrad(TensorId input, TensorId grad);
+  void DeliverGrad(TensorId input, TensorId grad, int32_t from_node);
   void AccumulateIntoParam(int32_t param, TensorId grad);
   void ReleaseGraph(int32_t from_node);
+  // Checkpointing's early stop: drops what was made from stream event `event` and tensor
+  // `tensor` on (allocations, their frees, matmul and conv markers); those tensors stay as
+  // storage-less placeholders for the graph's bookkeeping.
+  void DropRecomputedTail(size_t event, size_t tensor);
+  // Moves stream events [from, end) to `to` (< from), keeping the alloc_event of the tensors
+  // made since `tensors` right.
+  void MoveEventsBefore(size_t from, size_t to, size_t tensors);
   Thread thread() const { return in_backward_ ? Thread::kBackward : Thread::kMain; }
 
   TensorStream& out_;
@@ -206,6 +219,11 @@ class StepSimulator {
   bool grad_enabled_ = true;
   bool in_backward_ = false;
   bool too_large_ = false;
+  // In a checkpoint's recomputation: where the last node that saved a tensor was recorded.
+  bool recomputing_ = false;
+  size_t recompute_cut_event_ = 0;
+  size_t recompute_cut_tensor_ = 0;
+  int32_t recompute_cut_node_ = 0;
   int32_t optimizer_steps_ = 0;
 };
 

@@ -34,7 +34,7 @@
 namespace vramscope::predict {
 namespace {
 
-using model::RecordedPhase;
+using model::Phase;
 using Kind = StreamEvent::Kind;
 
 // --- rendering: one line per event -----------------------------------------------------------
@@ -259,17 +259,17 @@ TEST(StepSimulator, LayerNormSavesMeanAndRstdAndMakesThreeGradients) {
   TensorStream s;
   StepSimulator sim(s);
   Ops ops(sim, Precision{});
-  sim.Phase(0, RecordedPhase::kSetup, "setup");
+  sim.Phase(0, Phase::kSetup, "setup");
   // A bias-free linear in front, so that LayerNorm's input needs a gradient.
   const LinearWeights fc = ops.MakeLinear("fc", kHidden, kHidden, /*bias=*/false);
   sim.EnterModule("ln");
   const Weight gamma = ops.MakeWeight("weight", kHidden);
   const Weight beta = ops.MakeWeight("bias", kHidden);
   sim.ExitModule();
-  sim.Phase(1, RecordedPhase::kBeforeForward, "inputs");
+  sim.Phase(1, Phase::kBeforeForward, "inputs");
   const TensorId x = ops.Input("x", kRows * kHidden, DType::kF32);
   const TensorId target = ops.Input("target", kRows * kHidden, DType::kF32);
-  sim.Phase(1, RecordedPhase::kForward, "forward");
+  sim.Phase(1, Phase::kForward, "forward");
   sim.EnterModule("fc");
   const TensorId h = ops.Linear(x, fc, kRows);
   sim.ExitModule();
@@ -281,9 +281,9 @@ TEST(StepSimulator, LayerNormSavesMeanAndRstdAndMakesThreeGradients) {
   const TensorId loss = ops.MseLoss(y, target);
   sim.ExitModule();
   ops.Free(y);
-  sim.Phase(1, RecordedPhase::kBackward, "backward");
+  sim.Phase(1, Phase::kBackward, "backward");
   sim.Backward(loss);
-  sim.Phase(1, RecordedPhase::kOptimizer, "step_end");
+  sim.Phase(1, Phase::kOptimizer, "step_end");
   ops.Free(x);
   ops.Free(target);
   ops.Free(loss);
@@ -328,6 +328,65 @@ TEST(StepSimulator, LayerNormSavesMeanAndRstdAndMakesThreeGradients) {
        MatmulOn("aten::mm", "backward"), Free(13), Free(11)},
       "backward");
   ExpectLines(PhaseLines(s, 1, "step_end"), {Free(3), Free(4), Free(9)}, "step end");
+}
+
+// --- one tensor into two linears: the engine's first gradient sum --------------------------------
+
+// h = fc(x); y = fa(h) + fb(h) (all bias-free, fp32). Backward runs fb's node, then fa's: both
+// hand h a gradient. For a [b, s, h] input nn.Linear's input gradient is a reshaped view of the
+// mm result, which the engine cannot add into in place: the second gradient is summed out of
+// place (aten::add), as the tracer's run of the real engine shows; a 2-D input's gradient owns
+// its storage, and the sum goes into it in place.
+std::vector<std::string> SharedInputBackward(bool linear_inputs_nd) {
+  constexpr uint64_t kRows = 16, kHidden = 64;
+  TensorStream s;
+  StepSimulator sim(s);
+  Ops ops(sim, Precision{});
+  ops.linear_inputs_nd = linear_inputs_nd;
+  sim.Phase(0, Phase::kSetup, "setup");
+  const LinearWeights fc = ops.MakeLinear("fc", kHidden, kHidden, /*bias=*/false);
+  const LinearWeights fa = ops.MakeLinear("fa", kHidden, kHidden, /*bias=*/false);
+  const LinearWeights fb = ops.MakeLinear("fb", kHidden, kHidden, /*bias=*/false);
+  sim.Phase(1, Phase::kBeforeForward, "inputs");
+  const TensorId x = ops.Input("x", kRows * kHidden, DType::kF32);
+  const TensorId target = ops.Input("target", kRows * kHidden, DType::kF32);
+  sim.Phase(1, Phase::kForward, "forward");
+  const TensorId h = ops.Linear(x, fc, kRows);
+  sim.EnterModule("fa");
+  const TensorId a = ops.Linear(h, fa, kRows);
+  sim.ExitModule();
+  sim.EnterModule("fb");
+  const TensorId b = ops.Linear(h, fb, kRows);
+  sim.ExitModule();
+  ops.Free(h);
+  const TensorId y = ops.Add(a, b);
+  ops.Free(a);
+  ops.Free(b);
+  const TensorId loss = ops.MseLoss(y, target);
+  ops.Free(y);
+  sim.Phase(1, Phase::kBackward, "backward");
+  sim.Backward(loss);
+  return PhaseLines(s, 1, "backward");
+}
+
+TEST(StepSimulator, AReshapedGradientIsSummedOutOfPlace) {
+  constexpr uint64_t kBytes = 16 * 64 * 4;
+  const std::string sum = Alloc(17, kBytes, "temporary", "fa (MmBackward0)", "aten::add");
+  const auto nd = SharedInputBackward(true);
+  // fb's gradient of h (#14) is buffered; fa's (#16) arrives and is added out of place (#17),
+  // then both go.
+  const auto at = std::find(nd.begin(), nd.end(), sum);
+  ASSERT_NE(at, nd.end()) << fmt::format("{}", fmt::join(nd, "\n"));
+  ASSERT_LE(at + 3, nd.end());
+  EXPECT_EQ(*(at + 1), Free(14));
+  EXPECT_EQ(*(at + 2), Free(16));
+  // A 2-D input: the same step sums in place (no add at all).
+  const auto flat = SharedInputBackward(false);
+  EXPECT_EQ(std::count_if(flat.begin(), flat.end(),
+                          [](const std::string& l) { return l.find("aten::add") != l.npos; }),
+            0)
+      << fmt::format("{}", fmt::join(flat, "\n"));
+  EXPECT_EQ(flat.size() + 2, nd.size());  // the add, and its free when h's gradient is used
 }
 
 // --- optimizers --------------------------------------------------------------------------------
@@ -494,12 +553,12 @@ TEST(StepSimulator, AutocastCachesATrainableWeightsCastUntilTheRegionEnds) {
   TensorStream s;
   StepSimulator sim(s);
   Ops ops(sim, Precision{DType::kF32, DType::kBF16});
-  sim.Phase(0, RecordedPhase::kSetup, "setup");
+  sim.Phase(0, Phase::kSetup, "setup");
   const LinearWeights fc = ops.MakeLinear("fc", kHidden, kHidden, /*bias=*/false);
-  sim.Phase(1, RecordedPhase::kBeforeForward, "inputs");
+  sim.Phase(1, Phase::kBeforeForward, "inputs");
   const TensorId x = ops.Input("x", kRows * kHidden, DType::kF32);
   const TensorId target = ops.Input("target", kRows * kHidden, DType::kF32);
-  sim.Phase(1, RecordedPhase::kForward, "forward");
+  sim.Phase(1, Phase::kForward, "forward");
   // The same layer applied twice to the same input (a shared module), the results summed.
   sim.EnterModule("fc");
   const TensorId h1 = ops.Linear(x, fc, kRows);
@@ -514,9 +573,9 @@ TEST(StepSimulator, AutocastCachesATrainableWeightsCastUntilTheRegionEnds) {
   const TensorId loss = ops.MseLoss(sum, target);
   sim.ExitModule();
   ops.Free(sum);
-  sim.Phase(1, RecordedPhase::kForward, "end_autocast");
+  sim.Phase(1, Phase::kForward, "end_autocast");
   sim.EndAutocast();
-  sim.Phase(1, RecordedPhase::kBackward, "backward");
+  sim.Phase(1, Phase::kBackward, "backward");
   sim.Backward(loss);
 
   ExpectLines(
@@ -563,18 +622,18 @@ TEST(StepSimulator, AutocastDoesNotCacheAFrozenWeightsCast) {
   TensorStream s;
   StepSimulator sim(s);
   Ops ops(sim, Precision{DType::kF32, DType::kBF16});
-  sim.Phase(0, RecordedPhase::kSetup, "setup");
+  sim.Phase(0, Phase::kSetup, "setup");
   const LinearWeights frozen =
       ops.MakeLinear("frozen", kHidden, kHidden, /*bias=*/false, /*trainable=*/false);
-  sim.Phase(1, RecordedPhase::kBeforeForward, "inputs");
+  sim.Phase(1, Phase::kBeforeForward, "inputs");
   const TensorId x = ops.Input("x", kRows * kHidden, DType::kF32);
-  sim.Phase(1, RecordedPhase::kForward, "forward");
+  sim.Phase(1, Phase::kForward, "forward");
   sim.EnterModule("frozen");
   const TensorId h1 = ops.Linear(x, frozen, kRows);
   const TensorId h2 = ops.Linear(h1, frozen, kRows);
   sim.ExitModule();
   ops.Free(h1);
-  sim.Phase(1, RecordedPhase::kForward, "end_autocast");
+  sim.Phase(1, Phase::kForward, "end_autocast");
   sim.EndAutocast();
   ExpectLines(
       PhaseLines(s, 1, "forward"),
@@ -605,14 +664,14 @@ TensorStream CheckpointModel(bool checkpoint) {
   TensorStream s;
   StepSimulator sim(s);
   Ops ops(sim, Precision{});
-  sim.Phase(0, RecordedPhase::kSetup, "setup");
+  sim.Phase(0, Phase::kSetup, "setup");
   const LinearWeights fc0 = ops.MakeLinear("fc0", kHidden, kHidden, true);
   const LinearWeights fc1 = ops.MakeLinear("fc1", kHidden, kHidden, true);
   const LinearWeights fc2 = ops.MakeLinear("fc2", kHidden, kHidden, true);
-  sim.Phase(1, RecordedPhase::kBeforeForward, "inputs");
+  sim.Phase(1, Phase::kBeforeForward, "inputs");
   const TensorId x = ops.Input("x", kRows * kHidden, DType::kF32);
   const TensorId target = ops.Input("target", kRows * kHidden, DType::kF32);
-  sim.Phase(1, RecordedPhase::kForward, "forward");
+  sim.Phase(1, Phase::kForward, "forward");
   sim.EnterModule("fc0");
   const TensorId h = ops.Linear(x, fc0, kRows);
   sim.ExitModule();
@@ -636,9 +695,9 @@ TensorStream CheckpointModel(bool checkpoint) {
   const TensorId loss = ops.MseLoss(y, target);
   sim.ExitModule();
   ops.Free(y);
-  sim.Phase(1, RecordedPhase::kBackward, "backward");
+  sim.Phase(1, Phase::kBackward, "backward");
   sim.Backward(loss);
-  sim.Phase(1, RecordedPhase::kOptimizer, "step_end");
+  sim.Phase(1, Phase::kOptimizer, "step_end");
   ops.Free(x);
   ops.Free(target);
   ops.Free(loss);
@@ -712,7 +771,7 @@ TEST(StepSimulator, CheckpointRecomputationKnowsTheInputsShape) {
   ops.Free(h);
   const TensorId loss = ops.MseLoss(y, target);
   ops.Free(y);
-  sim.Phase(1, RecordedPhase::kBackward, "backward");
+  sim.Phase(1, Phase::kBackward, "backward");
   sim.Backward(loss);
   int gelus = 0;
   for (const StreamEvent& e : s.events) {
@@ -794,7 +853,7 @@ StreamEvent FreeEvent(uint64_t id) {
 
 TEST(BuildPredictedTrace, FreeOfAnUnknownIdIsInvalidInputNamingTheEvent) {
   TensorStream s;
-  s.Phase(1, RecordedPhase::kForward, "forward");
+  s.Phase(1, Phase::kForward, "forward");
   s.events.push_back(AllocEvent(1, 1024));
   s.events.push_back(FreeEvent(2));
   const auto built = BuildPredictedTrace(std::move(s), BuildOptions{});
@@ -820,7 +879,7 @@ TEST(BuildPredictedTrace, AllocationOfAnIdTwiceIsInvalidInputNamingTheEvent) {
 
 TEST(BuildPredictedTrace, RunningOutOfMemoryEndsTheTraceWithAnOomEvent) {
   TensorStream s;
-  s.Phase(1, RecordedPhase::kForward, "forward");
+  s.Phase(1, Phase::kForward, "forward");
   // 4 MiB: between 1 and 10 MiB, so a 20 MiB segment (kLargeBuffer); then 48 MiB, its own
   // 48 MiB segment: 68 MiB, over the 64 MiB the allocator may have.
   s.events.push_back(AllocEvent(0, 4 << 20));

@@ -35,7 +35,7 @@ struct StreamEvent {
   Kind kind = Kind::kAlloc;
   Thread thread = Thread::kMain;
   model::Category category = model::Category::kTemporary;
-  model::RecordedPhase phase = model::RecordedPhase::kSetup;
+  model::Phase phase = model::Phase::kSetup;
   int32_t step = 0;
   uint64_t id = 0;
   uint64_t bytes = 0;
@@ -54,7 +54,7 @@ struct TensorStream {
   // Helpers for producers.
   // `label` is the training loop's finer name for the phase ("zero_grad", "inputs",
   // "step_end"), the names the goldens' sidecars use.
-  void Phase(int32_t step, model::RecordedPhase phase, std::string_view label = {}) {
+  void Phase(int32_t step, model::Phase phase, std::string_view label = {}) {
     StreamEvent e;
     e.kind = StreamEvent::Kind::kPhase;
     e.step = step;

@@ -18,14 +18,14 @@ using nlohmann::json;
 
 constexpr std::string_view kFormat = "vramscope-tensor-stream";
 
-std::optional<model::RecordedPhase> PhaseOf(std::string_view name) {
-  if (name == "setup") return model::RecordedPhase::kSetup;
+std::optional<model::Phase> PhaseOf(std::string_view name) {
+  if (name == "setup") return model::Phase::kSetup;
   if (name == "zero_grad" || name == "inputs" || name == "before_forward") {
-    return model::RecordedPhase::kBeforeForward;
+    return model::Phase::kBeforeForward;
   }
-  if (name == "forward") return model::RecordedPhase::kForward;
-  if (name == "backward") return model::RecordedPhase::kBackward;
-  if (name == "optimizer" || name == "step_end") return model::RecordedPhase::kOptimizer;
+  if (name == "forward") return model::Phase::kForward;
+  if (name == "backward") return model::Phase::kBackward;
+  if (name == "optimizer" || name == "step_end") return model::Phase::kOptimizer;
   return std::nullopt;
 }
 
@@ -113,7 +113,7 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
       if (!count("id", e.id) || !count("bytes", e.bytes)) {
         return fail("an alloc needs a non-negative integer \"id\" and \"bytes\"");
       }
-      if (e.bytes > (uint64_t{1} << 50)) return fail("an allocation over 1 PiB");
+      if (e.bytes > model::kMaxPlausibleBytes) return fail("an allocation over 1 PiB");
       const auto c = model::ParseCategory(HeaderText(j, "category"));
       if (!c)
         return fail(fmt::format("unknown category \"{}\"", ForMessage(HeaderText(j, "category"))));
@@ -201,15 +201,15 @@ namespace {
 // "before_forward").
 const char* StreamPhaseName(model::Phase p) {
   switch (p) {
-    case model::RecordedPhase::kSetup:
+    case model::Phase::kSetup:
       return "setup";
-    case model::RecordedPhase::kBeforeForward:
+    case model::Phase::kBeforeForward:
       return "inputs";
-    case model::RecordedPhase::kForward:
+    case model::Phase::kForward:
       return "forward";
-    case model::RecordedPhase::kBackward:
+    case model::Phase::kBackward:
       return "backward";
-    case model::RecordedPhase::kOptimizer:
+    case model::Phase::kOptimizer:
       return "optimizer";
   }
   return "setup";

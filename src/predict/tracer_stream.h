@@ -1,4 +1,4 @@
-// Reads the tensor stream the Python tracer writes (python/vramscope/tracer.py; the format is in
+// Reads the tensor stream the Python tracer writes (python/vramscope/tracer/; the format is in
 // docs/design/tracer.md): JSON Lines, a header, then alloc/free/set/phase/matmul/conv events and
 // an "end" line.
 #pragma once

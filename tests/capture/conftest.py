@@ -1,7 +1,7 @@
 """Tests of the capture bootstrap (python/vramscope/bootstrap.py, docs/design/capture.md).
 
 Each test runs a real script in a subprocess with PYTHONPATH laid out exactly as `vramscope run`
-lays it out (<tmp>/sitecustomize.py, <tmp>/vramscope/{__init__,bootstrap}.py) and the contract's
+lays it out (<tmp>/sitecustomize.py, the whole package as <tmp>/vramscope/) and the contract's
 environment variables; VRAMSCOPE_CAPTURE_CPU=1 lets the bootstrap's logic run on a machine without
 a GPU (no snapshot, memory counters null).
 """
@@ -35,10 +35,8 @@ _CLEARED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR
 def inject_dir(tmp_path):
     """The folder `vramscope run` puts first on PYTHONPATH."""
     d = tmp_path / "inject"
-    (d / "vramscope").mkdir(parents=True)
+    shutil.copytree(PACKAGE, d / "vramscope", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(PACKAGE / "inject" / "sitecustomize.py", d / "sitecustomize.py")
-    shutil.copy(PACKAGE / "__init__.py", d / "vramscope" / "__init__.py")
-    shutil.copy(PACKAGE / "bootstrap.py", d / "vramscope" / "bootstrap.py")
     return d
 
 

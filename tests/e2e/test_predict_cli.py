@@ -297,6 +297,39 @@ def test_fit_when_not_even_batch_1_fits(run, out_dir):
     assert list_dir(out_dir) == []
 
 
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def test_fit_advice_says_by_how_much_and_never_repeats_the_set_up(run, out_dir):
+    """llama3-8b with bf16 autocast and checkpointing on an H100: mixed precision and
+    checkpointing are on already, so the advice must not suggest them; it says what batch 1 needs
+    (its peak reserved with no capacity limit: the same figure a prediction without a GPU gives)
+    and by how much that misses, and --json carries the shortfall in bytes."""
+    setup = ("--model", "llama3-8b", "--steps", "1", "--dtype", "bf16-amp", "--checkpointing")
+    rc, out, err = run("predict", *setup, "--fit", "h100-80gb", "--json", cwd=out_dir)
+    assert rc == 1
+    fit = json.loads(out)["fit"]
+    assert fit["largest"] == 0
+    # What batch 1 needs is its prediction with no capacity.
+    doc = predict_json(run, *setup, "--batch", "1", cwd=out_dir)
+    (device,) = doc["devices"]
+    assert fit["needed_reserved_bytes"] == device["peak_reserved"]["bytes"]
+    assert fit["needed_allocated_bytes"] == device["peak_allocated"]["bytes"]
+    assert fit["shortfall_bytes"] == fit["needed_reserved_bytes"] - fit["capacity_bytes"] > 0
+    assert fit["levers"] == ["--lora R", "--zero/--fsdp with --world-size N", "a shorter --seq",
+                             "a larger GPU"]
+    line = assert_one_error_line(err)
+    assert line == (
+        f"vramscope: error: --fit: not even batch 1 fits: batch 1 needs "
+        f"{_gib(fit['needed_reserved_bytes'])} peak reserved, {_gib(fit['shortfall_bytes'])} "
+        f"more than the {_gib(fit['capacity_bytes'])} the allocator can have; try --lora R, "
+        f"--zero/--fsdp with --world-size N, a shorter --seq or a larger GPU")
+    for already_set in ("--dtype", "bf16-amp", "--checkpointing"):
+        assert already_set not in line.split("try ")[1]
+    assert list_dir(out_dir) == []
+
+
 # --------------------------------------------------------------------------------------------
 # Errors: one line, the right exit code, nothing on stdout, nothing written
 # --------------------------------------------------------------------------------------------

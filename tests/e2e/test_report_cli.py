@@ -457,14 +457,24 @@ def test_built_in_example_is_deterministic(run, out_dir):
 # --------------------------------------------------------------------------------------------
 
 
-def check_json_summary(doc: dict, report_path: str | None) -> None:
+# conftest.small_training_snapshot: 4 MiB + 4 KiB of weights and two 1 MiB activations live
+# together, in one 8 MiB segment (its bump allocator's 2 MiB rounding of 6 MiB + 4 KiB).
+SMALL_PEAKS = ((4 << 20) + 4096 + 2 * (1 << 20), 8 << 20)
+
+
+def check_json_summary(doc: dict, report_path: str | None, peaks: tuple[int, int] | None) -> None:
+    """`peaks`: the input's (peak allocated, peak reserved) in bytes, for a one-device input whose
+    figures are known; None for the real snapshots, which record no peak of their own (their
+    peaks are checked against what was live at the dump)."""
     for key in ("tool", "source", "facts", "devices", "report", "peak_usage_bytes"):
         assert key in doc, key
     assert doc["tool"]["name"] == "vramscope"
     assert doc["devices"], "no devices"
+    if peaks is not None:
+        (d,) = doc["devices"]
+        assert (d["peak_allocated"]["bytes"], d["peak_reserved"]["bytes"]) == peaks
     for d in doc["devices"]:
         assert isinstance(d["device"], int)
-        assert d["peak_allocated"]["bytes"] >= 0
         assert d["at_dump"]["allocated_bytes"] <= d["at_dump"]["reserved_bytes"]
         assert d["peak_allocated"]["bytes"] >= d["at_dump"]["allocated_bytes"]
         assert d["peak_reserved"]["bytes"] >= d["at_dump"]["reserved_bytes"]
@@ -486,7 +496,8 @@ def test_json_built_in_example(run, out_dir):
     rc, out, err = run("report", "--json", cwd=out_dir)
     assert rc == 0, err
     doc = json.loads(out)
-    check_json_summary(doc, "vramscope-example.sqlite")
+    check_json_summary(doc, "vramscope-example.sqlite",
+                       (BUILT_IN_PEAK_ALLOCATED, BUILT_IN_PEAK_RESERVED))
     assert doc["source"]["built_in_example"] is True
     assert doc["source"]["path"] == BUILT_IN_NAME
     assert "timings_s" not in doc
@@ -496,14 +507,14 @@ def test_json_built_in_example(run, out_dir):
 def test_json_quiet_still_prints_json(run, small_snapshot, out_dir):
     rc, out, err = run("report", small_snapshot, "--json", "-q", "-o", "r.sqlite", cwd=out_dir)
     assert rc == 0, err
-    check_json_summary(json.loads(out), "r.sqlite")
+    check_json_summary(json.loads(out), "r.sqlite", SMALL_PEAKS)
 
 
 def test_json_summary_only_has_null_report(run, small_snapshot, out_dir):
     rc, out, err = run("report", small_snapshot, "--json", "--summary-only", cwd=out_dir)
     assert rc == 0, err
     doc = json.loads(out)
-    check_json_summary(doc, None)
+    check_json_summary(doc, None, SMALL_PEAKS)
     assert doc["source"]["built_in_example"] is False
     assert list_dir(out_dir) == []
 
@@ -543,7 +554,7 @@ def test_json_real_snapshots(snapshot, run, out_dir):
     rc, out, err = run("report", snapshot, "--json", "--summary-only", cwd=out_dir)
     assert rc == 0, err
     doc = json.loads(out)
-    check_json_summary(doc, None)
+    check_json_summary(doc, None, None)
     assert doc["source"]["path"] == str(snapshot)
 
 

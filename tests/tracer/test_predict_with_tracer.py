@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = os.environ.get("VRAMSCOPE_BIN", str(ROOT / "build" / "vramscope"))
+# Absolute: the binary runs with the test's temporary folder as its working directory.
+BIN = str(Path(os.environ.get("VRAMSCOPE_BIN", str(ROOT / "build" / "vramscope"))).resolve())
 if not Path(BIN).exists():
     pytest.skip(f"no vramscope binary at {BIN}", allow_module_level=True)
 

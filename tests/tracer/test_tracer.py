@@ -1,4 +1,4 @@
-"""Tests of the Python tracer (python/vramscope/tracer.py): the stream it writes for small models
+"""Tests of the Python tracer (python/vramscope/tracer/): the stream it writes for small models
 whose memory can be computed by hand, its invariants, scale, and its one-line errors.
 
     PYTHONPATH=python /tmp/hfv/bin/python -m pytest tests/tracer -q

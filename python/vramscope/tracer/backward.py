@@ -1,0 +1,330 @@
+"""The backward pass: the tracer's own executor, which follows PyTorch's C++ autograd engine
+(that engine cannot run fake CUDA tensors without a GPU)."""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import sys
+from collections import defaultdict
+
+from .common import DEVICE, TracerError, torch
+from .saved import SavedTensors
+from .tracking import StorageTracker
+
+
+def _is_non_overlapping_and_dense(t) -> bool:
+    try:
+        from torch._prims_common import is_non_overlapping_and_dense_or_false
+        return bool(is_non_overlapping_and_dense_or_false(t))
+    except ImportError:
+        return t.is_contiguous()
+
+
+def _obeys_layout_contract(grad, var) -> bool:
+    """The engine's ``utils::obeys_layout_contract``: may the parameter keep this gradient?"""
+    if _is_non_overlapping_and_dense(var):
+        for size, gs, vs in zip(grad.shape, grad.stride(), var.stride()):
+            if size != 1:
+                if gs != vs:
+                    return False
+            elif gs == 0 or vs == 0:
+                return False
+        return True
+    return grad.is_contiguous()
+
+
+def _clone_obey_contract(grad, var):
+    if _is_non_overlapping_and_dense(var):
+        return torch.empty_strided(var.shape, var.stride(), dtype=grad.dtype,
+                                   device=grad.device).copy_(grad)
+    return grad.clone(memory_format=torch.contiguous_format)
+
+
+class BackwardExecutor:
+    """``loss.backward()`` for fake CUDA tensors, in Python, after torch/csrc/autograd/engine.cpp:
+
+    - dependencies counted from the roots; a node runs when all its inputs have arrived, the ready
+      node with the highest sequence number first (AccumulateGrad has the highest possible);
+    - gradient arriving twice at one input: summed in place into the buffered one when only the
+      engine holds it and its storage (``InputBuffer::accumulate``), else out of place;
+    - a node's inputs are released when it returns; its outputs are checked against the next
+      nodes' input metadata (summed to shape, cast to dtype: ``validate_outputs``); then its saved
+      tensors are released (``release_variables``; no ``retain_graph``);
+    - ``AccumulateGrad``: the first gradient is stolen when nothing else holds it and its strides
+      match the parameter's, else copied in the parameter's layout; later ones are added in place.
+
+    Reuse is decided as the engine decides it for real tensors in a normal run (the C++ engine
+    itself never reuses a fake tensor, nor any tensor under a Python dispatch mode).
+
+    Module backward hooks and hooks registered on non-leaf tensors are not run (the engine keeps
+    them in C++ where Python cannot read them); leaf tensor hooks and post-accumulate-grad hooks
+    are."""
+
+    def __init__(self, tracker: StorageTracker, saved: SavedTensors, param_names: dict):
+        self.tracker = tracker
+        self.saved = saved
+        self.param_names = param_names          # id(parameter) -> qualified name
+        self._graph_ids = itertools.count(1)
+        self._graph_id = -1
+        self._storage_baseline = None           # storage use count of a tensor nothing shares
+
+    # what torch._C._current_graph_task_id answers during the trace (torch.utils.checkpoint keys
+    # its recomputation by it)
+    def current_graph_task_id(self) -> int:
+        return self._graph_id
+
+    def grad_unsupported(self, *args, **kwargs):
+        raise TracerError("the traced code calls torch.autograd.grad",
+                          f"step {self.tracker.step} {self.tracker.phase}",
+                          "the tracer runs loss.backward() only; trace a step without "
+                          "autograd.grad")
+
+    def backward(self, tensors, grad_tensors=None, retain_graph=None, create_graph=False,
+                 grad_variables=None, inputs=None):
+        """Replaces torch.autograd.backward (and so Tensor.backward) during the trace."""
+        if create_graph or inputs is not None:
+            raise TracerError("backward(create_graph=True) or backward(inputs=...) is called",
+                              f"step {self.tracker.step} {self.tracker.phase}",
+                              "trace a plain loss.backward()")
+        if grad_tensors is None:
+            grad_tensors = grad_variables
+        tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        if grad_tensors is None:
+            grads = [None] * len(tensors)
+        elif isinstance(grad_tensors, torch.Tensor):
+            grads = [grad_tensors]
+        else:
+            grads = list(grad_tensors)
+        roots = []
+        for i, (t, g) in enumerate(zip(tensors, grads)):
+            if not t.requires_grad:
+                raise RuntimeError(f"element {i} of tensors does not require grad and does not "
+                                   "have a grad_fn")
+            if g is None:
+                if t.numel() != 1:
+                    raise RuntimeError("grad can be implicitly created only for scalar outputs")
+                g = torch.ones_like(t, memory_format=torch.preserve_format)
+            if t.grad_fn is not None:
+                edge = (t.grad_fn, t.output_nr)
+            else:  # a leaf: its AccumulateGrad node
+                edge = (t.view_as(t).grad_fn.next_functions[0][0], 0)
+            roots.append((edge, g))
+        # torch.autograd.backward's frame holds the root gradients until the engine returns
+        root_grads = [g for _, g in roots]
+        self._run(roots, keep_graph=bool(retain_graph))
+        del root_grads
+
+    # -- the engine
+    def _run(self, roots: list, keep_graph: bool) -> None:
+        tracker = self.tracker
+        saved_state = (self._graph_id, tracker.thread, tracker.backward_module)
+        self._graph_id = next(self._graph_ids)
+        tracker.thread = "backward"
+        self._metadata: dict = {}
+        low, high = None, None
+        try:
+            with torch.no_grad():
+                deps = self._dependencies([fn for (fn, _), _ in roots])
+                buffers: dict = {}
+                heap: list = []
+                order = itertools.count()
+                while roots:
+                    (fn, nr), g = roots.pop(0)
+                    self._add(buffers, fn, nr, g)
+                    del g
+                    deps[fn] -= 1
+                    if deps[fn] == 0:
+                        heapq.heappush(heap, (-fn._sequence_nr(), next(order), fn))
+                while heap:
+                    _, _, fn = heapq.heappop(heap)
+                    inputs = buffers.pop(fn)
+                    seq = fn._sequence_nr()
+                    if type(fn).__name__ != "AccumulateGrad":
+                        low = seq if low is None else min(low, seq)
+                        high = seq if high is None else max(high, seq)
+                    edges = fn.next_functions
+                    # call_function: the node, then validate_outputs; then release_variables
+                    with (contextlib.nullcontext() if keep_graph else self.saved.running(fn)):
+                        outputs = self._call(fn, inputs)
+                        del inputs
+                        for i, (nxt, nr) in enumerate(edges):
+                            if i < len(outputs) and outputs[i] is not None and nxt is not None:
+                                outputs[i] = self._validate(outputs[i], nxt, nr)
+                    for i, (nxt, nr) in enumerate(edges):
+                        g = outputs[i] if i < len(outputs) else None
+                        if i < len(outputs):
+                            outputs[i] = None
+                        if nxt is None:
+                            continue
+                        self._add(buffers, nxt, nr, g)
+                        g = None
+                        deps[nxt] -= 1
+                        if deps[nxt] == 0:
+                            heapq.heappush(heap, (-nxt._sequence_nr(), next(order), nxt))
+                    del outputs, fn
+        finally:
+            self._graph_id, tracker.thread, tracker.backward_module = saved_state
+            self._metadata = {}
+        if not keep_graph and low is not None:
+            self.saved.release_range(low, high)
+
+    @staticmethod
+    def _dependencies(root_fns) -> dict:
+        deps: dict = defaultdict(int)
+        seen = set()
+        stack = []
+        for fn in root_fns:
+            deps[fn] += 1
+            if fn not in seen:
+                seen.add(fn)
+                stack.append(fn)
+        while stack:
+            fn = stack.pop()
+            for nxt, _ in fn.next_functions:
+                if nxt is None:
+                    continue
+                deps[nxt] += 1
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return deps
+
+    def _input_metadata(self, fn) -> list:
+        md = self._metadata.get(fn)
+        if md is None:
+            try:
+                md = [(tuple(m.shape), m.dtype) for m in fn._input_metadata]
+            except AttributeError as e:
+                raise TracerError("this PyTorch has no Node._input_metadata",
+                                  f"torch {torch.__version__}",
+                                  "use torch 2.3 or newer") from e
+            self._metadata[fn] = md
+        return md
+
+    def _validate(self, g, fn, nr):
+        """The engine's ``validate_outputs``: shape reduced to, and dtype cast to, what ``fn``
+        expects at input ``nr``."""
+        shape, dtype = self._input_metadata(fn)[nr]
+        if tuple(g.shape) != shape:
+            g = g.sum_to_size(shape)
+        if g.dtype != dtype:
+            g = g.to(dtype)
+        return g
+
+    def _storage_use_baseline(self, t) -> int:
+        if self._storage_baseline is None:
+            recording, self.tracker.recording = self.tracker.recording, False
+            try:  # a probe made like every other tensor of the trace, but not part of it
+                probe = torch.empty(1, dtype=t.dtype, device=t.device)
+                self._storage_baseline = torch._C._storage_Use_Count(
+                    probe.untyped_storage()._cdata)
+                del probe
+            finally:
+                self.tracker.recording = recording
+        return self._storage_baseline
+
+    def _sole_owner(self, t, python_refs: int, check_storage: bool) -> bool:
+        """Does only the engine hold ``t``? ``python_refs``: the references the caller knows of
+        (sys.getrefcount counts this function's own two in addition)."""
+        if sys.getrefcount(t) - 2 > python_refs:
+            return False
+        use_count = getattr(t, "_use_count", None)
+        if use_count is not None and use_count() != 1:
+            return False
+        if check_storage:
+            if not _is_non_overlapping_and_dense(t):
+                return False
+            counter = getattr(torch._C, "_storage_Use_Count", None)
+            if counter is not None and counter(t.untyped_storage()._cdata) != \
+                    self._storage_use_baseline(t):
+                return False
+        return True
+
+    def _add(self, buffers: dict, fn, nr: int, g) -> None:
+        """``InputBuffer::add``: put gradient ``g`` at input ``nr`` of ``fn``."""
+        buf = buffers.get(fn)
+        if buf is None:
+            buf = buffers[fn] = [None] * len(self._input_metadata(fn))
+        if g is None:
+            return
+        old = buf[nr]
+        if old is None:
+            buf[nr] = g
+            return
+        buf[nr] = None
+        if self._sole_owner(old, 1, True):  # (dense tensors: only the buffered one is reused)
+            old.add_(g)
+            buf[nr] = old
+        else:
+            buf[nr] = old + g
+
+    def _call(self, fn, inputs: list) -> list:
+        tracker = self.tracker
+        if type(fn).__name__ == "AccumulateGrad":
+            self._accumulate(fn, inputs)
+            return []
+        scope = tracker.scope
+        tracker.backward_module = (scope.module_of_node(fn) if scope is not None else None)
+        if hasattr(fn, "_forward_cls"):  # a torch.autograd.Function's node
+            return self._call_python_node(fn, inputs)
+        out = fn(*inputs)
+        inputs.clear()
+        if isinstance(out, torch.Tensor):
+            return [out]
+        return list(out) if out is not None else []
+
+    def _call_python_node(self, fn, inputs: list) -> list:
+        """What PyNode::apply does around ``backward``: undefined gradients become zeros, and the
+        results for the forward's arguments are matched to the node's edges (the j-th argument
+        that needs a gradient goes to the j-th defined edge)."""
+        metadata = self._input_metadata(fn)
+        grads = []
+        for i, g in enumerate(inputs):
+            if g is None and getattr(fn, "materialize_grads", True) is not False:
+                shape, dtype = metadata[i]
+                g = torch.zeros(shape, dtype=dtype, device=DEVICE)
+            grads.append(g)
+        inputs.clear()
+        out = fn.apply(*grads)
+        del grads
+        out = list(out) if isinstance(out, (tuple, list)) else [out]
+        edges = fn.next_functions
+        result = [None] * len(edges)
+        edge_slots = [i for i, (n, _) in enumerate(edges) if n is not None]
+        arg_slots = [i for i, needed in enumerate(fn.needs_input_grad) if needed]
+        for arg, edge in zip(arg_slots, edge_slots):
+            if arg < len(out):
+                result[edge] = out[arg]
+        return result
+
+    def _accumulate(self, fn, inputs: list) -> None:
+        var = fn.variable
+        g = inputs[0] if inputs else None
+        inputs.clear()
+        if g is None:
+            return
+        name = self.param_names.get(id(var))
+        scope = self.tracker.scope
+        self.tracker.backward_module = (scope.module_of_param(name) if (name and scope is not None)
+                                        else "backward")
+        for hook in (getattr(var, "_backward_hooks", None) or {}).values():
+            result = hook(g)
+            if result is not None:
+                g = result
+        if var.grad is None:
+            if self._sole_owner(g, 1, False) and _obeys_layout_contract(g, var):
+                new = g.detach()  # stolen: no copy
+            else:
+                new = _clone_obey_contract(g, var)
+            g = None
+            var.grad = new
+            del new
+        else:
+            var.grad.add_(g)
+            g = None
+        if name is not None:
+            self.tracker.relabel(var.grad, "gradient", f"{name}.grad")
+        for hook in (getattr(var, "_post_accumulate_grad_hooks", None) or {}).values():
+            hook(var)

@@ -1,0 +1,137 @@
+"""The command line: ``python -m vramscope.tracer ...`` parses its arguments, traces, and writes
+the stream (header first) atomically to ``-o``; every error is one line and exit status 1."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+
+from .common import DTYPES, DataDependentError, OPTIMIZERS, PROG, SDPA_CHOICES, TracerError, torch
+from .setup import Setup
+from .step import trace
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own exit status is 2 and a usage block; ours is one line
+        raise TracerError(f"bad arguments: {message}", "the command line",
+                          "see `python3 -m vramscope.tracer --help`")
+
+
+def parse_args(argv=None) -> Setup:
+    p = _ArgumentParser(prog="python3 -m vramscope.tracer",
+                        description="Trace one training step's GPU allocations on fake CUDA "
+                                    "tensors (no GPU needed) for `vramscope predict`.")
+    p.add_argument("--model", required=True,
+                   help="FILE.py:FUNCTION (returns an nn.Module) or hf:CONFIG.json (transformers)")
+    p.add_argument("--inputs", metavar="FUNCTION",
+                   help="function in the model file returning one CPU batch "
+                        "(default: vramscope_inputs(batch_size, seq_len, image_size))")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--seq", type=int, default=512, help="tokens per sample")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="image side for vision models (default: the config's, else 224)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="parameter dtype")
+    p.add_argument("--amp", choices=("none", "bf16", "fp16"), default="none",
+                   help="torch.autocast on CUDA for forward and loss (fp16 adds a GradScaler)")
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS) + ["none"], default="adamw")
+    impl = p.add_mutually_exclusive_group()
+    impl.add_argument("--foreach", dest="optimizer_impl", action="store_const", const="foreach",
+                      help="foreach optimizer kernels (PyTorch's default on CUDA; the default)")
+    impl.add_argument("--fused", dest="optimizer_impl", action="store_const", const="fused")
+    impl.add_argument("--for-loop", dest="optimizer_impl", action="store_const", const="for-loop")
+    p.set_defaults(optimizer_impl="foreach")
+    p.add_argument("--zero-grad", choices=("none", "set-to-none", "zero"), default="set-to-none")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--grad-accum", type=int, default=1, metavar="N",
+                   help="micro-batches per optimizer step (forward+backward each)")
+    p.add_argument("--checkpointing", action="store_true",
+                   help="gradient checkpointing (transformers models: "
+                        "gradient_checkpointing_enable())")
+    p.add_argument("--lora", type=int, metavar="R", help="peft LoRA adapters of rank R")
+    p.add_argument("--freeze", action="append", default=[], metavar="PATTERN",
+                   help="requires_grad=False for parameters whose name matches this glob "
+                        "(repeatable)")
+    p.add_argument("--sdpa", choices=SDPA_CHOICES, default="auto",
+                   help="scaled_dot_product_attention kernel (auto: what PyTorch picks on sm90)")
+    p.add_argument("-o", "--output", required=True, help="the stream to write (JSON Lines)")
+    a = p.parse_args(argv)
+    for name in ("batch", "seq", "steps", "grad_accum"):
+        if getattr(a, name) < 1:
+            raise TracerError(f"--{name.replace('_', '-')} must be at least 1",
+                              "the command line", "pass a positive number")
+    if a.image_size is not None and a.image_size < 1:
+        raise TracerError("--image-size must be at least 1", "the command line",
+                          "pass a positive number")
+    if a.lora is not None and a.lora < 1:
+        raise TracerError("--lora must be at least 1", "the command line", "pass the LoRA rank")
+    return Setup(model=a.model, output=a.output, inputs=a.inputs, batch=a.batch, seq=a.seq,
+                 image_size=a.image_size, dtype=a.dtype, amp=a.amp, optimizer=a.optimizer,
+                 optimizer_impl=a.optimizer_impl, zero_grad=a.zero_grad, steps=a.steps,
+                 grad_accum=a.grad_accum, checkpointing=a.checkpointing, lora=a.lora,
+                 freeze=list(a.freeze), sdpa=a.sdpa)
+
+
+def _check_output(path: str) -> str:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise TracerError(f"the output directory {directory!r} does not exist", "-o",
+                          "create it or write elsewhere")
+    if os.path.isdir(path):
+        raise TracerError(f"{path!r} is a directory", "-o", "give a file name")
+    return directory
+
+
+def run(argv=None) -> int:
+    setup = parse_args(argv)
+    if torch is None:
+        raise TracerError("PyTorch is not installed", f"python {sys.executable}",
+                          "install it with `pip install torch` (a CPU build is enough: the tracer "
+                          "needs no GPU)")
+    directory = _check_output(setup.output)
+    base = os.path.basename(setup.output)
+    events_fd, events_path = tempfile.mkstemp(prefix=f".{base}.", suffix=".events", dir=directory)
+    os.close(events_fd)
+    out_fd, out_path = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=directory)
+    os.close(out_fd)
+    try:
+        try:
+            header = trace(setup, events_path)
+        except DataDependentError:
+            if not setup.model.startswith("hf:"):
+                raise
+            header = trace(setup, events_path, hf_sees_fakes=True)
+        with open(out_path, "w", encoding="utf-8") as out, \
+                open(events_path, encoding="utf-8") as events:
+            out.write(json.dumps(header) + "\n")
+            shutil.copyfileobj(events, out)
+        os.replace(out_path, setup.output)
+    finally:
+        for path in (events_path, out_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    s = header["summary"]
+    at = s["peak_at"]
+    print(f"{setup.output}: {s['allocs']:,} allocations, {s['frees']:,} frees; traced peak "
+          f"{s['peak_bytes']:,} B" + (f" at step {at['step']} {at['phase']}" if at else ""))
+    return 0
+
+
+def main(argv=None) -> int:
+    try:
+        with warnings.catch_warnings():
+            # libraries' deprecation notices are not the tracer's output (stderr is for errors)
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return run(argv)
+    except TracerError as e:
+        print(e.line(), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: error: interrupted, while tracing, run it again", file=sys.stderr)
+        return 1

@@ -1,0 +1,33 @@
+"""The training set-up the command line describes (the stream's header carries it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Setup:
+    model: str
+    output: str
+    inputs: str | None = None
+    batch: int = 1
+    seq: int = 512
+    image_size: int | None = None
+    dtype: str = "fp32"
+    amp: str = "none"
+    optimizer: str = "adamw"
+    optimizer_impl: str = "foreach"
+    zero_grad: str = "set-to-none"
+    steps: int = 3
+    grad_accum: int = 1
+    checkpointing: bool = False
+    lora: int | None = None
+    freeze: list = field(default_factory=list)
+    sdpa: str = "auto"
+
+    def as_header(self) -> dict:
+        d = dict(self.__dict__)
+        d.pop("output")
+        return d
+
+

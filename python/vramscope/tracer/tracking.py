@@ -1,0 +1,430 @@
+"""Storage tracking: every new storage on the fake device is an allocation, freed when its
+storage object dies; module scopes; the real values of small tensors (``ValueShadows``)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+
+from .common import CONV_OPS, DEVICE, MATMUL_OPS, TorchDispatchMode, torch
+from .stream import EventWriter
+
+
+class _Storage:
+    __slots__ = ("id", "nbytes", "category", "name", "op")
+
+    def __init__(self, alloc_id, nbytes, category, name, op):
+        self.id, self.nbytes, self.category, self.name, self.op = (
+            alloc_id, nbytes, category, name, op)
+
+
+def _tensors_in(value):
+    """The tensors of an op's result (a tensor, or tuples and lists of them, nested)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors_in(v)
+
+
+def _op_name(func) -> str:
+    schema = getattr(func, "_schema", None)
+    return schema.name if schema is not None else str(func)
+
+
+def _sequence_nr_fn():
+    """The autograd sequence counter of this thread (what the next node's sequence number will
+    be): lets module scopes and saved tensors be matched to autograd nodes."""
+    return getattr(getattr(torch._C, "_autograd", None), "_get_sequence_nr", None)
+
+
+class ModuleScope:
+    """The module whose forward is running: global forward pre/post hooks keep a stack, and each
+    module call's range of autograd sequence numbers is remembered so that the backward executor
+    can attribute a node to the innermost module whose forward created it."""
+
+    def __init__(self, model):
+        # the model itself is named by its class ("" would read as "outside the model")
+        self.root = type(model).__name__
+        self.names = {id(m): name or self.root for name, m in model.named_modules()}
+        self.stack: list[tuple[int, str, int | None]] = []
+        self.seq_module: dict[int, str] = {}
+        self._seq = _sequence_nr_fn()
+        hooks = torch.nn.modules.module
+        self._handles = [hooks.register_module_forward_pre_hook(self._pre),
+                         hooks.register_module_forward_hook(self._post)]
+
+    def _path(self, module) -> str:
+        path = self.names.get(id(module))
+        if path is None:  # not part of the model (a loss module, say): name it by its class
+            parent = self.stack[-1][1] if self.stack else ""
+            return f"{parent}.{type(module).__name__}" if parent else type(module).__name__
+        return path
+
+    def _pre(self, module, args):
+        self.stack.append((id(module), self._path(module), self._seq() if self._seq else None))
+
+    def _post(self, module, args, output):
+        while self.stack:  # an exception may have skipped the post hooks of inner modules
+            mid, path, start = self.stack.pop()
+            if start is not None:
+                for s in range(start, self._seq()):
+                    self.seq_module.setdefault(s, path)  # inner modules finish first: they win
+            if mid == id(module):
+                break
+
+    @property
+    def current(self) -> str | None:
+        return self.stack[-1][1] if self.stack else None
+
+    def module_of_param(self, param_name: str) -> str:
+        return param_name.rpartition(".")[0] or self.root
+
+    def module_of_node(self, node) -> str | None:
+        return self.seq_module.get(node._sequence_nr())
+
+    def forget_nodes(self) -> None:
+        self.seq_module.clear()
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+def _storage_key(t) -> int | None:
+    try:
+        return id(t.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+class ValueShadows:
+    """Real CPU values for the small tensors whose values follow from the batch and from factory
+    functions alone (position ids, causal-mask bookkeeping, label masks), computed op by op beside
+    the fake ones, so that code reading them (``.item()``, ``bool()``, ``nonzero``, boolean-mask
+    indexing) runs as it would on a GPU. Anything computed from a parameter has no shadow: reading
+    its values stays an error, as it must."""
+
+    LIMIT = 1 << 20  # elements: shadows are for index-like tensors, never activations
+
+    def __init__(self):
+        from torch.utils.weak import WeakTensorKeyDictionary
+        self._values = WeakTensorKeyDictionary()      # fake -> (real, fake._version when set)
+        self._by_storage: dict[int, dict] = {}         # storage -> {id: weakref to fake}
+        self._written: dict = {}
+
+    def get(self, t):
+        entry = self._values.get(t)
+        if entry is None or entry[1] != t._version:
+            return None
+        return entry[0]
+
+    def set(self, t, real) -> None:
+        if real.numel() > self.LIMIT:
+            return
+        self._values[t] = (real, t._version)
+        key = _storage_key(t)
+        if key is not None:
+            self._by_storage.setdefault(key, {})[id(t)] = weakref.ref(t)
+
+    def _aliases(self, t):
+        key = _storage_key(t)
+        refs = self._by_storage.get(key) if key is not None else None
+        if not refs:
+            return
+        for ident, ref in list(refs.items()):
+            alias = ref()
+            if alias is None:
+                del refs[ident]  # a dead view; its storage's id may be reused only once all die
+            else:
+                yield alias
+        if not refs:
+            del self._by_storage[key]
+
+    def _after_write(self, t, shadowed: bool) -> None:
+        """``t`` was written in place: its aliases' shadows were written too (``shadowed``), or
+        are stale now. The version counter (shared by all views of a storage) is bumped by the
+        ADInplaceOrView kernel after this dispatch returns: hence the + 1."""
+        for alias in self._aliases(t):
+            entry = self._values.get(alias)
+            if entry is None:
+                continue
+            if shadowed:
+                self._values[alias] = (entry[0], alias._version + 1)
+            else:
+                del self._values[alias]
+
+    def _written_args(self, func, args, kwargs) -> list:
+        positions = self._written.get(func)
+        if positions is None:
+            schema = getattr(func, "_schema", None)
+            positions = [(i, a.name) for i, a in enumerate(schema.arguments)
+                         if a.alias_info is not None and a.alias_info.is_write] if schema else []
+            self._written[func] = positions
+        out = []
+        for i, name in positions:
+            value = args[i] if i < len(args) else kwargs.get(name)
+            out.extend(_tensors_in(value))
+        return out
+
+    def _run_real(self, func, args, kwargs):
+        from torch.utils._pytree import tree_map
+
+        def real(x):
+            if isinstance(x, torch.Tensor):
+                return self.get(x)
+            if isinstance(x, torch.device) and x.type != "cpu":
+                return torch.device("cpu")
+            return x
+        rargs, rkwargs = tree_map(real, args), tree_map(real, kwargs)
+        if "device" in rkwargs:
+            rkwargs["device"] = torch.device("cpu")
+        with _all_modes_off():
+            return func(*rargs, **rkwargs)
+
+    def _all_shadowed(self, args, kwargs) -> bool:
+        from torch.utils._pytree import tree_leaves
+        for x in tree_leaves((args, kwargs)):
+            if isinstance(x, torch.Tensor) and self.get(x) is None:
+                return False
+        return True
+
+    def propagate(self, func, args, kwargs, out) -> None:
+        """After an op ran on fake tensors: run it on the shadows too, when all its inputs have
+        one and its outputs are small."""
+        written = self._written_args(func, args, kwargs)
+        outs = list(_tensors_in(out))
+        if not outs and not written:
+            return
+        ok = all(o.numel() <= self.LIMIT for o in outs) and self._all_shadowed(args, kwargs)
+        real_out = None
+        if ok:
+            try:
+                real_out = self._run_real(func, args, kwargs)
+            except Exception:
+                ok = False
+        for w in written:
+            self._after_write(w, ok)
+        if not ok:
+            return
+        written_ids = {id(w) for w in written}
+        for fake, real in zip(outs, _tensors_in(real_out)):
+            if id(fake) not in written_ids:
+                self.set(fake, real)
+
+    def answer(self, func, args, kwargs, device):
+        """A value-dependent op fake tensors refused: computed on the shadows, with fake tensors
+        of the right shapes for tensor results. Returns (answered, result)."""
+        if not self._all_shadowed(args, kwargs):
+            return False, None
+        try:
+            real = self._run_real(func, args, kwargs)
+        except Exception:
+            return False, None
+
+        def fake_of(r):
+            if not isinstance(r, torch.Tensor):
+                return r
+            fake = torch.empty_strided(tuple(r.shape), tuple(r.stride()), dtype=r.dtype,
+                                       device=device)
+            self.set(fake, r)
+            return fake
+        if isinstance(real, (tuple, list)):
+            return True, type(real)(fake_of(r) for r in real)
+        return True, fake_of(real)
+
+    def integer_indices(self, func, args, make_index):
+        """Boolean-mask indexing with a shadowed mask becomes indexing with the mask's nonzero
+        positions (what the CUDA kernel computes first), so that the result's shape is known."""
+        if func not in _index_ops() or len(args) < 2 or not isinstance(args[1], (tuple, list)):
+            return args
+        indices = args[1]
+        if not any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+                   for i in indices):
+            return args
+        new = []
+        for index in indices:
+            if isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8):
+                real = self.get(index)
+                if real is None:
+                    return args
+                with _all_modes_off():
+                    columns = [c.contiguous() for c in real.nonzero().unbind(1)]
+                new.extend(make_index(c, index.device) for c in columns)
+            else:
+                new.append(index)
+        return (args[0], new, *args[2:])
+
+
+@functools.lru_cache(maxsize=None)
+def _index_ops():
+    aten = torch.ops.aten
+    return frozenset({aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
+                      aten._index_put_impl_.default})
+
+
+def _all_modes_off():
+    try:
+        from torch.utils._python_dispatch import _disable_current_modes
+        return _disable_current_modes()
+    except ImportError:
+        return torch._C._DisableTorchDispatch()
+
+
+class StorageTracker(TorchDispatchMode):
+    """Sees every aten op (below autograd, above the fake kernels) and turns each new storage on the
+    fake device into an ``alloc`` event, and its garbage collection into a ``free``."""
+
+    def __init__(self, writer: EventWriter):
+        super().__init__()
+        self.writer = writer
+        self.recording = True
+        self.live: dict[int, _Storage] = {}      # id(UntypedStorage) -> record
+        self._weakrefs: dict[int, weakref.ref] = {}
+        self._next_id = 1
+        self._labels: list[tuple[str, str, str | None]] = []
+        self._op_names: dict = {}
+        self.scope: ModuleScope | None = None
+        self.thread = "forward"                  # "backward" inside the autograd executor
+        self.backward_module: str | None = None  # module of the node being executed
+        self._matmul_threads: set[str] = set()   # threads with a matmul marker in this phase
+        self.step, self.phase = 0, None
+        self.current_bytes = 0
+        self.peak_bytes, self.peak_at = 0, None
+        self.failure: tuple | None = None        # (op, module, step, phase) of the first failure
+        self.shadows = ValueShadows()
+
+    # -- context
+    def set_phase(self, step: int, phase: str) -> None:
+        self.step, self.phase = step, phase
+        self._matmul_threads.clear()
+        self.writer.emit({"ev": "phase", "step": step, "phase": phase})
+
+    @contextlib.contextmanager
+    def label(self, category: str, name: str, module: str | None = None):
+        """Allocations made inside get this category and name (and module, if given)."""
+        self._labels.append((category, name, module))
+        try:
+            yield
+        finally:
+            self._labels.pop()
+
+    def current_module(self) -> str:
+        if self._labels and self._labels[-1][2] is not None:
+            return self._labels[-1][2]
+        if self.scope is not None and self.scope.current is not None:
+            return self.scope.current
+        if self.thread == "backward":
+            return self.backward_module or "backward"
+        return ""
+
+    # -- dispatch
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch._subclasses.fake_tensor import (DataDependentOutputException,
+                                                   DynamicOutputShapeException)
+        kwargs = kwargs or {}
+        args = self.shadows.integer_indices(func, args, self._index_tensor)
+        try:
+            out = func(*args, **kwargs)
+        except (DataDependentOutputException, DynamicOutputShapeException):
+            device = next((t.device for t in _tensors_in(list(args))), torch.device(DEVICE))
+            answered, out = self.shadows.answer(func, args, kwargs, device)
+            if not answered:
+                self._note_failure(func)
+                raise
+        except Exception:
+            self._note_failure(func)
+            raise
+        if self.recording:
+            self._record(func, out)
+        if self.phase != "setup":  # parameters and buffers must never have values
+            self.shadows.propagate(func, args, kwargs, out)
+        return out
+
+    def _note_failure(self, func) -> None:
+        if self.failure is None:
+            self.failure = (func, self.current_module(), self.step, self.phase)
+
+    def _index_tensor(self, real, device):
+        """A fake int64 index tensor for a mask's nonzero positions (a real allocation on CUDA)."""
+        fake = torch.empty(tuple(real.shape), dtype=real.dtype, device=device)
+        if self.recording and fake.device.type == DEVICE:
+            self.track(fake, "aten::nonzero")
+        self.shadows.set(fake, real)
+        return fake
+
+    def _record(self, func, out) -> None:
+        op = self._op_names.get(func)
+        if op is None:
+            op = self._op_names[func] = _op_name(func)
+        for t in _tensors_in(out):
+            if t.device.type == DEVICE:
+                self.track(t, op)
+        packet = getattr(getattr(func, "_overloadpacket", None), "__name__", "")
+        if packet in MATMUL_OPS and self.thread not in self._matmul_threads:
+            # thinned: the first per thread per phase (cuBLAS keeps its workspace per thread)
+            self._matmul_threads.add(self.thread)
+            self.writer.emit({"ev": "matmul", "thread": self.thread})
+        elif packet in CONV_OPS:
+            self.writer.emit({"ev": "conv", "thread": self.thread})
+
+    def track(self, t, op: str) -> None:
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # no storage (sparse, nested): not traced
+            return
+        key = id(st)
+        nbytes = st.nbytes()
+        rec = self.live.get(key)
+        if rec is not None:
+            if rec.nbytes != nbytes:  # resized in place: the allocator frees and allocates
+                self._emit_free(rec)
+                if nbytes > 0:
+                    self.live[key] = self._emit_alloc(nbytes, rec.category, rec.name, op)
+                else:
+                    del self.live[key]
+            return
+        if nbytes == 0:
+            return
+        category, name = self._labels[-1][:2] if self._labels else ("temporary", "")
+        self.live[key] = self._emit_alloc(nbytes, category, name, op)
+        if key not in self._weakrefs:
+            self._weakrefs[key] = weakref.ref(st, functools.partial(self._on_collect, key))
+
+    def _emit_alloc(self, nbytes, category, name, op) -> _Storage:
+        rec = _Storage(self._next_id, nbytes, category, name, op)
+        self._next_id += 1
+        self.current_bytes += nbytes
+        if self.current_bytes > self.peak_bytes:
+            self.peak_bytes, self.peak_at = self.current_bytes, (self.step, self.phase)
+        self.writer.emit({"ev": "alloc", "id": rec.id, "bytes": nbytes, "category": category,
+                          "name": name, "op": op, "module": self.current_module()})
+        return rec
+
+    def _emit_free(self, rec: _Storage) -> None:
+        self.current_bytes -= rec.nbytes
+        self.writer.emit({"ev": "free", "id": rec.id})
+
+    def _on_collect(self, key, _ref) -> None:
+        self._weakrefs.pop(key, None)
+        rec = self.live.pop(key, None)
+        if rec is not None and self.recording:
+            self._emit_free(rec)
+
+    # -- labels
+    def record_of(self, t) -> _Storage | None:
+        if not isinstance(t, torch.Tensor) or t.device.type != DEVICE:
+            return None
+        try:
+            return self.live.get(id(t.untyped_storage()))
+        except (RuntimeError, NotImplementedError):
+            return None
+
+    def relabel(self, t, category: str, name: str, only_from: tuple | None = None) -> None:
+        rec = self.record_of(t)
+        if rec is None or (only_from is not None and rec.category not in only_from):
+            return
+        if (rec.category, rec.name) != (category, name):
+            rec.category, rec.name = category, name
+            self.writer.relabel(rec.id, category, name)

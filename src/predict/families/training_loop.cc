@@ -1,0 +1,136 @@
+// The built-in families' entry points (model_spec.h): their names and the training loop that
+// runs a family's steps through the step simulator. The families themselves, one file each, are
+// written as the forward passes of their reference implementations (transformers' modeling
+// files, torchvision's ResNet) so that the step simulator sees the same ops, in the same order,
+// as PyTorch would run on a GPU. Parameter names follow the reference implementations, so a
+// prediction names the same tensors a capture does.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "predict/families/family_common.h"
+#include "predict/model_spec.h"
+
+namespace vramscope::predict {
+
+const char* FamilyName(Family family) {
+  switch (family) {
+    case Family::kGpt2:
+      return "GPT-2";
+    case Family::kLlama:
+      return "LLaMA-style decoder";
+    case Family::kBert:
+      return "BERT-style encoder";
+    case Family::kVit:
+      return "Vision Transformer";
+    case Family::kResnet:
+      return "ResNet";
+    case Family::kLayerList:
+      return "layer list";
+  }
+  return "?";
+}
+
+namespace {
+
+using families::Model;
+using families::StepTensors;
+
+std::unique_ptr<Model> MakeModel(const ModelSpec& m, const TrainingSetup& s) {
+  switch (m.family) {
+    case Family::kGpt2:
+      return families::MakeGpt2(m, s);
+    case Family::kLlama:
+      return families::MakeLlama(m, s);
+    case Family::kBert:
+    case Family::kVit:
+      return families::MakeEncoder(m, s);
+    case Family::kResnet:
+      return families::MakeResNet(m, s);
+    case Family::kLayerList:
+      return families::MakeLayerList(m, s);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& setup) {
+  if (setup.batch == 0) return UsageError("--batch must be at least 1");
+  if (setup.steps < 1) return UsageError("--steps must be at least 1");
+  if (setup.grad_accum < 1) return UsageError("--grad-accum must be at least 1");
+  TensorStream stream;
+  StepSimulator sim(stream);
+  Ops ops(sim, setup.precision);
+  ops.linear_inputs_nd = m.family == Family::kGpt2 || m.family == Family::kLlama ||
+                         m.family == Family::kBert || m.family == Family::kVit ||
+                         (m.family == Family::kLayerList && m.input_shape.size() == 2);
+  const int shards = setup.zero == ZeroMode::kNone ? 1 : setup.world_size;
+  if (setup.zero == ZeroMode::kZero2 || setup.zero == ZeroMode::kZero3 ||
+      setup.zero == ZeroMode::kFsdp) {
+    sim.grad_shards = shards;
+  }
+  if (setup.zero == ZeroMode::kZero3 || setup.zero == ZeroMode::kFsdp) sim.param_shards = shards;
+  sim.frozen_patterns = setup.freeze;
+  OptimizerSetup optimizer = setup.optimizer;
+  optimizer.shards = shards;
+  auto model = MakeModel(m, setup);
+  stream.Phase(0, model::Phase::kSetup, "setup");
+  // peft wraps the model: every name gains "base_model.model." under LoRA.
+  const std::string_view root = setup.lora_rank > 0 ? "base_model.model" : "";
+  sim.EnterModule(root);
+  model->Build(ops);
+  model->BuildHead(ops);
+  sim.ExitModule();
+  if (sim.too_large()) {
+    return UsageError(
+        "the model's weights are larger than any GPU (a tensor over 1 PiB): check the config");
+  }
+  stream.info.parameters = sim.parameter_elements();
+  stream.info.trainable_parameters = sim.trainable_elements();
+  stream.info.parameter_bytes = sim.parameter_bytes();
+  stream.info.buffer_bytes = sim.buffer_bytes();
+  const bool autocast = setup.precision.autocast.has_value();
+  using model::Phase;
+  // The loop of examples/training/train.py (and of most training scripts).
+  for (int step = 1; step <= setup.steps; ++step) {
+    stream.Phase(step, Phase::kBeforeForward, "zero_grad");
+    if (setup.zero_grad) sim.ZeroGrad(setup.set_to_none);
+    StepTensors kept;
+    for (int micro = 1; micro <= setup.grad_accum; ++micro) {
+      stream.Phase(step, Phase::kBeforeForward, "inputs");
+      std::vector<TensorId> inputs = model->Inputs(ops);
+      stream.Phase(step, Phase::kForward, "forward");
+      sim.EnterModule(root);
+      StepTensors t = model->Forward(ops, inputs);
+      sim.ExitModule();
+      t.inputs = std::move(inputs);
+      if (autocast) sim.EndAutocast();
+      stream.Phase(step, Phase::kBackward, "backward");
+      sim.Backward(t.loss);
+      if (micro < setup.grad_accum) {
+        for (const TensorId i : t.inputs) sim.Free(i);
+        sim.Free(t.output);
+        sim.Free(t.loss);
+      } else {
+        kept = std::move(t);
+      }
+    }
+    stream.Phase(step, Phase::kOptimizer, "optimizer");
+    sim.OptimizerStep(optimizer);
+    // The loop drops the batch, the output and the loss at the end of the step.
+    stream.Phase(step, Phase::kOptimizer, "step_end");
+    for (const TensorId i : kept.inputs) sim.Free(i);
+    sim.Free(kept.output);
+    sim.Free(kept.loss);
+    if (sim.too_large()) {
+      return UsageError(fmt::format(
+          "batch {} x sequence {} makes a tensor of more than 1 PiB, beyond any GPU: use a "
+          "smaller --batch or --seq",
+          setup.batch, setup.seq ? setup.seq : m.default_seq));
+    }
+  }
+  return stream;
+}
+
+}  // namespace vramscope::predict
