@@ -42,7 +42,7 @@ void CheckTrace(const vramscope::model::Trace& t) {
   size_t next = 0;
   for (size_t d = 0; d < t.devices.size(); ++d) {
     if (d > 0) Check(t.devices[d - 1] < t.devices[d]);
-    Check(t.devices[d] >= 0 && t.devices[d] <= 1023);
+    Check(t.devices[d] >= 0 && t.devices[d] <= vramscope::model::kMaxDeviceOrdinal);
     const auto [begin, end] = t.device_event_ranges[d];
     Check(begin == next && end > begin);
     for (size_t i = begin; i < end; ++i) Check(ev.device[i] == t.devices[d]);

@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <vector>
 
 #include "sources/run_output/capture_sidecar.h"
 #include "analysis/analyze.h"
@@ -161,12 +162,13 @@ void CheckParsed(const CaptureSidecar& s) {
 }
 
 void CheckApplied(const CaptureSidecar& s, const vramscope::sources::SidecarApplied& applied,
-                  const Trace& t, const vramscope::model::Interpretation& in) {
+                  const Trace& t, const std::vector<std::string>& notes_before,
+                  const vramscope::model::Interpretation& in) {
   const auto& ev = t.events;
   const size_t n = ev.count();
   // The trace stays as it was read: what the sidecar says is beside it.
   Check(t.phase_marks.empty() && ev.tensor_name.empty() && ev.category.empty());
-  Check(t.facts.notes.empty());
+  Check(t.facts.notes == notes_before);
   // Phase marks: by device (in the trace's device order), then strictly by event, each inside
   // its device's events.
   const auto& marks = in.phase_marks;
@@ -210,8 +212,9 @@ void CheckApplied(const CaptureSidecar& s, const vramscope::sources::SidecarAppl
 
 void ApplyTo(const CaptureSidecar& s, Trace t) {
   vramscope::model::Interpretation in;
+  const std::vector<std::string> notes_before = t.facts.notes;
   const auto applied = vramscope::sources::InterpretCaptureSidecar(s, t, in);
-  CheckApplied(s, applied, t, in);
+  CheckApplied(s, applied, t, notes_before, in);
   // The analyses a report then runs, over the trace and what the sidecar said.
   const vramscope::analysis::ProjectRoot root("/proj");
   const auto a = vramscope::analysis::Analyze(vramscope::model::TraceView{t, in}, root);
