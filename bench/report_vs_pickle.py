@@ -52,7 +52,7 @@ EXAMPLE_SOURCE = os.path.join(REPO, "examples", "synthetic_mlp_adam_step.pickle"
 EXAMPLE_MAKER = os.path.join(REPO, "examples", "make_example_snapshot.py")
 
 GIB = 1 << 30
-TIMING_KEYS = ("read", "parse", "build_model", "analyze", "write_report", "total")
+TIMING_KEYS = ("read", "parse", "build_model", "replay", "analyze", "write_report", "total")
 
 
 class NoGlobalsUnpickler(pickle.Unpickler):
