@@ -24,8 +24,8 @@ bool operator==(const SegmentEvent& a, const SegmentEvent& b) {
          a.stream == b.stream;
 }
 void PrintTo(const SegmentEvent& e, std::ostream* os) {
-  *os << SegmentActionName(e.action) << "(" << PoolName(e.pool) << ", addr=0x" << std::hex
-      << e.addr << std::dec << ", size=" << e.size << ", stream=" << e.stream << ")";
+  *os << SegmentActionName(e.action) << "(" << PoolName(e.pool) << ", addr=0x" << std::hex << e.addr
+      << std::dec << ", size=" << e.size << ", stream=" << e.stream << ")";
 }
 
 namespace {

@@ -627,8 +627,7 @@ BlockId CachingAllocator::MapBlock(BlockId b, uint64_t size) {
   return b;
 }
 
-BlockId CachingAllocator::TryAllocateExpandable(Pool pool_kind, uint64_t stream,
-                                                uint64_t size) {
+BlockId CachingAllocator::TryAllocateExpandable(Pool pool_kind, uint64_t stream, uint64_t size) {
   BlockId c = FindExpandableBlock(pool_kind, stream, size);
   if (c == kNoBlock) return kNoBlock;
   if (blocks_[c].state == BlockView::State::kUnmapped) {
@@ -704,8 +703,7 @@ bool CachingAllocator::Overlaps(uint64_t addr, uint64_t size) const {
   return false;
 }
 
-uint64_t CachingAllocator::NewAddress(uint64_t size, uint64_t stream, Pool pool,
-                                      bool* fallback) {
+uint64_t CachingAllocator::NewAddress(uint64_t size, uint64_t stream, Pool pool, bool* fallback) {
   const uint64_t addr = addresses_->NewSegment(size, stream, pool);
   *fallback = Overlaps(addr, size);
   if (!*fallback) return addr;

@@ -294,9 +294,7 @@ class CachingAllocator {
   // The device's memory; "unlimited" still stops at 64 PiB, so that sums of sizes and synthetic
   // addresses never wrap around, whatever a corrupt trace asks for.
   uint64_t DeviceLimit() const { return std::min(settings_.capacity, uint64_t{1} << 56); }
-  uint64_t PageSize(Pool pool) const {
-    return pool == Pool::kSmall ? kSmallBuffer : kLargeBuffer;
-  }
+  uint64_t PageSize(Pool pool) const { return pool == Pool::kSmall ? kSmallBuffer : kLargeBuffer; }
 
   void Emit(SegmentAction action, Pool pool, uint64_t addr, uint64_t size, uint64_t stream) {
     events_.push_back({action, pool, addr, size, stream});

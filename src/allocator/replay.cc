@@ -51,8 +51,7 @@ std::map<uint64_t, InitialSegment> InitialSegments(const model::Trace& trace, in
       ++*skipped_expandable;
       continue;
     }
-    segs[s.address] = {s.address, s.total_size, s.stream,
-                       s.pool};
+    segs[s.address] = {s.address, s.total_size, s.stream, s.pool};
   }
   const model::Events& ev = trace.events;
   for (size_t i = end; i-- > begin;) {
@@ -246,7 +245,8 @@ class Replayer {
       model_.SetTag(id, b.allocation);
       block_of_[b.allocation] = id;
       ++result_.initial_blocks;
-      if (b.established && !b.exact) result_.confirmed_block_sizes.emplace_back(b.allocation, b.size);
+      if (b.established && !b.exact)
+        result_.confirmed_block_sizes.emplace_back(b.allocation, b.size);
     }
     if (unplaced > 0) {
       result_.notes.push_back(fmt::format(

@@ -184,10 +184,9 @@ uint32_t OwnerNamer::Id(size_t i) {
                          info.category == attribution::Category::kOptimizerState ||
                          info.category == attribution::Category::kInput ||
                          info.category == attribution::Category::kWorkspace;
-      std::string label =
-          state || info.operation == model::kEmptyString
-              ? std::string(tensor)
-              : fmt::format("{} @ {}", attribution_.Name(info.operation), tensor);
+      std::string label = state || info.operation == model::kEmptyString
+                              ? std::string(tensor)
+                              : fmt::format("{} @ {}", attribution_.Name(info.operation), tensor);
       auto [it, inserted] =
           by_label_.emplace(std::move(label), static_cast<uint32_t>(labels_.size()));
       if (inserted) labels_.push_back(it->first);

@@ -56,8 +56,8 @@ class OwnerNamer;
 // The allocations of `device` live right after `event` (kNoEvent: at the start of the trace), as
 // LiveAfter gives them, grouped.
 LiveBreakdown BreakdownAfter(const model::TraceView& view,
-                             const attribution::Attribution& attribution,
-                             SiteNamer& sites, OwnerNamer& owners, int32_t device, int64_t event);
+                             const attribution::Attribution& attribution, SiteNamer& sites,
+                             OwnerNamer& owners, int32_t device, int64_t event);
 
 // Live bytes by category right after each of `events` (ascending indices into Trace::events of
 // `device`; kNoEvent first means "at the start of the trace"). One sweep over the allocations.

@@ -110,19 +110,17 @@ void AssignAllocations(const model::TraceView& view, int32_t device, size_t firs
     largest = std::max(largest, out.segments[k].size);
   }
   if (by_address.empty()) return;
-  std::sort(by_address.begin(), by_address.end(), [&](size_t x, size_t y) {
-    return out.segments[x].address < out.segments[y].address;
-  });
+  std::sort(by_address.begin(), by_address.end(),
+            [&](size_t x, size_t y) { return out.segments[x].address < out.segments[y].address; });
   constexpr int64_t kForever = std::numeric_limits<int64_t>::max();
   for (size_t i = 0; i < trace.allocations.size(); ++i) {
     const model::Allocation& a = trace.allocations[i];
     if (a.device != device) continue;
     const uint64_t size = view.BlockSize(i);
     const int64_t born = a.alloc_event;  // kNoEvent (-1): before the trace
-    auto hi = std::upper_bound(by_address.begin(), by_address.end(), a.addr,
-                               [&](uint64_t addr, size_t k) {
-                                 return addr < out.segments[k].address;
-                               });
+    auto hi =
+        std::upper_bound(by_address.begin(), by_address.end(), a.addr,
+                         [&](uint64_t addr, size_t k) { return addr < out.segments[k].address; });
     while (hi != by_address.begin()) {
       --hi;
       const SegmentSpan& s = out.segments[*hi];

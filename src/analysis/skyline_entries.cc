@@ -79,10 +79,9 @@ SkylineEntries BuildSkylineEntries(const model::TraceView& view, const Summary& 
       if (info.category == Category::kWeight) {
         // A weight the source named ("h.0.attn.c_attn.weight") keeps its name, and its gradient
         // is the allocation named "<name>.grad".
-        const std::string_view named =
-            a.alloc_event == model::kNoEvent
-                ? std::string_view()
-                : view.TensorName(static_cast<uint32_t>(a.alloc_event));
+        const std::string_view named = a.alloc_event == model::kNoEvent
+                                           ? std::string_view()
+                                           : view.TensorName(static_cast<uint32_t>(a.alloc_event));
         if (!named.empty()) {
           WeightEntry w;
           w.name = std::string(named);

@@ -11,11 +11,11 @@
 #include "cli/report_output.h"
 #include "cli/run_tracer.h"
 #include "common/units.h"
+#include "pipeline/analyze.h"
+#include "pipeline/load.h"
 #include "predict/fit_advice.h"
 #include "predict/model_description.h"
 #include "predict/predict.h"
-#include "pipeline/analyze.h"
-#include "pipeline/load.h"
 #include "predict/tracer_stream.h"
 
 namespace vramscope::cli {
@@ -312,8 +312,7 @@ Status Run(const PredictOptions& o) {
   pipeline::LoadOptions load;
   load.progress = false;
   load.project_root = project_root;
-  ASSIGN_OR_RETURN(pipeline::Loaded loaded,
-                   pipeline::FromTrace(std::move(built.trace), load));
+  ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::FromTrace(std::move(built.trace), load));
   ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,
                    pipeline::Analyze(std::move(loaded), {project_root, std::nullopt}));
   return EmitReport(*analyzed, out, outputs, {});

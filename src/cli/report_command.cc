@@ -31,8 +31,7 @@ void RegisterReportCommand(CLI::App& app, ReportOptions& o) {
 
 int RunReportCommand(const ReportOptions& options) {
   return RunAndReport(options.input, [&] {
-    return ReportOnInput(pipeline::ClassifyInput(options.input), options.project_root,
-                         options.out);
+    return ReportOnInput(pipeline::ClassifyInput(options.input), options.project_root, options.out);
   });
 }
 

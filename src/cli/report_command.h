@@ -11,7 +11,7 @@
 namespace vramscope::cli {
 
 struct ReportOptions {
-  std::string input;  // empty: the built-in example
+  std::string input;         // empty: the built-in example
   std::string project_root;  // empty: the current directory
   ReportOutputOptions out;
 };

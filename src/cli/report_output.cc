@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "common/peak_memory.h"
-#include "pipeline/load.h"
 #include "common/units.h"
+#include "pipeline/load.h"
 #include "report/html_viewer.h"
 #include "report/json_summary.h"
 #include "report/rank_table.h"
@@ -45,12 +45,11 @@ void AddReportOutputFlags(CLI::App& cmd, ReportOutputOptions& o, bool with_summa
 Result<PreparedOutputs> PrepareReportOutputs(const pipeline::Input& input,
                                              const ReportOutputOptions& options) {
   PreparedOutputs out;
-  const bool database = !options.summary_only &&
-                        (!options.output.empty() || options.database_by_default);
+  const bool database =
+      !options.summary_only && (!options.output.empty() || options.database_by_default);
   if (database) {
-    const std::string target = options.output.empty()
-                                   ? pipeline::DefaultOutputName(input, "sqlite")
-                                   : options.output;
+    const std::string target =
+        options.output.empty() ? pipeline::DefaultOutputName(input, "sqlite") : options.output;
     ASSIGN_OR_RETURN(AtomicOutput prepared, AtomicOutput::Prepare(target, options.force));
     out.database.emplace(std::move(prepared));
   }
@@ -102,12 +101,11 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions&
 
   if (options.json) {
     nlohmann::json json = report::RenderJsonSummary(input, options.top);
-    json["report"] = outputs.database
-                         ? nlohmann::json{{"path", outputs.database->target()},
-                                          {"skyline_tables", info.skyline_tables},
-                                          {"vramscope_tables", info.vramscope_tables},
-                                          {"rows", info.rows}}
-                         : nlohmann::json(nullptr);
+    json["report"] = outputs.database ? nlohmann::json{{"path", outputs.database->target()},
+                                                       {"skyline_tables", info.skyline_tables},
+                                                       {"vramscope_tables", info.vramscope_tables},
+                                                       {"rows", info.rows}}
+                                      : nlohmann::json(nullptr);
     if (!ranks.empty()) json["ranks"] = report::RankTableJson(ranks);
     if (options.timings) {
       const pipeline::Loaded& l = analyzed.loaded;
@@ -117,9 +115,9 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions&
           {"build_model", l.timings.build_model_s},
           {"replay", l.replay_s},
           {"analyze", times.analyze_s},
-                           {"write_report", write_s},
-                           {"total", total_s},
-                           {"peak_rss_bytes", PeakResidentBytes()}};
+          {"write_report", write_s},
+          {"total", total_s},
+          {"peak_rss_bytes", PeakResidentBytes()}};
     }
     fmt::print("{}\n", json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     return Status::Ok();
@@ -148,8 +146,7 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions&
   }
   if (outputs.database) {
     fmt::print("\nreport written to {} ({} Skyline tables + {} vramscope_ tables, {} rows)\n",
-               outputs.database->target(), info.skyline_tables, info.vramscope_tables,
-               info.rows);
+               outputs.database->target(), info.skyline_tables, info.vramscope_tables, info.rows);
   }
   if (!options.html.empty()) fmt::print("viewer written to {}\n", options.html);
   if (options.timings) {
@@ -166,8 +163,7 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions&
 Status ReportOnInput(const pipeline::Input& input, const std::string& project_root_flag,
                      const ReportOutputOptions& options) {
   const auto t_start = Clock::now();
-  ASSIGN_OR_RETURN(const std::string project_root,
-                   pipeline::ResolveProjectRoot(project_root_flag));
+  ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(project_root_flag));
   ASSIGN_OR_RETURN(PreparedOutputs outputs, PrepareReportOutputs(input, options));
   pipeline::LoadOptions load;
   load.progress = !options.quiet;
@@ -178,9 +174,9 @@ Status ReportOnInput(const pipeline::Input& input, const std::string& project_ro
                    pipeline::Analyze(std::move(loaded), {project_root, std::nullopt}));
   const auto t_analyzed = Clock::now();
   RETURN_IF_ERROR(CheckDevice(*analyzed, options.device));
-  return EmitReport(*analyzed, options, outputs,
-                    {Seconds(t_start, t_loaded), Seconds(t_loaded, t_analyzed),
-                     Seconds(t_start, t_analyzed)});
+  return EmitReport(
+      *analyzed, options, outputs,
+      {Seconds(t_start, t_loaded), Seconds(t_loaded, t_analyzed), Seconds(t_start, t_analyzed)});
 }
 
 }  // namespace vramscope::cli

@@ -16,7 +16,7 @@ namespace vramscope::cli {
 
 struct ReportOutputOptions {
   std::string output;  // -o; empty: DefaultOutputName of the input, unless !database_by_default
-  bool summary_only = false;  // --summary-only: no database
+  bool summary_only = false;        // --summary-only: no database
   bool database_by_default = true;  // predict writes a database only when -o names one
   std::string html;                 // --html: also the viewer page
   bool force = false;

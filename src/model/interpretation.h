@@ -76,9 +76,9 @@ struct TraceView {
 
   // The recorded phases: the capture's when it marked any, else the source's.
   std::span<const PhaseMark> PhaseMarks() const {
-    return interpretation.phase_marks.empty() ? std::span<const PhaseMark>(trace.phase_marks)
-                                              : std::span<const PhaseMark>(
-                                                    interpretation.phase_marks);
+    return interpretation.phase_marks.empty()
+               ? std::span<const PhaseMark>(trace.phase_marks)
+               : std::span<const PhaseMark>(interpretation.phase_marks);
   }
   // The category a source or a capture recorded for the tensor of alloc event `event`.
   std::optional<Category> RecordedCategory(uint32_t event) const;

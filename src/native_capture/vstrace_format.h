@@ -1,6 +1,6 @@
 // The native trace file (.vstrace): what `vramscope run --native` writes from inside the traced
-// process (src/native_capture/inject.cc) and what sources/native_trace reads. The layout is documented
-// in docs/design/native-trace.md; this header is its single definition in code.
+// process (src/native_capture/inject.cc) and what sources/native_trace reads. The layout is
+// documented in docs/design/native-trace.md; this header is its single definition in code.
 //
 // Append-only and crash-safe: a header, then records, each written with one write(2) call, so
 // that a record is in the file as soon as the call returns and a crash loses at most the record

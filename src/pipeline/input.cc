@@ -41,8 +41,8 @@ std::string DefaultOutputName(const Input& input, std::string_view extension) {
     base = base.substr(slash + 1);
   }
   static constexpr std::array<std::string_view, 11> kSuffixes = {
-      ".gz", ".zst", ".pickle", ".pkl", ".json", ".raw", ".vstrace", ".trace", ".pt", ".sqlite",
-      ".html"};
+      ".gz",      ".zst",   ".pickle", ".pkl",    ".json", ".raw",
+      ".vstrace", ".trace", ".pt",     ".sqlite", ".html"};
   for (bool stripped = true; stripped;) {
     stripped = false;
     for (const std::string_view suffix : kSuffixes) {

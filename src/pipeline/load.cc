@@ -10,9 +10,9 @@
 #include "common/mapped_file.h"
 #include "common/progress.h"
 #include "pipeline/built_in_example.h"
+#include "sources/load_source.h"
 #include "sources/run_output/capture_folder.h"
 #include "sources/run_output/capture_sidecar.h"
-#include "sources/load_source.h"
 
 namespace vramscope::pipeline {
 
@@ -52,10 +52,8 @@ Status Replay(Loaded& loaded, const LoadOptions& options) {
         loaded.input.Name()));
   }
   const auto start = std::chrono::steady_clock::now();
-  Result<analysis::Simulations> replayed =
-      analysis::ReplayRecording(trace, options.recorded_conf);
-  loaded.replay_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Result<analysis::Simulations> replayed = analysis::ReplayRecording(trace, options.recorded_conf);
+  loaded.replay_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!replayed.ok()) {
     if (options.require_replay) return replayed.status();
     loaded.interpretation.notes.push_back(fmt::format(
@@ -134,9 +132,9 @@ Result<Loaded> LoadCaptureFolder(const Input& input, const LoadOptions& options)
   if (captures.size() == 1) return LoadCapture(input, captures.front(), options, nullptr);
   std::vector<analysis::RankRow> rows;
   for (const sources::Capture& capture : captures) {
-    Progress progress(fmt::format("reading {} ({} of {})", capture.label, rows.size() + 1,
-                                  captures.size()),
-                      options.progress);
+    Progress progress(
+        fmt::format("reading {} ({} of {})", capture.label, rows.size() + 1, captures.size()),
+        options.progress);
     auto row = RankRowOf(input, capture, options);
     if (!row.ok()) return row.status().WithPrefix(capture.label + ": ");
     rows.push_back(std::move(*row));

@@ -258,7 +258,8 @@ Status WriteTensorStream(const TensorStream& stream, const std::string& path, bo
           const std::string_view label = stream.strings.Get(e.name);
           j = {{"ev", "phase"},
                {"step", e.step},
-               {"phase", label.empty() ? std::string(StreamPhaseName(e.phase)) : std::string(label)}};
+               {"phase",
+                label.empty() ? std::string(StreamPhaseName(e.phase)) : std::string(label)}};
           break;
         }
         case StreamEvent::Kind::kEmptyCache:

@@ -49,18 +49,12 @@ struct ReportInput {
 
 inline ReportInput ReportInput::From(const pipeline::Analyzed& r) {
   analysis::Analysis& a = *r.analysis;
-  return ReportInput{r.trace(),
-                     r.view(),
-                     a.timelines,
-                     a.attribution,
-                     a.summary,
-                     a.entries,
-                     *a.sites,
-                     r.root,
-                     r.simulations(),
-                     &a.category_timelines,
-                     a.owners.get(),
-                     r.loaded.ranks.empty() ? nullptr : &r.loaded.ranks,
+  return ReportInput{r.trace(),       r.view(),
+                     a.timelines,     a.attribution,
+                     a.summary,       a.entries,
+                     *a.sites,        r.root,
+                     r.simulations(), &a.category_timelines,
+                     a.owners.get(),  r.loaded.ranks.empty() ? nullptr : &r.loaded.ranks,
                      &a.segments};
 }
 

@@ -323,10 +323,11 @@ std::string RenderSimulationText(const ReportInput& in, std::optional<int32_t> d
                        Count(end - begin), ConfLabel(dev.recorded_settings.ToAllocConf()),
                        dev.settings_source);
     if (const analysis::DeviceSummary* d = RecordedSummary(in, dev.device)) {
-      out += fmt::format("  recorded: peak allocated {}, peak reserved {} (as 'vramscope report' "
-                         "gives them)\n",
-                         Bytes(static_cast<uint64_t>(d->peak_allocated)),
-                         Bytes(static_cast<uint64_t>(d->peak_reserved)));
+      out += fmt::format(
+          "  recorded: peak allocated {}, peak reserved {} (as 'vramscope report' "
+          "gives them)\n",
+          Bytes(static_cast<uint64_t>(d->peak_allocated)),
+          Bytes(static_cast<uint64_t>(d->peak_reserved)));
     }
     RenderReplay(out, trace, dev, dev.runs.front());
     RenderWhatIf(out, trace, dev, RecordedSummary(in, dev.device));

@@ -459,12 +459,11 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
       };
       RETURN_IF_ERROR(alloc.Row(
           static_cast<int64_t>(i), a.device, a.addr, a.requested_size, in.view.BlockSize(i),
-          in.view.SizeExact(i),
-          a.stream, a.alive_at_end, Insert::Event(a.alloc_event), time_of(a.alloc_event),
-          a.alloc_stack, Insert::Event(a.free_requested_event), time_of(a.free_requested_event),
-          a.free_stack, Insert::Event(a.free_completed_event), time_of(a.free_completed_event),
-          attribution::CategoryName(info.category), attribution::ConfidenceName(info.confidence),
-          rule_it->second,
+          in.view.SizeExact(i), a.stream, a.alive_at_end, Insert::Event(a.alloc_event),
+          time_of(a.alloc_event), a.alloc_stack, Insert::Event(a.free_requested_event),
+          time_of(a.free_requested_event), a.free_stack, Insert::Event(a.free_completed_event),
+          time_of(a.free_completed_event), attribution::CategoryName(info.category),
+          attribution::ConfidenceName(info.confidence), rule_it->second,
           Insert::MaybeText{in.attribution.Name(info.operation),
                             info.operation != model::kEmptyString},
           site_it->second, text_of(ev.user_metadata), text_of(ev.compile_context),
@@ -490,13 +489,13 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
       for (const auto& d : st.devices) {
         if (d.device == s.device) dev = &d;
       }
-      RETURN_IF_ERROR(seg.Row(
-          static_cast<int64_t>(k), s.device, s.address, s.size, s.stream, model::PoolName(s.pool),
-          analysis::PoolEvidenceName(s.pool_evidence), s.expandable, Insert::Event(s.first_event),
-          Insert::Event(s.end_event),
-          analysis::SegmentSourceName(dev != nullptr ? dev->source
-                                                     : analysis::SegmentSource::kRecorded),
-          dev != nullptr && dev->synthetic_addresses));
+      RETURN_IF_ERROR(
+          seg.Row(static_cast<int64_t>(k), s.device, s.address, s.size, s.stream,
+                  model::PoolName(s.pool), analysis::PoolEvidenceName(s.pool_evidence),
+                  s.expandable, Insert::Event(s.first_event), Insert::Event(s.end_event),
+                  analysis::SegmentSourceName(dev != nullptr ? dev->source
+                                                             : analysis::SegmentSource::kRecorded),
+                  dev != nullptr && dev->synthetic_addresses));
     }
     *rows += seg.rows();
   }

@@ -296,10 +296,10 @@ class PredictedReport {
     model::BuildAllocations(t);
     root_ = std::make_unique<analysis::ProjectRoot>("");
     analysis_ = analysis::Analyze(model::Uninterpreted(t), *root_);
-    input_ = std::make_unique<ReportInput>(ReportInput{
-        t, model::Uninterpreted(t), analysis_->timelines, analysis_->attribution,
-        analysis_->summary, analysis_->entries, *analysis_->sites, *root_, nullptr,
-        &analysis_->category_timelines, analysis_->owners.get()});
+    input_ = std::make_unique<ReportInput>(
+        ReportInput{t, model::Uninterpreted(t), analysis_->timelines, analysis_->attribution,
+                    analysis_->summary, analysis_->entries, *analysis_->sites, *root_, nullptr,
+                    &analysis_->category_timelines, analysis_->owners.get()});
     path_ = (std::filesystem::temp_directory_path() /
              ("vramscope_prediction_test_" + std::to_string(getpid()) + ".sqlite"))
                 .string();

@@ -99,9 +99,8 @@ Status WriteSimulationTables(Db& db, const ReportInput& in, uint64_t* rows) {
       }
       for (const allocator::SegmentView& s : r.final_state) {
         for (const allocator::BlockView& b : s.blocks) {
-          RETURN_IF_ERROR(block.Row(id, s.addr, model::PoolName(s.pool), s.expandable,
-                                    s.stream, b.addr, b.size, b.requested,
-                                    BlockStateText(b.state)));
+          RETURN_IF_ERROR(block.Row(id, s.addr, model::PoolName(s.pool), s.expandable, s.stream,
+                                    b.addr, b.size, b.requested, BlockStateText(b.state)));
         }
       }
       seq = 0;

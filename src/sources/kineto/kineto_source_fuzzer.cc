@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
-#include "support/through_pipeline.h"
 #include "sources/kineto/kineto_source.h"
+#include "support/through_pipeline.h"
 
 namespace {
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <string_view>
 
-#include "support/through_pipeline.h"
 #include "sources/memory_timeline/memory_timeline_source.h"
+#include "support/through_pipeline.h"
 
 namespace {
 

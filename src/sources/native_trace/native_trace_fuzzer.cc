@@ -19,10 +19,10 @@
 #include <span>
 #include <string>
 
-#include "support/through_pipeline.h"
 #include "native_capture/vstrace_format.h"
 #include "sources/native_trace/native_trace_source.h"
 #include "sources/native_trace/vstrace_reader.h"
+#include "support/through_pipeline.h"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "native_capture/vstrace_format.h"
 #include "common/mapped_file.h"
+#include "native_capture/vstrace_format.h"
 #include "sources/input_format.h"
 #include "sources/load_source.h"
 #include "sources/native_trace/vstrace_reader.h"

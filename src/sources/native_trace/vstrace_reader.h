@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "native_capture/vstrace_format.h"
 #include "common/status.h"
+#include "native_capture/vstrace_format.h"
 
 namespace vramscope::native_trace {
 

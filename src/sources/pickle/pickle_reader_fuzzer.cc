@@ -16,9 +16,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "support/through_pipeline.h"
 #include "sources/pickle/pickle_reader.h"
 #include "sources/snapshot/snapshot_source.h"
+#include "support/through_pipeline.h"
 
 namespace {
 

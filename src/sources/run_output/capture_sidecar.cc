@@ -397,7 +397,7 @@ SidecarApplied InterpretCaptureSidecar(const CaptureSidecar& sidecar, const mode
   out.notes.push_back(who);
   if (sidecar.end_reason == "steps") {
     out.notes.push_back(fmt::format("the capture ended after {} training steps (--steps)",
-                                            sidecar.steps_completed));
+                                    sidecar.steps_completed));
   } else if (sidecar.end_reason == "oom") {
     std::string line = "the program ran out of GPU memory";
     if (sidecar.oom && sidecar.oom->step > 0) {
@@ -420,9 +420,9 @@ SidecarApplied InterpretCaptureSidecar(const CaptureSidecar& sidecar, const mode
   }
   if (applied.phase_marks > 0) {
     out.notes.push_back(fmt::format("phases recorded by the capture ({})",
-                                            applied.phases_from_metadata
-                                                ? "marks stored with each allocator event"
-                                                : "phase times matched to the events' times"));
+                                    applied.phases_from_metadata
+                                        ? "marks stored with each allocator event"
+                                        : "phase times matched to the events' times"));
   }
   if (applied.tensors_unmatched > 0) {
     out.notes.push_back(fmt::format(

@@ -12,7 +12,8 @@
 // rest of the pipeline a report runs.
 //
 // Build: cmake -DVRAMSCOPE_BUILD_FUZZERS=ON with clang (target capture_sidecar_fuzzer).
-// Run:   capture_sidecar_fuzzer -max_len=4096 -dict=src/sources/run_output/capture_sidecar_fuzzer.dict
+// Run:   capture_sidecar_fuzzer -max_len=4096
+// -dict=src/sources/run_output/capture_sidecar_fuzzer.dict
 //          NEW_CORPUS_DIR src/sources/run_output/capture_sidecar_fuzz_corpus
 #include <algorithm>
 #include <cstddef>
@@ -23,8 +24,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "sources/run_output/capture_sidecar.h"
 #include "analysis/analyze.h"
+#include "sources/run_output/capture_sidecar.h"
 
 namespace {
 
