@@ -11,19 +11,19 @@ std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoo
   a->sites = std::make_unique<SiteNamer>(trace, root);
   a->owners = std::make_unique<OwnerNamer>(view, a->attribution, *a->sites);
   a->summary = Summarize(view, a->timelines, a->attribution, *a->sites, *a->owners);
+  a->segments = ComputeSegmentTimeline(view, replay);
   {
     attribution::StackFactsCache facts(trace);
     for (DeviceSummary& d : a->summary.devices) {
       for (const DeviceTimeline& t : a->timelines.devices) {
         if (t.device != d.device) continue;
-        d.ooms = ExplainOoms(view, t, a->attribution, *a->sites, *a->owners, facts);
+        d.ooms = ExplainOoms(view, a->segments, t, a->attribution, *a->sites, *a->owners, facts);
       }
     }
   }
   a->entries = BuildSkylineEntries(view, a->summary, a->attribution, *a->sites);
   a->category_timelines =
       CategoryTimelines(view, a->timelines, a->attribution, kCategoryTimelinePoints);
-  a->segments = ComputeSegmentTimeline(view, replay);
   return a;
 }
 

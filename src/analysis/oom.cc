@@ -52,12 +52,13 @@ int64_t BlockReleaseEvent(const model::Allocation& a) {
   return a.free_requested_event;
 }
 
-// The free blocks of `device` right after `event`, rebuilt from the recording: the segments at
-// the dump walked back through the segment events after `event`, minus the blocks of the
-// allocations that occupied them then. Free neighbours are always merged by the allocator, so
-// each gap between occupied blocks is one free block.
-FreeState RebuildFreeBlocks(const model::TraceView& view, const DeviceTimeline& timeline,
-                            int64_t event, uint64_t stream, bool small_request) {
+// The free blocks of `device` right after `event`, rebuilt from the recording: the segments alive
+// then (the segment timeline), minus the blocks of the allocations that occupied them. Free
+// neighbours are always merged by the allocator, so each gap between occupied blocks is one free
+// block.
+FreeState RebuildFreeBlocks(const model::TraceView& view, const SegmentTimeline& segments,
+                            const DeviceTimeline& timeline, int64_t event, uint64_t stream,
+                            bool small_request) {
   const model::Trace& trace = view.trace;
   FreeState out;
   if (!trace.facts.has_allocator_state) {
@@ -69,29 +70,15 @@ FreeState RebuildFreeBlocks(const model::TraceView& view, const DeviceTimeline& 
     return out;
   }
   std::map<uint64_t, RebuiltSegment> segs;
-  for (const model::Segment& s : trace.segments) {
+  for (const SegmentSpan& s : segments.segments) {
     if (s.device != timeline.device) continue;
-    if (s.is_expandable) {
+    if (s.expandable) {
       out.note = "expandable segments map pages on demand: their free space is not blocks";
       return out;
     }
-    segs[s.address] = {s.address, s.total_size, s.stream, s.pool == model::Pool::kSmall,
-                       s.pool_id[0] == 0 && s.pool_id[1] == 0};
-  }
-  const model::Events& ev = trace.events;
-  for (size_t i = timeline.end; i-- > timeline.begin;) {
-    const Action action = ev.action[i];
-    if (action == Action::kSegmentMap || action == Action::kSegmentUnmap) {
-      out.note = "expandable segments map pages on demand: their free space is not blocks";
-      return out;
-    }
-    if (static_cast<int64_t>(i) <= event) continue;
-    if (action == Action::kSegmentAlloc) {
-      segs.erase(ev.addr[i]);
-    } else if (action == Action::kSegmentFree) {
-      segs[ev.addr[i]] = {ev.addr[i], ev.size[i], ev.stream[i],
-                          allocator::PoolOfSegmentSize(ev.size[i]) == model::Pool::kSmall, true};
-    }
+    const bool alive = s.first_event <= event && (s.end_event == kNoEvent || s.end_event > event);
+    if (!alive) continue;
+    segs[s.address] = {s.address, s.size, s.stream, s.pool == model::Pool::kSmall, !s.private_pool};
   }
   uint64_t total = 0;
   for (const auto& [addr, s] : segs) total += s.size;
@@ -288,6 +275,7 @@ void Judge(OomExplanation& o) {
 }  // namespace
 
 std::vector<OomExplanation> ExplainOoms(const model::TraceView& view,
+                                        const SegmentTimeline& segments,
                                         const DeviceTimeline& timeline,
                                         const attribution::Attribution& attribution,
                                         SiteNamer& sites, OwnerNamer& owners,
@@ -345,7 +333,8 @@ std::vector<OomExplanation> ExplainOoms(const model::TraceView& view,
     o.cap_at_least_bytes = static_cast<uint64_t>(std::max<int64_t>(peak_reserved, 0));
     if (o.cap_at_least_bytes >= o.cap_below_bytes) o.cap_at_least_bytes = 0;
 
-    const FreeState state = RebuildFreeBlocks(view, timeline, event, o.stream, o.small_pool);
+    const FreeState state =
+        RebuildFreeBlocks(view, segments, timeline, event, o.stream, o.small_pool);
     o.state_known = state.known;
     o.state_note = state.note;
     o.largest_free_block_bytes = state.largest_usable;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "analysis/breakdown.h"
+#include "analysis/segment_timeline.h"
 #include "analysis/sites.h"
 #include "analysis/timeline.h"
 #include "attribution/attribution.h"
@@ -93,6 +94,7 @@ struct OomExplanation {
 // One explanation per oom event of `device` (its events in Trace::events), in order. `facts`
 // names the operation of the failing request's stack.
 std::vector<OomExplanation> ExplainOoms(const model::TraceView& view,
+                                        const SegmentTimeline& segments,
                                         const DeviceTimeline& timeline,
                                         const attribution::Attribution& attribution,
                                         SiteNamer& sites, OwnerNamer& owners,

@@ -66,10 +66,13 @@ class SpanBuilder {
       SegmentSpan& s = out_[it->second];
       s.pool = seg.pool;
       s.pool_evidence = PoolEvidence::kDump;
+      s.private_pool = seg.pool_id[0] != 0 || seg.pool_id[1] != 0;
+      s.expandable = s.expandable || seg.is_expandable;
       return;
     }
     SegmentSpan s = Span(seg.address, seg.total_size, seg.stream, seg.is_expandable, seg.pool);
     s.pool_evidence = PoolEvidence::kDump;
+    s.private_pool = seg.pool_id[0] != 0 || seg.pool_id[1] != 0;
     open_[seg.address] = out_.size();
     out_.push_back(s);
   }

@@ -48,6 +48,8 @@ struct SegmentSpan {
   model::Pool pool = model::Pool::kLarge;
   PoolEvidence pool_evidence = PoolEvidence::kSegmentSize;
   bool expandable = false;
+  // A CUDA graph's or MemPool's private pool (segment_pool_id other than (0, 0) at the dump).
+  bool private_pool = false;
 };
 
 struct DeviceSegments {
