@@ -205,3 +205,23 @@ def test_one_rule_names_every_verbs_default_output(name, stem, tmp_path):
     run_ok("report", source, "-q", cwd=out)
     run_ok("view", source, "-q", cwd=out)
     assert sorted(p.name for p in out.iterdir()) == [f"{stem}.html", f"{stem}.sqlite"]
+
+
+@pytest.mark.parametrize("model", ["gpt2", "examples/predict/mlp.json"])
+def test_a_prediction_gives_one_answer_too(model, tmp_path):
+    """predict goes through the same pipeline (pipeline::FromTrace): its JSON, its database and
+    the page `view` makes of that database give the same peaks."""
+    source = str(REPO / model) if model.endswith(".json") else model
+    seq = ["--seq", "128"] if model == "gpt2" else []
+    predicted = json.loads(run_ok("predict", "--model", source, "--batch", "2", *seq, "-o",
+                                  "p.sqlite", "--json", cwd=tmp_path))
+    peaks = json_peaks(predicted)
+    with open_db(tmp_path / "p.sqlite") as db:
+        assert {row[0]: (row[1], row[2]) for row in table(
+            db, "SELECT device, peak_allocated_bytes, peak_reserved_bytes FROM vramscope_devices")
+        } == peaks
+        assert table(db, "SELECT value FROM vramscope_metadata WHERE key = 'predicted'") == \
+            [("true",)]
+    if NODE is not None:
+        run_ok("view", "p.sqlite", "-o", "p.html", cwd=tmp_path)
+        assert page_peaks(tmp_path / "p.html") == {dev: a for dev, (a, _) in peaks.items()}
