@@ -1036,6 +1036,11 @@ inline bool DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
       const Kind want = op == kAppends ? Kind::kList : op == kSetItems ? Kind::kDict : Kind::kSet;
       if (op == kAppends && batch_.closed) {
         // The end of a batch of a list the sink wants: convert, then release the batch.
+        // Containers older than the batch that the sink reads are gathered first, while the
+        // batch is open: gathering moves their items past the batch's watermark, which counts
+        // as a write to an old container, so the batch is then retired instead of reclaimed
+        // (reclaiming would cut the gathered items off).
+        GatherForSink(std::span(stack_.data() + mark, n));
         const Batch batch = batch_;
         batch_ = Batch{};
         if (!ConsumeItems(at, mark - 1, stack_[mark - 1], std::span(stack_.data() + mark, n))) {
