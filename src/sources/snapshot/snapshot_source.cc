@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
@@ -107,8 +108,30 @@ class Converter {
     }
     return Status::Ok();
   }
+  // The cache of stacks with C++ frames, after the reader dropped or moved containers.
+  void RekeyMixedStacks(uint64_t first, std::span<const std::pair<uint64_t, uint64_t>> moved) {
+    if (mixed_stacks_.empty()) return;
+    std::unordered_map<uint64_t, uint64_t> renamed(moved.begin(), moved.end());
+    auto rekey = [&](uint64_t old_id) -> std::optional<uint64_t> {
+      if (old_id == kNoList || old_id < first) return old_id;
+      const auto it = renamed.find(old_id);
+      if (it == renamed.end()) return std::nullopt;  // dropped: never reached again
+      return it->second;
+    };
+    std::map<std::pair<uint64_t, uint64_t>, StackId> stacks;
+    std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> sizes;
+    for (const auto& [key, stack] : mixed_stacks_) {
+      const auto a = rekey(key.first), b = rekey(key.second);
+      if (!a || !b) continue;
+      stacks.emplace(std::pair{*a, *b}, stack);
+      sizes.emplace(std::pair{*a, *b}, mixed_sizes_.at(key));
+    }
+    mixed_stacks_ = std::move(stacks);
+    mixed_sizes_ = std::move(sizes);
+  }
   // Containers from `first` on were dropped or moved by the reader: re-key the cache.
   void Reclaimed(uint64_t first, std::span<const std::pair<uint64_t, uint64_t>> moved) {
+    RekeyMixedStacks(first, moved);
     if (first >= converted_.size()) return;
     std::vector<std::pair<uint32_t, uint64_t>> keep;  // (result, size) of each moved container
     keep.reserve(moved.size());
@@ -222,6 +245,7 @@ class Converter {
   }
   Status ConvertFrame(Value v, const Path& where, FrameId* out) {
     if (const auto id = doc_->ContainerId(v)) {
+      if (Slot(*id) == kClaimed) return NotAStack(where, "a frame");
       if (Slot(*id) != kNotConverted) {
         *out = Slot(*id);
         return Status::Ok();
@@ -270,8 +294,19 @@ class Converter {
     }
     const auto id = doc_->ContainerId(frames);
     if (plain && id) {
+      if (Slot(*id) == kClaimed) return NotAStack(where, "'frames'");
       if (Slot(*id) != kNotConverted) {
         *out = Slot(*id);
+        return Status::Ok();
+      }
+    }
+    // A stack with C++ frames is cached on the pair of lists: shared lists must stay as cheap as
+    // plain shared stacks, whatever the pickle pairs them with.
+    const auto cpp_id = plain ? std::nullopt : doc_->ContainerId(cpp_frames);
+    const std::pair<uint64_t, uint64_t> pair_key{id.value_or(kNoList), cpp_id.value_or(kNoList)};
+    if (cpp_id) {
+      if (const auto it = mixed_stacks_.find(pair_key); it != mixed_stacks_.end()) {
+        *out = it->second;
         return Status::Ok();
       }
     }
@@ -304,6 +339,39 @@ class Converter {
     }
     *out = trace_.stacks.Intern(scratch_);
     if (plain && id) Remember(*id, *out);
+    if (cpp_id) {
+      // Either list may still grow later in the pickle; CheckUnchanged covers what Remember
+      // records, so both lists are remembered as seen (their own conversion stays uncached).
+      mixed_stacks_.emplace(pair_key, *out);
+      mixed_sizes_.emplace(pair_key, std::pair{doc_->ContainerItemCount(pair_key.first),
+                                               doc_->ContainerItemCount(pair_key.second)});
+    }
+    return Status::Ok();
+  }
+
+  // PyTorch writes each segment, block, trace entry and annotation (and each trace list) once,
+  // as its own object; the pickle memo would let a file reference one thousands of times for a
+  // few bytes each (10^4 segments of 10^4 blocks in 40 KB), so that reading cost far more than
+  // the file. Each such container is claimed as it is converted; a second claim is refused.
+  // A frame or stack that is a container already read as something else (a segment, an entry).
+  Status NotAStack(const Path& where, const char* what) const {
+    return InvalidInput(fmt::format(
+        "{}: {} is the same object as a segment, block or trace entry read before (corrupt "
+        "pickle)",
+        where.ToString(), what));
+  }
+  Status Claim(Value v, const Path& where, const char* what) {
+    const auto id = doc_->ContainerId(v);
+    if (!id) return Status::Ok();
+    uint32_t& slot = Slot(*id);
+    if (slot != kNotConverted) {
+      return InvalidInput(fmt::format(
+          "{}: this {} is the same object as one read before (a shared pickle reference); "
+          "PyTorch writes each {} once, so the file was crafted or damaged: dump the snapshot "
+          "again with torch.cuda.memory._dump_snapshot()",
+          where.ToString(), what, what));
+    }
+    Remember(*id, kClaimed);
     return Status::Ok();
   }
 
@@ -343,6 +411,13 @@ class Converter {
     converted_size_[id] = doc_->ContainerItemCount(id);
   }
   Status CheckUnchanged() const {
+    for (const auto& [key, sizes] : mixed_sizes_) {
+      if (doc_->ContainerItemCount(key.first) != sizes.first ||
+          doc_->ContainerItemCount(key.second) != sizes.second) {
+        return InvalidInput(
+            "a stack that trace entries use is modified later in the pickle (corrupt pickle)");
+      }
+    }
     for (uint64_t id = 0; id < converted_.size(); ++id) {
       if (converted_[id] != kNotConverted && converted_size_[id] != doc_->ContainerItemCount(id)) {
         return InvalidInput(
@@ -364,6 +439,10 @@ class Converter {
   // What each shared container became: a FrameId for a frame dict, a StackId for a frames list.
   // Snapshots reference one stack from thousands of entries; each is converted once.
   static constexpr uint32_t kNotConverted = UINT32_MAX;
+  static constexpr uint32_t kClaimed = UINT32_MAX - 1;  // a single-owner container, read (Claim)
+  // Stacks with C++ frames, by (frames list id, cpp_frames list id), with both lists' sizes then.
+  std::map<std::pair<uint64_t, uint64_t>, StackId> mixed_stacks_;
+  std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> mixed_sizes_;
   std::vector<uint32_t> converted_;
   std::vector<uint64_t> converted_size_;  // item count of each converted container, then
   std::vector<FrameId> scratch_;
@@ -383,6 +462,7 @@ class Converter {
 Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
                                model::Block* out) {
   RETURN_IF_ERROR(RequireDict(block, where));
+  RETURN_IF_ERROR(Claim(block, where, "block"));
   RETURN_IF_ERROR(RequireU64(block, where, "size", kBytes, &out->size));
   const Value state = doc_->Get(block, "state");
   const auto state_text = doc_->AsString(state);
@@ -438,6 +518,7 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
     const Path sp = where.Index(static_cast<int64_t>(s));
     const Value seg = items[s];
     RETURN_IF_ERROR(RequireDict(seg, sp));
+    RETURN_IF_ERROR(Claim(seg, sp, "segment"));
     model::Segment& out = pending[s].segment;
     uint64_t device = 0;
     RETURN_IF_ERROR(GetU64(seg, sp, "device", kOrdinal, 0, &device));
@@ -503,6 +584,7 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
 
 Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
   RETURN_IF_ERROR(RequireDict(entry, where));
+  RETURN_IF_ERROR(Claim(entry, where, "trace entry"));
   const auto pairs = doc_->DictItems(entry);
   std::optional<std::string_view> action_name;
   uint64_t addr = 0, size = 0, stream = 0, device_free = 0;
@@ -612,6 +694,7 @@ Status Converter::ConvertTraces(Value traces, const Path& where) {
                           ": the same trace list appears for two devices "
                           "(corrupt pickle)");
     }
+    if (!entries.empty()) RETURN_IF_ERROR(Claim(per_device[d], dp, "trace list"));
     if (!entries.empty() && !trace_.events.device.empty() &&
         trace_.events.device.back() > static_cast<int32_t>(d)) {
       unsorted_ = true;
@@ -631,6 +714,7 @@ Status Converter::ConvertSettings(Value settings) {
     const std::string key = ScalarText(pairs[i]);
     const Value v = pairs[i + 1];
     if (doc_->kind(v) == Kind::kDict) {
+      RETURN_IF_ERROR(Claim(v, Path{nullptr, "allocator_settings", -1}, "setting"));
       const auto inner = doc_->DictItems(v);
       for (size_t k = 0; k + 1 < inner.size(); k += 2) {
         trace_.allocator_settings.emplace_back(key + "." + ScalarText(inner[k]),
@@ -653,6 +737,7 @@ Status Converter::ConvertAnnotations(Value annotations, const Path& where) {
   for (size_t i = 0; i < items.size(); ++i) {
     const Path p = where.Index(static_cast<int64_t>(i));
     RETURN_IF_ERROR(RequireDict(items[i], p));
+    RETURN_IF_ERROR(Claim(items[i], p, "annotation"));
     model::Annotation a;
     const auto pairs = doc_->DictItems(items[i]);
     for (size_t k = 0; k + 1 < pairs.size(); k += 2) {
