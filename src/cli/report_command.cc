@@ -1,6 +1,7 @@
 #include "cli/report_command.h"
 
 #include "cli/exit_codes.h"
+#include "cli/input_flags.h"
 #include "pipeline/input.h"
 
 namespace vramscope::cli {
@@ -26,12 +27,14 @@ void RegisterReportCommand(CLI::App& app, ReportOptions& o) {
                   "stack frames under this folder are the user's code: they name allocation "
                   "sites and fill Skyline's stack_frames, relative to it (default: the current "
                   "directory)");
+  AddInputLimitFlags(*cmd, o.limits);
   AddReportOutputFlags(*cmd, o.out, /*with_summary_only=*/true, /*with_timings=*/true);
 }
 
 int RunReportCommand(const ReportOptions& options) {
   return RunAndReport(options.input, [&] {
-    return ReportOnInput(pipeline::ClassifyInput(options.input), options.project_root, options.out);
+    return ReportOnInput(pipeline::ClassifyInput(options.input), options.project_root,
+                         options.limits, options.out);
   });
 }
 

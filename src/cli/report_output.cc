@@ -161,13 +161,14 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions&
 }
 
 Status ReportOnInput(const pipeline::Input& input, const std::string& project_root_flag,
-                     const ReportOutputOptions& options) {
+                     const sources::InputLimits& limits, const ReportOutputOptions& options) {
   const auto t_start = Clock::now();
   ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(project_root_flag));
   ASSIGN_OR_RETURN(PreparedOutputs outputs, PrepareReportOutputs(input, options));
   pipeline::LoadOptions load;
   load.progress = !options.quiet;
   load.project_root = project_root;
+  load.limits = limits;
   ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::Load(input, load));
   const auto t_loaded = Clock::now();
   ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,

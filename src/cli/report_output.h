@@ -50,9 +50,10 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions&
                   PreparedOutputs& outputs, const StageTimes& times);
 
 // What `report` does, and `run` after its capture: load `input` through the pipeline, analyse
-// it, and emit the report. `project_root`: the --project-root flag ("" = the current directory).
+// it, and emit the report. `project_root`: the --project-root flag ("" = the current directory);
+// `limits`: --max-inflate-ratio.
 Status ReportOnInput(const pipeline::Input& input, const std::string& project_root,
-                     const ReportOutputOptions& options);
+                     const sources::InputLimits& limits, const ReportOutputOptions& options);
 
 // --device N must name a device the input holds memory on.
 Status CheckDevice(const pipeline::Analyzed& analyzed, std::optional<int32_t> device);

@@ -361,7 +361,7 @@ int RunRunCommand(RunOptions o) {
   report.html = o.html;
   const pipeline::Input folder{pipeline::InputKind::kCaptureFolder, out_dir.string()};
   const int report_code =
-      RunAndReport(folder.path, [&] { return ReportOnInput(folder, o.project_root, report); });
+      RunAndReport(folder.path, [&] { return ReportOnInput(folder, o.project_root, {}, report); });
   return program_code != 0 ? program_code : report_code;
 }
 

@@ -7,6 +7,7 @@
 
 #include "analysis/simulation.h"
 #include "cli/exit_codes.h"
+#include "cli/input_flags.h"
 #include "common/atomic_output.h"
 #include "common/units.h"
 #include "pipeline/analyze.h"
@@ -76,6 +77,7 @@ Status Run(const SimulateOptions& o) {
   pipeline::LoadOptions load;
   load.progress = !o.quiet;
   load.project_root = project_root;
+  load.limits = o.limits;
   load.recorded_conf = o.recorded_conf;
   load.require_replay = true;
   ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::Load(input, load));
@@ -146,6 +148,7 @@ void RegisterSimulateCommand(CLI::App& app, SimulateOptions& o) {
   cmd->add_option("--project-root", o.project_root,
                   "stack frames under this folder name the allocation sites (default: the "
                   "current directory)");
+  AddInputLimitFlags(*cmd, o.limits);
   cmd->add_option("--device", o.device, "simulate only this CUDA device ordinal");
   cmd->add_option("--top", o.top,
                   "allocation sites to list at an out-of-memory point (default: 10)")

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "sources/input_limits.h"
+
 namespace vramscope::cli {
 
 struct SimulateOptions {
@@ -17,6 +19,7 @@ struct SimulateOptions {
   bool json = false;
   bool quiet = false;
   std::string project_root;
+  sources::InputLimits limits;  // --max-inflate-ratio
   std::optional<int32_t> device;
   int top = 10;
   std::string capacity;  // "24GiB"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/exit_codes.h"
+#include "cli/input_flags.h"
 #include "common/atomic_output.h"
 #include "common/units.h"
 #include "pipeline/analyze.h"
@@ -39,7 +40,8 @@ class TemporaryReport {
   ~TemporaryReport() {
     if (!path_.empty()) std::remove(path_.c_str());
   }
-  Status Make(const pipeline::Input& input, const std::string& project_root, bool quiet) {
+  Status Make(const pipeline::Input& input, const std::string& project_root,
+              const sources::InputLimits& limits, bool quiet) {
     const char* tmp = std::getenv("TMPDIR");
     std::string pattern =
         std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/vramscope-view-XXXXXX";
@@ -55,6 +57,7 @@ class TemporaryReport {
     pipeline::LoadOptions load;
     load.progress = !quiet;
     load.project_root = project_root;
+    load.limits = limits;
     ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::Load(input, load));
     ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,
                      pipeline::Analyze(std::move(loaded), {project_root, std::nullopt}));
@@ -85,7 +88,7 @@ Status Run(const ViewOptions& options) {
       continue;
     }
     auto& temp = temporaries.emplace_back(std::make_unique<TemporaryReport>());
-    RETURN_IF_ERROR(temp->Make(input, project_root, options.quiet));
+    RETURN_IF_ERROR(temp->Make(input, project_root, options.limits, options.quiet));
     databases.push_back(temp->path());
   }
   RETURN_IF_ERROR(report::WriteViewerPage(databases, target, options.force, options.title));
@@ -124,6 +127,7 @@ void RegisterViewCommand(CLI::App& app, ViewOptions& o) {
   cmd->add_option("--project-root", o.project_root,
                   "stack frames under this folder are the user's code (for inputs that are not "
                   "report databases; default: the current directory)");
+  AddInputLimitFlags(*cmd, o.limits);
 }
 
 int RunViewCommand(const ViewOptions& options) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "sources/input_limits.h"
 
 namespace vramscope::cli {
 
@@ -18,6 +19,7 @@ struct ViewOptions {
   bool force = false;
   bool quiet = false;
   std::string project_root;
+  sources::InputLimits limits;  // --max-inflate-ratio
 };
 
 void RegisterViewCommand(CLI::App& app, ViewOptions& options);

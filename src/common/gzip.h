@@ -1,9 +1,11 @@
-// gzip decompression for inputs that PyTorch writes compressed (profiler traces saved as
-// .json.gz, export_memory_timeline's .raw.gz). The whole output is held in memory: the inputs
-// this serves are at most a few hundred MB once inflated.
+// gzip for inputs that PyTorch writes compressed (snapshots, profiler traces saved as .json.gz,
+// export_memory_timeline's .raw.gz) and for the viewer's data blob. Inputs are inflated as a
+// stream (GunzipChunks): what keeps the output, and how much of it, is the caller's choice
+// (sources/inflate_input.h spills big inputs to a temporary file and bounds the ratio).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,8 +14,14 @@
 
 namespace vramscope {
 
-// Inflates every gzip member of `compressed` (gzip files may be concatenations). Fails with one
-// line naming `what` when the data is corrupt, truncated, or inflates past `max_bytes`.
+// Inflates every gzip member of `compressed` (gzip files may be concatenations), handing each
+// inflated chunk (at most 256 KiB) to `sink` in order. An error from `sink` stops the inflation
+// and is returned; corrupt or truncated data fails with one line naming `what`.
+Status GunzipChunks(std::span<const uint8_t> compressed, const std::string& what,
+                    const std::function<Status(std::string_view)>& sink);
+
+// The whole inflated text in memory (small data: tests, the viewer's blob). Fails with one line
+// naming `what` when the data is corrupt, truncated, or inflates past `max_bytes`.
 Result<std::string> Gunzip(std::span<const uint8_t> compressed, const std::string& what,
                            uint64_t max_bytes = uint64_t{16} << 30);
 

@@ -70,6 +70,37 @@ std::unique_ptr<MappedFile> MappedFile::FromBytes(std::string name,
   return file;
 }
 
+std::unique_ptr<MappedFile> MappedFile::FromOwnedBytes(std::string name, std::string bytes) {
+  std::unique_ptr<MappedFile> file(new MappedFile());
+  file->path_ = std::move(name);
+  file->owned_ = std::move(bytes);
+  file->data_ = reinterpret_cast<const uint8_t*>(file->owned_.data());
+  file->size_ = file->owned_.size();
+  return file;
+}
+
+Result<std::unique_ptr<MappedFile>> MappedFile::FromDescriptor(std::string name, int fd,
+                                                               uint64_t size) {
+  std::unique_ptr<MappedFile> file(new MappedFile());
+  file->path_ = std::move(name);
+  if (size == 0) {
+    ::close(fd);
+    return file;
+  }
+  void* addr = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (addr == MAP_FAILED) {
+    return InvalidInput(fmt::format("{}: cannot map its inflated copy ({} bytes): {}", file->path_,
+                                    size, std::strerror(err)));
+  }
+  madvise(addr, static_cast<size_t>(size), MADV_SEQUENTIAL);
+  file->data_ = static_cast<const uint8_t*>(addr);
+  file->size_ = static_cast<size_t>(size);
+  file->mapped_ = true;
+  return file;
+}
+
 void MappedFile::ReleasePages(uint64_t end) const {
   if (!mapped_) return;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));

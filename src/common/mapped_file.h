@@ -20,6 +20,12 @@ class MappedFile {
   static Result<std::unique_ptr<MappedFile>> Open(const std::string& path);
   // Wraps bytes that are already in memory (the built-in example, tests).
   static std::unique_ptr<MappedFile> FromBytes(std::string name, std::span<const uint8_t> bytes);
+  // Takes ownership of bytes made in memory (a small inflated input).
+  static std::unique_ptr<MappedFile> FromOwnedBytes(std::string name, std::string bytes);
+  // Maps the first `size` bytes of the open file `fd` (an unlinked temporary file holding a big
+  // inflated input) and closes `fd`; `name` is what messages call it.
+  static Result<std::unique_ptr<MappedFile>> FromDescriptor(std::string name, int fd,
+                                                            uint64_t size);
 
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

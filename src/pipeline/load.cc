@@ -33,6 +33,7 @@ Result<Loaded> ReadFile(const Input& input, const std::string& path, const LoadO
   Progress progress(fmt::format("reading {}", file->path()), options.progress);
   sources::SourceOptions source_options;
   source_options.progress = [&](uint64_t done, uint64_t total) { progress.Update(done, total); };
+  source_options.limits = options.limits;
   ASSIGN_OR_RETURN(out.trace, sources::LoadTrace(*file, source_options, &out.timings));
   progress.Finish();
   out.trace.source.built_in_example = input.kind == InputKind::kBuiltInExample;

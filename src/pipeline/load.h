@@ -16,6 +16,7 @@
 #include "model/interpretation.h"
 #include "model/trace.h"
 #include "pipeline/input.h"
+#include "sources/input_limits.h"
 #include "sources/snapshot/snapshot_source.h"
 
 namespace vramscope::pipeline {
@@ -29,6 +30,8 @@ struct LoadOptions {
   bool require_replay = false;
   // For the per-rank figures of a capture folder (each rank is analysed). Absolute.
   std::string project_root;
+  // What a legitimate input may cost beyond the defaults (--max-inflate-ratio).
+  sources::InputLimits limits;
 };
 
 struct Loaded {

@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "common/gzip.h"
+#include "sources/inflate_input.h"
 #include "sources/input_format.h"
 #include "sources/kineto/kineto_source.h"
 #include "sources/memory_timeline/memory_timeline_source.h"
@@ -65,27 +65,30 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
       return trace;
     }
     case InputFormat::kGzip: {
-      ASSIGN_OR_RETURN(std::string text, Gunzip(bytes, file.path()));
-      const auto inner = DetectInputFormat(std::span<const uint8_t>(
-          reinterpret_cast<const uint8_t*>(text.data()), std::min<size_t>(text.size(), 64)));
+      // Inflated as a stream (sources/inflate_input.h): content that is no format vramscope
+      // reads is refused from its first bytes, and what is read is bounded by the input's size.
+      InputFormat inner = InputFormat::kUnknown;
+      ASSIGN_OR_RETURN(
+          std::unique_ptr<MappedFile> inflated,
+          InflateInput(file, options.limits, [&](std::span<const uint8_t> head) -> Status {
+            inner = DetectInputFormat(head);
+            if (inner == InputFormat::kPickle || inner == InputFormat::kJson) return Status::Ok();
+            return InvalidInput(fmt::format(
+                "{}: a gzip file holding {}, not a memory snapshot, profiler trace or memory "
+                "timeline; vramscope reads those plain or gzipped",
+                file.path(), InputFormatName(inner)));
+          }));
+      const auto text = inflated->bytes();
       if (inner == InputFormat::kPickle) {
         // A gzipped snapshot (snapshot.pickle.gz): read the inflated bytes the same way.
-        const auto inflated = MappedFile::FromBytes(
-            file.path(),
-            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
         snapshot::LoadOptions load_options;
         load_options.progress = options.progress;
         auto trace = snapshot::LoadSnapshot(*inflated, load_options, timings);
         if (trace.ok()) trace->source.file_bytes = bytes.size();
         return trace;
       }
-      if (inner != InputFormat::kJson) {
-        return InvalidInput(fmt::format(
-            "{}: a gzip file holding {}, not a memory snapshot, profiler trace or memory "
-            "timeline; vramscope reads those plain or gzipped",
-            file.path(), InputFormatName(inner)));
-      }
-      return FromJson(text, file, timings);
+      const std::string_view json(reinterpret_cast<const char*>(text.data()), text.size());
+      return FromJson(json, file, timings);
     }
     default: {
       snapshot::LoadOptions load_options;

@@ -9,12 +9,14 @@
 #include "common/mapped_file.h"
 #include "common/status.h"
 #include "model/trace.h"
+#include "sources/input_limits.h"
 #include "sources/snapshot/snapshot_source.h"
 
 namespace vramscope::sources {
 
 struct SourceOptions {
   std::function<void(uint64_t, uint64_t)> progress;  // (bytes done, total) while parsing
+  InputLimits limits;
 };
 
 Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& options = {},

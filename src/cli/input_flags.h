@@ -1,0 +1,14 @@
+// The flags every verb that reads an input registers the same way: the limits of the resource
+// contract (docs/design/resource-contract.md) that a legitimate file may need raised.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "sources/input_limits.h"
+
+namespace vramscope::cli {
+
+// --max-inflate-ratio.
+void AddInputLimitFlags(CLI::App& cmd, sources::InputLimits& limits);
+
+}  // namespace vramscope::cli
