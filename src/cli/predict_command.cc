@@ -151,6 +151,7 @@ Result<predict::PredictRequest> BuildRequest(const PredictOptions& o) {
   }
   s.grad_accum = o.grad_accum;
   s.steps = o.steps;
+  s.max_events = o.max_events;
   s.checkpointing = o.checkpointing;
   s.lora_rank = o.lora;
   s.freeze = o.freeze;
@@ -358,6 +359,12 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--steps", o.steps, "training steps to simulate (default: 3)")
       ->check(CLI::Range(1, 1000));
+  cmd->add_option("--max-events", o.max_events,
+                  fmt::format("the most tensor events the simulated steps may hold (default "
+                              "{}; steps x micro-batches x layers decide it)",
+                              FormatCount(static_cast<int64_t>(predict::kDefaultMaxPredictedEvents))))
+      ->check(CLI::Range(uint64_t{1000}, uint64_t{1} << 31))
+      ->option_text("N");
   cmd->add_flag("--checkpointing", o.checkpointing,
                 "activation checkpointing of every transformer block");
   cmd->add_option("--lora", o.lora, "LoRA rank: freeze the base weights, train adapters")

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "predict/model_spec.h"
+
 namespace vramscope::cli {
 
 struct PredictOptions {
@@ -22,6 +24,7 @@ struct PredictOptions {
   std::string zero_grad = "set-to-none";
   int grad_accum = 1;
   int steps = 3;
+  uint64_t max_events = predict::kDefaultMaxPredictedEvents;  // --max-events
   bool checkpointing = false;
   int lora = 0;
   std::vector<std::string> freeze;

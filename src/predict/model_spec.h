@@ -58,6 +58,14 @@ struct ModelSpec {
 
 enum class ZeroMode : uint8_t { kNone, kZero1, kZero2, kZero3, kFsdp };
 
+// The most tensor events a prediction holds unless --max-events raises it (an allocation and
+// its free are two): refused past it within about 5 s and 500 MB (docs/design/
+// resource-contract.md). LLaMA-3-70B's 3 default steps make 32,068 allocations.
+inline constexpr uint64_t kDefaultMaxPredictedEvents = uint64_t{4} << 20;
+// The most repeated blocks a built-in family models: the deepest networks trained have about
+// 1,200 layers; more is a mistyped config, and would make the steps' stream without bound.
+inline constexpr uint64_t kMaxModelLayers = 10000;
+
 struct TrainingSetup {
   uint64_t batch = 1;
   uint64_t seq = 0;  // 0: the model's default
@@ -75,6 +83,9 @@ struct TrainingSetup {
   ZeroMode zero = ZeroMode::kNone;
   int world_size = 1;
   std::vector<std::string> freeze;  // shell patterns of frozen parameter names
+  // The most tensor events the simulated steps may hold (--max-events): the prediction's size,
+  // which the user chooses through steps x micro-batches x layers (the resource contract).
+  uint64_t max_events = kDefaultMaxPredictedEvents;
 };
 
 // Runs the training steps of `model` under `setup` through the step simulator. The stream has

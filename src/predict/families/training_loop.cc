@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "common/units.h"
 #include "predict/families/family_common.h"
 #include "predict/model_spec.h"
 
@@ -59,6 +60,13 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
   if (setup.batch == 0) return UsageError("--batch must be at least 1");
   if (setup.steps < 1) return UsageError("--steps must be at least 1");
   if (setup.grad_accum < 1) return UsageError("--grad-accum must be at least 1");
+  if (m.layers > kMaxModelLayers) {
+    return InvalidInput(fmt::format(
+        "{}: {} layers; vramscope models at most {} (the deepest networks trained have about "
+        "1,200): check the config",
+        m.label, FormatCount(static_cast<int64_t>(m.layers)),
+        FormatCount(static_cast<int64_t>(kMaxModelLayers))));
+  }
   TensorStream stream;
   StepSimulator sim(stream);
   Ops ops(sim, setup.precision);
@@ -108,6 +116,13 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
       if (autocast) sim.EndAutocast();
       stream.Phase(step, Phase::kBackward, "backward");
       sim.Backward(t.loss);
+      if (stream.events.size() > setup.max_events) {
+        return UsageError(fmt::format(
+            "the prediction would hold more than {} tensor events (step {}, micro-batch {}, of "
+            "{} steps x {} micro-batches): lower --steps or --grad-accum, or raise --max-events",
+            FormatCount(static_cast<int64_t>(setup.max_events)), step, micro, setup.steps,
+            setup.grad_accum));
+      }
       if (micro < setup.grad_accum) {
         for (const TensorId i : t.inputs) sim.Free(i);
         sim.Free(t.output);
