@@ -59,8 +59,9 @@ Result<std::unique_ptr<MappedFile>> InflateInput(
   const std::string& what = file.path();
   const uint64_t compressed = file.bytes().size();
   const uint32_t ratio = limits.max_inflate_ratio;
-  const uint64_t limit = std::max<uint64_t>(
-      kInflateAllowanceBytes, compressed > UINT64_MAX / ratio ? UINT64_MAX : compressed * ratio);
+  const uint64_t limit =
+      std::max<uint64_t>(limits.inflate_allowance_bytes,
+                         compressed > UINT64_MAX / ratio ? UINT64_MAX : compressed * ratio);
   std::string memory;  // what is inflated, while it is small
   int fd = -1;         // the temporary file, once it is not
   uint64_t produced = 0;

@@ -6,8 +6,8 @@
 // memory while small and in an unlinked temporary file (in $TMPDIR) past a few MiB, mapped like
 // any input file: a gzipped input costs the memory of the plain one, plus a disk copy that
 // vanishes with the process. The inflated size is bounded by InputLimits::max_inflate_ratio
-// times the compressed size (at least kInflateAllowanceBytes); past it the input is refused with
-// one line naming the file, the limit and the flag that raises it.
+// times the compressed size (at least its inflate_allowance_bytes); past it the input is refused
+// with one line naming the file, the limit and the flag that raises it.
 #pragma once
 
 #include <cstdint>

@@ -16,7 +16,8 @@ inline constexpr uint32_t kDefaultMaxInflateRatio = 100;
 inline constexpr uint64_t kInflateAllowanceBytes = uint64_t{64} << 20;
 
 struct InputLimits {
-  uint32_t max_inflate_ratio = kDefaultMaxInflateRatio;  // --max-inflate-ratio
+  uint32_t max_inflate_ratio = kDefaultMaxInflateRatio;       // --max-inflate-ratio
+  uint64_t inflate_allowance_bytes = kInflateAllowanceBytes;  // fuzz targets keep it small
 };
 
 }  // namespace vramscope::sources

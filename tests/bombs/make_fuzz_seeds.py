@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Writes a small bomb of each kind (bombs.py, scaled to the fuzz targets' max_len) into the fuzz
+corpora, so that every fuzz run starts from inputs that would break the resource contract if a
+limit were lost. Run from anywhere; rewrites only the bomb_* seeds.
+
+    python3 tests/bombs/make_fuzz_seeds.py
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bombs  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+KIB = 1024
+
+
+def main() -> None:
+    pickle_corpus = REPO / "src/sources/pickle/fuzz_corpus"
+    any_file = REPO / "src/sources/input_file_fuzz_corpus"
+    any_file.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        seeds = {
+            "bomb_shared_segments.pickle": bombs.shared_segments(t, fan_out=60),
+            "bomb_shared_trace_entries.pickle": bombs.shared_trace_entries(t, fan_out=40),
+            "bomb_stacked_segments.pickle": bombs.stacked_segments(t, count=20),
+        }
+        for name, path in seeds.items():
+            shutil.copyfile(path, pickle_corpus / name)
+            shutil.copyfile(path, any_file / name)
+        # gzip bombs: 2 members of 2 MiB zeros (4 KB), a pickle header before 8 MiB of zeros.
+        shutil.copyfile(bombs.zeros_gzip(t, members=2, member_bytes=2 * KIB * KIB),
+                        any_file / "bomb_zeros.pickle.gz")
+        shutil.copyfile(bombs.pickle_headed_gzip(t, inflated_bytes=8 * KIB * KIB),
+                        any_file / "bomb_pickle_headed.pickle.gz")
+        shutil.copyfile(bombs.deep_profiler_trace(t, depth=1500),
+                        REPO / "src/sources/kineto/fuzz_corpus/bomb_deep.json")
+        shutil.copyfile(bombs.deep_memory_timeline(t, depth=1500),
+                        REPO / "src/sources/memory_timeline/fuzz_corpus/bomb_deep.json")
+        shutil.copyfile(bombs.deep_layers_config(t), REPO / "src/predict/fuzz_corpus/bomb_layers.json")
+        # The ordinary inputs of every source, plain and gzipped, beside the bombs.
+        plain = [REPO / "src/sources/kineto/fuzz_corpus/modern.json",
+                 REPO / "src/sources/memory_timeline/fuzz_corpus/all_actions.json",
+                 REPO / "src/sources/native_trace/fuzz_corpus/every_kind.vstrace"]
+        for path in plain:
+            shutil.copyfile(path, any_file / path.name)
+            (any_file / (path.name + ".gz")).write_bytes(gzip.compress(path.read_bytes(), mtime=0))
+        snapshot = min((p for p in pickle_corpus.glob("*.pickle") if not p.name.startswith(("bomb_", "regression_"))),
+                       key=lambda p: abs(p.stat().st_size - 2 * KIB))
+        shutil.copyfile(snapshot, any_file / snapshot.name)
+        (any_file / (snapshot.name + ".gz")).write_bytes(gzip.compress(snapshot.read_bytes(), mtime=0))
+    for path in sorted(any_file.iterdir()):
+        print(f"{path.stat().st_size:8d} {path.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
