@@ -12,6 +12,7 @@
 
 #include "sources/input_format.h"
 #include "sources/pickle/pickle_reader.h"
+#include "sources/snapshot/segment_invariants.h"
 
 namespace vramscope::snapshot {
 
@@ -192,6 +193,11 @@ class Converter {
       return Status::Ok();
     }
     return ToU64(v, where, key, range, out);
+  }
+  // Whether `dict` carries `key` with a value (None counts as absent, as GetU64 reads it).
+  bool Has(Value dict, const char* key) const {
+    const Value v = doc_->Get(dict, key);
+    return !doc_->IsMissing(v) && !doc_->IsNone(v);
   }
   Status RequireU64(Value dict, const Path& where, const char* key, const IntRange& range,
                     uint64_t* out) const {
@@ -389,7 +395,9 @@ class Converter {
     return Status::Ok();
   }
   Status ConvertSegments(Value segments, const Path& where);
-  Status ConvertBlock(Value block, const Path& where, uint64_t address, model::Block* out);
+  // `origin` gets what the invariants need beyond the model (its position is set by the caller).
+  Status ConvertBlock(Value block, const Path& where, uint64_t address, model::Block* out,
+                      BlockOrigin* origin);
   Status ConvertTraces(Value traces, const Path& where);
   Status ConvertEntry(Value entry, const Path& where, int32_t device);
   Status ConvertSettings(Value settings);
@@ -459,8 +467,8 @@ class Converter {
   bool host_memory_ = false;
 };
 
-Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
-                               model::Block* out) {
+Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address, model::Block* out,
+                               BlockOrigin* origin) {
   RETURN_IF_ERROR(RequireDict(block, where));
   RETURN_IF_ERROR(Claim(block, where, "block"));
   RETURN_IF_ERROR(RequireU64(block, where, "size", kBytes, &out->size));
@@ -483,6 +491,7 @@ Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
   // 2.1+ blocks carry their address; older ones tile the segment from its start.
   RETURN_IF_ERROR(GetU64(block, where, "address", kAddress, address, &out->address));
   RETURN_IF_ERROR(GetU64(block, where, "requested_size", kBytes, 0, &out->requested_size));
+  origin->has_requested_size = Has(block, "requested_size");
   const Value history = doc_->Get(block, "history");
   if (!doc_->IsMissing(history) && !doc_->IsNone(history)) {
     // 1.13/2.0: the allocations this block has held, oldest first; the last is the current one.
@@ -496,6 +505,7 @@ Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
       RETURN_IF_ERROR(RequireDict(last, lp));
       if (out->requested_size == 0) {
         RETURN_IF_ERROR(GetU64(last, lp, "real_size", kBytes, 0, &out->requested_size));
+        origin->has_requested_size = false;  // not the value PyTorch summed for the segment
       }
       RETURN_IF_ERROR(
           ConvertStack(doc_->Get(last, "frames"), doc_->Get(last, "cpp_frames"), lp, &out->stack));
@@ -511,7 +521,8 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
   const auto items = doc_->Items(segments);
   struct Pending {
     model::Segment segment;
-    std::vector<model::Block> blocks;
+    SegmentOrigin origin;
+    std::vector<std::pair<model::Block, BlockOrigin>> blocks;
   };
   std::vector<Pending> pending(items.size());
   for (size_t s = 0; s < items.size(); ++s) {
@@ -520,6 +531,7 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
     RETURN_IF_ERROR(RequireDict(seg, sp));
     RETURN_IF_ERROR(Claim(seg, sp, "segment"));
     model::Segment& out = pending[s].segment;
+    pending[s].origin.index = static_cast<uint32_t>(s);
     uint64_t device = 0;
     RETURN_IF_ERROR(GetU64(seg, sp, "device", kOrdinal, 0, &device));
     out.device = static_cast<int32_t>(device);
@@ -528,6 +540,9 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
     RETURN_IF_ERROR(GetU64(seg, sp, "allocated_size", kBytes, 0, &out.allocated_size));
     RETURN_IF_ERROR(GetU64(seg, sp, "active_size", kBytes, 0, &out.active_size));
     RETURN_IF_ERROR(GetU64(seg, sp, "requested_size", kBytes, 0, &out.requested_size));
+    pending[s].origin.has_allocated_size = Has(seg, "allocated_size");
+    pending[s].origin.has_active_size = Has(seg, "active_size");
+    pending[s].origin.has_requested_size = Has(seg, "requested_size");
     RETURN_IF_ERROR(GetU64(seg, sp, "stream", kStream, 0, &out.stream));
     const Value type = doc_->Get(seg, "segment_type");
     if (const auto t = doc_->AsString(type)) {
@@ -557,27 +572,40 @@ Status Converter::ConvertSegments(Value segments, const Path& where) {
     uint64_t next_address = out.address;
     for (size_t b = 0; b < doc_->Items(blocks).size(); ++b) {
       model::Block block;
+      BlockOrigin origin{static_cast<uint32_t>(b)};
       RETURN_IF_ERROR(ConvertBlock(doc_->Items(blocks)[b], bp.Index(static_cast<int64_t>(b)),
-                                   next_address, &block));
+                                   next_address, &block, &origin));
       next_address = block.address + block.size;
-      pending[s].blocks.push_back(block);
+      pending[s].blocks.emplace_back(block, origin);
     }
     std::stable_sort(
         pending[s].blocks.begin(), pending[s].blocks.end(),
-        [](const model::Block& x, const model::Block& y) { return x.address < y.address; });
+        [](const auto& x, const auto& y) { return x.first.address < y.first.address; });
   }
   std::stable_sort(pending.begin(), pending.end(), [](const Pending& x, const Pending& y) {
     return std::tie(x.segment.device, x.segment.address) <
            std::tie(y.segment.device, y.segment.address);
   });
+  std::vector<SegmentOrigin> segment_origins;
+  std::vector<BlockOrigin> block_origins;
+  segment_origins.reserve(pending.size());
   for (Pending& p : pending) {
     p.segment.first_block = static_cast<uint32_t>(trace_.blocks.size());
     p.segment.block_count = static_cast<uint32_t>(p.blocks.size());
-    for (model::Block& b : p.blocks) {
+    for (auto& [b, origin] : p.blocks) {
       b.segment = static_cast<uint32_t>(trace_.segments.size());
       trace_.blocks.push_back(b);
+      block_origins.push_back(origin);
     }
     trace_.segments.push_back(p.segment);
+    segment_origins.push_back(p.origin);
+  }
+  // The allocator-state invariants (segment_invariants.h): a file PyTorch wrote holds them all.
+  if (const auto v = FindSegmentViolation(trace_, segment_origins, block_origins)) {
+    const Path sp = where.Index(v->segment);
+    const std::string path =
+        v->block ? sp.Key("blocks").Index(*v->block).ToString() : sp.ToString();
+    return InvalidInput(fmt::format("{}: {}; {}", path, v->what, kRemedy));
   }
   return Status::Ok();
 }
@@ -640,6 +668,12 @@ Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
   static constexpr IntRange kAnyUnsigned{"an unsigned integer", UINT64_MAX, "2^64-1"};
   if (!doc_->IsMissing(size_value) && !doc_->IsNone(size_value)) {
     RETURN_IF_ERROR(ToU64(size_value, where, "size", memory_action ? kBytes : kAnyUnsigned, &size));
+    // Only a size the file carried: an entry without one holds 0 in the model, and says nothing.
+    if (action) {
+      if (const auto problem = FindEntrySizeViolation(*action, size)) {
+        return InvalidInput(fmt::format("{}: {}; {}", where.ToString(), *problem, kRemedy));
+      }
+    }
   }
   const bool has_device_free =
       !doc_->IsMissing(device_free_value) && !doc_->IsNone(device_free_value);

@@ -6,6 +6,11 @@
 // not tell as facts. Every key is optional except the core ones (a segment's address, total_size
 // and blocks; a block's size and state; a trace entry's action); a wrong type or a missing core
 // key is an error naming the path to the value, e.g. "segments[3].blocks[7]: 'size' is a str".
+// The converted state must satisfy the allocator's invariants (segment_invariants.h: a device's
+// segments are disjoint, blocks tile their segment, the segment totals equal the sums over its
+// blocks, trace entries carry sizes PyTorch records); a file that breaks one is refused with one
+// line naming the first offending segment, block or entry and what is wrong with its numbers.
+// Fields a file lacks (older generations) are not checked.
 #pragma once
 
 #include <cstdint>

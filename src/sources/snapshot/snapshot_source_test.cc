@@ -768,3 +768,252 @@ TEST(Streaming, EntriesOutsideTheRootAreRefused) {
 
 }  // namespace
 }  // namespace vramscope::snapshot
+
+namespace vramscope::snapshot {
+namespace {
+
+// ---- allocator-state invariants (segment_invariants.h): refused with one exact line -----------
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kBase = 0x7f5000000000ull;
+const std::string kRemedyText =
+    "the snapshot is damaged or was not written by PyTorch: dump it again with "
+    "torch.cuda.memory._dump_snapshot() (if PyTorch wrote it as it is, please report it to "
+    "vramscope with the torch version)";
+
+// The whole error line for a refusal of bad.pickle.
+std::string Refusal(const std::string& what) { return "bad.pickle: " + what + "; " + kRemedyText; }
+
+tb::P WithKey(tb::P obj, const std::string& key, tb::P value) {
+  auto o = std::const_pointer_cast<tb::Obj>(obj);
+  for (auto& [k, v] : o->pairs) {
+    if (k == key) {
+      v = std::move(value);
+      return obj;
+    }
+  }
+  o->pairs.emplace_back(key, std::move(value));
+  return obj;
+}
+tb::P Without(tb::P obj, const std::string& key) {
+  auto o = std::const_pointer_cast<tb::Obj>(obj);
+  std::erase_if(o->pairs, [&](const auto& kv) { return kv.first == key; });
+  return obj;
+}
+tb::P Snap(std::vector<tb::P> segments, std::vector<tb::P> entries = {}) {
+  return tb::Dict({{"segments", tb::List(std::move(segments))},
+                   {"device_traces", tb::List({tb::List(std::move(entries))})}});
+}
+// One free 2 MiB segment at `address`.
+tb::P FreeSegment(uint64_t address, uint64_t total = 2 * kMiB) {
+  return Segment(address, total, {Block(address, total, 0, "inactive")});
+}
+// A 2 MiB segment holding an allocated block (512 B, 100 asked), a pending free one (512 B, 200
+// asked) and a free tail; its totals as given.
+tb::P BusySegment(uint64_t allocated, uint64_t active, uint64_t requested) {
+  return Segment(kBase, 2 * kMiB,
+                 {Block(kBase, 512, 100, "active_allocated"),
+                  Block(kBase + 512, 512, 200, "active_pending_free"),
+                  Block(kBase + 1024, 2 * kMiB - 1024, 0, "inactive")},
+                 false, "small", allocated, active, requested);
+}
+
+TEST(SnapshotInvariants, AConsistentStateLoads) {
+  const tb::P no_frames = tb::List({});
+  const tb::P root = Snap(
+      {// Device 0: two adjacent segments (one ends where the next starts). An inactive block
+       // keeps a stale requested_size larger than itself, as real files show.
+       Segment(kBase, 20 * kMiB,
+               {Block(kBase, 2 * kMiB, 2000000, "active_allocated"),
+                Block(kBase + 2 * kMiB, 512, 100, "active_pending_free"),
+                Block(kBase + 2 * kMiB + 512, 18 * kMiB - 512, 99999999, "inactive")},
+               false, "large", 2 * kMiB, 2 * kMiB + 512, 2000100),
+       FreeSegment(kBase + 20 * kMiB),
+       // Device 1: the same address as device 0's first segment, 13 MiB (large_segment_size_mb
+       // may be any whole number of MiB above 10).
+       WithKey(
+           Segment(kBase, 13 * kMiB, {Block(kBase, 13 * kMiB, 13 * kMiB - 5, "active_allocated")},
+                   false, "large", 13 * kMiB, 13 * kMiB, 13 * kMiB - 5),
+           "device", tb::Int(1))},
+      {Entry("segment_alloc", kBase, 20 * kMiB, no_frames),
+       Entry("segment_map", kBase, 13 * kMiB, no_frames),
+       Entry("alloc", kBase, 1, no_frames),  // a requested size: not rounded
+       Entry("free_requested", kBase, 1, no_frames), Entry("free_completed", kBase, 1, no_frames),
+       tb::Dict({{"action", tb::Str("oom")}, {"device_free", tb::Int(0)}, {"size", tb::Int(512)}}),
+       Entry("snapshot", 0, 12345, no_frames),                  // no rule for snapshot entries
+       Without(Entry("alloc", kBase, 0, no_frames), "size")});  // no size: nothing to check
+  auto t = FromBytes(tb::PickleWriter().Dump(root));
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->segments.size(), 3u);
+  EXPECT_TRUE(model::CheckStateInvariants(*t).empty());
+}
+
+TEST(SnapshotInvariants, OverlappingSegmentsOfADeviceAreRefused) {
+  // Three segments at address 0: the second is the first to overlap.
+  EXPECT_EQ(ErrorOf(Snap({FreeSegment(0), FreeSegment(0), FreeSegment(0)})),
+            Refusal("segments[1]: [0x0, 0x200000) overlaps segments[0] [0x0, 0x200000) on device "
+                    "0: the segments of a device are disjoint"));
+  // A segment inside another, listed first: named by its place in the file.
+  EXPECT_EQ(ErrorOf(Snap({FreeSegment(kBase + 2 * kMiB), FreeSegment(kBase, 20 * kMiB)})),
+            Refusal("segments[0]: [0x7f5000200000, 0x7f5000400000) overlaps segments[1] "
+                    "[0x7f5000000000, 0x7f5001400000) on device 0: the segments of a device are "
+                    "disjoint"));
+}
+
+TEST(SnapshotInvariants, ASegmentPastTheEndOfTheAddressSpaceIsRefused) {
+  const uint64_t top = UINT64_MAX - kMiB + 1;  // 1 MiB below 2^64
+  EXPECT_EQ(ErrorOf(Snap({FreeSegment(top)})),
+            Refusal("segments[0]: 'address' 0xfffffffffff00000 + 'total_size' 2097152 passes the "
+                    "end of the 64-bit address space"));
+}
+
+TEST(SnapshotInvariants, SegmentAndBlockSizesPyTorchCannotProduceAreRefused) {
+  EXPECT_EQ(ErrorOf(Snap({FreeSegment(kBase, 4096)})),
+            Refusal("segments[0]: 'total_size' is 4096, expected a positive multiple of 1 MiB "
+                    "(1048576 bytes: PyTorch's segments are 2 MiB, 20 MiB or a request rounded "
+                    "up to 2 MiB)"));
+  EXPECT_EQ(ErrorOf(Snap({Segment(kBase, 0, {})})),
+            Refusal("segments[0]: 'total_size' is 0, expected a positive multiple of 1 MiB "
+                    "(1048576 bytes: PyTorch's segments are 2 MiB, 20 MiB or a request rounded "
+                    "up to 2 MiB)"));
+  EXPECT_EQ(ErrorOf(Snap({Segment(kBase, 2 * kMiB,
+                                  {Block(kBase, 1000, 1000, "active_allocated"),
+                                   Block(kBase + 1000, 2 * kMiB - 1000, 0, "inactive")},
+                                  false, "small", 1000, 1000, 1000)})),
+            Refusal("segments[0].blocks[0]: 'size' is 1000, expected a positive multiple of 512 "
+                    "(PyTorch rounds every block to 512 bytes)"));
+}
+
+TEST(SnapshotInvariants, BlocksThatDoNotTileTheirSegmentAreRefused) {
+  auto error_of = [](std::vector<tb::P> blocks) {
+    return ErrorOf(Snap({Segment(kBase, 2 * kMiB, std::move(blocks))}));
+  };
+  const char* const kTile = ": the blocks of a segment tile it without gaps or overlaps";
+  EXPECT_EQ(error_of({Block(kBase + 512, 2 * kMiB - 512, 0, "inactive")}),
+            Refusal(std::string("segments[0].blocks[0]: starts at 0x7f5000000200, expected "
+                                "0x7f5000000000 (the segment's address)") +
+                    kTile));
+  // A gap; the blocks are listed out of order, and the message names the file's positions.
+  EXPECT_EQ(error_of({Block(kBase + kMiB + 512, kMiB - 512, 0, "inactive"),
+                      Block(kBase, kMiB, 0, "inactive")}),
+            Refusal(std::string("segments[0].blocks[0]: starts at 0x7f5000100200, expected "
+                                "0x7f5000100000 (where the previous block ends)") +
+                    kTile));
+  // Two blocks over the same bytes.
+  EXPECT_EQ(error_of({Block(kBase, kMiB, 0, "inactive"), Block(kBase + 512, kMiB, 0, "inactive"),
+                      Block(kBase + kMiB + 512, kMiB - 512, 0, "inactive")}),
+            Refusal(std::string("segments[0].blocks[1]: starts at 0x7f5000000200, expected "
+                                "0x7f5000100000 (where the previous block ends)") +
+                    kTile));
+  EXPECT_EQ(
+      error_of({Block(kBase, kMiB, 0, "inactive"), Block(kBase + kMiB, 2 * kMiB, 0, "inactive")}),
+      Refusal("segments[0].blocks[1]: ends at 0x7f5000300000, past the end of its segment "
+              "(0x7f5000200000 = 'address' 0x7f5000000000 + 'total_size' 2097152)"));
+  EXPECT_EQ(error_of({Block(kBase, kMiB, 0, "inactive")}),
+            Refusal("segments[0]: its blocks end at 0x7f5000100000, short of its end "
+                    "0x7f5000200000 ('address' 0x7f5000000000 + 'total_size' 2097152): they "
+                    "cover 1048576 of its 2097152 bytes"));
+  EXPECT_EQ(error_of({}),
+            Refusal("segments[0]: its blocks end at 0x7f5000000000, short of its end "
+                    "0x7f5000200000 ('address' 0x7f5000000000 + 'total_size' 2097152): they "
+                    "cover 0 of its 2097152 bytes"));
+}
+
+TEST(SnapshotInvariants, SegmentTotalsThatDisagreeWithTheBlocksAreRefused) {
+  ASSERT_TRUE(FromBytes(tb::PickleWriter().Dump(Snap({BusySegment(512, 1024, 300)}))).ok());
+  EXPECT_EQ(ErrorOf(Snap({BusySegment(1024, 1024, 300)})),
+            Refusal("segments[0]: 'allocated_size' is 1024, but its active_allocated blocks' "
+                    "sizes sum to 512"));
+  EXPECT_EQ(ErrorOf(Snap({BusySegment(512, 512, 300)})),
+            Refusal("segments[0]: 'active_size' is 512, but its active blocks' sizes "
+                    "(active_allocated and active_pending_free) sum to 1024"));
+  EXPECT_EQ(ErrorOf(Snap({BusySegment(512, 1024, 100)})),
+            Refusal("segments[0]: 'requested_size' is 100, but its active blocks' requested "
+                    "sizes sum to 300"));
+  EXPECT_EQ(ErrorOf(Snap({Segment(kBase, 2 * kMiB,
+                                  {Block(kBase, 512, 600, "active_allocated"),
+                                   Block(kBase + 512, 2 * kMiB - 512, 0, "inactive")},
+                                  false, "small", 512, 512, 600)})),
+            Refusal("segments[0].blocks[0]: 'requested_size' is 600, more than its 'size' 512 "
+                    "(an active block holds at least what was requested)"));
+}
+
+TEST(SnapshotInvariants, FieldsTheFileLacksAreNotChecked) {
+  // Older files lack the totals: the model holds 0 for them, which is no disagreement.
+  tb::P seg = BusySegment(0, 0, 0);
+  for (const char* key : {"allocated_size", "active_size", "requested_size"}) {
+    seg = Without(seg, key);
+  }
+  auto t = FromBytes(tb::PickleWriter().Dump(Snap({seg})));
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->segments[0].allocated_size, 0u);
+  // 1.13 blocks carry no requested_size (the model takes it from the history record): the
+  // segment's requested_size is not compared with it.
+  const tb::P history =
+      tb::List({tb::Dict({{"addr", tb::UInt(kBase)}, {"real_size", tb::Int(7)}})});
+  const tb::P old_blocks = tb::List(
+      {tb::Dict(
+           {{"size", tb::Int(512)}, {"state", tb::Str("active_allocated")}, {"history", history}}),
+       tb::Dict({{"size", tb::Int(2 * kMiB - 512)}, {"state", tb::Str("inactive")}})});
+  const tb::P old = tb::Dict({{"address", tb::UInt(kBase)},
+                              {"total_size", tb::Int(2 * kMiB)},
+                              {"allocated_size", tb::Int(512)},
+                              {"active_size", tb::Int(512)},
+                              {"requested_size", tb::Int(100)},
+                              {"blocks", old_blocks}});
+  auto o = FromBytes(tb::PickleWriter().Dump(tb::List({old})));
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->blocks[0].requested_size, 7u);
+}
+
+TEST(SnapshotInvariants, TheFirstOffendingSegmentInTheFileIsNamed) {
+  // segments[0] lies above segments[1] and is checked first all the same: the file's order.
+  EXPECT_EQ(
+      ErrorOf(Snap({WithKey(FreeSegment(kBase + 64 * kMiB), "allocated_size", tb::Int(512)),
+                    FreeSegment(kBase, 3 * kMiB / 2)})),
+      Refusal("segments[0]: 'allocated_size' is 512, but its active_allocated blocks' sizes sum "
+              "to 0"));
+}
+
+TEST(SnapshotInvariants, TraceEntrySizesPyTorchCannotRecordAreRefused) {
+  const tb::P no_frames = tb::List({});
+  auto error_of = [&](tb::P entry) {
+    return ErrorOf(Snap({}, {Entry("alloc", kBase, 512, no_frames), std::move(entry)}));
+  };
+  EXPECT_EQ(error_of(Entry("alloc", kBase, 0, no_frames)),
+            Refusal("device_traces[0][1]: 'size' of an alloc entry is 0, expected at least 1 (the "
+                    "requested bytes: PyTorch's allocator never sees a request of 0 bytes)"));
+  EXPECT_EQ(error_of(Entry("free_completed", kBase, 0, no_frames)),
+            Refusal("device_traces[0][1]: 'size' of a free_completed entry is 0, expected at "
+                    "least 1 (the requested bytes: PyTorch's allocator never sees a request of 0 "
+                    "bytes)"));
+  const std::string kSegmentRule =
+      ", expected a positive multiple of 1 MiB (1048576 bytes: PyTorch's segments and pages are "
+      "2 MiB, 20 MiB or a request rounded up to 2 MiB)";
+  EXPECT_EQ(error_of(Entry("segment_alloc", kBase, 4096, no_frames)),
+            Refusal("device_traces[0][1]: 'size' of a segment_alloc entry is 4096" + kSegmentRule));
+  EXPECT_EQ(error_of(Entry("segment_unmap", kBase, 0, no_frames)),
+            Refusal("device_traces[0][1]: 'size' of a segment_unmap entry is 0" + kSegmentRule));
+  EXPECT_EQ(
+      error_of(tb::Dict(
+          {{"action", tb::Str("oom")}, {"device_free", tb::Int(0)}, {"size", tb::Int(1000)}})),
+      Refusal("device_traces[0][1]: 'size' of an oom entry is 1000, expected a positive "
+              "multiple of 512 (the request as PyTorch rounds it)"));
+  // The same line when the trace is converted after the parse rather than while streaming.
+  const std::string bytes = tb::PickleWriter().Dump(Snap(
+      {}, {Entry("alloc", kBase, 512, no_frames), Entry("segment_free", kBase, 4096, no_frames)}));
+  const auto file = MappedFile::FromBytes(
+      "bad.pickle", std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  LoadOptions whole;
+  whole.stream_trace = false;
+  for (const auto& options : {LoadOptions(), whole}) {
+    auto t = LoadSnapshot(*file, options);
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(
+        t.status().message(),
+        Refusal("device_traces[0][1]: 'size' of a segment_free entry is 4096" + kSegmentRule));
+  }
+}
+
+}  // namespace
+}  // namespace vramscope::snapshot
