@@ -152,3 +152,9 @@ def test_a_gzipped_real_snapshot_gives_the_plain_report_at_no_more_memory(work: 
     # Inflated into memory (the plain file is mapped) costs at most the small input's size again:
     # bounded here by 1/8 of the plain peak or 4 MiB, whichever is larger (allocator noise).
     assert packed_rss <= plain_rss + max(plain_rss // 8, 4 * 2**20), (plain_rss, packed_rss)
+
+
+def test_a_thousand_segments_at_one_address_are_refused(work: Path):
+    path = bombs.stacked_segments(work)
+    refused(work, ["report", path.name, "-o", "r.sqlite"], names=path.name,
+            says="segments[1]: [0x0, 0x200000) overlaps segments[0]")

@@ -144,7 +144,14 @@ TEST(SharedReferences, SharedStacksAndFramesAreReadOnce) {
                                                   {"frames", stack},
                                                   {"cpp_frames", cpp}})})}}));
   }
-  const tb::P root = Snapshot({Segment(base, tb::List(std::move(blocks)), 512 * 10000)}, entries);
+  // The rest of a 5 MiB segment (PyTorch's segments are whole MiB), free.
+  blocks.push_back(
+      tb::Dict({{"size", tb::UInt(5 * 1048576 - 512 * 10000)}, {"state", tb::Str("inactive")}}));
+  const tb::P segment = tb::Dict({{"device", tb::Int(0)},
+                                  {"address", tb::UInt(base)},
+                                  {"total_size", tb::UInt(5 * 1048576)},
+                                  {"blocks", tb::List(std::move(blocks))}});
+  const tb::P root = Snapshot({segment}, entries);
   for (const bool stream : {true, false}) {
     const auto trace = Load(root, stream);
     ASSERT_TRUE(trace.ok()) << trace.status().message();
@@ -153,7 +160,9 @@ TEST(SharedReferences, SharedStacksAndFramesAreReadOnce) {
                                                 trace->events.stack.end());
     EXPECT_EQ(entry_stacks.size(), 1u);
     std::set<model::StackId> block_stacks;
-    for (const model::Block& b : trace->blocks) block_stacks.insert(b.stack);
+    for (const model::Block& b : trace->blocks) {
+      if (model::IsActive(b.state)) block_stacks.insert(b.stack);
+    }
     EXPECT_EQ(block_stacks.size(), 1u);
     EXPECT_NE(*block_stacks.begin(), *entry_stacks.begin());  // the C++ frame makes it another
     EXPECT_EQ(trace->frames.size(), 2001u);
