@@ -4,7 +4,8 @@
 #      (pytest, the viewer's in headless Chromium) under ASan + UBSan, via CTest;
 #   2. every libFuzzer target (pickle reader, allocator replay, profiler-trace, memory-timeline and
 #      native-trace sources, the predictor's inputs, the capture sidecar, the report database behind
-#      `vramscope view`) under ASan + UBSan for a bounded number of runs.
+#      `vramscope view`, any input file plain or gzipped) under ASan + UBSan for a bounded number
+#      of runs, within the resource contract's memory and time limits.
 # The tracer's and the capture bootstrap's tests (tests/tracer, tests/capture) run with PyTorch,
 # transformers, peft, accelerate and lightning from PyPI, installed once into a virtual environment
 # under ~/.cache/vramscope (VRAMSCOPE_TORCH_VENV to choose another).
@@ -58,6 +59,10 @@ trap 'rm -rf "$work"' EXIT
 # fuzz TITLE TARGET_PATH CORPUS_GLOB MAX_LEN [extra libFuzzer flags...]: a reproducible bounded run
 # from a copy of the committed corpus (libFuzzer adds to the corpus it is given). FUZZ_RUNS, when
 # set for one call, replaces $runs for that target.
+# The resource contract (docs/design/resource-contract.md) holds under fuzzing: an input of at
+# most 64 KiB may cost 64 MiB + 32 x 64 KiB = 66 MiB; ASan's shadow, quarantine and the fuzzer's
+# own state add about 300 MiB (peaks measured: 67-396 MiB), so a run past 768 MiB is a finding.
+# No single allocation may approach 128 MiB, and no input may take 20 s, even under ASan.
 fuzz() {
   local title=$1 target=$2 seeds=$3 max_len=$4
   shift 4
@@ -67,6 +72,7 @@ fuzz() {
   mkdir -p "$corpus"
   cp $seeds "$corpus/"
   "$target" -seed="${VRAMSCOPE_FUZZ_SEED:-1}" -runs="$target_runs" -max_len="$max_len" \
+    -rss_limit_mb=768 -malloc_limit_mb=128 -timeout=20 \
     -max_total_time=300 -print_final_stats=1 "$@" "$corpus" 2>&1 | tail -n 12
 }
 if [[ $runs != 0 ]]; then
@@ -75,7 +81,7 @@ if [[ $runs != 0 ]]; then
     -DVRAMSCOPE_BUILD_TESTS=OFF >/dev/null
   cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer kineto_source_fuzzer \
     memory_timeline_source_fuzzer predict_input_fuzzer native_trace_fuzzer capture_sidecar_fuzzer \
-    viewer_report_fuzzer
+    viewer_report_fuzzer input_file_fuzzer
   fuzz "pickle reader + snapshot source" build-fuzz/src/sources/pickle/pickle_reader_fuzzer \
     "src/sources/pickle/fuzz_corpus/*.pickle" 8192
   fuzz "allocator model + replay (model invariants)" build-fuzz/src/allocator/replay_fuzzer \
@@ -100,6 +106,8 @@ if [[ $runs != 0 ]]; then
   # fifth of the runs keeps the whole suite within CI's half hour. Longer runs: see README.
   FUZZ_RUNS=$((runs / 5)) fuzz "report database behind 'vramscope view' (load + pyramid + blob)" \
     build-fuzz/src/report/viewer_report_fuzzer "src/report/viewer_report_fuzz_corpus/*.sqlite" \
-    65536 -dict=src/report/viewer_report_fuzzer.dict -rss_limit_mb=1024
+    65536 -dict=src/report/viewer_report_fuzzer.dict
+  fuzz "any input file by content, plain or gzipped (streaming inflation, bombs of each kind)" \
+    build-fuzz/src/input_file_fuzzer "src/sources/input_file_fuzz_corpus/*" 8192
   echo "fuzz: no finding in $runs runs of each target ($((runs / 5)) of the report database's)"
 fi

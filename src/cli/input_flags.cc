@@ -4,12 +4,12 @@
 
 namespace vramscope::cli {
 
-void AddInputLimitFlags(CLI::App& cmd, sources::InputLimits& limits) {
+void AddInputLimitFlags(CLI::App& cmd, pipeline::InputLimits& limits) {
   cmd.add_option("--max-inflate-ratio", limits.max_inflate_ratio,
                  fmt::format("a gzipped input may inflate to this many times its compressed "
                              "size (default {}; real PyTorch files inflate under 40 times, "
                              "a decompression bomb about 1,000)",
-                             sources::kDefaultMaxInflateRatio))
+                             pipeline::kDefaultMaxInflateRatio))
       ->check(CLI::Range(1u, 100000u))
       ->option_text("N");
 }

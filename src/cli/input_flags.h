@@ -4,11 +4,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include "sources/input_limits.h"
+#include "pipeline/input.h"
 
 namespace vramscope::cli {
 
 // --max-inflate-ratio.
-void AddInputLimitFlags(CLI::App& cmd, sources::InputLimits& limits);
+void AddInputLimitFlags(CLI::App& cmd, pipeline::InputLimits& limits);
 
 }  // namespace vramscope::cli

@@ -359,10 +359,11 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--steps", o.steps, "training steps to simulate (default: 3)")
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("--max-events", o.max_events,
-                  fmt::format("the most tensor events the simulated steps may hold (default "
-                              "{}; steps x micro-batches x layers decide it)",
-                              FormatCount(static_cast<int64_t>(predict::kDefaultMaxPredictedEvents))))
+  cmd->add_option(
+         "--max-events", o.max_events,
+         fmt::format("the most tensor events the simulated steps may hold (default "
+                     "{}; steps x micro-batches x layers decide it)",
+                     FormatCount(static_cast<int64_t>(predict::kDefaultMaxPredictedEvents))))
       ->check(CLI::Range(uint64_t{1000}, uint64_t{1} << 31))
       ->option_text("N");
   cmd->add_flag("--checkpointing", o.checkpointing,

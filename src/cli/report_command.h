@@ -7,14 +7,14 @@
 #include <string>
 
 #include "cli/report_output.h"
-#include "sources/input_limits.h"
+#include "pipeline/input.h"
 
 namespace vramscope::cli {
 
 struct ReportOptions {
-  std::string input;            // empty: the built-in example
-  std::string project_root;     // empty: the current directory
-  sources::InputLimits limits;  // --max-inflate-ratio
+  std::string input;             // empty: the built-in example
+  std::string project_root;      // empty: the current directory
+  pipeline::InputLimits limits;  // --max-inflate-ratio
   ReportOutputOptions out;
 };
 

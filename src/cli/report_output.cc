@@ -161,7 +161,7 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions&
 }
 
 Status ReportOnInput(const pipeline::Input& input, const std::string& project_root_flag,
-                     const sources::InputLimits& limits, const ReportOutputOptions& options) {
+                     const pipeline::InputLimits& limits, const ReportOutputOptions& options) {
   const auto t_start = Clock::now();
   ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(project_root_flag));
   ASSIGN_OR_RETURN(PreparedOutputs outputs, PrepareReportOutputs(input, options));

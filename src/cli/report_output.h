@@ -53,7 +53,7 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions&
 // it, and emit the report. `project_root`: the --project-root flag ("" = the current directory);
 // `limits`: --max-inflate-ratio.
 Status ReportOnInput(const pipeline::Input& input, const std::string& project_root,
-                     const sources::InputLimits& limits, const ReportOutputOptions& options);
+                     const pipeline::InputLimits& limits, const ReportOutputOptions& options);
 
 // --device N must name a device the input holds memory on.
 Status CheckDevice(const pipeline::Analyzed& analyzed, std::optional<int32_t> device);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sources/input_limits.h"
+#include "pipeline/input.h"
 
 namespace vramscope::cli {
 
@@ -19,7 +19,7 @@ struct SimulateOptions {
   bool json = false;
   bool quiet = false;
   std::string project_root;
-  sources::InputLimits limits;  // --max-inflate-ratio
+  pipeline::InputLimits limits;  // --max-inflate-ratio
   std::optional<int32_t> device;
   int top = 10;
   std::string capacity;  // "24GiB"

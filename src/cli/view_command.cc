@@ -41,7 +41,7 @@ class TemporaryReport {
     if (!path_.empty()) std::remove(path_.c_str());
   }
   Status Make(const pipeline::Input& input, const std::string& project_root,
-              const sources::InputLimits& limits, bool quiet) {
+              const pipeline::InputLimits& limits, bool quiet) {
     const char* tmp = std::getenv("TMPDIR");
     std::string pattern =
         std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/vramscope-view-XXXXXX";

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "sources/input_limits.h"
+#include "pipeline/input.h"
 
 namespace vramscope::cli {
 
@@ -19,7 +19,7 @@ struct ViewOptions {
   bool force = false;
   bool quiet = false;
   std::string project_root;
-  sources::InputLimits limits;  // --max-inflate-ratio
+  pipeline::InputLimits limits;  // --max-inflate-ratio
 };
 
 void RegisterViewCommand(CLI::App& app, ViewOptions& options);

@@ -8,8 +8,14 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "sources/input_limits.h"
 
 namespace vramscope::pipeline {
+
+// What reading an input may cost beyond the defaults (--max-inflate-ratio): the limits of the
+// resource contract (docs/design/resource-contract.md) that a genuine file may need raised.
+using InputLimits = sources::InputLimits;
+using sources::kDefaultMaxInflateRatio;
 
 enum class InputKind : uint8_t {
   kBuiltInExample,  // no path given: the real H200 snapshot compiled into the binary
