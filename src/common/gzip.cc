@@ -27,7 +27,7 @@ Status GunzipChunks(std::span<const uint8_t> compressed, const std::string& what
   uint64_t produced = 0;
   int rc = Z_OK;
   // One chunk at a time: what is inflated is handed on, never accumulated here.
-  std::vector<char> buffer(size_t{1} << 18);
+  std::vector<char> buffer(size_t{1} << 16);
   while (true) {
     const size_t remaining = compressed.size() - consumed;
     zs.next_in = const_cast<Bytef*>(compressed.data() + consumed);

@@ -15,7 +15,7 @@
 namespace vramscope {
 
 // Inflates every gzip member of `compressed` (gzip files may be concatenations), handing each
-// inflated chunk (at most 256 KiB) to `sink` in order. An error from `sink` stops the inflation
+// inflated chunk (at most 64 KiB) to `sink` in order. An error from `sink` stops the inflation
 // and is returned; corrupt or truncated data fails with one line naming `what`.
 Status GunzipChunks(std::span<const uint8_t> compressed, const std::string& what,
                     const std::function<Status(std::string_view)>& sink);

@@ -17,7 +17,9 @@ namespace vramscope::sources {
 namespace {
 
 // Past this, the inflated bytes go to a temporary file rather than the heap.
-constexpr uint64_t kSpillBytes = uint64_t{8} << 20;
+// Small, so that a gzipped input costs what the plain file costs: a mapped file whose pages the
+// parser releases behind itself (MappedFile::ReleasePages), never a heap copy that grows.
+constexpr uint64_t kSpillBytes = uint64_t{64} << 10;
 
 // An unlinked temporary file: it disappears when the last descriptor closes, whatever happens to
 // the process.

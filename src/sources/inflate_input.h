@@ -3,7 +3,7 @@
 // Contract: the input is inflated as a stream, never whole into memory. The first inflated bytes
 // are shown to the caller (to recognise the content) before anything else is inflated, so a file
 // that holds no format vramscope reads costs one chunk whatever its size. What is kept lives in
-// memory while small and in an unlinked temporary file (in $TMPDIR) past a few MiB, mapped like
+// memory while small and in an unlinked temporary file (in $TMPDIR) past 64 KiB, mapped like
 // any input file: a gzipped input costs the memory of the plain one, plus a disk copy that
 // vanishes with the process. The inflated size is bounded by InputLimits::max_inflate_ratio
 // times the compressed size (at least its inflate_allowance_bytes); past it the input is refused
