@@ -104,3 +104,34 @@ def deep_layers_config(folder: Path, layers: int = 3_000_000) -> Path:
                                 "intermediate_size": 128, "num_attention_heads": 4,
                                 "num_hidden_layers": layers, "vocab_size": 1000}))
     return path
+
+
+def deep_sidecar(folder: Path, snapshot: Path, depth: int = 1_000_000) -> Path:
+    """A real snapshot with a capture sidecar beside it whose `phases` are lists nested `depth`
+    deep. Returns the snapshot's path (the sidecar is found beside it)."""
+    path = folder / "run.pickle.gz"
+    path.write_bytes(snapshot.read_bytes())
+    (folder / "run.sidecar.json").write_text(
+        '{"format": "vramscope-capture", "version": 1, "phases": ' + "[" * depth + "]" * depth
+        + "}")
+    return path
+
+
+def recursive_view_report(folder: Path, report: Path) -> Path:
+    """A copy of a real report database whose vramscope_allocations is a VIEW of a recursive
+    query without end: a few KB that would yield rows forever if read."""
+    import sqlite3
+
+    path = folder / "endless.sqlite"
+    path.write_bytes(report.read_bytes())
+    db = sqlite3.connect(path)
+    columns = [row[1] for row in db.execute("PRAGMA table_info(vramscope_allocations)")]
+    db.execute("DROP TABLE vramscope_allocations")
+    select = ", ".join("x" for _ in columns)
+    db.execute(f"CREATE VIEW vramscope_allocations({', '.join(columns)}) AS "
+               f"WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c) "
+               f"SELECT {select} FROM c")
+    db.commit()
+    db.execute("VACUUM")
+    db.close()
+    return path

@@ -45,6 +45,14 @@ def main() -> None:
         shutil.copyfile(bombs.deep_memory_timeline(t, depth=1500),
                         REPO / "src/sources/memory_timeline/fuzz_corpus/bomb_deep.json")
         shutil.copyfile(bombs.deep_layers_config(t), REPO / "src/predict/fuzz_corpus/bomb_layers.json")
+        sidecar_corpus = REPO / "src/sources/run_output/capture_sidecar_fuzz_corpus"
+        deep = bombs.deep_sidecar(t, REPO / "goldens/h200/mlp_adam_fp32.pickle.gz", depth=3000)
+        shutil.copyfile(deep.with_name("run.sidecar.json"), sidecar_corpus / "bomb_deep_phases.json")
+        # The report database behind `view`: the smallest seed with its allocations an endless view.
+        viewer_corpus = REPO / "src/report/viewer_report_fuzz_corpus"
+        smallest = min((p for p in viewer_corpus.glob("*.sqlite") if not p.name.startswith("bomb_")),
+                       key=lambda p: p.stat().st_size)
+        shutil.copyfile(bombs.recursive_view_report(t, smallest), viewer_corpus / "bomb_endless_view.sqlite")
         # The ordinary inputs of every source, plain and gzipped, beside the bombs.
         plain = [REPO / "src/sources/kineto/fuzz_corpus/modern.json",
                  REPO / "src/sources/memory_timeline/fuzz_corpus/all_actions.json",

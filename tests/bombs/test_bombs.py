@@ -158,3 +158,18 @@ def test_a_thousand_segments_at_one_address_are_refused(work: Path):
     path = bombs.stacked_segments(work)
     refused(work, ["report", path.name, "-o", "r.sqlite"], names=path.name,
             says="segments[1]: [0x0, 0x200000) overlaps segments[0]")
+
+
+def test_a_sidecar_nested_a_million_deep_is_refused(work: Path):
+    path = bombs.deep_sidecar(work, REPO / "goldens" / "h200" / "mlp_adam_fp32.pickle.gz")
+    refused(work, ["report", path.name, "-o", "r.sqlite"], names="run.sidecar.json",
+            says="phases[0] is not an object; the sidecar is damaged")
+
+
+def test_a_report_whose_table_is_an_endless_view_is_refused(work: Path, tmp_path: Path):
+    report = tmp_path / "example.sqlite"
+    rc, _, err, _ = run_measured(["report", "-o", str(report), "-q"], work)
+    assert rc == 0, err
+    path = bombs.recursive_view_report(work, report)
+    refused(work, ["view", path.name, "-o", "page.html"], names=path.name,
+            says="it has no table vramscope_allocations")
