@@ -403,6 +403,13 @@ Result<ModelSpec> ParseModelJson(std::string_view text, std::string_view where) 
         "{}: not valid JSON (at byte {}); give a Hugging Face config.json or a vramscope layer "
         "list (docs/predict-models.md)",
         where, e.byte));
+  } catch (const json::out_of_range&) {
+    // A number no JSON parser can hold (1E2625): nlohmann reports it as out of range, not as a
+    // parse error (found by predict_input_fuzzer from the many-layers bomb seed).
+    return InvalidInput(fmt::format(
+        "{}: holds a number too large for any numeric type; give a Hugging Face config.json or "
+        "a vramscope layer list (docs/predict-models.md)",
+        where));
   }
   if (!j.is_object()) {
     return InvalidInput(fmt::format("{}: the top level must be a JSON object", where));

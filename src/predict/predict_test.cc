@@ -242,6 +242,17 @@ TEST(Formulas, Fp32AdamW) {
 // GPT-2 family in pure bf16 with GELU, dropout and attention written out saves exactly that,
 // plus the LayerNorms' fp32 statistics (mean and rstd, 4 bytes per row each: 16sb per layer),
 // which the paper leaves out. Measured as the difference between 3 and 2 layers, so embeddings
+// Found by predict_input_fuzzer: a number past every numeric type made the JSON parser throw an
+// exception that was not a parse error, and the program abort.
+TEST(ModelDescription, ANumberPastEveryTypeIsOneLine) {
+  const auto spec = ParseModelJson(R"({"model_type": "llama", "num_hidden_layers": 1E2625})",
+                                   "config.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(),
+            "config.json: holds a number too large for any numeric type; give a Hugging Face "
+            "config.json or a vramscope layer list (docs/predict-models.md)");
+}
+
 // and the head cancel.
 TEST(Formulas, KorthikantiActivationsPerLayer) {
   const uint64_t s = 256, b = 2, h = 512, a = 8;
