@@ -8,9 +8,10 @@ packages=(cmake ninja-build g++ pkg-config libsqlite3-dev libcli11-dev nlohmann-
 if [[ "${1:-}" == "--test" ]]; then
   # Tests: GoogleTest, clang's libFuzzer and sanitizer runtimes, Python for the end-to-end suite,
   # Node.js for the viewer's unit tests, Chromium for its browser tests and patchelf for
-  # scripts/gpu_session.sh's bundle (tests/gpu_session).
+  # scripts/gpu_session.sh's bundle (tests/gpu_session), ccache so that the suite's two sanitizer
+  # builds reuse what an earlier run compiled.
   packages+=(libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 python3-venv nodejs
-             chromium patchelf)
+             chromium patchelf ccache)
 fi
 
 missing=()

@@ -41,8 +41,18 @@ export VRAMSCOPE_REQUIRE_BROWSER=1
 # `pip install .` into a fresh virtual environment (tests/install) must run here, not skip.
 export VRAMSCOPE_REQUIRE_INSTALL=1
 
+# The compiler cache, kept beside the torch environment (like pip's cache): a run rebuilds only
+# what changed since an earlier run on this machine, in any checkout (paths are hashed relative to
+# the checkout). Set VRAMSCOPE_CCACHE=0 to build without it.
+launcher=()
+if [[ ${VRAMSCOPE_CCACHE:-1} != 0 ]] && command -v ccache >/dev/null; then
+  export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vramscope/ccache}
+  export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+
 echo "== build (ASan + UBSan) =="
-cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Debug "${launcher[@]}" \
   -DCMAKE_CXX_FLAGS="-O1" -DVRAMSCOPE_SANITIZE=address,undefined \
   -DPython3_EXECUTABLE="$venv/bin/python" -DVRAMSCOPE_TORCH_PYTHON="$torch_venv/bin/python" >/dev/null
 cmake --build build-test
@@ -77,6 +87,7 @@ fuzz() {
 }
 if [[ $runs != 0 ]]; then
   CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" \
+    "${launcher[@]}" \
     -DVRAMSCOPE_SANITIZE=address,undefined -DVRAMSCOPE_BUILD_FUZZERS=ON \
     -DVRAMSCOPE_BUILD_TESTS=OFF >/dev/null
   cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer kineto_source_fuzzer \
