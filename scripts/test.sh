@@ -59,8 +59,8 @@ cmake --build build-test
 
 echo "== tests =="
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
-# Two at a time: most tests drive one single-threaded process, and this machine has 2 cores
-# (pip_install, a build of its own, runs alone: RUN_SERIAL).
+# Two at a time: most tests drive one single-threaded process, and this machine has 2 cores; the
+# longest start first (their COST in tests/CMakeLists.txt).
 ctest --test-dir build-test --output-on-failure -j2
 
 runs=${VRAMSCOPE_FUZZ_RUNS:-50000}
