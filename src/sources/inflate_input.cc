@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -60,7 +61,7 @@ Result<std::unique_ptr<MappedFile>> InflateInput(
     const std::function<Status(std::span<const uint8_t> head)>& recognise) {
   const std::string& what = file.path();
   const uint64_t compressed = file.bytes().size();
-  const uint32_t ratio = limits.max_inflate_ratio;
+  const uint32_t ratio = std::max<uint32_t>(1, limits.max_inflate_ratio);  // 0 would divide by 0
   const uint64_t limit =
       std::max<uint64_t>(limits.inflate_allowance_bytes,
                          compressed > UINT64_MAX / ratio ? UINT64_MAX : compressed * ratio);
