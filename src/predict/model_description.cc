@@ -226,6 +226,13 @@ Result<ModelSpec> FromHfConfig(const json& j, std::string_view where) {
             f.Count("num_attention_heads", 12), f.Count("patch_size", 16), m.label);
     m.intermediate = f.Count("intermediate_size", 4 * m.hidden);
     m.image_size = f.Count("image_size", 224);
+    if (m.image_size < m.patch) {
+      // Found by predict_input_fuzzer: no patch fits, and the step held empty tensors.
+      f.Fail(
+          fmt::format("/image_size is {}, smaller than /patch_size {}: the patch embedding "
+                      "needs at least one patch",
+                      m.image_size, m.patch));
+    }
     m.channels = f.Count("num_channels", 3);
     m.dropout = f.Probability("hidden_dropout_prob", 0);
     m.attention_dropout = f.Probability("attention_probs_dropout_prob", 0);

@@ -245,12 +245,22 @@ TEST(Formulas, Fp32AdamW) {
 // Found by predict_input_fuzzer: a number past every numeric type made the JSON parser throw an
 // exception that was not a parse error, and the program abort.
 TEST(ModelDescription, ANumberPastEveryTypeIsOneLine) {
-  const auto spec = ParseModelJson(R"({"model_type": "llama", "num_hidden_layers": 1E2625})",
-                                   "config.json");
+  const auto spec =
+      ParseModelJson(R"({"model_type": "llama", "num_hidden_layers": 1E2625})", "config.json");
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().message(),
             "config.json: holds a number too large for any numeric type; give a Hugging Face "
             "config.json or a vramscope layer list (docs/predict-models.md)");
+}
+
+// Found by predict_input_fuzzer: an image smaller than one patch made a step of empty tensors.
+TEST(ModelDescription, AnImageSmallerThanAPatchIsRefused) {
+  const auto spec =
+      ParseModelJson(R"({"model_type": "vit", "image_size": 3, "patch_size": 8})", "config.json");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(),
+            "config.json: /image_size is 3, smaller than /patch_size 8: the patch embedding needs "
+            "at least one patch");
 }
 
 // and the head cancel.

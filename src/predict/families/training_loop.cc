@@ -67,6 +67,10 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
         m.label, FormatCount(static_cast<int64_t>(m.layers)),
         FormatCount(static_cast<int64_t>(kMaxModelLayers))));
   }
+  if (m.family == Family::kVit && setup.image_size != 0 && setup.image_size < m.patch) {
+    return UsageError(fmt::format("--image-size {} is smaller than the model's patch size {}",
+                                  setup.image_size, m.patch));
+  }
   TensorStream stream;
   StepSimulator sim(stream);
   Ops ops(sim, setup.precision);
