@@ -709,8 +709,13 @@ uint64_t CachingAllocator::NewAddress(uint64_t size, uint64_t stream, Pool pool,
   if (!*fallback) return addr;
   // An address source that hands out memory the model still holds (a recording that contradicts
   // the model's state) is overruled: the segment goes right above the highest live segment.
-  const Segment& top = segments_[segment_by_addr_.rbegin()->second];
-  const uint64_t above = (top.addr + top.size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+  // With no live segment the address itself was unusable (it wraps past 2^64: found by
+  // native_trace_fuzzer, which read the top of an empty map): start from the lowest aligned one.
+  uint64_t above = kRoundLarge;
+  if (!segment_by_addr_.empty()) {
+    const Segment& top = segments_[segment_by_addr_.rbegin()->second];
+    above = (top.addr + top.size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+  }
   return above > kUnlimited - size ? addr : above;
 }
 
