@@ -1145,5 +1145,232 @@ TEST(SettingsFromSnapshot, BadValueNamesTheKey) {
   }
 }
 
+// --- private pools (CUDA graphs, torch.cuda.MemPool) ---------------------------------------------
+// The rules, from CUDACachingAllocator.cpp (Note [Interaction with CUDA graph capture], get_pool,
+// free_block, release_cached_blocks, try_mempool_fallback, should_split); the facts and their
+// versions are in docs/design/allocator-model.md, "Private pools".
+
+constexpr MemPoolId kGraphPool{1, 0};   // a graph's own pool: {uuid, 0}
+constexpr MemPoolId kSharedPool{0, 1};  // graph_pool_handle() / MemPool: {0, uid}
+
+TEST_F(AllocatorTest, PrivatePoolBlocksServeOnlyTheirPool) {
+  Make({});
+  const PoolIndex g = alloc_->UsePrivatePool(kGraphPool);
+  EXPECT_NE(g, kDefaultPool);
+  const MallocResult in_pool = alloc_->Malloc(4 * MiB, 0, g);  // 20 MiB segment of the pool
+  ASSERT_TRUE(in_pool.ok());
+  EXPECT_THAT(Drain(), ElementsAre(SegAlloc(kLarge, kBase, 20 * MiB)));
+  alloc_->Free(in_pool.block);
+  // The default pools cannot use the pool's free 20 MiB: a segment of their own.
+  const MallocResult outside = M(4 * MiB);
+  EXPECT_EQ(outside.addr, kBase + 20 * MiB);
+  EXPECT_TRUE(outside.new_segment);
+  alloc_->Free(outside.block);
+  // And the pool does not take the default pools' free block either: its own, at its address.
+  const MallocResult again = alloc_->Malloc(4 * MiB, 0, g);
+  EXPECT_EQ(again.addr, kBase);
+  EXPECT_FALSE(again.new_segment);
+  EXPECT_EQ(Stats().reserved, 40 * MiB);
+  EXPECT_EQ(Stats().reserved_private, 20 * MiB);
+  EXPECT_EQ(Stats().allocated_private, 4 * MiB);
+  EXPECT_EQ(alloc_->PoolReserved(g), 20 * MiB);
+  EXPECT_EQ(alloc_->PoolAllocated(g), 4 * MiB);
+}
+
+TEST_F(AllocatorTest, PrivatePoolReusesFreedBlocksWithinItsStreamOnly) {
+  Make({});
+  const PoolIndex g = alloc_->UsePrivatePool(kGraphPool);
+  const MallocResult a = alloc_->Malloc(512, 7, g);
+  alloc_->Free(a.block);
+  const MallocResult same_stream = alloc_->Malloc(512, 7, g);
+  EXPECT_EQ(same_stream.addr, a.addr);
+  const MallocResult other_stream = alloc_->Malloc(512, 8, g);
+  EXPECT_TRUE(other_stream.new_segment);
+  EXPECT_EQ(Stats().reserved_private, 4 * MiB);  // two 2 MiB small segments
+}
+
+TEST_F(AllocatorTest, EmptyCacheKeepsALivePoolAndReleasesItOnceFreeable) {
+  Make({});
+  const PoolIndex g = alloc_->UsePrivatePool(kGraphPool);
+  const MallocResult a = alloc_->Malloc(30 * MiB, 0, g);
+  const MallocResult b = alloc_->Malloc(512, 0, g);
+  alloc_->Free(a.block);
+  alloc_->Free(b.block);
+  Drain();
+  alloc_->EmptyCache();  // the graph is alive: its pool keeps its memory
+  EXPECT_THAT(Drain(), IsEmpty());
+  EXPECT_EQ(Stats().reserved, 32 * MiB);
+  alloc_->ReleasePrivatePool(g);  // graph.reset()
+  EXPECT_TRUE(alloc_->PoolFreeable(g));
+  EXPECT_EQ(Stats().reserved, 32 * MiB);  // freeable is not freed: that waits for empty_cache
+  alloc_->EmptyCache();
+  // The freeable pool's small blocks, then its large ones (release_cached_blocks' order).
+  EXPECT_THAT(Drain(), ElementsAre(SegFree(kSmall, kBase + 30 * MiB, 2 * MiB),
+                                   SegFree(kLarge, kBase, 30 * MiB)));
+  EXPECT_EQ(Stats().reserved, 0u);
+  EXPECT_EQ(Stats().reserved_private, 0u);
+  EXPECT_FALSE(alloc_->FindPrivatePool(kGraphPool).has_value());  // forgotten once empty
+}
+
+TEST_F(AllocatorTest, AFreeablePoolWithALiveTensorKeepsThatSegment) {
+  Make({});
+  const PoolIndex g = alloc_->UsePrivatePool(kGraphPool);
+  const MallocResult output = alloc_->Malloc(30 * MiB, 0, g);  // the graph's output, still used
+  const MallocResult scratch = alloc_->Malloc(40 * MiB, 0, g);
+  alloc_->Free(scratch.block);
+  alloc_->ReleasePrivatePool(g);
+  Drain();
+  alloc_->EmptyCache();
+  EXPECT_THAT(Drain(), ElementsAre(SegFree(kLarge, kBase + 30 * MiB, 40 * MiB)));
+  ASSERT_TRUE(alloc_->FindPrivatePool(kGraphPool).has_value());  // cudaMalloc_count is 1
+  alloc_->Free(output.block);  // returns to the pool, not to the default pools
+  EXPECT_EQ(M(30 * MiB).addr, kBase + 70 * MiB);
+  alloc_->EmptyCache();
+  EXPECT_FALSE(alloc_->FindPrivatePool(kGraphPool).has_value());
+}
+
+TEST_F(AllocatorTest, GraphsSharingAPoolReleaseItWhenTheLastGoes) {
+  Make({});
+  const PoolIndex first = alloc_->UsePrivatePool(kSharedPool);
+  const MallocResult a = alloc_->Malloc(6 * MiB, 0, first);  // graph 1's scratch: 20 MiB segment
+  alloc_->Free(a.block);
+  const PoolIndex second = alloc_->UsePrivatePool(kSharedPool);  // graph 2, pool=same handle
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(alloc_->PoolUseCount(first), 2);
+  const MallocResult b = alloc_->Malloc(8 * MiB, 0, second);  // reuses graph 1's freed block
+  EXPECT_EQ(b.addr, kBase);
+  EXPECT_FALSE(b.new_segment);
+  alloc_->Free(b.block);
+  EXPECT_EQ(Stats().peak_reserved_private, 20 * MiB);  // not 40: the pool is shared
+  alloc_->ReleasePrivatePool(first);
+  alloc_->EmptyCache();
+  EXPECT_EQ(Stats().reserved, 20 * MiB);  // graph 2 still holds the pool
+  alloc_->ReleasePrivatePool(second);
+  alloc_->EmptyCache();
+  EXPECT_EQ(Stats().reserved, 0u);
+}
+
+TEST_F(AllocatorTest, GraphsWithTheirOwnPoolsReserveBoth) {
+  Make({});
+  const PoolIndex first = alloc_->UsePrivatePool({1, 0});
+  const MallocResult a = alloc_->Malloc(6 * MiB, 0, first);
+  alloc_->Free(a.block);
+  const PoolIndex second = alloc_->UsePrivatePool({2, 0});
+  EXPECT_NE(second, first);
+  const MallocResult b = alloc_->Malloc(8 * MiB, 0, second);
+  EXPECT_EQ(b.addr, kBase + 20 * MiB);
+  EXPECT_TRUE(b.new_segment);
+  EXPECT_EQ(Stats().peak_reserved_private, 40 * MiB);
+}
+
+TEST_F(AllocatorTest, UseOnOomPoolServesADefaultRequestWhenCudaMallocFails) {
+  AllocatorSettings s;
+  s.capacity = 40 * MiB;
+  Make(s);
+  const PoolIndex m = alloc_->UsePrivatePool(kSharedPool, {.use_on_oom = true});
+  const MallocResult in_pool = alloc_->Malloc(30 * MiB, 0, m);
+  alloc_->Free(in_pool.block);
+  Drain();
+  // 30 MiB reserved by the pool; a 20 MiB default request cannot get a segment (30 + 20 > 40) and
+  // takes the pool's cached block, split at the large-pool rule (10 MiB > 1 MiB remains).
+  const MallocResult r = M(20 * MiB);
+  EXPECT_EQ(r.addr, kBase);
+  EXPECT_FALSE(r.new_segment);
+  EXPECT_THAT(Drain(), IsEmpty());  // nothing released, nothing allocated
+  EXPECT_EQ(Stats().alloc_retries, 0u);
+  EXPECT_EQ(alloc_->PoolAllocated(m), 20 * MiB);  // the block stays the pool's
+  alloc_->Free(r.block);
+  EXPECT_EQ(alloc_->PoolAllocated(m), 0u);
+}
+
+TEST_F(AllocatorTest, WithoutUseOnOomTheDefaultRequestRunsOutOfMemory) {
+  AllocatorSettings s;
+  s.capacity = 40 * MiB;
+  Make(s);
+  const PoolIndex m = alloc_->UsePrivatePool(kSharedPool);
+  const MallocResult in_pool = alloc_->Malloc(30 * MiB, 0, m);
+  alloc_->Free(in_pool.block);
+  Drain();
+  EXPECT_FALSE(alloc_->Malloc(20 * MiB, 0).ok());  // the live pool's cache is not released
+  EXPECT_THAT(Drain(), ElementsAre(Ev(SegmentAction::kOom, kLarge, 10 * MiB, 20 * MiB)));
+  EXPECT_EQ(Stats().reserved, 30 * MiB);
+}
+
+TEST_F(AllocatorTest, UseOnOomNeverGrowsThePoolAndIsOffOnceReleased) {
+  AllocatorSettings s;
+  s.capacity = 40 * MiB;
+  Make(s);
+  const PoolIndex m = alloc_->UsePrivatePool(kSharedPool, {.use_on_oom = true});
+  const MallocResult small = alloc_->Malloc(10 * MiB, 0, m);  // 10 MiB segment, all allocated
+  (void)small;
+  Drain();
+  // No free block in the pool: the fallback makes no segment there; the default pools' own
+  // cudaMalloc (30 MiB) fits.
+  const MallocResult r = M(30 * MiB);
+  EXPECT_EQ(r.addr, kBase + 10 * MiB);
+  alloc_->Free(r.block);
+  alloc_->Free(small.block);
+  alloc_->ReleasePrivatePool(m);  // ~MemPool: use_on_oom is unset first
+  Drain();
+  // A freeable pool is not asked: the request releases the cache (the pool's 10 MiB and the
+  // default 30 MiB) and cudaMallocs.
+  const MallocResult after = M(36 * MiB);
+  EXPECT_TRUE(after.new_segment);
+  EXPECT_EQ(Stats().alloc_retries, 1u);
+}
+
+TEST_F(AllocatorTest, RequestsInAPoolNeverReleaseTheWholeCache) {
+  AllocatorSettings s;
+  s.capacity = 40 * MiB;
+  Make(s);
+  const MallocResult cached = M(30 * MiB);
+  alloc_->Free(cached.block);
+  const PoolIndex g = alloc_->UsePrivatePool(kGraphPool);
+  Drain();
+  // During capture (captures_underway not empty) a failed cudaMalloc is not retried after
+  // release_cached_blocks: the default pools' 30 MiB stay cached and the capture runs out.
+  EXPECT_FALSE(alloc_->Malloc(20 * MiB, 0, g).ok());
+  EXPECT_THAT(Drain(), ElementsAre(Ev(SegmentAction::kOom, kLarge, 10 * MiB, 20 * MiB)));
+  EXPECT_EQ(Stats().alloc_retries, 0u);
+}
+
+TEST_F(AllocatorTest, NoSplitPoolKeepsOneTensorPerSegment) {
+  Make({});
+  const PoolIndex m = alloc_->UsePrivatePool(kSharedPool, {.no_split = true});
+  const MallocResult a = alloc_->Malloc(512, 0, m);
+  EXPECT_THAT(BlocksOf(a.addr), ElementsAre(std::tuple(a.addr, 2 * MiB, State::kAllocated)));
+  EXPECT_EQ(Stats().allocated, 2 * MiB);
+  const MallocResult b = alloc_->Malloc(512, 0, m);
+  EXPECT_TRUE(b.new_segment);
+  // The default pools still split.
+  const MallocResult c = M(512);
+  EXPECT_THAT(BlocksOf(c.addr), ElementsAre(std::tuple(c.addr, 512u, State::kAllocated),
+                                            std::tuple(c.addr + 512, 2 * MiB - 512, State::kFree)));
+}
+
+TEST_F(AllocatorTest, PrivatePoolsCachedBytesIsTheOomMessagesFigure) {
+  Make({});
+  const PoolIndex g = alloc_->UsePrivatePool(kGraphPool);
+  const MallocResult a = alloc_->Malloc(12 * MiB, 0, g);
+  const MallocResult b = alloc_->Malloc(12 * MiB, 0, g);
+  alloc_->Free(a.block);
+  (void)b;
+  M(4 * MiB);  // the default pools' blocks do not count
+  // Only free cached blocks of private pools: 12 MiB (the allocated 12 MiB is in allocated).
+  EXPECT_EQ(alloc_->PrivatePoolsCachedBytes(), 12 * MiB);
+}
+
+TEST_F(ExpandableTest, APrivatePoolGetsItsOwnExpandableRange) {
+  MakeWith();
+  const PoolIndex g = alloc_->UsePrivatePool(kGraphPool);
+  const MallocResult outside = M(4 * MiB);
+  const MallocResult inside = alloc_->Malloc(4 * MiB, 0, g);
+  ASSERT_TRUE(inside.ok());
+  // Two virtual ranges of the large pool on stream 0: the default pools' and the graph's.
+  EXPECT_NE(inside.addr, outside.addr + 4 * MiB);
+  EXPECT_EQ(Stats().reserved, 40 * MiB);  // one 20 MiB page each
+  EXPECT_EQ(Stats().reserved_private, 20 * MiB);
+}
+
 }  // namespace
 }  // namespace vramscope::allocator

@@ -103,7 +103,7 @@ void SyntheticAddresses::FreeSegment(uint64_t addr, uint64_t size) {
 
 CachingAllocator::CachingAllocator(const AllocatorSettings& settings,
                                    SegmentAddressSource* addresses)
-    : settings_(settings), addresses_(addresses) {}
+    : settings_(settings), addresses_(addresses), pools_(2), owners_(1) {}
 
 BlockId CachingAllocator::NewBlock() {
   if (!spare_blocks_.empty()) {
@@ -123,7 +123,7 @@ void CachingAllocator::DeleteBlock(BlockId b) {
 
 void CachingAllocator::InsertFree(BlockId b) {
   Block& k = blocks_[b];
-  PoolBlocks& pool = pools_[static_cast<int>(k.pool)];
+  PoolBlocks& pool = BlocksOf(k);
   if (k.state == BlockView::State::kUnmapped) {
     pool.unmapped.insert({k.stream, k.addr, b});
   } else {
@@ -140,7 +140,7 @@ void CachingAllocator::InsertFree(BlockId b) {
 
 void CachingAllocator::EraseFree(BlockId b) {
   const Block& k = blocks_[b];
-  PoolBlocks& pool = pools_[static_cast<int>(k.pool)];
+  PoolBlocks& pool = BlocksOf(k);
   if (k.state == BlockView::State::kUnmapped) {
     pool.unmapped.erase({k.stream, k.addr, b});
   } else {
@@ -196,6 +196,7 @@ void CachingAllocator::MergeNeighbours(BlockId b) {
 
 bool CachingAllocator::ShouldSplit(const Block& b, uint64_t size) const {
   const uint64_t remaining = b.size - size;
+  if (b.owner != kDefaultPool && owners_[b.owner].options.no_split) return false;
   // With expandable segments on, every large block splits like a small one: the global flag
   // decides, not whether this block is expandable.
   if (b.pool == Pool::kSmall || settings_.expandable_segments) {
@@ -229,8 +230,9 @@ BlockId CachingAllocator::SplitLow(BlockId b, uint64_t size) {
 
 // --- malloc ------------------------------------------------------------------------------------
 
-BlockId CachingAllocator::GetFreeBlock(Pool pool_kind, uint64_t stream, uint64_t size) {
-  PoolBlocks& pool = pools_[static_cast<int>(pool_kind)];
+BlockId CachingAllocator::GetFreeBlock(PoolIndex owner, Pool pool_kind, uint64_t stream,
+                                       uint64_t size) {
+  PoolBlocks& pool = Blocks(owner, pool_kind);
   if (settings_.GarbageCollectionActive()) ++pool.searches;
   if (settings_.expandable_segments) Flush(pool);  // its best fit walks the tree's order
   const Key want{stream, size, 0, kNoBlock};
@@ -298,12 +300,40 @@ BlockId CachingAllocator::GetFreeBlock(Pool pool_kind, uint64_t stream, uint64_t
   return b;
 }
 
-void CachingAllocator::AddReserved(uint64_t bytes) {
+void CachingAllocator::AddReserved(PoolIndex owner, uint64_t bytes) {
   stats_.reserved += bytes;
   stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  owners_[owner].reserved += bytes;
+  if (owner != kDefaultPool) {
+    stats_.reserved_private += bytes;
+    stats_.peak_reserved_private = std::max(stats_.peak_reserved_private, stats_.reserved_private);
+  }
 }
 
-BlockId CachingAllocator::AllocBlock(Pool pool, uint64_t stream, uint64_t size,
+void CachingAllocator::SubReserved(PoolIndex owner, uint64_t bytes) {
+  stats_.reserved -= bytes;
+  owners_[owner].reserved -= bytes;
+  if (owner != kDefaultPool) stats_.reserved_private -= bytes;
+}
+
+// Adds (sign 1) or removes (sign -1) an allocated block in the counters.
+void CachingAllocator::CountAllocated(const Block& b, int64_t sign) {
+  if (sign > 0) {
+    stats_.allocated += b.size;
+    stats_.requested += b.requested;
+    stats_.active += b.size;
+    stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+    owners_[b.owner].allocated += b.size;
+    if (b.owner != kDefaultPool) stats_.allocated_private += b.size;
+  } else {
+    stats_.allocated -= b.size;
+    stats_.requested -= b.requested;
+    owners_[b.owner].allocated -= b.size;
+    if (b.owner != kDefaultPool) stats_.allocated_private -= b.size;
+  }
+}
+
+BlockId CachingAllocator::AllocBlock(PoolIndex owner, Pool pool, uint64_t stream, uint64_t size,
                                      uint64_t alloc_size) {
   // A memory fraction refuses by the segment size, before any CUDA call, on both paths.
   if (settings_.memory_fraction > 0 &&
@@ -311,7 +341,7 @@ BlockId CachingAllocator::AllocBlock(Pool pool, uint64_t stream, uint64_t size,
        stats_.reserved > settings_.AllowedMaximum() - alloc_size)) {
     return kNoBlock;
   }
-  if (settings_.expandable_segments) return TryAllocateExpandable(pool, stream, size);
+  if (settings_.expandable_segments) return TryAllocateExpandable(owner, pool, stream, size);
   const uint64_t capacity = DeviceLimit();
   if (alloc_size > capacity || stats_.reserved > capacity - alloc_size) {
     return kNoBlock;  // cudaMalloc fails: the device is full
@@ -324,18 +354,23 @@ BlockId CachingAllocator::AllocBlock(Pool pool, uint64_t stream, uint64_t size,
   k.size = alloc_size;
   k.stream = stream;
   k.pool = pool;
+  k.owner = owner;
   k.segment = static_cast<int32_t>(segments_.size());
-  segments_.push_back({addr, alloc_size, stream, pool, false, true, b, fallback});
+  segments_.push_back({addr, alloc_size, stream, pool, false, true, b, fallback, owner});
   segment_by_addr_[addr] = k.segment;
-  AddReserved(alloc_size);
+  AddReserved(owner, alloc_size);
+  ++owners_[owner].segments;
   ++stats_.segments;
   ++stats_.cuda_mallocs;
-  Emit(SegmentAction::kAlloc, pool, addr, alloc_size, stream);
+  Emit(SegmentAction::kAlloc, pool, addr, alloc_size, stream, owner);
   return b;
 }
 
-MallocResult CachingAllocator::Malloc(uint64_t requested, uint64_t stream) {
+MallocResult CachingAllocator::Malloc(uint64_t requested, uint64_t stream, PoolIndex owner) {
   MallocResult result;
+  if (owner < 0 || static_cast<size_t>(owner) >= owners_.size() || !owners_[owner].alive) {
+    owner = kDefaultPool;  // a pool that is gone: the caller's mistake, served by the default
+  }
   if (requested >= kMaxRequest) {
     ++stats_.ooms;
     Emit(SegmentAction::kOom, Pool::kLarge, 0, requested, stream);
@@ -343,18 +378,26 @@ MallocResult CachingAllocator::Malloc(uint64_t requested, uint64_t stream) {
   }
   const uint64_t size = RoundSize(requested, settings_);
   const Pool pool = PoolFor(size);
-  BlockId b = GetFreeBlock(pool, stream, size);
+  BlockId b = GetFreeBlock(owner, pool, stream, size);
   if (b == kNoBlock) {
     if (settings_.GarbageCollectionActive()) GarbageCollect();
     const uint64_t alloc_size = SegmentSizeFor(size);
-    b = AllocBlock(pool, stream, size, alloc_size);
-    if (b == kNoBlock && ReleaseAvailableCachedBlocks(pool, stream, size)) {
-      b = AllocBlock(pool, stream, size, alloc_size);
+    b = AllocBlock(owner, pool, stream, size, alloc_size);
+    bool cached = false;  // served by a use_on_oom pool's cached block
+    if (b == kNoBlock && owner == kDefaultPool) {
+      b = FreeBlockOfOomPool(pool, stream, size);
+      cached = b != kNoBlock;
+      if (cached) owner = blocks_[b].owner;
     }
-    if (b == kNoBlock) {
+    if (b == kNoBlock && ReleaseAvailableCachedBlocks(owner, pool, stream, size)) {
+      b = AllocBlock(owner, pool, stream, size, alloc_size);
+    }
+    // A request routed to a private pool is made while a capture or MemPool context is active,
+    // and then PyTorch never releases the whole cache (captures_underway is not empty).
+    if (b == kNoBlock && owner == kDefaultPool) {
       ReleaseCachedBlocks();
       ++stats_.alloc_retries;
-      b = AllocBlock(pool, stream, size, alloc_size);
+      b = AllocBlock(owner, pool, stream, size, alloc_size);
     }
     if (b == kNoBlock) {
       ++stats_.ooms;
@@ -363,17 +406,14 @@ MallocResult CachingAllocator::Malloc(uint64_t requested, uint64_t stream) {
            size, stream);
       return result;
     }
-    result.new_segment = true;
+    result.new_segment = !cached;
   }
   Block& k = blocks_[b];
   if (k.size > size && ShouldSplit(k, size)) SplitLow(b, size);
   Block& kept = blocks_[b];
   kept.state = BlockView::State::kAllocated;
   kept.requested = requested;
-  stats_.allocated += kept.size;
-  stats_.requested += requested;
-  stats_.active += kept.size;
-  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  CountAllocated(kept, 1);
   result.block = b;
   result.addr = kept.addr;
   result.size = kept.size;
@@ -386,8 +426,7 @@ void CachingAllocator::FreeRequested(BlockId b) {
   Block& k = blocks_[b];
   assert(k.state == BlockView::State::kAllocated);
   k.state = BlockView::State::kPendingFree;
-  stats_.allocated -= k.size;
-  stats_.requested -= k.requested;
+  CountAllocated(k, -1);
 }
 
 void CachingAllocator::FreeCompleted(BlockId b) {
@@ -419,16 +458,17 @@ void CachingAllocator::ReleaseBlock(BlockId b) {
   Segment& seg = segments_[k.segment];
   seg.live = false;
   segment_by_addr_.erase(seg.addr);
-  stats_.reserved -= k.size;
+  SubReserved(k.owner, k.size);
+  --owners_[k.owner].segments;
   --stats_.segments;
   ++stats_.cuda_frees;
   FreeAddress(seg, k.addr, k.size);
-  Emit(SegmentAction::kFree, k.pool, k.addr, k.size, k.stream);
+  Emit(SegmentAction::kFree, k.pool, k.addr, k.size, k.stream, k.owner);
   DeleteBlock(b);
 }
 
-void CachingAllocator::ReleaseBlocks(Pool pool_kind) {
-  PoolBlocks& pool = pools_[static_cast<int>(pool_kind)];
+void CachingAllocator::ReleaseBlocks(PoolIndex owner, Pool pool_kind) {
+  PoolBlocks& pool = Blocks(owner, pool_kind);
   Flush(pool);
   std::vector<BlockId> whole;
   std::vector<BlockId> expandable;
@@ -461,18 +501,96 @@ void CachingAllocator::ReleaseBlocks(Pool pool_kind) {
   }
 }
 
+// release_cached_blocks: the default pools' unsplit cached segments, then those of every private
+// pool whose users are all gone (graph_pools_freeable); such a pool is forgotten once it holds no
+// segment. The cached blocks of a pool still in use stay: its graphs replay into them.
 void CachingAllocator::ReleaseCachedBlocks() {
   CompletePendingFrees();
-  ReleaseBlocks(Pool::kLarge);
-  ReleaseBlocks(Pool::kSmall);
+  ReleaseBlocks(kDefaultPool, Pool::kLarge);
+  ReleaseBlocks(kDefaultPool, Pool::kSmall);
+  for (size_t o = 1; o < owners_.size(); ++o) {
+    if (!owners_[o].alive || !owners_[o].freeable) continue;
+    ReleaseBlocks(static_cast<PoolIndex>(o), Pool::kSmall);
+    ReleaseBlocks(static_cast<PoolIndex>(o), Pool::kLarge);
+  }
+  ForgetEmptyFreeablePools();
+}
+
+void CachingAllocator::ForgetEmptyFreeablePools() {
+  for (size_t o = 1; o < owners_.size(); ++o) {
+    Owner& pool = owners_[o];
+    if (pool.alive && pool.freeable && pool.segments == 0 && pool.reserved == 0) {
+      pool.alive = false;
+      owner_by_id_.erase(pool.id);
+    }
+  }
+}
+
+PoolIndex CachingAllocator::UsePrivatePool(MemPoolId id, PrivatePoolOptions options) {
+  if (id.IsDefault()) return kDefaultPool;
+  auto it = owner_by_id_.find(id);
+  if (it != owner_by_id_.end()) {
+    Owner& pool = owners_[it->second];
+    ++pool.use_count;
+    pool.freeable = false;  // in use again before its release (PyTorch: removed from freeable)
+    return it->second;
+  }
+  const auto index = static_cast<PoolIndex>(owners_.size());
+  Owner pool;
+  pool.id = id;
+  pool.options = options;
+  pool.use_count = 1;
+  owners_.push_back(pool);
+  pools_.resize(pools_.size() + 2);
+  owner_by_id_[id] = index;
+  return index;
+}
+
+void CachingAllocator::ReleasePrivatePool(PoolIndex index) {
+  if (index <= kDefaultPool || static_cast<size_t>(index) >= owners_.size()) return;
+  Owner& pool = owners_[index];
+  if (!pool.alive || pool.use_count == 0) return;
+  if (--pool.use_count == 0) pool.freeable = true;
+}
+
+// try_mempool_fallback: a request of the default pools whose cudaMalloc failed takes a cached
+// block of a MemPool made with use_on_oom (the first such pool, in order of creation, with a
+// fitting block of this stream); the block stays that pool's. A pool whose users are gone
+// (~MemPool unsets use_on_oom first) is not asked.
+BlockId CachingAllocator::FreeBlockOfOomPool(Pool pool, uint64_t stream, uint64_t size) {
+  for (size_t o = 1; o < owners_.size(); ++o) {
+    if (!owners_[o].alive || owners_[o].freeable || !owners_[o].options.use_on_oom) continue;
+    const BlockId b = GetFreeBlock(static_cast<PoolIndex>(o), pool, stream, size);
+    if (b != kNoBlock) return b;
+  }
+  return kNoBlock;
+}
+
+uint64_t CachingAllocator::PrivatePoolsCachedBytes() const {
+  uint64_t bytes = 0;
+  for (size_t o = 1; o < owners_.size(); ++o) {
+    if (!owners_[o].alive) continue;
+    for (const Pool p : {Pool::kSmall, Pool::kLarge}) {
+      PoolBlocks& pool = Blocks(static_cast<PoolIndex>(o), p);
+      Flush(pool);
+      for (const Key& key : pool.free) bytes += blocks_[key.block].size;
+    }
+  }
+  return bytes;
+}
+
+std::optional<PoolIndex> CachingAllocator::FindPrivatePool(MemPoolId id) const {
+  auto it = owner_by_id_.find(id);
+  if (it == owner_by_id_.end()) return std::nullopt;
+  return it->second;
 }
 
 void CachingAllocator::EmptyCache() { ReleaseCachedBlocks(); }
 
-bool CachingAllocator::ReleaseAvailableCachedBlocks(Pool pool_kind, uint64_t stream,
-                                                    uint64_t size) {
+bool CachingAllocator::ReleaseAvailableCachedBlocks(PoolIndex owner, Pool pool_kind,
+                                                    uint64_t stream, uint64_t size) {
   if (settings_.max_split_size == kUnlimited) return false;
-  PoolBlocks& pool = pools_[static_cast<int>(pool_kind)];
+  PoolBlocks& pool = Blocks(owner, pool_kind);
   Flush(pool);
   const uint64_t key_size = std::max(size, settings_.max_split_size);
   auto it = pool.free.lower_bound(Key{stream, key_size, 0, kNoBlock});
@@ -516,7 +634,7 @@ void CachingAllocator::GarbageCollect() {
       static_cast<uint64_t>(settings_.garbage_collection_threshold * static_cast<double>(allowed));
   if (stats_.reserved <= threshold) return;
   const uint64_t target = stats_.reserved - threshold;
-  PoolBlocks& pool = pools_[static_cast<int>(Pool::kLarge)];
+  PoolBlocks& pool = Blocks(kDefaultPool, Pool::kLarge);
   Flush(pool);
   auto age = [&](BlockId b) { return pool.searches - blocks_[b].gc_base; };
   auto freeable = [&](BlockId b) {
@@ -564,8 +682,9 @@ uint64_t CachingAllocator::ExpandableRangeSize(Pool pool) const {
   return (total + total / 8 + page - 1) / page * page;
 }
 
-BlockId CachingAllocator::FindExpandableBlock(Pool pool_kind, uint64_t stream, uint64_t size) {
-  PoolBlocks& pool = pools_[static_cast<int>(pool_kind)];
+BlockId CachingAllocator::FindExpandableBlock(PoolIndex owner, Pool pool_kind, uint64_t stream,
+                                              uint64_t size) {
+  PoolBlocks& pool = Blocks(owner, pool_kind);
   auto usable = [&](BlockId b) { return Mergeable(b); };
   auto has_room = [&](BlockId b) {
     uint64_t bytes = 0;
@@ -593,10 +712,11 @@ BlockId CachingAllocator::FindExpandableBlock(Pool pool_kind, uint64_t stream, u
   k.size = range;
   k.stream = stream;
   k.pool = pool_kind;
+  k.owner = owner;
   k.expandable = true;
   k.state = BlockView::State::kUnmapped;
   k.segment = static_cast<int32_t>(segments_.size());
-  segments_.push_back({addr, range, stream, pool_kind, true, true, b, fallback});
+  segments_.push_back({addr, range, stream, pool_kind, true, true, b, fallback, owner});
   segment_by_addr_[addr] = k.segment;
   InsertFree(b);
   return b;
@@ -621,14 +741,15 @@ BlockId CachingAllocator::MapBlock(BlockId b, uint64_t size) {
   k.state = BlockView::State::kFree;
   MergeNeighbours(b);
   InsertFree(b);
-  AddReserved(mapped);
+  AddReserved(k.owner, mapped);
   ++stats_.cuda_mallocs;
-  Emit(SegmentAction::kMap, pool, map_addr, mapped, k.stream);
+  Emit(SegmentAction::kMap, pool, map_addr, mapped, k.stream, k.owner);
   return b;
 }
 
-BlockId CachingAllocator::TryAllocateExpandable(Pool pool_kind, uint64_t stream, uint64_t size) {
-  BlockId c = FindExpandableBlock(pool_kind, stream, size);
+BlockId CachingAllocator::TryAllocateExpandable(PoolIndex owner, Pool pool_kind, uint64_t stream,
+                                                uint64_t size) {
+  BlockId c = FindExpandableBlock(owner, pool_kind, stream, size);
   if (c == kNoBlock) return kNoBlock;
   if (blocks_[c].state == BlockView::State::kUnmapped) {
     c = MapBlock(c, std::min(blocks_[c].size, size));
@@ -668,25 +789,31 @@ void CachingAllocator::UnmapBlock(BlockId b) {
   blocks_[middle].state = BlockView::State::kUnmapped;
   MergeNeighbours(middle);
   InsertFree(middle);
-  stats_.reserved -= last - first;
+  SubReserved(k.owner, last - first);
   ++stats_.cuda_frees;
-  Emit(SegmentAction::kUnmap, pool, first, last - first, k.stream);
+  Emit(SegmentAction::kUnmap, pool, first, last - first, k.stream, k.owner);
 }
 
 // --- state from outside ------------------------------------------------------------------------
 
-bool CachingAllocator::AddSegment(uint64_t addr, uint64_t size, uint64_t stream, Pool pool) {
+bool CachingAllocator::AddSegment(uint64_t addr, uint64_t size, uint64_t stream, Pool pool,
+                                  PoolIndex owner) {
   if (size % kMinBlockSize != 0 || size > DeviceLimit() || Overlaps(addr, size)) return false;
+  if (owner < 0 || static_cast<size_t>(owner) >= owners_.size() || !owners_[owner].alive) {
+    owner = kDefaultPool;
+  }
   const BlockId b = NewBlock();
   Block& k = blocks_[b];
   k.addr = addr;
   k.size = size;
   k.stream = stream;
   k.pool = pool;
+  k.owner = owner;
   k.segment = static_cast<int32_t>(segments_.size());
-  segments_.push_back({addr, size, stream, pool, false, true, b});
+  segments_.push_back({addr, size, stream, pool, false, true, b, false, owner});
   segment_by_addr_[addr] = k.segment;
-  AddReserved(size);
+  AddReserved(owner, size);
+  ++owners_[owner].segments;
   ++stats_.segments;
   InsertFree(b);
   return true;
@@ -755,10 +882,7 @@ BlockId CachingAllocator::AllocateAt(uint64_t addr, uint64_t size, uint64_t requ
   Block& k = blocks_[b];
   k.state = BlockView::State::kAllocated;
   k.requested = requested;
-  stats_.allocated += k.size;
-  stats_.requested += requested;
-  stats_.active += k.size;
-  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  CountAllocated(k, 1);
   return b;
 }
 
@@ -788,7 +912,8 @@ std::vector<SegmentView> CachingAllocator::Segments() const {
         continue;
       }
       if (view == nullptr) {
-        out.push_back({k.addr, 0, s.stream, s.pool, s.expandable, {}});
+        out.push_back(
+            {k.addr, 0, s.stream, s.pool, s.expandable, {}, s.owner, owners_[s.owner].id});
         view = &out.back();
       }
       view->size += k.size;
@@ -796,6 +921,7 @@ std::vector<SegmentView> CachingAllocator::Segments() const {
     }
   }
   std::stable_sort(out.begin(), out.end(), [](const SegmentView& a, const SegmentView& b) {
+    if (a.owner != b.owner) return a.owner < b.owner;
     return a.pool != b.pool ? a.pool < b.pool : a.addr < b.addr;
   });
   return out;
@@ -803,22 +929,31 @@ std::vector<SegmentView> CachingAllocator::Segments() const {
 
 std::vector<std::pair<uint64_t, uint64_t>> CachingAllocator::ReleasableSegments() const {
   std::vector<std::pair<uint64_t, uint64_t>> out;
-  for (const Pool p : {Pool::kLarge, Pool::kSmall}) {
-    Flush(pools_[static_cast<int>(p)]);
-    for (const Key& key : pools_[static_cast<int>(p)].free) {
+  auto add = [&](PoolIndex owner, Pool p) {
+    PoolBlocks& pool = Blocks(owner, p);
+    Flush(pool);
+    for (const Key& key : pool.free) {
       const Block& k = blocks_[key.block];
       if (!k.expandable && k.prev == kNoBlock && k.next == kNoBlock) {
         out.emplace_back(k.addr, k.size);
       }
     }
+  };
+  add(kDefaultPool, Pool::kLarge);
+  add(kDefaultPool, Pool::kSmall);
+  for (size_t o = 1; o < owners_.size(); ++o) {
+    if (!owners_[o].alive || !owners_[o].freeable) continue;
+    add(static_cast<PoolIndex>(o), Pool::kSmall);
+    add(static_cast<PoolIndex>(o), Pool::kLarge);
   }
   return out;
 }
 
 std::vector<std::string> CachingAllocator::CheckInvariants() const {
-  Flush(pools_[0]);
-  Flush(pools_[1]);
+  for (PoolBlocks& pool : pools_) Flush(pool);
   std::vector<std::string> problems;
+  std::vector<uint64_t> owner_reserved(owners_.size(), 0);
+  std::vector<uint64_t> owner_allocated(owners_.size(), 0);
   uint64_t allocated = 0;
   uint64_t requested = 0;
   uint64_t active = 0;
@@ -841,7 +976,8 @@ std::vector<std::string> CachingAllocator::CheckInvariants() const {
       if ((is_free && prev_free) || (is_unmapped && prev_unmapped)) {
         problems.push_back(fmt::format("block {:#x}: free neighbours not merged", k.addr));
       }
-      const PoolBlocks& pool = pools_[static_cast<int>(k.pool)];
+      const PoolBlocks& pool = BlocksOf(k);
+      if (k.owner != s.owner) problems.push_back(fmt::format("block {:#x}: wrong pool", k.addr));
       if (is_free) {
         ++free_count;
         if (!pool.free.contains(KeyOf(b))) {
@@ -849,10 +985,14 @@ std::vector<std::string> CachingAllocator::CheckInvariants() const {
         }
       }
       if (is_unmapped) ++unmapped_count;
-      if (!is_unmapped) reserved += k.size;
+      if (!is_unmapped) {
+        reserved += k.size;
+        owner_reserved[s.owner] += k.size;
+      }
       if (k.state == BlockView::State::kAllocated) {
         allocated += k.size;
         requested += k.requested;
+        owner_allocated[s.owner] += k.size;
       }
       if (k.state == BlockView::State::kAllocated || k.state == BlockView::State::kPendingFree) {
         active += k.size;
@@ -870,8 +1010,23 @@ std::vector<std::string> CachingAllocator::CheckInvariants() const {
     problems.push_back(
         fmt::format("{} free blocks but {} in the free sets", free_count, FreeBlockCount()));
   }
-  if (unmapped_count != pools_[0].unmapped.size() + pools_[1].unmapped.size()) {
-    problems.push_back("unmapped set out of step");
+  size_t unmapped_in_sets = 0;
+  for (const PoolBlocks& pool : pools_) unmapped_in_sets += pool.unmapped.size();
+  if (unmapped_count != unmapped_in_sets) problems.push_back("unmapped set out of step");
+  uint64_t private_reserved = 0;
+  uint64_t private_allocated = 0;
+  for (size_t o = 0; o < owners_.size(); ++o) {
+    if (owner_reserved[o] != owners_[o].reserved || owner_allocated[o] != owners_[o].allocated) {
+      problems.push_back(fmt::format("pool {}: its counters are out of step", o));
+    }
+    if (o > 0) {
+      private_reserved += owner_reserved[o];
+      private_allocated += owner_allocated[o];
+    }
+  }
+  if (private_reserved != stats_.reserved_private ||
+      private_allocated != stats_.allocated_private) {
+    problems.push_back("private-pool counters out of step");
   }
   if (allocated != stats_.allocated) problems.push_back("allocated counter out of step");
   if (requested != stats_.requested) problems.push_back("requested counter out of step");

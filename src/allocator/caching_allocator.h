@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,32 @@ inline Pool PoolOfSegmentSize(uint64_t size, bool expandable = false) {
   return size <= kSmallBuffer ? Pool::kSmall : Pool::kLarge;
 }
 
+// A private memory pool: a CUDA graph's (graph capture, torch.cuda.graph_pool_handle()) or a
+// torch.cuda.MemPool's, named as PyTorch names it, by MempoolId_t (a pair of integers; (0, 0) is
+// the default pools). Its blocks serve only requests routed to it, and its segments are released
+// only after the pool is released (its graphs or MemPool destroyed): see
+// docs/design/allocator-model.md, "Private pools".
+struct MemPoolId {
+  int64_t first = 0;
+  int64_t second = 0;
+  bool IsDefault() const { return first == 0 && second == 0; }
+  auto operator<=>(const MemPoolId&) const = default;
+};
+// The model's handle of a pool: 0 is the default pools, 1.. the private pools in order of
+// creation.
+using PoolIndex = int32_t;
+inline constexpr PoolIndex kDefaultPool = 0;
+struct PrivatePoolOptions {
+  // MemPool(use_on_oom=True), torch 2.8+: a request of the default pools for which cudaMalloc
+  // failed takes a cached free block of this pool (never a new segment) before any cached
+  // segment is released; the block stays this pool's. (2.8-2.9 tried it last, just before the
+  // out-of-memory error; the model follows the newest order, PR #169699.)
+  bool use_on_oom = false;
+  // MemPool(no_split=True), torch 2.10+: blocks of this pool are never split (one tensor per
+  // segment).
+  bool no_split = false;
+};
+
 // What the model did to the device, in order: the actions that the real allocator records as
 // trace entries, except alloc and free (those are answered to the caller directly).
 enum class SegmentAction : uint8_t { kAlloc, kFree, kMap, kUnmap, kOom };
@@ -64,6 +91,7 @@ struct SegmentEvent {
   uint64_t addr;  // kOom: the bytes still free under the allowed maximum
   uint64_t size;  // kOom: the rounded request
   uint64_t stream;
+  PoolIndex owner = kDefaultPool;  // the default pools or a private pool
 };
 
 // Hands out device addresses for new segments (cudaMalloc) and expandable ranges.
@@ -101,6 +129,11 @@ struct AllocatorStats {
   uint64_t ooms = 0;
   uint64_t gc_releases = 0;        // segments released by garbage collection
   uint64_t oversize_releases = 0;  // segments released by the max_split_size path
+  // The part of `reserved` / `allocated` in private pools (CUDA graphs, MemPools): what PyTorch's
+  // out-of-memory message calls "allocated in private pools" comes from these.
+  uint64_t reserved_private = 0;
+  uint64_t allocated_private = 0;
+  uint64_t peak_reserved_private = 0;
 };
 
 struct MallocResult {
@@ -125,6 +158,8 @@ struct SegmentView {
   Pool pool;
   bool expandable;
   std::vector<BlockView> blocks;
+  PoolIndex owner = kDefaultPool;
+  MemPoolId pool_id;  // PyTorch's segment_pool_id
 };
 
 class CachingAllocator {
@@ -137,7 +172,35 @@ class CachingAllocator {
   // kOom event is emitted and the result is not ok(). Requests of kMaxRequest or more fail at
   // once, as torch refuses them ("more than 1EB").
   static constexpr uint64_t kMaxRequest = uint64_t{1} << 60;
-  MallocResult Malloc(uint64_t requested, uint64_t stream);
+  // `owner`: the pool the request is routed to (PyTorch's get_pool: the private pool of a graph
+  // capture or MemPool context that is active for this stream, else the default pools). Which
+  // pool a request goes to is the program's decision, not the allocator's, so the caller says.
+  MallocResult Malloc(uint64_t requested, uint64_t stream, PoolIndex owner = kDefaultPool);
+
+  // --- private pools -------------------------------------------------------------------------
+  // create_or_incref_pool: the pool named `id`, made on first use (use count 1), else its use
+  // count goes up (another graph captured into it with pool=, another MemPool context). The
+  // default id is refused (kDefaultPool is returned). `options` apply when the pool is made.
+  PoolIndex UsePrivatePool(MemPoolId id, PrivatePoolOptions options = {});
+  // release_pool: one user fewer. At zero the pool becomes freeable: its free unsplit segments
+  // go back to CUDA at the next release of cached memory (empty_cache, or a failed cudaMalloc),
+  // and the pool is forgotten once it holds no segment. Its blocks still allocated stay.
+  void ReleasePrivatePool(PoolIndex pool);
+  // The pool named `id`, or nullopt when none is alive.
+  std::optional<PoolIndex> FindPrivatePool(MemPoolId id) const;
+  MemPoolId PoolId(PoolIndex pool) const { return owners_[pool].id; }
+  bool PoolFreeable(PoolIndex pool) const { return owners_[pool].freeable; }
+  int PoolUseCount(PoolIndex pool) const { return owners_[pool].use_count; }
+  size_t PoolCount() const { return owners_.size(); }
+  // Bytes of segments / allocated blocks the pool holds now.
+  uint64_t PoolReserved(PoolIndex pool) const { return owners_[pool].reserved; }
+  uint64_t PoolAllocated(PoolIndex pool) const { return owners_[pool].allocated; }
+  // What PyTorch's out-of-memory message calls "allocated in private pools (e.g., CUDA Graphs)":
+  // the bytes of the *free cached* blocks of every private pool, live or freeable
+  // (allocated_in_private_pools in CUDACachingAllocator.cpp; the allocated ones are already in
+  // allocated_bytes). The message's "allocated by PyTorch" is allocated + this, its "reserved
+  // but unallocated" reserved - allocated - this.
+  uint64_t PrivatePoolsCachedBytes() const;
   // The tensor was released. The block stays active until FreeCompleted when the caller knows
   // it waits for events on other streams (record_stream); Free does both at once.
   void FreeRequested(BlockId block);
@@ -167,7 +230,8 @@ class CachingAllocator {
   // --- state built from outside (traces that start mid-run, or a resynchronisation) ---------
   // A segment that exists already; all free. False (nothing added) when it is empty, not a
   // multiple of 512 B, wraps around the address space or overlaps a live segment.
-  bool AddSegment(uint64_t addr, uint64_t size, uint64_t stream, Pool pool);
+  bool AddSegment(uint64_t addr, uint64_t size, uint64_t stream, Pool pool,
+                  PoolIndex owner = kDefaultPool);
   // Marks [addr, addr+size) allocated; it must lie inside one free block of `stream`. With
   // `split_by_rule`, the space after it stays part of the block when the allocator's split rule
   // would not have split it off (as a real malloc placed there would have done). Returns
@@ -188,13 +252,17 @@ class CachingAllocator {
   uint64_t BlockSize(BlockId b) const { return blocks_[b].size; }
   // Every live segment with its blocks, by (pool, address).
   std::vector<SegmentView> Segments() const;
-  // Unsplit cached segments in the order a release would free them (large pool first, each by
-  // (stream, size, address)): what empty_cache would return now.
+  // Unsplit cached segments in the order a release would free them (the default pools, large
+  // first, each by (stream, size, address), then each freeable private pool's large and small
+  // blocks): what empty_cache would return now.
   std::vector<std::pair<uint64_t, uint64_t>> ReleasableSegments() const;
   size_t FreeBlockCount() const {
-    Flush(pools_[0]);
-    Flush(pools_[1]);
-    return pools_[0].free.size() + pools_[1].free.size();
+    size_t n = 0;
+    for (PoolBlocks& pool : pools_) {
+      Flush(pool);
+      n += pool.free.size();
+    }
+    return n;
   }
   size_t LiveBlockCount() const { return blocks_.size() - spare_blocks_.size(); }
   // Checks the model's own invariants (blocks tile segments, free blocks are in the free set,
@@ -216,6 +284,7 @@ class CachingAllocator {
     int32_t tag = -1;
     BlockView::State state = BlockView::State::kFree;
     Pool pool = Pool::kLarge;
+    PoolIndex owner = kDefaultPool;
     bool expandable = false;
   };
   struct Key {
@@ -259,6 +328,18 @@ class CachingAllocator {
     bool live = false;
     BlockId head = kNoBlock;
     bool fallback = false;  // its address came from fallback_addresses_
+    PoolIndex owner = kDefaultPool;
+  };
+  // The default pools (index 0) and each private pool.
+  struct Owner {
+    MemPoolId id;
+    PrivatePoolOptions options;
+    int use_count = 0;
+    bool freeable = false;  // use count reached zero: released with the cache
+    bool alive = true;      // forgotten once freeable and empty
+    uint64_t reserved = 0;
+    uint64_t allocated = 0;
+    uint64_t segments = 0;  // PyTorch's cudaMalloc_count
   };
 
   BlockId NewBlock();
@@ -276,19 +357,23 @@ class CachingAllocator {
   BlockId CutAfter(BlockId b, uint64_t size);
   BlockId SplitLow(BlockId b, uint64_t size);
 
-  BlockId GetFreeBlock(Pool pool, uint64_t stream, uint64_t size);
-  BlockId AllocBlock(Pool pool, uint64_t stream, uint64_t size, uint64_t alloc_size);
-  bool ReleaseAvailableCachedBlocks(Pool pool, uint64_t stream, uint64_t size);
+  BlockId GetFreeBlock(PoolIndex owner, Pool pool, uint64_t stream, uint64_t size);
+  BlockId AllocBlock(PoolIndex owner, Pool pool, uint64_t stream, uint64_t size,
+                     uint64_t alloc_size);
+  bool ReleaseAvailableCachedBlocks(PoolIndex owner, Pool pool, uint64_t stream, uint64_t size);
   void ReleaseCachedBlocks();
-  void ReleaseBlocks(Pool pool);
+  void ReleaseBlocks(PoolIndex owner, Pool pool);
+  void ForgetEmptyFreeablePools();
+  BlockId FreeBlockOfOomPool(Pool pool, uint64_t stream, uint64_t size);
+  void CountAllocated(const Block& b, int64_t sign);
   void ReleaseBlock(BlockId b);
   void GarbageCollect();
   void CompletePendingFrees();
 
   // Expandable segments.
   uint64_t ExpandableRangeSize(Pool pool) const;
-  BlockId FindExpandableBlock(Pool pool, uint64_t stream, uint64_t size);
-  BlockId TryAllocateExpandable(Pool pool, uint64_t stream, uint64_t size);
+  BlockId FindExpandableBlock(PoolIndex owner, Pool pool, uint64_t stream, uint64_t size);
+  BlockId TryAllocateExpandable(PoolIndex owner, Pool pool, uint64_t stream, uint64_t size);
   BlockId MapBlock(BlockId b, uint64_t size);
   void UnmapBlock(BlockId b);
   // The device's memory; "unlimited" still stops at 64 PiB, so that sums of sizes and synthetic
@@ -296,10 +381,12 @@ class CachingAllocator {
   uint64_t DeviceLimit() const { return std::min(settings_.capacity, uint64_t{1} << 56); }
   uint64_t PageSize(Pool pool) const { return pool == Pool::kSmall ? kSmallBuffer : kLargeBuffer; }
 
-  void Emit(SegmentAction action, Pool pool, uint64_t addr, uint64_t size, uint64_t stream) {
-    events_.push_back({action, pool, addr, size, stream});
+  void Emit(SegmentAction action, Pool pool, uint64_t addr, uint64_t size, uint64_t stream,
+            PoolIndex owner = kDefaultPool) {
+    events_.push_back({action, pool, addr, size, stream, owner});
   }
-  void AddReserved(uint64_t bytes);
+  void AddReserved(PoolIndex owner, uint64_t bytes);
+  void SubReserved(PoolIndex owner, uint64_t bytes);
   int32_t FindSegment(uint64_t addr) const;
   bool Overlaps(uint64_t addr, uint64_t size) const;
   uint64_t NewAddress(uint64_t size, uint64_t stream, Pool pool, bool* fallback);
@@ -314,7 +401,14 @@ class CachingAllocator {
     for (int i = 0; i < pool.held_count; ++i) pool.free.insert(pool.held[i]);
     pool.held_count = 0;
   }
-  mutable PoolBlocks pools_[2];
+  // Free blocks of each (owner, size class): index 2 * owner + pool.
+  mutable std::vector<PoolBlocks> pools_;
+  PoolBlocks& Blocks(PoolIndex owner, Pool pool) const {
+    return pools_[2 * static_cast<size_t>(owner) + static_cast<size_t>(pool)];
+  }
+  PoolBlocks& BlocksOf(const Block& b) const { return Blocks(b.owner, b.pool); }
+  std::vector<Owner> owners_;
+  std::map<MemPoolId, PoolIndex> owner_by_id_;  // live private pools
   std::vector<Segment> segments_;
   std::map<uint64_t, int32_t> segment_by_addr_;  // live segments by base address
   AllocatorStats stats_;

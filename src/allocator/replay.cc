@@ -10,6 +10,18 @@
 
 namespace vramscope::allocator {
 
+const char* PoolMappingName(PoolMapping mapping) {
+  switch (mapping) {
+    case PoolMapping::kRecorded:
+      return "recorded";
+    case PoolMapping::kShared:
+      return "shared";
+    case PoolMapping::kNone:
+      return "none";
+  }
+  return "?";
+}
+
 double ReplayResult::FragmentationAtPeak() const {
   if (stats.peak_reserved == 0) return 0;
   const double reserved = static_cast<double>(stats.peak_reserved);
@@ -26,6 +38,7 @@ struct InitialSegment {
   uint64_t size;
   uint64_t stream;
   Pool pool;
+  MemPoolId pool_id;  // (0, 0) for the default pools, and for segments the trace released
 };
 struct InitialBlock {
   uint64_t addr;
@@ -51,14 +64,14 @@ std::map<uint64_t, InitialSegment> InitialSegments(const model::Trace& trace, in
       ++*skipped_expandable;
       continue;
     }
-    segs[s.address] = {s.address, s.total_size, s.stream, s.pool};
+    segs[s.address] = {s.address, s.total_size, s.stream, s.pool, {s.pool_id[0], s.pool_id[1]}};
   }
   const model::Events& ev = trace.events;
   for (size_t i = end; i-- > begin;) {
     if (ev.action[i] == Action::kSegmentAlloc) {
       segs.erase(ev.addr[i]);
     } else if (ev.action[i] == Action::kSegmentFree) {
-      segs[ev.addr[i]] = {ev.addr[i], ev.size[i], ev.stream[i], PoolOfSegmentSize(ev.size[i])};
+      segs[ev.addr[i]] = {ev.addr[i], ev.size[i], ev.stream[i], PoolOfSegmentSize(ev.size[i]), {}};
     }
   }
   return segs;
@@ -215,7 +228,41 @@ class Replayer {
   }
 
  private:
+  // The model's pool for the recording's pool number `n` (0: default), made on first use.
+  PoolIndex ModelPool(int32_t n) {
+    if (n <= 0 || options_.pools == PoolMapping::kNone) return kDefaultPool;
+    if (options_.pools == PoolMapping::kShared) n = 1;
+    if (model_pool_.size() <= static_cast<size_t>(n)) model_pool_.resize(n + 1, kDefaultPool);
+    if (model_pool_[n] == kDefaultPool) {
+      model_pool_[n] = model_.UsePrivatePool(recorded_pools_.pools[n - 1]);
+      if (pool_results_.size() < static_cast<size_t>(model_pool_[n])) {
+        pool_results_.resize(model_pool_[n]);
+      }
+      pool_results_[model_pool_[n] - 1].id = recorded_pools_.pools[n - 1];
+    }
+    return model_pool_[n];
+  }
+  int32_t PoolNumber(MemPoolId id) const {
+    for (size_t k = 0; k < recorded_pools_.pools.size(); ++k) {
+      if (recorded_pools_.pools[k] == id) return static_cast<int32_t>(k + 1);
+    }
+    return 0;
+  }
+
   void SetUpInitialState() {
+    recorded_pools_ = InferRecordedPools(trace_, result_.device, begin_, end_);
+    result_.pool_mapping = options_.pools;
+    if (!recorded_pools_.empty()) {
+      for (const std::string& note : recorded_pools_.notes) result_.notes.push_back(note);
+      if (options_.pools != PoolMapping::kRecorded) {
+        result_.notes.push_back(
+            options_.pools == PoolMapping::kShared
+                ? fmt::format("what-if: the {} private pool(s) share one pool",
+                              recorded_pools_.pools.size())
+                : fmt::format("what-if: no private pools (the graphs' and MemPools' requests go "
+                              "to the default pools)"));
+      }
+    }
     uint64_t skipped_expandable = 0;
     const auto segs = InitialSegments(trace_, result_.device, begin_, end_, &skipped_expandable);
     if (skipped_expandable > 0) {
@@ -226,7 +273,9 @@ class Replayer {
     }
     uint64_t refused = 0;
     for (const auto& [addr, s] : segs) {
-      if (!model_.AddSegment(s.addr, s.size, s.stream, s.pool)) ++refused;
+      const PoolIndex owner =
+          s.pool_id.IsDefault() ? kDefaultPool : ModelPool(PoolNumber(s.pool_id));
+      if (!model_.AddSegment(s.addr, s.size, s.stream, s.pool, owner)) ++refused;
     }
     if (refused > 0) {
       result_.notes.push_back(fmt::format(
@@ -335,7 +384,9 @@ class Replayer {
     const int32_t a = alloc_of_[i - begin_];
     const uint64_t matched_before = addresses_.matched;
     const size_t events_before = model_.segment_events().size();
-    const MallocResult m = model_.Malloc(requested, stream);
+    const PoolIndex owner = ModelPool(recorded_pools_.PoolOfEvent(i));
+    const MallocResult m = model_.Malloc(requested, stream, owner);
+    if (m.ok() && owner != kDefaultPool) ++pool_results_[owner - 1].allocations;
     uint64_t model_new_segment = 0;
     uint64_t model_new_segment_size = 0;
     for (size_t k = events_before; k < model_.segment_events().size(); ++k) {
@@ -427,7 +478,8 @@ class Replayer {
           fmt::format("event {}: the recording allocated a {}-byte segment at {:#x} that the "
                       "model did not need",
                       r.event, r.size, r.addr));
-      if (!model_.AddSegment(r.addr, r.size, r.stream, PoolOfSegmentSize(r.size))) {
+      const PoolIndex owner = ModelPool(recorded_pools_.PoolOfEvent(static_cast<size_t>(r.event)));
+      if (!model_.AddSegment(r.addr, r.size, r.stream, PoolOfSegmentSize(r.size), owner)) {
         Diverge(fmt::format("event {}: the recorded segment at {:#x} overlaps one the model holds",
                             r.event, r.addr));
       }
@@ -552,6 +604,11 @@ class Replayer {
       result_.allocated_at_peak_reserved = s.allocated;
     }
     peak_allocated_ = std::max(peak_allocated_, s.allocated);
+    for (size_t o = 0; o < pool_results_.size(); ++o) {
+      PoolResult& p = pool_results_[o];
+      p.peak_reserved =
+          std::max(p.peak_reserved, model_.PoolReserved(static_cast<PoolIndex>(o + 1)));
+    }
     if (options_.follow_recording) {
       const Action a = ev_.action[i];
       if (a == Action::kAlloc || a == Action::kFreeRequested || a == Action::kFreeCompleted) {
@@ -572,6 +629,14 @@ class Replayer {
     result_.stats.peak_reserved = peak_reserved_;
     result_.stats.peak_allocated = peak_allocated_;
     result_.final_state = model_.Segments();
+    for (size_t o = 0; o < pool_results_.size(); ++o) {
+      PoolResult& p = pool_results_[o];
+      const auto index = static_cast<PoolIndex>(o + 1);
+      p.reserved_at_end = model_.PoolReserved(index);
+      p.allocated_at_end = model_.PoolAllocated(index);
+      p.cached_at_end = p.reserved_at_end - p.allocated_at_end;
+    }
+    result_.pools = std::move(pool_results_);
     if (options_.check_invariants) result_.invariant_violations = model_.CheckInvariants();
     if (!options_.follow_recording) return;
     // Compare with the snapshot's segments of this device.
@@ -612,6 +677,9 @@ class Replayer {
   size_t end_ = 0;
   std::vector<int32_t> alloc_of_;  // per event of the range: its allocation, or -1
   std::vector<BlockId> block_of_;  // per allocation: its block in the model
+  RecordedPools recorded_pools_;
+  std::vector<PoolIndex> model_pool_;     // recording's pool number -> the model's pool
+  std::vector<PoolResult> pool_results_;  // per model private pool (index - 1)
   uint64_t recorded_reserved_ = 0;
   uint64_t peak_reserved_ = 0;
   uint64_t peak_allocated_ = 0;

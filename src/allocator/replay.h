@@ -23,13 +23,23 @@
 #include <vector>
 
 #include "allocator/caching_allocator.h"
+#include "allocator/pool_inference.h"
 #include "common/status.h"
 #include "model/trace.h"
 
 namespace vramscope::allocator {
 
+// What the replay does with the private pools (CUDA graphs, MemPools) the recording used.
+enum class PoolMapping : uint8_t {
+  kRecorded,  // each request goes to the pool the recording implies (pool_inference.h)
+  kShared,    // every private pool's requests go to one pool, as graphs captured with one pool=
+  kNone,      // no private pools: every request goes to the default pools (no graphs)
+};
+const char* PoolMappingName(PoolMapping mapping);
+
 struct ReplayOptions {
   AllocatorSettings settings;
+  PoolMapping pools = PoolMapping::kRecorded;
   bool follow_recording = true;
   bool record_curves = true;      // per-event allocated / reserved / requested
   bool stop_at_oom = true;        // the run would have died there
@@ -88,6 +98,16 @@ struct ReplayComparison {
   uint64_t resyncs = 0;
 };
 
+// One private pool of a replay (the model's pools; with PoolMapping::kShared, the one shared).
+struct PoolResult {
+  MemPoolId id;
+  uint64_t allocations = 0;    // requests served from it
+  uint64_t peak_reserved = 0;  // its segments' bytes at their highest, after any event
+  uint64_t reserved_at_end = 0;
+  uint64_t allocated_at_end = 0;
+  uint64_t cached_at_end = 0;  // free cached blocks: PyTorch's "allocated in private pools"
+};
+
 struct ReplayResult {
   int32_t device = 0;
   AllocatorSettings settings;
@@ -110,6 +130,8 @@ struct ReplayResult {
   uint64_t empty_cache_calls = 0;  // recorded empty_cache points applied (what-if)
   std::optional<OomPoint> oom;
   std::vector<SegmentView> final_state;
+  PoolMapping pool_mapping = PoolMapping::kRecorded;
+  std::vector<PoolResult> pools;                  // the private pools, in order of creation
   ReplayComparison comparison;                    // compare mode only
   std::vector<std::string> notes;                 // what could not be modelled, and why
   std::vector<std::string> invariant_violations;  // with check_invariants; empty when sound
