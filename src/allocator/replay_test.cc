@@ -176,9 +176,13 @@ struct TraceBuilder {
   }
   // A segment at the dump with its blocks (address, size, active).
   void DumpSegment(uint64_t addr, uint64_t size, model::Pool pool,
-                   std::vector<std::tuple<uint64_t, uint64_t, bool>> blocks) {
+                   std::vector<std::tuple<uint64_t, uint64_t, bool>> blocks, MemPoolId pool_id = {},
+                   uint64_t stream = 0) {
     model::Segment s;
     s.address = addr;
+    s.stream = stream;
+    s.pool_id[0] = pool_id.first;
+    s.pool_id[1] = pool_id.second;
     s.total_size = size;
     s.pool = pool;
     s.first_block = static_cast<uint32_t>(t.blocks.size());
@@ -321,6 +325,186 @@ TEST(SyntheticReplay, NothingToReplayIsAClearError) {
   auto r = Replay(b.t, 0, ReplayOptions{});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("no trace events"), std::string::npos);
+}
+
+// --- private pools: hand-worked traces in the shape PyTorch records them
+// --------------------------- A graph capture runs on a side stream (here 5) and its requests go to
+// a private pool; the trace entries do not name the pool, the dump's segment_pool_id does. Every
+// figure below is worked out by hand from the allocator's rules (docs/design/allocator-model.md,
+// "Private pools").
+
+constexpr uint64_t kCapture = 5;
+constexpr uint64_t kPoolA = kBase + 64 * MiB;
+constexpr uint64_t kPoolB = kBase + 128 * MiB;
+
+ReplayResult ReplayPools(const model::Trace& trace, bool follow, PoolMapping pools,
+                         uint64_t capacity = kUnlimited) {
+  ReplayOptions o;
+  o.follow_recording = follow;
+  o.pools = pools;
+  o.settings.capacity = capacity;
+  o.check_invariants = true;
+  auto r = Replay(trace, 0, o);
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(r->invariant_violations.empty()) << r->invariant_violations.front();
+  return std::move(r).value();
+}
+
+void ExpectExact(const ReplayResult& r) {
+  const ReplayComparison& c = r.comparison;
+  EXPECT_EQ(c.allocs_at_recorded_address, c.allocs);
+  EXPECT_EQ(c.segment_allocs_matched, c.recorded_segment_allocs);
+  EXPECT_EQ(c.model_segment_allocs, c.recorded_segment_allocs);
+  EXPECT_EQ(c.reserved_equal_points, c.compared_points);
+  EXPECT_EQ(c.final_segments_matched, c.final_segments_recorded);
+  EXPECT_EQ(c.final_blocks_matched, c.final_blocks_recorded);
+  EXPECT_EQ(c.divergence_count, 0u) << (c.divergences.empty() ? "" : c.divergences.front());
+}
+
+// Graph 1 and graph 2 are captured with pool=graph_pool_handle() ({0, 1}): graph 2 reuses the
+// block graph 1 freed, so the pool holds one 20 MiB segment.
+std::unique_ptr<TraceBuilder> TwoGraphsSharingOnePool() {
+  auto owner = std::make_unique<TraceBuilder>();
+  TraceBuilder& b = *owner;
+  b.Event(Action::kSegmentAlloc, kBase, 20 * MiB);  // a static input, default pools
+  b.Alloc(kBase, 8 * MiB);
+  // graph 1
+  b.Event(Action::kSegmentAlloc, kPoolA, 20 * MiB, kCapture);
+  b.Alloc(kPoolA, 6 * MiB, kCapture);
+  b.Alloc(kPoolA + 6 * MiB, 6 * MiB, kCapture);  // graph 1's output, kept
+  b.Free(kPoolA, 6 * MiB, kCapture);
+  // graph 2: best fit in the pool is graph 1's freed 6 MiB block (the other free one is 8 MiB);
+  // the 2 MiB left is more than 1 MiB, so it is split off.
+  b.Alloc(kPoolA, 4 * MiB, kCapture);
+  b.DumpSegment(kBase, 20 * MiB, model::Pool::kLarge,
+                {{kBase, 8 * MiB, true}, {kBase + 8 * MiB, 12 * MiB, false}});
+  b.DumpSegment(kPoolA, 20 * MiB, model::Pool::kLarge,
+                {{kPoolA, 4 * MiB, true},
+                 {kPoolA + 4 * MiB, 2 * MiB, false},
+                 {kPoolA + 6 * MiB, 6 * MiB, true},
+                 {kPoolA + 12 * MiB, 8 * MiB, false}},
+                {0, 1}, kCapture);
+  b.Finish();
+  return owner;
+}
+
+// The same two graphs with a pool each ({1, 0} and {2, 0}): graph 2 cannot take the block graph 1
+// freed and cudaMallocs a segment of its own.
+std::unique_ptr<TraceBuilder> TwoGraphsWithTheirOwnPools() {
+  auto owner = std::make_unique<TraceBuilder>();
+  TraceBuilder& b = *owner;
+  b.Event(Action::kSegmentAlloc, kPoolA, 20 * MiB, kCapture);
+  b.Alloc(kPoolA, 6 * MiB, kCapture);
+  b.Free(kPoolA, 6 * MiB, kCapture);
+  b.Event(Action::kSegmentAlloc, kPoolB, 20 * MiB, kCapture);
+  b.Alloc(kPoolB, 6 * MiB, kCapture);
+  b.DumpSegment(kPoolA, 20 * MiB, model::Pool::kLarge, {{kPoolA, 20 * MiB, false}}, {1, 0},
+                kCapture);
+  b.DumpSegment(kPoolB, 20 * MiB, model::Pool::kLarge,
+                {{kPoolB, 6 * MiB, true}, {kPoolB + 6 * MiB, 14 * MiB, false}}, {2, 0}, kCapture);
+  b.Finish();
+  return owner;
+}
+
+// A MemPool({0, 1}, use_on_oom=True) of 30 MiB, then a default-pool request for 20 MiB that
+// cudaMalloc could not serve (the device had no room): PyTorch served it from the pool's cached
+// block, with no segment_alloc. Only the address in the pool's segment tells.
+std::unique_ptr<TraceBuilder> MemPoolUsedOnOom() {
+  auto owner = std::make_unique<TraceBuilder>();
+  TraceBuilder& b = *owner;
+  b.Event(Action::kSegmentAlloc, kPoolA, 30 * MiB);
+  b.Alloc(kPoolA, 30 * MiB);
+  b.Free(kPoolA, 30 * MiB);
+  b.Alloc(kPoolA, 20 * MiB);
+  b.DumpSegment(kPoolA, 30 * MiB, model::Pool::kLarge,
+                {{kPoolA, 20 * MiB, true}, {kPoolA + 20 * MiB, 10 * MiB, false}}, {0, 1});
+  b.Finish();
+  return owner;
+}
+
+TEST(PrivatePoolReplay, TwoGraphsSharingOnePoolReplayExactly) {
+  const auto built = TwoGraphsSharingOnePool();
+  const model::Trace& trace = built->t;
+  const ReplayResult r = ReplayPools(trace, true, PoolMapping::kRecorded);
+  ExpectExact(r);
+  EXPECT_EQ(r.comparison.allocs, 4u);
+  EXPECT_EQ(r.stats.reserved, 40 * MiB);
+  EXPECT_EQ(r.stats.reserved_private, 20 * MiB);
+  ASSERT_EQ(r.pools.size(), 1u);
+  EXPECT_EQ(r.pools[0].id, (MemPoolId{0, 1}));
+  EXPECT_EQ(r.pools[0].allocations, 3u);
+  EXPECT_EQ(r.pools[0].peak_reserved, 20 * MiB);
+  EXPECT_EQ(r.pools[0].allocated_at_end, 10 * MiB);
+  EXPECT_EQ(r.pools[0].cached_at_end, 10 * MiB);
+}
+
+TEST(PrivatePoolReplay, TwoGraphsWithTheirOwnPoolsReplayExactly) {
+  const auto built = TwoGraphsWithTheirOwnPools();
+  const model::Trace& trace = built->t;
+  const ReplayResult r = ReplayPools(trace, true, PoolMapping::kRecorded);
+  ExpectExact(r);
+  EXPECT_EQ(r.comparison.recorded_segment_allocs, 2u);
+  EXPECT_EQ(r.stats.peak_reserved, 40 * MiB);
+  ASSERT_EQ(r.pools.size(), 2u);
+  EXPECT_EQ(r.pools[0].id, (MemPoolId{1, 0}));
+  EXPECT_EQ(r.pools[1].id, (MemPoolId{2, 0}));
+  EXPECT_EQ(r.pools[0].peak_reserved, 20 * MiB);
+  EXPECT_EQ(r.pools[1].peak_reserved, 20 * MiB);
+}
+
+// Without pool inference the second capture would have reused the first one's block: a
+// divergence. That is what the pools are for.
+TEST(PrivatePoolReplay, IgnoringThePoolsDiverges) {
+  const auto built = TwoGraphsWithTheirOwnPools();
+  const model::Trace& trace = built->t;
+  const ReplayResult r = ReplayPools(trace, true, PoolMapping::kNone);
+  EXPECT_EQ(r.comparison.allocs_at_recorded_address, 1u);
+  EXPECT_GT(r.comparison.divergence_count, 0u);
+}
+
+// What-ifs: sharing one pool saves graph 2's segment (40 -> 20 MiB); dropping the graphs too
+// (their requests go to the default pools on the capture stream, where graph 1's block is free).
+TEST(PrivatePoolReplay, WhatIfSharingOrDroppingThePools) {
+  const auto built = TwoGraphsWithTheirOwnPools();
+  const model::Trace& trace = built->t;
+  const ReplayResult recorded = ReplayPools(trace, false, PoolMapping::kRecorded);
+  EXPECT_EQ(recorded.stats.peak_reserved, 40 * MiB);
+  EXPECT_EQ(recorded.stats.peak_reserved_private, 40 * MiB);
+  const ReplayResult shared = ReplayPools(trace, false, PoolMapping::kShared);
+  EXPECT_EQ(shared.stats.peak_reserved, 20 * MiB);
+  ASSERT_EQ(shared.pools.size(), 1u);
+  EXPECT_EQ(shared.pools[0].allocations, 2u);
+  const ReplayResult none = ReplayPools(trace, false, PoolMapping::kNone);
+  EXPECT_EQ(none.stats.peak_reserved, 20 * MiB);
+  EXPECT_EQ(none.stats.reserved_private, 0u);
+  EXPECT_TRUE(none.pools.empty());
+}
+
+TEST(PrivatePoolReplay, SharedPoolWhatIfOfAlreadySharedPoolChangesNothing) {
+  const auto built = TwoGraphsSharingOnePool();
+  const model::Trace& trace = built->t;
+  const ReplayResult shared = ReplayPools(trace, false, PoolMapping::kShared);
+  EXPECT_EQ(shared.stats.peak_reserved, 40 * MiB);
+  // Without the pool, graph 1's and graph 2's requests on the capture stream still cannot use
+  // the default stream's cached 12 MiB: a 20 MiB segment on stream 5 either way.
+  const ReplayResult none = ReplayPools(trace, false, PoolMapping::kNone);
+  EXPECT_EQ(none.stats.peak_reserved, 40 * MiB);
+}
+
+TEST(PrivatePoolReplay, MemPoolUsedOnOomReplaysExactly) {
+  const auto built = MemPoolUsedOnOom();
+  const model::Trace& trace = built->t;
+  const ReplayResult r = ReplayPools(trace, true, PoolMapping::kRecorded);
+  ExpectExact(r);
+  EXPECT_EQ(r.comparison.recorded_segment_allocs, 1u);
+  EXPECT_EQ(r.stats.reserved, 30 * MiB);
+  ASSERT_EQ(r.pools.size(), 1u);
+  EXPECT_EQ(r.pools[0].allocations, 2u);
+  EXPECT_EQ(r.pools[0].allocated_at_end, 20 * MiB);
+  // Without the MemPool every request is the default pools': the freed 30 MiB block serves the
+  // 20 MiB request (split, 10 MiB left): still 30 MiB reserved.
+  const ReplayResult none = ReplayPools(trace, false, PoolMapping::kNone);
+  EXPECT_EQ(none.stats.peak_reserved, 30 * MiB);
 }
 
 }  // namespace
