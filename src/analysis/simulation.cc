@@ -164,6 +164,7 @@ Status AddWhatIfRuns(const model::TraceView& view, SiteNamer& sites, const WhatI
       options.settings = s;
       options.follow_recording = false;
       options.record_curves = request.record_curves;
+      options.pools = request.pools;
       ASSIGN_OR_RETURN(allocator::ReplayResult r, allocator::Replay(trace, dev.device, options));
       SimulationRun run{"what-if", s.ToAllocConf(), std::move(r), {}, 0};
       if (run.result.oom) {

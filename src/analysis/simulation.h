@@ -26,6 +26,8 @@ struct WhatIfRequest {
   double memory_fraction = 0;
   bool record_curves = true;
   size_t top_sites = 10;  // live-at-OOM sites kept per what-if run
+  // What the what-if runs do with the recording's private pools (CUDA graphs, MemPools).
+  allocator::PoolMapping pools = allocator::PoolMapping::kRecorded;
 };
 
 struct SiteBytes {

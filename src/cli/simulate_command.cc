@@ -55,8 +55,18 @@ Result<analysis::WhatIfRequest> BuildWhatIf(const SimulateOptions& o) {
     request.what_if.emplace_back(*o.alloc_conf);
   } else if (!o.compare.empty()) {
     for (const std::string& c : o.compare) request.what_if.emplace_back(c);
-  } else if (!o.capacity.empty()) {
+  } else if (!o.capacity.empty() || o.graph_pools != "recorded") {
     request.what_if.emplace_back(std::nullopt);  // the recorded settings on that device
+  }
+  if (o.graph_pools == "shared") {
+    request.pools = allocator::PoolMapping::kShared;
+  } else if (o.graph_pools == "none") {
+    request.pools = allocator::PoolMapping::kNone;
+  } else if (o.graph_pools != "recorded") {
+    return UsageError(fmt::format(
+        "--graph-pools {}: expected recorded, shared (every CUDA graph and MemPool in one pool) "
+        "or none (no private pools)",
+        o.graph_pools));
   }
   for (const auto& conf : request.what_if) {
     if (conf) RETURN_IF_ERROR(allocator::ParseAllocConf(*conf).status());
@@ -135,6 +145,11 @@ void RegisterSimulateCommand(CLI::App& app, SimulateOptions& o) {
                   "what-if runs side by side, one PYTORCH_CUDA_ALLOC_CONF each (\"\" for torch's "
                   "defaults), e.g. --compare \"\" \"expandable_segments:True\"")
       ->expected(1, 16);
+  cmd->add_option("--graph-pools", o.graph_pools,
+                  "what the what-if runs do with the recording's private pools (CUDA graphs, "
+                  "torch.cuda.MemPool; found from the snapshot's segment_pool_id): recorded "
+                  "(default), shared (all in one pool, as graphs captured with one pool=), none "
+                  "(no graphs: their requests go to the default pools)");
   cmd->add_option("--recorded-conf", o.recorded_conf,
                   "the PYTORCH_CUDA_ALLOC_CONF the recorded run used, for snapshots from before "
                   "torch 2.3 and other inputs that do not record their allocator settings (when "

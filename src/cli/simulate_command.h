@@ -27,6 +27,7 @@ struct SimulateOptions {
   std::optional<std::string> alloc_conf;
   std::optional<std::string> recorded_conf;
   std::vector<std::string> compare;
+  std::string graph_pools = "recorded";  // recorded, shared, none
 };
 
 void RegisterSimulateCommand(CLI::App& app, SimulateOptions& options);

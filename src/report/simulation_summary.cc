@@ -46,6 +46,27 @@ uint64_t EmptyCacheBursts(const ReplayComparison& c) {
   return n;
 }
 
+std::string PoolLabel(allocator::MemPoolId id) {
+  // CUDAGraph.cpp: a graph's own pool is {uuid, 0}; graph_pool_handle() and MemPool are {0, uid}.
+  return fmt::format(
+      "({}, {}) {}", id.first, id.second,
+      id.first != 0 ? "a CUDA graph's own pool" : "graph_pool_handle() or torch.cuda.MemPool");
+}
+
+// The private pools of a run, one line each.
+void RenderPools(std::string& out, const ReplayResult& r) {
+  if (r.pools.empty()) return;
+  out += fmt::format("    private pools: {} reserved at the peak of the pools, {} at the end\n",
+                     Bytes(r.stats.peak_reserved_private), Bytes(r.stats.reserved_private));
+  for (const allocator::PoolResult& p : r.pools) {
+    out += fmt::format(
+        "      pool {}: {} requests, peak reserved {}, at the end {} reserved, {} allocated, {} "
+        "cached\n",
+        PoolLabel(p.id), Count(p.allocations), Bytes(p.peak_reserved), Bytes(p.reserved_at_end),
+        Bytes(p.allocated_at_end), Bytes(p.cached_at_end));
+  }
+}
+
 void RenderReplay(std::string& out, const model::Trace& trace,
                   const analysis::DeviceSimulation& dev, const analysis::SimulationRun& run) {
   const ReplayResult& r = run.result;
@@ -124,6 +145,7 @@ void RenderReplay(std::string& out, const model::Trace& trace,
           fmt::format("      ... and {} more\n", Count(c.divergence_count - c.divergences.size()));
     }
   }
+  RenderPools(out, r);
   for (const std::string& n : r.notes) out += "    note: " + n + "\n";
 }
 
@@ -145,6 +167,9 @@ void RenderWhatIf(std::string& out, const model::Trace& trace,
   out += "  what if\n";
   row("settings", "recorded", [](const analysis::SimulationRun& r) {
     std::string label = ConfLabel(r.alloc_conf);
+    if (r.result.pool_mapping != allocator::PoolMapping::kRecorded) {
+      label += fmt::format(", pools {}", allocator::PoolMappingName(r.result.pool_mapping));
+    }
     if (label.size() > kCol - 2) label = label.substr(0, kCol - 5) + "...";
     return label;
   });
@@ -167,6 +192,12 @@ void RenderWhatIf(std::string& out, const model::Trace& trace,
         return fmt::format("{} / {}", Count(r.result.stats.cuda_mallocs),
                            Count(r.result.stats.cuda_frees));
       });
+  if (!replay.pools.empty()) {
+    row("peak reserved, private pools", Bytes(replay.stats.peak_reserved_private),
+        [](const analysis::SimulationRun& r) {
+          return Bytes(r.result.stats.peak_reserved_private);
+        });
+  }
   row("cache released to retry", "-",
       [](const analysis::SimulationRun& r) { return Count(r.result.stats.alloc_retries); });
   row("result", "ran", [](const analysis::SimulationRun& r) {
@@ -214,6 +245,22 @@ nlohmann::json Rate(uint64_t part, uint64_t whole) {
   return static_cast<double>(part) / static_cast<double>(whole);
 }
 
+nlohmann::json PoolsJson(const ReplayResult& r) {
+  nlohmann::json pools = nlohmann::json::array();
+  for (const allocator::PoolResult& p : r.pools) {
+    pools.push_back({{"pool_id", {p.id.first, p.id.second}},
+                     {"requests", p.allocations},
+                     {"peak_reserved_bytes", p.peak_reserved},
+                     {"reserved_at_end_bytes", p.reserved_at_end},
+                     {"allocated_at_end_bytes", p.allocated_at_end},
+                     {"cached_at_end_bytes", p.cached_at_end}});
+  }
+  return {{"mapping", allocator::PoolMappingName(r.pool_mapping)},
+          {"peak_reserved_bytes", r.stats.peak_reserved_private},
+          {"reserved_at_end_bytes", r.stats.reserved_private},
+          {"pools", pools}};
+}
+
 nlohmann::json RunJson(const analysis::SimulationRun& run) {
   const ReplayResult& r = run.result;
   nlohmann::json j = {{"kind", run.label},
@@ -232,6 +279,7 @@ nlohmann::json RunJson(const analysis::SimulationRun& run) {
                       {"gc_releases", r.stats.gc_releases},
                       {"oversize_releases", r.stats.oversize_releases},
                       {"empty_cache_calls_applied", r.empty_cache_calls},
+                      {"private_pools", PoolsJson(r)},
                       {"initial_state",
                        {{"segments", r.initial_segments},
                         {"reserved_bytes", r.initial_reserved},
