@@ -67,12 +67,16 @@ class SpanBuilder {
       s.pool = seg.pool;
       s.pool_evidence = PoolEvidence::kDump;
       s.private_pool = seg.pool_id[0] != 0 || seg.pool_id[1] != 0;
+      s.pool_id[0] = seg.pool_id[0];
+      s.pool_id[1] = seg.pool_id[1];
       s.expandable = s.expandable || seg.is_expandable;
       return;
     }
     SegmentSpan s = Span(seg.address, seg.total_size, seg.stream, seg.is_expandable, seg.pool);
     s.pool_evidence = PoolEvidence::kDump;
     s.private_pool = seg.pool_id[0] != 0 || seg.pool_id[1] != 0;
+    s.pool_id[0] = seg.pool_id[0];
+    s.pool_id[1] = seg.pool_id[1];
     open_[seg.address] = out_.size();
     out_.push_back(s);
   }

@@ -48,8 +48,10 @@ struct SegmentSpan {
   model::Pool pool = model::Pool::kLarge;
   PoolEvidence pool_evidence = PoolEvidence::kSegmentSize;
   bool expandable = false;
-  // A CUDA graph's or MemPool's private pool (segment_pool_id other than (0, 0) at the dump).
+  // A CUDA graph's or MemPool's private pool (segment_pool_id other than (0, 0) at the dump),
+  // with PyTorch's id of the pool. Segments released during the trace have no recorded pool.
   bool private_pool = false;
+  int64_t pool_id[2] = {0, 0};
 };
 
 struct DeviceSegments {

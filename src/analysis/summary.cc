@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <set>
 #include <unordered_map>
 
 namespace vramscope::analysis {
@@ -18,14 +19,24 @@ Summary Summarize(const model::TraceView& view, const Timelines& timelines,
     const DeviceTimeline& t = timelines.devices[d];
     DeviceSummary s;
     s.device = t.device;
+    std::set<std::pair<int32_t, std::pair<int64_t, int64_t>>> pool_ids;
     s.events = t.end - t.begin;
     for (const model::Segment& seg : trace.segments) {
       if (seg.device != s.device) continue;
       ++s.segments;
       if (seg.pool == model::Pool::kSmall) ++s.small_segments;
       s.blocks += seg.block_count;
+      const bool private_pool = seg.pool_id[0] != 0 || seg.pool_id[1] != 0;
+      if (private_pool) {
+        ++s.private_pool_segments;
+        s.reserved_in_private_pools += static_cast<int64_t>(seg.total_size);
+        pool_ids.emplace(s.device, std::pair(seg.pool_id[0], seg.pool_id[1]));
+      }
       for (uint32_t b = seg.first_block; b < seg.first_block + seg.block_count; ++b) {
         const model::Block& block = trace.blocks[b];
+        if (private_pool && block.state == model::BlockState::kInactive) {
+          s.cached_in_private_pools += static_cast<int64_t>(block.size);
+        }
         if (model::IsActive(block.state)) {
           ++s.active_blocks;
         } else {
@@ -34,6 +45,7 @@ Summary Summarize(const model::TraceView& view, const Timelines& timelines,
         }
       }
     }
+    s.private_pools = pool_ids.size();
     // A device with neither segments nor memory events (e.g. a lone snapshot marker) has
     // nothing to report.
     bool memory_events = false;

@@ -24,6 +24,12 @@ struct DeviceSummary {
   int64_t allocated_at_dump = 0, reserved_at_dump = 0, active_at_dump = 0, requested_at_dump = 0;
   int64_t largest_cached_free_block =
       0;  // inactive block: the biggest request served w/o cudaMalloc
+  // Private pools (CUDA graphs, MemPools: segment_pool_id other than (0, 0)) at the dump: their
+  // segments, the bytes they reserve (in reserved_at_dump too, as memory_stats() counts them),
+  // and their free cached bytes, which no default-pool request can use: what PyTorch's OOM
+  // message calls "allocated in private pools (e.g., CUDA Graphs)".
+  uint64_t private_pools = 0, private_pool_segments = 0;
+  int64_t reserved_in_private_pools = 0, cached_in_private_pools = 0;
   // Peaks. peak_*_event is an index into Trace::events, or kNoEvent (start of trace / dump).
   bool peak_from_trace = false;
   int64_t peak_allocated = 0, peak_allocated_event = model::kNoEvent;

@@ -119,7 +119,8 @@ CREATE TABLE vramscope_segment_timeline (
   id INTEGER PRIMARY KEY, device INTEGER NOT NULL, address INTEGER NOT NULL,
   size_bytes INTEGER NOT NULL, stream INTEGER NOT NULL, pool TEXT NOT NULL,
   pool_evidence TEXT NOT NULL, expandable INTEGER NOT NULL, first_event INTEGER,
-  end_event INTEGER, source TEXT NOT NULL, synthetic_address INTEGER NOT NULL);
+  end_event INTEGER, source TEXT NOT NULL, synthetic_address INTEGER NOT NULL,
+  pool_id_0 INTEGER NOT NULL, pool_id_1 INTEGER NOT NULL);
 CREATE TABLE vramscope_owners (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
 CREATE TABLE vramscope_category_timeline (
   device INTEGER NOT NULL, event INTEGER, time_us INTEGER,
@@ -481,7 +482,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
   RETURN_IF_ERROR(WriteAttributionTables(db, in, rows));
   RETURN_IF_ERROR(WriteOomTables(db, in, rows));
   if (in.segments != nullptr) {
-    Insert seg(db, "INSERT INTO vramscope_segment_timeline VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+    Insert seg(db, "INSERT INTO vramscope_segment_timeline VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     const analysis::SegmentTimeline& st = *in.segments;
     for (size_t k = 0; k < st.segments.size(); ++k) {
       const analysis::SegmentSpan& s = st.segments[k];
@@ -495,7 +496,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
                   s.expandable, Insert::Event(s.first_event), Insert::Event(s.end_event),
                   analysis::SegmentSourceName(dev != nullptr ? dev->source
                                                              : analysis::SegmentSource::kRecorded),
-                  dev != nullptr && dev->synthetic_addresses));
+                  dev != nullptr && dev->synthetic_addresses, s.pool_id[0], s.pool_id[1]));
     }
     *rows += seg.rows();
   }

@@ -321,6 +321,15 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
                       FormatCount(static_cast<int64_t>(d.blocks)),
                       FormatCount(static_cast<int64_t>(d.active_blocks)),
                       FormatBytes(d.largest_cached_free_block)));
+      if (d.private_pool_segments > 0) {
+        line(fmt::format(
+            "  {:<{}}private pools (CUDA graphs, MemPools): {} pool(s), {} segments, {} reserved, "
+            "{} of it cached free (only their graphs can use it; PyTorch's OOM message calls it "
+            "'allocated in private pools')",
+            "", width, FormatCount(static_cast<int64_t>(d.private_pools)),
+            FormatCount(static_cast<int64_t>(d.private_pool_segments)),
+            FormatBytes(d.reserved_in_private_pools), FormatBytes(d.cached_in_private_pools)));
+      }
     }
 
     std::vector<analysis::CategoryShare> shares = d.live_at_peak_by_category;

@@ -46,6 +46,13 @@ class ReportDb {
     }
     return Status::Ok();
   }
+  // Reports from before a column existed lack it; the reader then does without.
+  bool HasColumn(const char* table, const char* column) {
+    bool found = false;
+    (void)Query(fmt::format("SELECT 1 FROM pragma_table_info('{}') WHERE name='{}'", table, column),
+                [&](sqlite3_stmt*) { found = true; });
+    return found;
+  }
   bool HasTable(const char* name) {
     bool found = false;
     const std::string sql =
@@ -288,10 +295,14 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
   ViewerSegments& segs = d.segments;
   std::unordered_map<int64_t, int32_t> segment_index;  // table id -> index in d.segments
   if (has_segments) {
+    const bool has_pool_ids = db.HasColumn("vramscope_segment_timeline", "pool_id_0");
+    std::map<std::pair<int64_t, int64_t>, int32_t> pool_numbers;
+    std::vector<int32_t> private_pool;
     RETURN_IF_ERROR(db.Query(
-        "SELECT id, address, size_bytes, stream, pool, first_event, end_event, source FROM "
-        "vramscope_segment_timeline WHERE device = " +
-            dev + " ORDER BY id",
+        std::string("SELECT id, address, size_bytes, stream, pool, first_event, end_event, "
+                    "source, ") +
+            (has_pool_ids ? "pool_id_0, pool_id_1" : "0, 0") +
+            " FROM vramscope_segment_timeline WHERE device = " + dev + " ORDER BY id",
         [&](sqlite3_stmt* s) {
           segment_index[Int(s, 0)] = static_cast<int32_t>(segs.count());
           segs.address.push_back(static_cast<double>(Int(s, 1)));
@@ -301,7 +312,17 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
           segs.start.push_back(local_event(s, 5, -1));
           segs.end.push_back(local_event(s, 6, num_events));
           segs.source = Text(s, 7);
+          const std::pair<int64_t, int64_t> id{Int(s, 8), Int(s, 9)};
+          int32_t number = 0;
+          if (id.first != 0 || id.second != 0) {
+            auto [it, added] =
+                pool_numbers.emplace(id, static_cast<int32_t>(pool_numbers.size() + 1));
+            if (added) segs.private_pools.push_back(fmt::format("({}, {})", id.first, id.second));
+            number = it->second;
+          }
+          private_pool.push_back(number);
         }));
+    if (!pool_numbers.empty()) segs.private_pool = std::move(private_pool);
   } else {
     r.notes.push_back(fmt::format(
         "device {}: this report has no segment timeline (written by an older vramscope); write "
@@ -779,6 +800,10 @@ nlohmann::json EncodeDevice(ColumnWriter& w, const ViewerDevice& d, const std::s
                    {"end", w.Add(g + "end", s.end)},
                    {"stream", w.Add(g + "stream", s.stream)},
                    {"pool", w.Add(g + "pool", s.pool)}};
+  if (!s.private_pools.empty()) {
+    j["segments"]["private_pool"] = w.Add(g + "private_pool", s.private_pool);
+    j["segments"]["private_pools"] = s.private_pools;
+  }
   j["phases"] = d.phases;
   j["summary"] = d.summary;
   nlohmann::json categories = nlohmann::json::array();

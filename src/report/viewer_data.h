@@ -37,6 +37,10 @@ struct ViewerSegments {
   std::vector<double> address, size, stream;
   std::vector<int32_t> start, end;
   std::vector<uint8_t> pool;  // 0 large, 1 small
+  // 0: the default pools; k > 0: the private pool private_pools[k - 1] (a CUDA graph's or a
+  // MemPool's, by segment_pool_id). Empty when no segment is in a private pool.
+  std::vector<int32_t> private_pool;
+  std::vector<std::string> private_pools;  // "(1, 0)", in order of first appearance
   size_t count() const { return address.size(); }
 };
 

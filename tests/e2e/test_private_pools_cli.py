@@ -116,3 +116,30 @@ def test_bad_graph_pools_value_is_one_line(run, tmp_path):
     assert rc == 2
     assert err.strip().count("\n") == 0
     assert "--graph-pools some: expected recorded, shared" in err
+
+
+def test_report_database_names_each_segments_pool(run, tmp_path):
+    path = write_pickle(tmp_path / "graphs.pickle", two_graphs_with_their_own_pools())
+    db_path = tmp_path / "graphs.sqlite"
+    rc, out, err = run("report", str(path), "-o", str(db_path), "-q")
+    assert rc == 0, err
+    import sqlite3
+    with sqlite3.connect(db_path) as db:
+        rows = db.execute("SELECT address, pool_id_0, pool_id_1 FROM vramscope_segment_timeline "
+                          "ORDER BY address").fetchall()
+    assert rows == [(POOL_A, 1, 0), (POOL_B, 2, 0)]
+
+
+def test_report_counts_the_private_pools_at_the_dump(run, tmp_path):
+    path = write_pickle(tmp_path / "graphs.pickle", two_graphs_with_their_own_pools())
+    rc, out, err = run("report", str(path), "--json")
+    assert rc == 0, err
+    dev = json.loads(out)["devices"][0]
+    pools = dev["at_dump"]["private_pools"]
+    # Two pools of one 20 MiB segment each; free: pool (1, 0)'s 20 MiB and (2, 0)'s 14 MiB.
+    assert pools == {"pools": 2, "segments": 2, "reserved_bytes": 40 * MiB,
+                     "cached_free_bytes": 34 * MiB}
+    rc, out, err = run("report", str(path), "--summary-only")
+    assert rc == 0, err
+    assert "private pools (CUDA graphs, MemPools): 2 pool(s), 2 segments, 40.00 MiB reserved, " \
+           "34.00 MiB of it cached free" in out

@@ -296,6 +296,12 @@ function buildDevice(spec) {
     summary,
     lod,
   };
+  // Segments of private pools: spec.segments.pools names them ("(1, 0)"), each segment's
+  // private_pool is 0 (default) or 1 + its pool's index.
+  if (spec.segments && spec.segments.pools) {
+    dev.segments.private_pool = col("i32", segList.map((s) => s.private_pool || 0));
+    dev.segments.private_pools = spec.segments.pools;
+  }
   if (spec.timeDeltas) {
     dev.time_us = col("u32", spec.timeDeltas);
     dev.time0_us = spec.time0 || 1700000000000000;

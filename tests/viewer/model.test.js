@@ -362,3 +362,30 @@ test("a device without events: nothing to draw, the state before the trace still
   assert.equal(m.summary.peak_event, -1);
   assert.equal(m.summary.peak_allocated, 12288);
 });
+
+test("private pools: each pool's reserved bytes over the events, from its segments", async () => {
+  const MiB = 1 << 20;
+  const allocs = [{ start: 1, end: 9, size: 6 * MiB, segment: 1 }];
+  const segments = {
+    source: "recorded",
+    pools: ["(1, 0)", "(0, 1)"],
+    list: [
+      { address: 0x1000000, size: 20 * MiB, start: -1, end: 10, pool: 0 },
+      { address: 0x4000000, size: 20 * MiB, start: 0, end: 10, private_pool: 1 },
+      { address: 0x8000000, size: 30 * MiB, start: 3, end: 6, private_pool: 2 },
+      { address: 0xc000000, size: 2 * MiB, start: 4, end: 10, private_pool: 2 },
+    ],
+  };
+  const m = await modelOf(header(allocs, 10, { segments }));
+  assert.deepEqual(m.privatePools.map((p) => p.label), ["(1, 0)", "(0, 1)"]);
+  const at = (k, t) => m.privatePools[k].curve.at(t);
+  assert.deepEqual([0, 2, 3, 4, 5, 6, 9].map((t) => at(0, t)), Array(7).fill(20 * MiB));
+  assert.deepEqual([2, 3, 4, 5, 6, 9].map((t) => at(1, t)), [0, 30 * MiB, 32 * MiB, 32 * MiB, 2 * MiB, 2 * MiB]);
+  const cols = m.computeColumns({ mode: "event", d0: 0, d1: 10, width: 10, group: "category" });
+  assert.equal(cols.pools.length, 2);
+  assert.equal(cols.pools[1][4], 32 * MiB);
+  assert.equal(cols.pools[1][7], 2 * MiB);
+  // A report without private pools has none, and no pool columns.
+  const plain = await modelOf(header([{ start: 1, end: 9, size: 6 * MiB, segment: 0 }], 10, { segments: { source: "recorded", list: segments.list.slice(0, 1) } }));
+  assert.deepEqual(plain.privatePools, []);
+});

@@ -245,6 +245,11 @@
       for (const key of ["address", "size", "start", "end", "stream", "pool"]) need(S[key], S.count, "segments." + key);
     }
     if (N > 0 && maxOf(A.segment) >= S.count) fail("an allocation's segment is out of range");
+    if (S.private_pool !== undefined) {
+      need(S.private_pool, S.count, "segments.private_pool");
+      if (!Array.isArray(S.private_pools)) fail("names no private pools for segments.private_pool");
+      if (S.count > 0 && maxOf(S.private_pool) > S.private_pools.length) fail("a segment's private pool is out of range");
+    }
     if (!Array.isArray(dev.phases)) dev.phases = [];
     if (!dev.summary || typeof dev.summary !== "object") fail("has no summary");
     const lod = dev.lod;

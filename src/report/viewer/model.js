@@ -144,6 +144,7 @@
       this.phases = (dev.phases || []).slice().sort((x, y) => x.first_event - y.first_event);
       this.phaseFirst = Int32Array.from(this.phases.map((p) => p.first_event));
       this.reserved = new StepCurve(dev.reserved.event, dev.reserved.bytes);
+      this.privatePools = DeviceModel.privatePoolCurves(dev.segments, this.E);
       this.predicted = dev.predicted
         ? {
             label: dev.predicted.label || "model",
@@ -151,6 +152,29 @@
             reserved: new StepCurve(dev.predicted.event, dev.predicted.reserved),
           }
         : null;
+    }
+
+    // The reserved bytes of each private pool (CUDA graph, MemPool) over the events: its
+    // segments' sizes from their start to their end. [] when no segment is in a private pool.
+    static privatePoolCurves(S, E) {
+      if (!S || !S.private_pool || !S.private_pools || S.private_pools.length === 0) return [];
+      return S.private_pools.map((label, k) => {
+        const delta = new Map();
+        for (let i = 0; i < S.count; i++) {
+          if (S.private_pool[i] !== k + 1) continue;
+          const from = Math.max(0, S.start[i]);
+          delta.set(from, (delta.get(from) || 0) + S.size[i]);
+          if (S.end[i] < E) delta.set(S.end[i], (delta.get(S.end[i]) || 0) - S.size[i]);
+        }
+        const events = Array.from(delta.keys()).sort((x, y) => x - y);
+        const bytes = new Float64Array(events.length);
+        let level = 0;
+        events.forEach((e, j) => {
+          level += delta.get(e);
+          bytes[j] = level;
+        });
+        return { label, curve: new StepCurve(Int32Array.from(events), bytes) };
+      });
     }
 
     // ---- positions on the x axis ----------------------------------------------------------
@@ -270,6 +294,7 @@
         alloc: new Float64Array(W), resv: new Float64Array(W),
         predA: this.predicted ? new Float64Array(W) : null,
         predR: this.predicted ? new Float64Array(W) : null,
+        pools: this.privatePools.map(() => new Float64Array(W)),
         vals: new Float64Array(W * K),
         first: new Int32Array(W), last: new Int32Array(W),
       };
@@ -296,6 +321,9 @@
       }
       if (choice.exact) this.fillExact(cols, g);
       else this.fillFromLevel(cols, g, this.levels[choice.level]);
+      this.privatePools.forEach((pool, k) => {
+        for (let p = 0; p < W; p++) if (cols.has[p]) cols.pools[k][p] = pool.curve.maxOver(cols.first[p], cols.last[p]);
+      });
       if (this.predicted) {
         for (let p = 0; p < W; p++) {
           if (!cols.has[p]) continue;

@@ -22,6 +22,8 @@
     axis: "#8c959f",
     text: "#57606a",
   };
+  // One colour per private pool's reserved line (CUDA graphs, MemPools).
+  const POOL_COLORS = ["#bf3989", "#1a7f37", "#9a6700", "#0550ae"];
   const FONT = '11px system-ui, -apple-system, "Segoe UI", Roboto, sans-serif';
 
   class Timeline {
@@ -35,7 +37,7 @@
       this.group = "category";
       this.mode = "events";
       this.hidden = { category: new Set(), owner: new Set() };
-      this.lines = { allocated: true, reserved: true, predicted: true };
+      this.lines = { allocated: true, reserved: true, predicted: true, pools: true };
       this.view = { d0: 0, d1: 1 };
       this.selected = -1;
       this.hover = null;
@@ -193,6 +195,7 @@
       items.push(line("allocated", "allocated", "allocated"));
       items.push(line("reserved", "reserved", "reserved"));
       if (m.predicted) items.push(line("predicted", "predicted (" + m.predicted.label + ")", "predicted"));
+      if (m.privatePools.length) items.push(line("pools", "reserved in private pools (CUDA graphs, MemPools)", "pools"));
       el.innerHTML = items.join("");
     }
 
@@ -394,6 +397,9 @@
         this.strokeSteps(ctx, plot, cols, cols.predA, COLORS.predictedAllocated, 1.5, [2, 3]);
       }
       if (this.lines.reserved) this.strokeSteps(ctx, plot, cols, cols.resv, COLORS.reserved, 1.25, [5, 3]);
+      if (this.lines.pools && cols.pools) {
+        cols.pools.forEach((curve, k) => this.strokeSteps(ctx, plot, cols, curve, POOL_COLORS[k % POOL_COLORS.length], 1.5, [1, 2]));
+      }
       if (this.lines.allocated) this.strokeSteps(ctx, plot, cols, cols.alloc, COLORS.allocated, 1.25);
     }
 
@@ -582,6 +588,7 @@
       const data = {
         kind: "memory", column: p, event: t, timeUs: m.timeOf(t), bytes,
         allocated: cols.alloc[p], reserved: cols.resv[p],
+        pools: cols.pools ? m.privatePools.map((pool, k) => ({ label: pool.label, bytes: cols.pools[k][p] })) : [],
         predictedAllocated: cols.predA ? cols.predA[p] : null, predictedReserved: cols.predR ? cols.predR[p] : null,
         exact: !!(cols.source && (cols.source.exact || cols.source.bucket === 1)), // values exact, not a bucket's peak
         group: this.group, series: null, seriesName: null, seriesBytes: null, allocation: null, band: null,
@@ -765,6 +772,7 @@
       out.push('<div class="tt-title">' + F.escapeHtml(d.seriesName || "(no owner)") + " · " + F.formatBytes(d.seriesBytes) + "</div>");
     }
     const lines = [eventLine(m, d.event), "allocated " + F.formatBytes(d.allocated) + " · reserved " + F.formatBytes(d.reserved)];
+    for (const pool of d.pools || []) lines.push("private pool " + pool.label + " reserved " + F.formatBytes(pool.bytes));
     if (d.predictedAllocated !== null && d.predictedAllocated !== undefined) lines.push("predicted " + F.formatBytes(d.predictedAllocated) + " · " + F.formatBytes(d.predictedReserved));
     out.push('<div class="tt-foot">' + lines.map(F.escapeHtml).join("<br>") + "</div>");
     return out.join("");
