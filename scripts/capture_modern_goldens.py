@@ -107,6 +107,7 @@ STACKS = "python"  # C++ frames triple a snapshot and say nothing about pools or
 SKIP_RC = 4        # a child's exit status for "this torch lacks the feature": not a failure
 SKIP_TAG = "@@skip "
 PRIVATE_SEGMENTS_LISTED = 64  # per pool and phase, so a sidecar stays small
+SIZE_BUDGET_BYTES = 4 * 1024 * 1024  # what the suite's files may take in the repository
 
 # memory_stats() keys copied after each phase (those that exist), besides every key that
 # mentions a private pool (reserved_bytes_by_private_pools.<id>.*, flattened by memory_stats).
@@ -898,6 +899,9 @@ def run_driver(args) -> int:
           f"{': ' + ', '.join(skipped) if skipped else ''}, {len(failed)} failed"
           f"{': ' + ', '.join(failed) if failed else ''}; {out}: {CG.fmt_bytes(total)} "
           f"({total:,} B); {time.perf_counter() - t0:.0f} s", flush=True)
+    if total > SIZE_BUDGET_BYTES and not args.dry_run_cpu:
+        print(f"warning: the suite's files are over the {CG.fmt_bytes(SIZE_BUDGET_BYTES)} meant for "
+              "the repository: look at the largest snapshot before committing", flush=True)
     return 1 if failed else 0
 
 
