@@ -18,10 +18,36 @@ import json
 import os
 import sys
 
-STEPS = ["preflight", "run_goldens", "native", "overhead", "goldens", "oom_golden", "hf_goldens"]
+STEPS = ["preflight", "run_goldens", "native", "overhead", "modern_goldens", "goldens", "oom_golden",
+         "hf_goldens"]
 
 
-def markdown(doc: dict, overhead: str | None) -> str:
+def modern_summary(path: str) -> list[str] | None:
+    """The table of the modern_goldens step (scripts/capture_modern_goldens.py's metadata.json):
+    per case its status, peaks and the private pools its snapshot holds at the dump."""
+    try:
+        meta = json.load(open(path))
+        cases = meta["cases"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+    def mib(n):
+        return "-" if n is None else f"{n / 2**20:.1f} MiB"
+
+    rows = ["| case | status | max allocated | max reserved | private pools at dump |",
+            "|---|---|---|---|---|"]
+    for name, c in cases.items():
+        status = c.get("status", "?")
+        if status == "skipped":
+            status += ": " + str(c.get("why", ""))
+        pools = c.get("private_pools_at_dump")
+        rows.append(f"| {name} | {status} | {mib(c.get('max_memory_allocated'))} | "
+                    f"{mib(c.get('max_memory_reserved'))} | "
+                    f"{', '.join(pools) if pools else '-'} |")
+    return rows
+
+
+def markdown(doc: dict, overhead: str | None, modern: list[str] | None = None) -> str:
     gpu = doc["gpu"]
     md = [f"# GPU session {doc['date']}" + (" (DRY RUN, CPU only)" if doc["dry_run"] else ""), ""]
     md.append(f"GPU: {gpu.get('name')}, driver {gpu.get('driver_version')}, "
@@ -37,6 +63,9 @@ def markdown(doc: dict, overhead: str | None) -> str:
            + (f" (last of {calls} calls)" if calls > 1 else "") + ".", "",
            "| step | status | seconds |", "|---|---|---|"]
     md += [f"| {s['step']} | {s['status']} | {s['seconds']} |" for s in doc["steps"]]
+    if modern:
+        md += ["", "Compiled training, CUDA graphs and pools (modern_goldens, "
+               "scripts/capture_modern_goldens.py):", ""] + modern
     if overhead:
         md += ["", "Capture overhead (bench/capture_overhead.py):", "", "```", overhead.rstrip(),
                "```"]
@@ -68,8 +97,10 @@ def write(stage, slug, dry, budget, elapsed, manifest) -> int:
         json.dump(doc, f, indent=1)
         f.write("\n")
     overhead = os.path.join(stage, "goldens", slug, "capture_overhead.txt")
+    modern = modern_summary(os.path.join(stage, "goldens", slug, "modern", "metadata.json"))
     with open(os.path.join(stage, "results.md"), "w") as f:
-        f.write(markdown(doc, open(overhead).read() if os.path.exists(overhead) else None))
+        f.write(markdown(doc, open(overhead).read() if os.path.exists(overhead) else None,
+                         modern))
     return 0
 
 
@@ -87,8 +118,10 @@ def merge(old_path, new_path, out_dir) -> int:
         json.dump(new, f, indent=1)
         f.write("\n")
     overhead = os.path.join(out_dir, "capture_overhead.txt")
+    modern = modern_summary(os.path.join(out_dir, "modern", "metadata.json"))
     with open(os.path.join(out_dir, "gpu_session.md"), "w") as f:
-        f.write(markdown(new, open(overhead).read() if os.path.exists(overhead) else None))
+        f.write(markdown(new, open(overhead).read() if os.path.exists(overhead) else None,
+                         modern))
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -21,7 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu_session.sh"
 BIN = Path(os.environ.get("VRAMSCOPE_BIN", REPO / "build" / "vramscope"))
 PYTHON = os.environ.get("VRAMSCOPE_TORCH_PYTHON", "")
-STEPS = ["preflight", "run_goldens", "native", "overhead", "goldens", "oom_golden", "hf_goldens"]
+STEPS = ["preflight", "run_goldens", "native", "overhead", "modern_goldens", "goldens",
+         "oom_golden", "hf_goldens"]
 # The steps a dry run cannot stand in for on the CPU: printed, never run.
 GPU_ONLY = {"native", "oom_golden"}
 
@@ -105,8 +107,15 @@ def test_dry_run_runs_every_step_with_its_cpu_stand_in(bundle, tmp_path):
                  "goldens/dry-run-cpu/run/linear_sgd_fp32.sidecar.json",
                  "goldens/dry-run-cpu/linear_sgd_fp32.sidecar.json",
                  "goldens/dry-run-cpu/capture_overhead.txt", "logs/native.log",
+                 "goldens/dry-run-cpu/modern/metadata.json",
+                 "goldens/dry-run-cpu/modern/compile_reduce_overhead.sidecar.json",
+                 "goldens/dry-run-cpu/modern/graphs_shared_pool.sidecar.json",
+                 "goldens/dry-run-cpu/modern/mempool.sidecar.json", "logs/modern_goldens.log",
                  "results.json"):
         assert name in names, (name, sorted(names))
+    # results.md quotes the modern cases' table (scripts/gpu_session_results.py).
+    assert "| case | status | max allocated | max reserved | private pools at dump |" in md
+    assert "| mempool | ok | - | - | - |" in md
     native_log = [s for s in results["steps"] if s["step"] == "native"][0]["log_tail"]
     assert "run --native" in native_log
     # Nothing a dry run wrote goes into goldens/.
@@ -227,3 +236,24 @@ def test_missing_pieces_fail_loudly(bundle, tmp_path):
     rc, text = sh("run", "--dry-run-cpu", "--bundle", bundle, "--out", tmp_path / "o3",
                   "--python", PYTHON, "--only", "warp_drive")
     assert rc == 1 and "unknown step 'warp_drive'" in text
+
+
+def test_modern_goldens_alone_sizes_its_cases_inside_its_time_out(bundle, tmp_path):
+    """--only modern_goldens (what a short second call runs for issue 16): the step runs, and
+    each case's time-out leaves the script 20 s of the step's own to write its metadata."""
+    out = tmp_path / "out"
+    rc, log = sh("run", "--dry-run-cpu", "--bundle", bundle, "--out", out, "--python", PYTHON,
+                 "--budget", "190", "--only", "modern_goldens")
+    assert rc == 2, log  # ran; the other steps were not selected
+    results = json.loads((out / "results.json").read_text())
+    status = {s["step"]: s["status"] for s in results["steps"]}
+    assert list(status) == STEPS
+    assert status["modern_goldens"] == "dry-run ok: the CPU stand-in ran", status
+    assert all(st.startswith("skipped: not selected") for step, st in status.items()
+               if step not in ("preflight", "modern_goldens")), status
+    session = (out / "session.log").read_text()
+    limit = int(re.search(r"modern_goldens: running \(time-out (\d+)s\)", session).group(1))
+    assert limit < 190 - 25
+    step_log = [s for s in results["steps"] if s["step"] == "modern_goldens"][0]["log_tail"]
+    assert f"timeout {min(limit - 20, 180)} s each" in step_log, step_log
+    assert "3/3 ok, 0 skipped, 0 failed" in step_log, step_log
