@@ -120,6 +120,17 @@ CREATE TABLE vramscope_segment_timeline (
   size_bytes INTEGER NOT NULL, stream INTEGER NOT NULL, pool TEXT NOT NULL,
   pool_evidence TEXT NOT NULL, expandable INTEGER NOT NULL, first_event INTEGER,
   end_event INTEGER, source TEXT NOT NULL, synthetic_address INTEGER NOT NULL);
+CREATE TABLE vramscope_regions (
+  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
+  remainder INTEGER NOT NULL, allocations INTEGER NOT NULL, allocated_bytes INTEGER NOT NULL,
+  live_at_peak_bytes INTEGER NOT NULL, live_at_peak_count INTEGER NOT NULL,
+  peak_bytes INTEGER NOT NULL, peak_event INTEGER, first_event INTEGER, last_event INTEGER,
+  start_time_us INTEGER, end_time_us INTEGER, ranges INTEGER NOT NULL);
+CREATE TABLE vramscope_region_ranges (
+  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, region_id INTEGER NOT NULL,
+  name TEXT NOT NULL, depth INTEGER NOT NULL, start_time_us INTEGER, end_time_us INTEGER,
+  first_event INTEGER, last_event INTEGER, unmatched_start INTEGER NOT NULL,
+  unmatched_end INTEGER NOT NULL);
 CREATE TABLE vramscope_owners (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
 CREATE TABLE vramscope_category_timeline (
   device INTEGER NOT NULL, event INTEGER, time_us INTEGER,
@@ -498,6 +509,29 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
                   dev != nullptr && dev->synthetic_addresses));
     }
     *rows += seg.rows();
+  }
+  if (in.regions != nullptr) {
+    // Memory by region (analysis/regions.h); ids are positions in RegionBreakdowns::regions.
+    Insert region(db, "INSERT INTO vramscope_regions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    Insert range(db, "INSERT INTO vramscope_region_ranges VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+    const analysis::RegionBreakdowns& rb = *in.regions;
+    for (size_t k = 0; k < rb.regions.size(); ++k) {
+      const analysis::Region& r = rb.regions[k];
+      RETURN_IF_ERROR(
+          region.Row(static_cast<int64_t>(k), r.device, analysis::RegionKindName(r.kind), r.name,
+                     r.remainder, r.allocations, r.allocated_bytes, r.live_at_peak_bytes,
+                     r.live_at_peak_count, r.peak_bytes, Insert::Event(r.peak_event),
+                     Insert::Event(r.first_event), Insert::Event(r.last_event),
+                     Insert::Time(r.start_time_us), Insert::Time(r.end_time_us), r.ranges));
+    }
+    for (size_t k = 0; k < rb.ranges.size(); ++k) {
+      const analysis::RegionRange& r = rb.ranges[k];
+      RETURN_IF_ERROR(range.Row(static_cast<int64_t>(k), r.device, r.region, r.name, r.depth,
+                                Insert::Time(r.start_time_us), Insert::Time(r.end_time_us),
+                                Insert::Event(r.first_event), Insert::Event(r.last_event),
+                                r.unmatched_start, r.unmatched_end));
+    }
+    *rows += region.rows() + range.rows();
   }
   {
     Insert live(db, "INSERT INTO vramscope_live_at_peak VALUES (?, ?, ?, ?, ?)");
