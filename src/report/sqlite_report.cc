@@ -341,6 +341,9 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     int64_t n = 0;
     for (const auto& text : in.view.Notes()) RETURN_IF_ERROR(note.Row(++n, text));
     for (const auto& text : in.attribution.notes) RETURN_IF_ERROR(note.Row(++n, text));
+    if (in.regions != nullptr) {
+      for (const auto& text : in.regions->notes) RETURN_IF_ERROR(note.Row(++n, text));
+    }
     *rows += note.rows();
   }
   {
