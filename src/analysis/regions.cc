@@ -251,34 +251,45 @@ void ByRanges(const DeviceContext& c, RegionBreakdowns& out) {
   const int64_t trace_start = timed.empty() ? marks.front().time : timed.front().first;
   const int64_t trace_end = timed.empty() ? marks.back().time : timed.back().first;
 
+  // Open ranges by name (the latest open START of a name on top), so that pairing stays linear
+  // however many STARTs a file leaves open; `open_count` is the depth of the next START.
   std::vector<RegionRange> ranges;
-  std::vector<OpenRange> open;
+  std::vector<OpenRange> opened;  // every START, in order
+  std::vector<bool> closed;
+  std::unordered_map<std::string, std::vector<size_t>> open_by_name;
+  int32_t open_count = 0;
   uint64_t unmatched_start = 0, unmatched_end = 0;
   for (const Mark& m : marks) {
     if (m.start) {
-      open.push_back({m.name, m.time, static_cast<int32_t>(open.size())});
+      open_by_name[m.name].push_back(opened.size());
+      opened.push_back({m.name, m.time, open_count++});
+      closed.push_back(false);
       continue;
     }
-    auto it = std::find_if(open.rbegin(), open.rend(),
-                           [&](const OpenRange& o) { return o.name == m.name; });
     RegionRange r;
     r.device = c.device;
     r.name = m.name;
     r.end_time_us = m.time;
-    if (it == open.rend()) {
+    const auto it = open_by_name.find(m.name);
+    if (it == open_by_name.end() || it->second.empty()) {
       // An END whose START the trace does not hold (recorded before it began).
       r.start_time_us = std::min(trace_start, m.time);
       r.unmatched_start = true;
       r.depth = 0;
       ++unmatched_end;
     } else {
-      r.start_time_us = it->start;
-      r.depth = it->depth;
-      open.erase(std::next(it).base());
+      const size_t k = it->second.back();
+      it->second.pop_back();
+      closed[k] = true;
+      --open_count;
+      r.start_time_us = opened[k].start;
+      r.depth = opened[k].depth;
     }
     ranges.push_back(std::move(r));
   }
-  for (const OpenRange& o : open) {
+  for (size_t k = 0; k < opened.size(); ++k) {
+    if (closed[k]) continue;
+    const OpenRange& o = opened[k];
     RegionRange r;
     r.device = c.device;
     r.name = o.name;
@@ -369,11 +380,16 @@ void ByTensorAnnotations(const DeviceContext& c, RegionBreakdowns& out) {
     if (ev.action[e] == model::Action::kAnnotate) annotate.push_back(e);
   }
   if (annotate.empty()) return;
-  // The device's allocations by address, in alloc order: the live one at an event is the last
-  // made at or before it, if not yet released.
+  // The device's allocations by address, in alloc order (those from before the trace first).
   std::unordered_map<uint64_t, std::vector<size_t>> at_address;  // positions in c.allocs
   for (size_t k = 0; k < c.allocs.size(); ++k) {
     at_address[trace.allocations[c.allocs[k]].addr].push_back(k);
+  }
+  for (auto& [addr, list] : at_address) {
+    std::stable_sort(list.begin(), list.end(), [&](size_t x, size_t y) {
+      return trace.allocations[c.allocs[x]].alloc_event <
+             trace.allocations[c.allocs[y]].alloc_event;
+    });
   }
   std::vector<std::string> labels(c.allocs.size());
   Partition p;
@@ -384,15 +400,20 @@ void ByTensorAnnotations(const DeviceContext& c, RegionBreakdowns& out) {
     const std::string label = meta != ev.user_metadata.end()
                                   ? std::string(trace.strings.Get(meta->second))
                                   : std::string("(annotated without metadata)");
+    // Lifetimes at one address do not overlap and are in alloc order (those from before the
+    // trace first): the candidate is the last one allocated before the entry.
     const auto it = at_address.find(ev.addr[e]);
     size_t match = SIZE_MAX;
     if (it != at_address.end()) {
-      for (const size_t k : it->second) {
+      const auto& list = it->second;
+      const auto after = std::upper_bound(
+          list.begin(), list.end(), static_cast<int64_t>(e), [&](int64_t event, size_t k) {
+            return event <= static_cast<int64_t>(trace.allocations[c.allocs[k]].alloc_event);
+          });
+      if (after != list.begin()) {
+        const size_t k = *std::prev(after);
         const model::Allocation& a = trace.allocations[c.allocs[k]];
-        const bool born = a.alloc_event == kNoEvent || a.alloc_event < static_cast<int64_t>(e);
-        const bool released =
-            a.ReleaseEvent() != kNoEvent && a.ReleaseEvent() < static_cast<int64_t>(e);
-        if (born && !released) match = k;
+        if (a.ReleaseEvent() == kNoEvent || a.ReleaseEvent() >= static_cast<int64_t>(e)) match = k;
       }
     }
     if (match == SIZE_MAX) {

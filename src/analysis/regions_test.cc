@@ -280,6 +280,54 @@ TEST_F(RegionsTest, FxFramesNameTheModelLineAndTheNode) {
   EXPECT_THAT(trace_->facts.notes, ::testing::Contains(HasSubstr("1 FX frame field(s)")));
 }
 
+// A crafted file may leave many ranges open and end others it never started: pairing stays
+// linear (a scan of the open ranges per END would take hours here), and every range is kept.
+TEST(Regions, ManyUnmatchedRangesStayCheap) {
+  constexpr int kRanges = 100000;
+  std::vector<tb::P> marks;
+  marks.reserve(2 * kRanges);
+  for (int i = 0; i < kRanges; ++i) marks.push_back(Range("START", "open", 1000 + i));
+  for (int i = 0; i < kRanges; ++i) marks.push_back(Range("END", "never started", 200000 + i));
+  const tb::P user = tb::List({tb::Frame("/proj/train.py", 12, "step")});
+  const tb::P trace = tb::List({
+      Entry("segment_alloc", kBase, 2 * kMiB, 500, "N/A", user),
+      Entry("alloc", kBase, kMiB, 150000, "N/A", user),
+  });
+  const tb::P segment = tb::Dict({
+      {"device", tb::Int(0)},
+      {"address", tb::UInt(kBase)},
+      {"total_size", tb::UInt(2 * kMiB)},
+      {"allocated_size", tb::UInt(kMiB)},
+      {"active_size", tb::UInt(kMiB)},
+      {"requested_size", tb::UInt(kMiB)},
+      {"stream", tb::Int(0)},
+      {"segment_type", tb::Str("large")},
+      {"blocks", tb::List({Block(kBase, kMiB, "active_allocated", kMiB),
+                           Block(kBase + kMiB, kMiB, "inactive", 0)})},
+  });
+  const std::string bytes =
+      tb::PickleWriter(4).Dump(tb::Dict({{"segments", tb::List({segment})},
+                                         {"device_traces", tb::List({trace})},
+                                         {"external_annotations", tb::List(std::move(marks))}}));
+  const auto file = MappedFile::FromBytes(
+      "many.pickle", std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  auto t = snapshot::LoadSnapshot(*file);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const ProjectRoot root("/proj");
+  const auto a = Analyze(model::Uninterpreted(*t), root);
+  EXPECT_EQ(a->regions.ranges.size(), 2u * kRanges);
+  EXPECT_THAT(a->regions.notes,
+              ::testing::Contains(HasSubstr("100000 START(s) without an END (taken to run to the "
+                                            "end of the trace), 100000 END(s) without a START")));
+  // The allocation at 150000 is inside every open range: the innermost is the last opened.
+  for (const Region& r : a->regions.regions) {
+    if (r.kind == RegionKind::kRange && r.name == "open") {
+      EXPECT_EQ(r.live_at_peak_bytes, kMiB);
+      EXPECT_EQ(r.ranges, uint32_t{kRanges});
+    }
+  }
+}
+
 TEST(LastTracebackEntry, InnermostEntryAndDamage) {
   const auto e = model::LastTracebackEntry(
       "  File \"/a/x.py\", line 3, in f\n    g()\n  File \"C:\\m\\y.py\", line 44, in g\n    h\n");
