@@ -4,9 +4,10 @@
 // Four kinds of region, each a partition of one device's allocations (every allocation falls in
 // exactly one region of a kind, so a kind's regions add up to the device's live bytes at the
 // peak):
-//   compile_context    the trace entry's compile_context (PyTorch 2.5+): the dynamo frame and
-//                      compile id ("0/0", "1/2_1") of the graph being compiled, "N/A" outside
-//                      torch.compile's compilation;
+//   compile_context    the trace entry's compile_context (PyTorch 2.5+): the torch.compile region
+//                      running when the entry was recorded, as the RecordFunction that runs
+//                      compiled code names it ("Torch-Compiled Region: 0/0": dynamo frame 0,
+//                      compile 0; its id is torch._guards.CompileId), "N/A" in eager code;
 //   user_metadata      the trace entry's user_metadata (2.10+,
 //   torch.cuda.memory._set_memory_metadata); annotation_range   the innermost START/END range of
 //   `external_annotations` (2.5+: dynamo_timed

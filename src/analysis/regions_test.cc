@@ -1,8 +1,10 @@
 // Memory by region on a hand-worked snapshot in the shape PyTorch writes: compile_context on every
-// entry ("N/A", then two compiled graphs), nested external_annotations ranges with an END whose
-// START the trace lost and a START never ended, an `annotate` entry labelling a live tensor, and
-// FX-augmented frames of Inductor-generated code. Every figure below is worked out by hand in the
-// comments; the real files are checked in tests/e2e/test_regions.py.
+// entry ("N/A" in eager code, then the RecordFunction name of the running compiled region, as
+// torch/csrc/cuda/memory_snapshot.cpp pushes it: "Torch-Compiled Region: 0/0"), nested
+// external_annotations ranges with an END whose START the trace lost and a START never ended, an
+// `annotate` entry labelling a live tensor, and FX-augmented frames of Inductor-generated code.
+// Every figure below is worked out by hand in the comments; the real files are checked in
+// tests/e2e/test_regions.py.
 #include "analysis/regions.h"
 
 #include <gmock/gmock.h>
@@ -48,7 +50,8 @@ tb::P Range(const char* stage, const char* name, int64_t time) {
                    {"time_us", tb::Int(time)}});
 }
 
-// Events (index: action, allocation, bytes, time, compile_context):
+// Events (index: action, allocation, bytes, time, compile_context; "0/0" is short for
+// "Torch-Compiled Region: 0/0"):
 //   0 segment_alloc                20 MiB  1000  N/A
 //   1 alloc A (weights)             1 MiB  1010  N/A
 //   2 alloc B (FX addmm)            2 MiB  1100  0/0
@@ -93,22 +96,22 @@ std::string Snapshot() {
   const tb::P trace = tb::List({
       Entry("segment_alloc", kBase, 20 * kMiB, 1000, "N/A", user),
       Entry("alloc", kBase, kMiB, 1010, "N/A", user),
-      Entry("alloc", kBase + kMiB, 2 * kMiB, 1100, "0/0", addmm),
-      Entry("alloc", kBase + 3 * kMiB, 4 * kMiB, 1200, "0/0", relu),
+      Entry("alloc", kBase + kMiB, 2 * kMiB, 1100, "Torch-Compiled Region: 0/0", addmm),
+      Entry("alloc", kBase + 3 * kMiB, 4 * kMiB, 1200, "Torch-Compiled Region: 0/0", relu),
       tb::Dict({{"action", tb::Str("annotate")},
                 {"addr", tb::UInt(kBase + kMiB)},
                 {"size", tb::Int(0)},
                 {"stream", tb::Int(0)},
                 {"time_us", tb::Int(1210)},
-                {"compile_context", tb::Str("0/0")},
+                {"compile_context", tb::Str("Torch-Compiled Region: 0/0")},
                 {"user_metadata", tb::Str("saved for backward")},
                 {"frames", none}}),
-      Entry("free_requested", kBase + 3 * kMiB, 4 * kMiB, 1300, "0/0", relu),
-      Entry("free_completed", kBase + 3 * kMiB, 4 * kMiB, 1300, "0/0", relu),
-      Entry("alloc", kBase + 3 * kMiB, kMiB / 2, 1400, "1/0", user),
-      Entry("free_requested", kBase + kMiB, 2 * kMiB, 1500, "1/0", addmm),
-      Entry("free_completed", kBase + kMiB, 2 * kMiB, 1500, "1/0", addmm),
-      Entry("alloc", kBase + 4 * kMiB, kMiB, 1800, "1/0", damaged),
+      Entry("free_requested", kBase + 3 * kMiB, 4 * kMiB, 1300, "Torch-Compiled Region: 0/0", relu),
+      Entry("free_completed", kBase + 3 * kMiB, 4 * kMiB, 1300, "Torch-Compiled Region: 0/0", relu),
+      Entry("alloc", kBase + 3 * kMiB, kMiB / 2, 1400, "Torch-Compiled Region: 1/0", user),
+      Entry("free_requested", kBase + kMiB, 2 * kMiB, 1500, "Torch-Compiled Region: 1/0", addmm),
+      Entry("free_completed", kBase + kMiB, 2 * kMiB, 1500, "Torch-Compiled Region: 1/0", addmm),
+      Entry("alloc", kBase + 4 * kMiB, kMiB, 1800, "Torch-Compiled Region: 1/0", damaged),
   });
   const uint64_t live = kMiB + kMiB / 2 + kMiB;
   const tb::P segment = tb::Dict({
@@ -183,7 +186,7 @@ TEST_F(RegionsTest, ByCompileContext) {
   EXPECT_EQ(na.peak_event, 1);
   EXPECT_EQ(na.first_event, 0);  // the segment_alloc carries it too
   EXPECT_EQ(na.last_event, 1);
-  const Region& g0 = rows.at("0/0");
+  const Region& g0 = rows.at("Torch-Compiled Region: 0/0");
   EXPECT_EQ(g0.allocations, 2u);
   EXPECT_EQ(g0.allocated_bytes, 6 * kMiB);
   EXPECT_EQ(g0.live_at_peak_bytes, 6 * kMiB);
@@ -194,14 +197,14 @@ TEST_F(RegionsTest, ByCompileContext) {
   EXPECT_EQ(g0.last_event, 6);
   EXPECT_EQ(g0.start_time_us, 1100);
   EXPECT_EQ(g0.end_time_us, 1300);
-  const Region& g1 = rows.at("1/0");
+  const Region& g1 = rows.at("Torch-Compiled Region: 1/0");
   EXPECT_EQ(g1.allocated_bytes, kMiB + kMiB / 2);
   EXPECT_EQ(g1.live_at_peak_bytes, 0u);
   // B (0/0) is freed at 8 and E allocated at 10: D and E are live together only from 10 on.
   EXPECT_EQ(g1.peak_bytes, int64_t{kMiB + kMiB / 2});
   EXPECT_EQ(g1.peak_event, 10);
   // The largest at the peak is listed first.
-  EXPECT_EQ(analysis_->regions.regions[0].name, "0/0");
+  EXPECT_EQ(analysis_->regions.regions[0].name, "Torch-Compiled Region: 0/0");
 }
 
 TEST_F(RegionsTest, ByAnnotationRanges) {
