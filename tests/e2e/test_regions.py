@@ -213,3 +213,64 @@ def test_regions_are_the_rules_worked_from_the_pickle(tmp_path, path):
     for (file, kind, name), pinned in PINNED.items():
         if file == path.name:
             assert want[(0, kind)][name] == pinned, name
+
+
+KINETO = sorted(REAL_FIXTURES.glob("kineto_*.json.gz")) if REAL_FIXTURES.is_dir() else []
+
+
+@pytest.mark.parametrize("path", KINETO, ids=lambda p: p.name)
+def test_profiler_steps_are_ranges_and_their_regions_add_up(tmp_path, path):
+    """A profiler trace's ProfilerStep#N spans become annotation ranges (the Kineto source turns
+    them into START/END annotations): one range per step in the JSON, and the regions are the
+    rules applied to the report's own allocations and ranges."""
+    db_path = tmp_path / "report.sqlite"
+    rc, _, err = run_binary("report", path, "-o", db_path, "-q", cwd=tmp_path, timeout=300)
+    assert rc == 0, err
+    with gzip.open(path) as f:
+        events = json.load(f)
+    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    steps = sorted({e["name"] for e in events
+                    if isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#")
+                    and e.get("ph") == "X"})
+    with open_db(db_path) as db:
+        ranges = db.execute("SELECT device, name, start_time_us, end_time_us, depth FROM "
+                            "vramscope_region_ranges ORDER BY id").fetchall()
+        devices = [d for (d,) in db.execute("SELECT device FROM vramscope_devices")]
+        peaks = dict(db.execute("SELECT device, peak_allocated_event FROM vramscope_devices"))
+        allocs = db.execute(
+            "SELECT device, alloc_event, alloc_time_us, "
+            "coalesce(free_requested_event, free_completed_event), size_bytes "
+            "FROM vramscope_allocations").fetchall()
+        got = defaultdict(dict)
+        for device, name, live, allocated in db.execute(
+                "SELECT device, name, live_at_peak_bytes, allocated_bytes FROM vramscope_regions "
+                "WHERE kind = 'annotation_range'"):
+            got[device][name] = (live, allocated)
+        live_at_peak = dict(db.execute(
+            "SELECT device, sum(bytes) FROM vramscope_categories_at_peak GROUP BY device"))
+    for device in devices:
+        mine = [r for r in ranges if r[0] == device]
+        assert sorted({r[1] for r in mine}) == steps
+        if not mine:
+            continue
+        want = defaultdict(lambda: [0, 0])
+        for name in {r[1] for r in mine}:
+            want[name]
+        peak = peaks[device]
+        for d, alloc, t, release, size in allocs:
+            if d != device:
+                continue
+            if alloc is None:
+                name = BEFORE
+            elif t is None:
+                name = NONE
+            else:
+                inside = [(r[2], r[4], k) for k, r in enumerate(mine) if r[2] <= t <= r[3]]
+                name = mine[max(inside)[2]][1] if inside else NONE
+            born = alloc is None or (peak is not None and alloc <= peak)
+            released = release is not None and peak is not None and release <= peak
+            if born and not released:
+                want[name][0] += size
+            want[name][1] += size
+        assert got[device] == {n: tuple(v) for n, v in want.items()}
+        assert sum(v[0] for v in got[device].values()) == live_at_peak[device]
