@@ -13,8 +13,11 @@
 //   `external_annotations` (2.5+: dynamo_timed
 //                      compilation stages, Optimizer.step#AdamW.step, record_function ranges)
 //                      open at the allocation's time; ranges of one name are one region;
-//   tensor_annotation  the labels of `annotate` trace entries (torch.cuda.memory._annotate_tensor)
-//                      that name the allocation's address while it is live, joined in order.
+//   tensor_annotation  the labels of `annotate` trace entries (torch.cuda.memory._annotate_tensor,
+//                      pytorch#190575: a timestamped entry whose addr is the live allocation's
+//                      base address; its label is read from the entry's user_metadata) that
+//                      name the allocation while it is live, joined in order. No recording in
+//                      our hands has one yet: the shape is PyTorch's description of it.
 // Allocations the kind says nothing about fall in one remainder region per kind ("(none)"), and
 // allocations made before the trace began in "(before the trace)": the trace cannot place them.
 // A kind is computed for a device only when the trace records it there.
