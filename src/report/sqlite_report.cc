@@ -82,6 +82,9 @@ CREATE TABLE vramscope_allocator_settings (key TEXT PRIMARY KEY, value TEXT NOT 
 CREATE TABLE vramscope_frames (
   id INTEGER PRIMARY KEY, file_path TEXT NOT NULL, line_number INTEGER NOT NULL,
   function TEXT NOT NULL, kind TEXT NOT NULL);
+CREATE TABLE vramscope_fx_frames (
+  frame_id INTEGER PRIMARY KEY, node_op TEXT, node_name TEXT, node_target TEXT,
+  original_trace TEXT, original_file TEXT, original_line INTEGER, original_function TEXT);
 CREATE TABLE vramscope_stacks (
   id INTEGER PRIMARY KEY, parent_id INTEGER NOT NULL, frame_id INTEGER NOT NULL,
   depth INTEGER NOT NULL);
@@ -371,6 +374,25 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
                                 static_cast<int64_t>(f.line), t.strings.Get(f.function),
                                 f.kind == model::FrameKind::kPython ? "python" : "native"));
     }
+    // FX metadata of generated-code frames (augment_with_fx_traces=True), by frame id, in id
+    // order so that the table does not depend on the hash map's order.
+    Insert fx(db, "INSERT INTO vramscope_fx_frames VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    std::vector<model::FrameId> fx_ids;
+    fx_ids.reserve(t.fx_frames.size());
+    for (const auto& [id, x] : t.fx_frames) fx_ids.push_back(id);
+    std::sort(fx_ids.begin(), fx_ids.end());
+    for (const model::FrameId id : fx_ids) {
+      const model::FxFrame& x = t.fx_frames.at(id);
+      auto text = [&](model::StringId v) {
+        return Insert::MaybeText{t.strings.Get(v), v != model::kEmptyString};
+      };
+      RETURN_IF_ERROR(
+          fx.Row(static_cast<int64_t>(id), text(x.node_op), text(x.node_name), text(x.node_target),
+                 text(x.original_trace), text(x.original_file),
+                 Insert::MaybeInt{x.original_line, x.original_file != model::kEmptyString},
+                 text(x.original_function)));
+    }
+    *rows += fx.rows();
     Insert stack(db, "INSERT INTO vramscope_stacks VALUES (?, ?, ?, ?)");
     for (size_t i = 1; i < t.stacks.size(); ++i) {
       const auto id = static_cast<model::StackId>(i);

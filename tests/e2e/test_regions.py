@@ -274,3 +274,48 @@ def test_profiler_steps_are_ranges_and_their_regions_add_up(tmp_path, path):
             want[name][1] += size
         assert got[device] == {n: tuple(v) for n, v in want.items()}
         assert sum(v[0] for v in got[device].values()) == live_at_peak[device]
+
+
+def test_fx_frames_name_the_model_line_and_reach_the_database(tmp_path):
+    """A snapshot taken with _snapshot(augment_with_fx_traces=True), in the shape PyTorch's
+    _augment_frames writes (torch/cuda/memory.py): the Inductor line's allocation is attributed
+    to the model line of its FX node, with the node's name, and the FX keys are kept."""
+    base = 0x7F00_0000_0000
+    proj = tmp_path / "proj"  # the user's project root
+    proj.mkdir()
+    trace_text = (f'  File "{proj}/train.py", line 30, in step\n    out = model(x)\n'
+                  f'  File "{proj}/model.py", line 20, in forward\n    a = self.net1(x)\n')
+    fx = [{"filename": "/tmp/torchinductor_me/ab/cabcdef.py", "line": 41, "name": "call",
+           "fx_node_op": "call_function", "fx_node_name": "addmm",
+           "fx_node_target": "aten.addmm.default", "fx_original_trace": trace_text},
+          {"filename": "/usr/lib/python3/site-packages/torch/_inductor/output_code.py",
+           "line": 460, "name": "__call__"}]
+    entries = [{"action": "alloc", "addr": base, "size": 6 << 20, "stream": 0,
+                "time_us": 1_700_000_000_000_000, "compile_context": "Torch-Compiled Region: 0/0",
+                "user_metadata": "", "frames": fx}]
+    snap = {"segments": [{"device": 0, "address": base, "total_size": 20 << 20,
+                          "allocated_size": 6 << 20, "active_size": 6 << 20,
+                          "requested_size": 6 << 20, "stream": 0, "segment_type": "large",
+                          "segment_pool_id": (0, 0), "is_expandable": False, "frames": fx,
+                          "blocks": [{"address": base, "size": 6 << 20, "requested_size": 6 << 20,
+                                      "state": "active_allocated", "frames": fx},
+                                     {"address": base + (6 << 20), "size": 14 << 20,
+                                      "requested_size": 0, "state": "inactive", "frames": []}]}],
+            "device_traces": [entries]}
+    path = tmp_path / "fx.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=4))
+    rc, out, err = run_binary("report", path, "-o", tmp_path / "fx.sqlite", "--json",
+                              "--project-root", proj, cwd=tmp_path)
+    assert rc == 0, err
+    device = json.loads(out)["devices"][0]
+    assert [s["site"] for s in device["live_at_peak"]["by_site"]] == [
+        "model.py:20 forward (FX addmm)"]
+    assert device["regions"]["compile_context"][0]["name"] == "Torch-Compiled Region: 0/0"
+    assert device["regions"]["compile_context"][0]["live_at_peak_bytes"] == 6 << 20
+    with open_db(tmp_path / "fx.sqlite") as db:
+        rows = db.execute(
+            "SELECT f.file_path, f.line_number, x.node_op, x.node_name, x.node_target, "
+            "x.original_file, x.original_line, x.original_function, x.original_trace "
+            "FROM vramscope_fx_frames x JOIN vramscope_frames f ON f.id = x.frame_id").fetchall()
+    assert rows == [("/tmp/torchinductor_me/ab/cabcdef.py", 41, "call_function", "addmm",
+                     "aten.addmm.default", f"{proj}/model.py", 20, "forward", trace_text)]
