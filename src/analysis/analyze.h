@@ -7,6 +7,7 @@
 
 #include "analysis/breakdown.h"
 #include "analysis/oom.h"
+#include "analysis/regions.h"
 #include "analysis/segment_timeline.h"
 #include "analysis/simulation.h"
 #include "analysis/sites.h"
@@ -35,6 +36,8 @@ struct Analysis {
   std::vector<std::vector<CategoryPoint>> category_timelines;
   // The segments over time and which one held each allocation.
   SegmentTimeline segments;
+  // Memory by compiled region and by annotation (analysis/regions.h).
+  RegionBreakdowns regions;
 };
 
 // Points kept per device in the category timeline.

@@ -106,7 +106,10 @@ uint32_t SiteNamer::Compute(model::StackId stack) const {
     const std::string_view file = trace_.strings.Get(f.filename);
     const std::string_view function = trace_.strings.Get(f.function);
     int level;
-    if (f.kind == model::FrameKind::kPython) {
+    const auto fx = trace_.fx_frames.find(id);
+    if (fx != trace_.fx_frames.end() && fx->second.original_file != model::kEmptyString) {
+      level = 0;  // generated code whose FX node names the model line it came from
+    } else if (f.kind == model::FrameKind::kPython) {
       const std::string norm = Normalise(file);
       if (norm.empty()) {
         level = 3;  // a built-in ("<built-in function linear>" in profiler traces): its caller
@@ -138,6 +141,20 @@ std::string SiteNamer::Label(uint32_t site) const {
   const model::Frame& f = trace_.frames.Get(site);
   const std::string_view file = trace_.strings.Get(f.filename);
   const std::string_view function = trace_.strings.Get(f.function);
+  if (const auto fx = trace_.fx_frames.find(site); fx != trace_.fx_frames.end()) {
+    // Generated code (Inductor, AOTAutograd): the model line its FX node came from, and the node.
+    const model::FxFrame& x = fx->second;
+    const std::string_view node = trace_.strings.Get(x.node_name);
+    const std::string node_text = node.empty() ? std::string() : fmt::format(" (FX {})", node);
+    if (x.original_file != model::kEmptyString) {
+      const std::string_view original = trace_.strings.Get(x.original_file);
+      const auto rel = root_.Relative(original);
+      return fmt::format("{}:{} {}{}", rel ? *rel : ShortPath(original), x.original_line,
+                         trace_.strings.Get(x.original_function), node_text);
+    }
+    const auto rel = root_.Relative(file);
+    return fmt::format("{}:{} {}{}", rel ? *rel : ShortPath(file), f.line, function, node_text);
+  }
   if (f.kind == model::FrameKind::kPython) {
     if (file.empty()) return std::string(function);
     const auto rel = root_.Relative(file);

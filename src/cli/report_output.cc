@@ -37,7 +37,8 @@ void AddReportOutputFlags(CLI::App& cmd, ReportOutputOptions& o, bool with_summa
   cmd.add_option("--html", o.html,
                  "also write the interactive HTML viewer to this file (as 'vramscope view')");
   cmd.add_option("--device", o.device, "show only this CUDA device ordinal in the summary");
-  cmd.add_option("--top", o.top, "allocation sites and owners to list per device (default: 10)")
+  cmd.add_option("--top", o.top,
+                 "allocation sites, owners and named regions to list per device (default: 10)")
       ->check(CLI::Range(0, 1000000));
   if (with_timings) cmd.add_flag("--timings", o.timings, "print how long each stage took");
 }

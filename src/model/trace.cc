@@ -310,4 +310,43 @@ std::vector<std::string> CheckStateInvariants(const Trace& trace) {
   return problems;
 }
 
+std::optional<TracebackEntry> LastTracebackEntry(std::string_view text) {
+  // Python writes `  File "PATH", line N, in FUNCTION`, outermost entry first. Entries whose
+  // line does not parse are skipped, so a truncated or damaged text still names what it can.
+  constexpr std::string_view kFile = "File \"";
+  constexpr std::string_view kLine = "\", line ";
+  constexpr std::string_view kIn = ", in ";
+  size_t from = text.size();
+  while (from > 0) {
+    const size_t at = text.rfind(kFile, from - 1);
+    if (at == std::string_view::npos) return std::nullopt;
+    from = at;
+    const size_t path_begin = at + kFile.size();
+    const size_t eol = std::min(text.find('\n', path_begin), text.size());
+    const std::string_view entry = text.substr(path_begin, eol - path_begin);
+    const size_t line_at = entry.rfind(kLine);
+    if (line_at == std::string_view::npos || line_at == 0) continue;
+    size_t i = line_at + kLine.size();
+    int64_t line = 0;
+    const size_t digits_begin = i;
+    while (i < entry.size() && entry[i] >= '0' && entry[i] <= '9' && line <= INT32_MAX) {
+      line = line * 10 + (entry[i] - '0');
+      ++i;
+    }
+    if (i == digits_begin || line > INT32_MAX) continue;
+    TracebackEntry out;
+    out.file = entry.substr(0, line_at);
+    out.line = static_cast<int32_t>(line);
+    if (entry.substr(i, kIn.size()) == kIn) {
+      std::string_view function = entry.substr(i + kIn.size());
+      while (!function.empty() && (function.back() == '\r' || function.back() == ' ')) {
+        function.remove_suffix(1);
+      }
+      out.function = function;
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
 }  // namespace vramscope::model

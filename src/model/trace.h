@@ -164,6 +164,31 @@ struct PredictionInfo {
   std::vector<std::string> assumptions;                    // one line each
 };
 
+// What PyTorch adds to a frame of FX-generated code when the snapshot is taken with
+// torch.cuda.memory._snapshot(augment_with_fx_traces=True): the FX node the line runs and, when
+// the node kept one, the stack trace of the model code that produced it. Ids are into
+// Trace::strings; kEmptyString where the frame did not carry the field.
+struct FxFrame {
+  StringId node_op = kEmptyString;      // "call_function", ...
+  StringId node_name = kEmptyString;    // "addmm_1"
+  StringId node_target = kEmptyString;  // "aten.addmm.default"
+  StringId original_trace = kEmptyString;
+  // The innermost `File "...", line N, in fn` entry of original_trace: the model line the node
+  // came from (original_file is kEmptyString when the trace names none).
+  StringId original_file = kEmptyString;
+  StringId original_function = kEmptyString;
+  int32_t original_line = 0;
+};
+
+// The innermost (last) `File "PATH", line N, in FUNCTION` entry of a Python traceback text, as FX
+// nodes record it in `stack_trace`. nullopt when the text holds no such entry.
+struct TracebackEntry {
+  std::string_view file;
+  int32_t line = 0;
+  std::string_view function;
+};
+std::optional<TracebackEntry> LastTracebackEntry(std::string_view text);
+
 struct Annotation {
   int32_t device = 0;
   int64_t time_us = kNoTime;
@@ -230,6 +255,8 @@ struct Trace {
   std::vector<Allocation> allocations;
 
   std::vector<std::pair<std::string, std::string>> allocator_settings;
+  // FX metadata of frames of generated code, by frame (see FxFrame); empty for most traces.
+  std::unordered_map<FrameId, FxFrame> fx_frames;
   std::vector<Annotation> annotations;
   std::vector<StartLevels> start_levels;  // only when !facts.has_allocator_state
   std::vector<PhaseMark> phase_marks;     // by device, then event

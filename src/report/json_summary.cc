@@ -163,6 +163,7 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
   out["attribution"] = {{"phases_evidence", in.attribution.phases.evidence},
                         {"phases_detected", in.attribution.phases.detected},
                         {"notes", in.attribution.notes}};
+  out["region_notes"] = in.regions != nullptr ? json(in.regions->notes) : json(json::array());
   out["peak_usage_bytes"] = in.summary.peak_usage_bytes;
   // Memory timelines record no reserved memory at all.
   const bool reserved_known = f.reserved_known;
@@ -216,6 +217,41 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
                        {"count", g.count},
                        {"category", attribution::CategoryName(g.category)}});
     }
+    // Memory by region, every region of every kind recorded on this device (analysis/regions.h),
+    // and the annotation ranges behind the annotation_range regions.
+    json regions = json::object();
+    json ranges = json::array();
+    if (in.regions != nullptr) {
+      for (const analysis::Region& r : in.regions->regions) {
+        if (r.device != d.device) continue;
+        json& kind = regions[analysis::RegionKindName(r.kind)];
+        if (kind.is_null()) kind = json::array();
+        kind.push_back({{"name", r.name},
+                        {"remainder", r.remainder},
+                        {"allocations", r.allocations},
+                        {"allocated_bytes", r.allocated_bytes},
+                        {"live_at_peak_bytes", r.live_at_peak_bytes},
+                        {"live_at_peak_count", r.live_at_peak_count},
+                        {"peak_bytes", r.peak_bytes},
+                        {"peak_event", EventOrNull(r.peak_event)},
+                        {"first_event", EventOrNull(r.first_event)},
+                        {"last_event", EventOrNull(r.last_event)},
+                        {"start_time_us", TimeOrNull(r.start_time_us)},
+                        {"end_time_us", TimeOrNull(r.end_time_us)},
+                        {"ranges", r.ranges}});
+      }
+      for (const analysis::RegionRange& r : in.regions->ranges) {
+        if (r.device != d.device) continue;
+        ranges.push_back({{"name", r.name},
+                          {"depth", r.depth},
+                          {"start_time_us", TimeOrNull(r.start_time_us)},
+                          {"end_time_us", TimeOrNull(r.end_time_us)},
+                          {"first_event", EventOrNull(r.first_event)},
+                          {"last_event", EventOrNull(r.last_event)},
+                          {"unmatched_start", r.unmatched_start},
+                          {"unmatched_end", r.unmatched_end}});
+      }
+    }
     json ooms = json::array();
     for (const analysis::OomExplanation& o : d.ooms) ooms.push_back(Oom(o, top_sites));
     const json oom = ooms.empty() ? json(nullptr) : ooms.front();
@@ -264,6 +300,8 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
           {"by_category", categories},
           {"sites_total", d.live_at_peak_by_site.size()},
           {"by_site", sites}}},
+        {"regions", regions},
+        {"annotation_ranges", ranges},
         {"estimated_block_sizes", d.estimated_sizes},
         // The first out-of-memory (null when none), and all of them in order.
         {"oom", oom},

@@ -7,6 +7,7 @@
 
 #include "analysis/breakdown.h"
 #include "analysis/ranks.h"
+#include "analysis/regions.h"
 #include "analysis/segment_timeline.h"
 #include "analysis/simulation.h"
 #include "analysis/sites.h"
@@ -42,6 +43,9 @@ struct ReportInput {
   // The segments over time (vramscope_segment_timeline, vramscope_allocations.segment_id); null:
   // not computed.
   const analysis::SegmentTimeline* segments = nullptr;
+  // Memory by compiled region and by annotation (vramscope_regions, vramscope_region_ranges); null:
+  // not computed.
+  const analysis::RegionBreakdowns* regions = nullptr;
 
   // The one way the CLI makes it: from the pipeline's result.
   static ReportInput From(const pipeline::Analyzed& analyzed);
@@ -55,7 +59,7 @@ inline ReportInput ReportInput::From(const pipeline::Analyzed& r) {
                      *a.sites,        r.root,
                      r.simulations(), &a.category_timelines,
                      a.owners.get(),  r.loaded.ranks.empty() ? nullptr : &r.loaded.ranks,
-                     &a.segments};
+                     &a.segments,     &a.regions};
 }
 
 inline constexpr const char* kToolVersion = "0.1.0";

@@ -82,6 +82,9 @@ CREATE TABLE vramscope_allocator_settings (key TEXT PRIMARY KEY, value TEXT NOT 
 CREATE TABLE vramscope_frames (
   id INTEGER PRIMARY KEY, file_path TEXT NOT NULL, line_number INTEGER NOT NULL,
   function TEXT NOT NULL, kind TEXT NOT NULL);
+CREATE TABLE vramscope_fx_frames (
+  frame_id INTEGER PRIMARY KEY, node_op TEXT, node_name TEXT, node_target TEXT,
+  original_trace TEXT, original_file TEXT, original_line INTEGER, original_function TEXT);
 CREATE TABLE vramscope_stacks (
   id INTEGER PRIMARY KEY, parent_id INTEGER NOT NULL, frame_id INTEGER NOT NULL,
   depth INTEGER NOT NULL);
@@ -121,6 +124,17 @@ CREATE TABLE vramscope_segment_timeline (
   pool_evidence TEXT NOT NULL, expandable INTEGER NOT NULL, first_event INTEGER,
   end_event INTEGER, source TEXT NOT NULL, synthetic_address INTEGER NOT NULL,
   pool_id_0 INTEGER NOT NULL, pool_id_1 INTEGER NOT NULL);
+CREATE TABLE vramscope_regions (
+  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
+  remainder INTEGER NOT NULL, allocations INTEGER NOT NULL, allocated_bytes INTEGER NOT NULL,
+  live_at_peak_bytes INTEGER NOT NULL, live_at_peak_count INTEGER NOT NULL,
+  peak_bytes INTEGER NOT NULL, peak_event INTEGER, first_event INTEGER, last_event INTEGER,
+  start_time_us INTEGER, end_time_us INTEGER, ranges INTEGER NOT NULL);
+CREATE TABLE vramscope_region_ranges (
+  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, region_id INTEGER NOT NULL,
+  name TEXT NOT NULL, depth INTEGER NOT NULL, start_time_us INTEGER, end_time_us INTEGER,
+  first_event INTEGER, last_event INTEGER, unmatched_start INTEGER NOT NULL,
+  unmatched_end INTEGER NOT NULL);
 CREATE TABLE vramscope_owners (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
 CREATE TABLE vramscope_category_timeline (
   device INTEGER NOT NULL, event INTEGER, time_us INTEGER,
@@ -331,6 +345,9 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     int64_t n = 0;
     for (const auto& text : in.view.Notes()) RETURN_IF_ERROR(note.Row(++n, text));
     for (const auto& text : in.attribution.notes) RETURN_IF_ERROR(note.Row(++n, text));
+    if (in.regions != nullptr) {
+      for (const auto& text : in.regions->notes) RETURN_IF_ERROR(note.Row(++n, text));
+    }
     *rows += note.rows();
   }
   {
@@ -358,6 +375,25 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
                                 static_cast<int64_t>(f.line), t.strings.Get(f.function),
                                 f.kind == model::FrameKind::kPython ? "python" : "native"));
     }
+    // FX metadata of generated-code frames (augment_with_fx_traces=True), by frame id, in id
+    // order so that the table does not depend on the hash map's order.
+    Insert fx(db, "INSERT INTO vramscope_fx_frames VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    std::vector<model::FrameId> fx_ids;
+    fx_ids.reserve(t.fx_frames.size());
+    for (const auto& [id, x] : t.fx_frames) fx_ids.push_back(id);
+    std::sort(fx_ids.begin(), fx_ids.end());
+    for (const model::FrameId id : fx_ids) {
+      const model::FxFrame& x = t.fx_frames.at(id);
+      auto text = [&](model::StringId v) {
+        return Insert::MaybeText{t.strings.Get(v), v != model::kEmptyString};
+      };
+      RETURN_IF_ERROR(
+          fx.Row(static_cast<int64_t>(id), text(x.node_op), text(x.node_name), text(x.node_target),
+                 text(x.original_trace), text(x.original_file),
+                 Insert::MaybeInt{x.original_line, x.original_file != model::kEmptyString},
+                 text(x.original_function)));
+    }
+    *rows += fx.rows();
     Insert stack(db, "INSERT INTO vramscope_stacks VALUES (?, ?, ?, ?)");
     for (size_t i = 1; i < t.stacks.size(); ++i) {
       const auto id = static_cast<model::StackId>(i);
@@ -499,6 +535,29 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
                   dev != nullptr && dev->synthetic_addresses, s.pool_id[0], s.pool_id[1]));
     }
     *rows += seg.rows();
+  }
+  if (in.regions != nullptr) {
+    // Memory by region (analysis/regions.h); ids are positions in RegionBreakdowns::regions.
+    Insert region(db, "INSERT INTO vramscope_regions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    Insert range(db, "INSERT INTO vramscope_region_ranges VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+    const analysis::RegionBreakdowns& rb = *in.regions;
+    for (size_t k = 0; k < rb.regions.size(); ++k) {
+      const analysis::Region& r = rb.regions[k];
+      RETURN_IF_ERROR(
+          region.Row(static_cast<int64_t>(k), r.device, analysis::RegionKindName(r.kind), r.name,
+                     r.remainder, r.allocations, r.allocated_bytes, r.live_at_peak_bytes,
+                     r.live_at_peak_count, r.peak_bytes, Insert::Event(r.peak_event),
+                     Insert::Event(r.first_event), Insert::Event(r.last_event),
+                     Insert::Time(r.start_time_us), Insert::Time(r.end_time_us), r.ranges));
+    }
+    for (size_t k = 0; k < rb.ranges.size(); ++k) {
+      const analysis::RegionRange& r = rb.ranges[k];
+      RETURN_IF_ERROR(range.Row(static_cast<int64_t>(k), r.device, r.region, r.name, r.depth,
+                                Insert::Time(r.start_time_us), Insert::Time(r.end_time_us),
+                                Insert::Event(r.first_event), Insert::Event(r.last_event),
+                                r.unmatched_start, r.unmatched_end));
+    }
+    *rows += region.rows() + range.rows();
   }
   {
     Insert live(db, "INSERT INTO vramscope_live_at_peak VALUES (?, ?, ?, ?, ?)");

@@ -121,7 +121,7 @@ TEST_F(ExampleReport, SkylineSchemaIsVerbatim) {
                          name == "stack_frames" || name == "misc_sizes";
     EXPECT_TRUE(skyline || name.rfind("vramscope_", 0) == 0) << name;
   }
-  EXPECT_EQ(info_.vramscope_tables, 29);
+  EXPECT_EQ(info_.vramscope_tables, 32);
 }
 
 TEST_F(ExampleReport, SegmentTimelineHoldsEverySegmentAndEveryAllocationsSegment) {
@@ -325,7 +325,7 @@ TEST(PredictedReport, DatabaseHoldsThePrediction) {
   EXPECT_EQ(r.analysis_->summary.devices[0].peak_reserved, static_cast<int64_t>(20 * kMiB));
   Database db(r.path_);
   EXPECT_EQ(db.One("SELECT value FROM vramscope_metadata WHERE key = 'predicted'"), "true");
-  EXPECT_EQ(r.info_.vramscope_tables, 30);  // the 29 of every report and vramscope_prediction
+  EXPECT_EQ(r.info_.vramscope_tables, 33);  // the 32 of every report and vramscope_prediction
   EXPECT_EQ(db.Query("SELECT key, value FROM vramscope_prediction ORDER BY rowid"),
             (std::vector<std::vector<std::string>>{
                 {"model", "gpt2 (built-in family: GPT-2)"},

@@ -223,6 +223,68 @@ void PredictionHeader(const ReportInput& in, const TerminalOptions& options,
   line("");
 }
 
+// Where a region ran: "0.412-1.873 s" into the trace when times were recorded, else events.
+std::string RegionSpan(const model::Trace& trace, const analysis::DeviceSummary& d,
+                       const analysis::Region& r) {
+  if (r.start_time_us != model::kNoTime && d.first_time_us != model::kNoTime) {
+    return fmt::format("{:.3f}-{:.3f} s",
+                       static_cast<double>(r.start_time_us - d.first_time_us) / 1e6,
+                       static_cast<double>(r.end_time_us - d.first_time_us) / 1e6);
+  }
+  if (r.first_event == model::kNoEvent) return "-";
+  const auto begin = static_cast<int64_t>(trace.EventRange(d.device).first);
+  return fmt::format("events {}-{}", FormatCount(r.first_event - begin + 1),
+                     FormatCount(r.last_event - begin + 1));
+}
+
+// Memory by region (analysis/regions.h), one table per kind the trace records on this device.
+void RegionBlock(const model::Trace& t, const analysis::DeviceSummary& d,
+                 const analysis::RegionBreakdowns& regions, const TerminalOptions& options,
+                 const std::function<void(const std::string&)>& line) {
+  const auto whole = static_cast<int64_t>(d.live_at_peak_bytes);
+  for (int k = 0; k < analysis::kRegionKindCount; ++k) {
+    const auto kind = static_cast<analysis::RegionKind>(k);
+    std::vector<const analysis::Region*> rows;
+    for (const analysis::Region& r : regions.regions) {
+      if (r.device == d.device && r.kind == kind) rows.push_back(&r);
+    }
+    if (rows.empty()) continue;
+    line(fmt::format("  memory by {} ({} regions; live at the peak adds up to {}):",
+                     analysis::RegionKindName(kind), FormatCount(static_cast<int64_t>(rows.size())),
+                     FormatBytes(whole)));
+    line(fmt::format("    {:>17}  {:>12}  {:>6}  {:>12}  {:<16}  {}", "live at peak", "allocated",
+                     "allocs", "own peak", "span", "region"));
+    // The named regions up to --top, largest at the peak first; the remainders always (they
+    // come last), so what no region explains stays in view.
+    std::vector<const analysis::Region*> shown_rows, rest_rows;
+    for (const analysis::Region* r : rows) {
+      (r->remainder || shown_rows.size() < static_cast<size_t>(options.top_sites) ? shown_rows
+                                                                                  : rest_rows)
+          .push_back(r);
+    }
+    for (const analysis::Region* row : shown_rows) {
+      const analysis::Region& r = *row;
+      std::string name = r.name;
+      if (name.size() > 80) name = name.substr(0, 77) + "...";
+      if (r.ranges > 1) name += fmt::format(" ({} ranges)", FormatCount(r.ranges));
+      line(fmt::format("    {:>10} {:>6}  {:>12}  {:>6}  {:>12}  {:<16}  {}",
+                       FormatBytes(static_cast<int64_t>(r.live_at_peak_bytes)),
+                       Percent(static_cast<int64_t>(r.live_at_peak_bytes), whole),
+                       FormatBytes(static_cast<int64_t>(r.allocated_bytes)),
+                       FormatCount(static_cast<int64_t>(r.allocations)), FormatBytes(r.peak_bytes),
+                       RegionSpan(t, d, r), name));
+    }
+    if (!rest_rows.empty()) {
+      uint64_t rest = 0;
+      for (const analysis::Region* r : rest_rows) rest += r->live_at_peak_bytes;
+      line(fmt::format("    {:>10} {:>6}  in {} more regions (--top to show more)",
+                       FormatBytes(static_cast<int64_t>(rest)),
+                       Percent(static_cast<int64_t>(rest), whole),
+                       FormatCount(static_cast<int64_t>(rest_rows.size()))));
+    }
+  }
+}
+
 }  // namespace
 
 std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& options) {
@@ -399,6 +461,7 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
           Percent(static_cast<int64_t>(rest), static_cast<int64_t>(d.live_at_peak_bytes)),
           FormatCount(static_cast<int64_t>(d.live_at_peak_by_site.size() - shown))));
     }
+    if (in.regions != nullptr) RegionBlock(t, d, *in.regions, options, line);
     if (d.estimated_sizes > 0 && !state) {
       line(
           fmt::format("  note: {} allocations count with their size rounded up to 512 B (the "
@@ -415,11 +478,15 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
     }
   }
   const std::vector<std::string> notes = in.view.Notes();
-  if (!notes.empty() || !in.attribution.notes.empty()) {
+  if (!notes.empty() || !in.attribution.notes.empty() ||
+      (in.regions != nullptr && !in.regions->notes.empty())) {
     line("");
     line("notes:");
     for (const auto& n : notes) line("  - " + n);
     for (const auto& n : in.attribution.notes) line("  - " + n);
+    if (in.regions != nullptr) {
+      for (const auto& n : in.regions->notes) line("  - " + n);
+    }
   }
   return out;
 }

@@ -132,7 +132,8 @@ void PushStep(StepCurve& curve, int32_t event, double value) {
 Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
                   std::unordered_map<std::string, uint32_t>& string_ids,
                   std::unordered_map<std::string, uint8_t>& phase_ids,
-                  const std::vector<int64_t>& owner_remap, bool has_sim, bool has_segments) {
+                  const std::vector<int64_t>& owner_remap, bool has_sim, bool has_segments,
+                  bool has_regions) {
   const std::string dev = std::to_string(d.device);
   // The device's events are one contiguous range of trace indices: the alloc/free ends of the
   // allocations (vramscope_allocations) and every other event (vramscope_events).
@@ -378,6 +379,45 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
                             {"first_event", local_event(s, 2, 0)},
                             {"last_event", local_event(s, 3, num_events - 1)}});
       }));
+  // Region bands under the axis (vramscope_region_ranges, and the compiled graphs of
+  // vramscope_regions on the row below them): absent from reports written before those tables.
+  // Ranges without an event inside have nothing to cover on the event axis and are left out.
+  if (has_regions) {
+    int32_t rows = 0;
+    auto band = [&](sqlite3_stmt* s, int32_t row) {
+      if (d.regions.size() >= kViewerMaxRegionBands) {
+        ++d.regions_left_out;
+        return;
+      }
+      const int32_t first = local_event(s, 2, -1), last = local_event(s, 3, -1);
+      if (first < 0 || last < first) return;
+      d.regions.push_back({{"name", Text(s, 0)},
+                           {"kind", Text(s, 1)},
+                           {"first_event", first},
+                           {"last_event", last},
+                           {"allocated_bytes", static_cast<double>(Int(s, 4))},
+                           {"live_at_peak_bytes", static_cast<double>(Int(s, 5))},
+                           {"peak_bytes", static_cast<double>(Int(s, 6))},
+                           {"unmatched", Int(s, 7) != 0},
+                           {"row", row}});
+    };
+    RETURN_IF_ERROR(db.Query(
+        "SELECT r.name, g.kind, r.first_event, r.last_event, g.allocated_bytes, "
+        "g.live_at_peak_bytes, g.peak_bytes, r.unmatched_start OR r.unmatched_end, r.depth FROM "
+        "vramscope_region_ranges r JOIN vramscope_regions g ON g.id = r.region_id WHERE "
+        "r.device = " +
+            dev + " ORDER BY r.id",
+        [&](sqlite3_stmt* s) {
+          const auto row = static_cast<int32_t>(std::min<int64_t>(Int(s, 8), kViewerRangeRows - 1));
+          rows = std::max(rows, row + 1);
+          band(s, row);
+        }));
+    RETURN_IF_ERROR(
+        db.Query("SELECT name, kind, first_event, last_event, allocated_bytes, live_at_peak_bytes, "
+                 "peak_bytes, 0 FROM vramscope_regions WHERE device = " +
+                     dev + " AND kind = 'compile_context' AND remainder = 0 ORDER BY first_event",
+                 [&](sqlite3_stmt* s) { band(s, rows); }));
+  }
   nlohmann::json& sum = d.summary;
   RETURN_IF_ERROR(
       db.Query("SELECT peak_allocated_bytes, peak_allocated_event, peak_reserved_bytes, "
@@ -606,6 +646,8 @@ Result<ViewerReport> LoadViewerReport(const std::string& path, const std::string
                            [&](sqlite3_stmt* s) { r.notes.push_back(Text(s, 0)); }));
   const bool has_sim = db.HasTable("vramscope_sim_runs");
   const bool has_segments = db.HasTable("vramscope_segment_timeline");
+  const bool has_regions =
+      db.HasTable("vramscope_regions") && db.HasTable("vramscope_region_ranges");
 
   std::vector<int32_t> devices;
   RETURN_IF_ERROR(
@@ -616,8 +658,14 @@ Result<ViewerReport> LoadViewerReport(const std::string& path, const std::string
   for (int32_t device : devices) {
     ViewerDevice& d = r.devices.emplace_back();
     d.device = device;
-    RETURN_IF_ERROR(
-        LoadDevice(db, r, d, string_ids, phase_ids, owner_remap, has_sim, has_segments));
+    RETURN_IF_ERROR(LoadDevice(db, r, d, string_ids, phase_ids, owner_remap, has_sim, has_segments,
+                               has_regions));
+    if (d.regions_left_out > 0) {
+      r.notes.push_back(
+          fmt::format("cuda:{}: the viewer draws the first {} region bands; {} more "
+                      "are in the report database (vramscope_region_ranges)",
+                      device, kViewerMaxRegionBands, d.regions_left_out));
+    }
     ChooseOwnerSeries(r, d);
   }
   return r;
@@ -805,6 +853,7 @@ nlohmann::json EncodeDevice(ColumnWriter& w, const ViewerDevice& d, const std::s
     j["segments"]["private_pools"] = s.private_pools;
   }
   j["phases"] = d.phases;
+  j["regions"] = d.regions;
   j["summary"] = d.summary;
   nlohmann::json categories = nlohmann::json::array();
   for (const char* name : kCategoryNames) categories.push_back(name);

@@ -14,6 +14,10 @@ namespace vramscope::report {
 
 // The categories in the order the page colours them (model::Category's names).
 inline constexpr int kViewerCategories = 8;
+// Region bands: rows of nested annotation ranges drawn (deeper ones share the last row), and the
+// most bands one device carries (a long run records a range per step and per optimizer call).
+inline constexpr int kViewerRangeRows = 4;
+inline constexpr size_t kViewerMaxRegionBands = 100000;
 // Owners drawn as their own series in the "owner" grouping; the rest share one more series.
 inline constexpr int kViewerOwnerSeries = 15;
 
@@ -70,6 +74,10 @@ struct ViewerDevice {
   std::vector<std::string> owner_series;  // names of the owner grouping's series
   std::vector<ViewerLevel> levels;        // finest first
   nlohmann::json phases = nlohmann::json::array();
+  // {name, kind, first_event, last_event (local, inclusive), allocated_bytes, live_at_peak_bytes,
+  // peak_bytes, unmatched, row}: the bands under the axis (docs/design/viewer.md).
+  nlohmann::json regions = nlohmann::json::array();
+  size_t regions_left_out = 0;  // bands past kViewerMaxRegionBands
   nlohmann::json summary = nlohmann::json::object();
   int64_t event_conflicts = 0;  // events claimed by two allocations (0 on every known input)
 };

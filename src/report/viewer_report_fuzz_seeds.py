@@ -6,7 +6,8 @@
 Each seed is what `vramscope report` (or `predict`) writes for a tiny input, then VACUUMed with
 512-byte pages so that the whole database is a few tens of KB (a report has over thirty tables,
 and each takes at least a page). Inputs: a small training snapshot (one device), the same on two
-devices with an out-of-memory entry, a torch.compile-style snapshot whose frame has no line,
+devices with an out-of-memory entry, a torch.compile-style snapshot whose frame has no line, the pickle corpus' regions seed (compile
+context, annotation ranges, an annotate entry, FX frames),
 a profiler trace and a memory timeline from the other sources' fuzz corpora, and a prediction.
 Only the standard library is used; snapshots are written with pickle from plain dicts.
 """
@@ -137,6 +138,9 @@ def main() -> int:
             path = tmp / f"{name}.pickle"
             path.write_bytes(pickle.dumps(snap, protocol=4))
             jobs[name] = ["report", path]
+        # Regions (vramscope_regions, vramscope_region_ranges: the viewer's bands).
+        jobs["snapshot_regions"] = ["report",
+                                    REPO / "src/sources/pickle/fuzz_corpus/regions_p4.pickle"]
         jobs["kineto_trace"] = ["report", REPO / "src/sources/kineto/fuzz_corpus/modern.json"]
         jobs["memory_timeline"] = ["report",
                                    REPO / "src/sources/memory_timeline/fuzz_corpus/all_actions.json"]

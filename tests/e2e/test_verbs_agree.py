@@ -49,6 +49,9 @@ SAME_TABLES = {
     "vramscope_segment_timeline": "SELECT * FROM vramscope_segment_timeline ORDER BY id",
     "vramscope_notes": "SELECT * FROM vramscope_notes ORDER BY id",
     "vramscope_owners": "SELECT * FROM vramscope_owners ORDER BY id",
+    "vramscope_regions": "SELECT * FROM vramscope_regions ORDER BY id",
+    "vramscope_region_ranges": "SELECT * FROM vramscope_region_ranges ORDER BY id",
+    "vramscope_fx_frames": "SELECT * FROM vramscope_fx_frames ORDER BY frame_id",
 }
 
 

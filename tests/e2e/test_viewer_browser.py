@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILT_IN_PEAK_ALLOCATED, REAL_FIXTURES, run_binary
+from conftest import BUILT_IN_PATH, BUILT_IN_PEAK_ALLOCATED, REAL_FIXTURES, run_binary
 
 CHROMIUM = os.environ.get("VRAMSCOPE_CHROMIUM") or shutil.which("chromium") or ""
 REQUIRED = os.environ.get("VRAMSCOPE_REQUIRE_BROWSER") == "1"
@@ -193,3 +193,31 @@ def test_damaged_page_shows_one_clear_error(browser, tmp_path):
     message = page.locator("#error")
     assert message.is_visible()
     assert len(message.inner_text().strip()) > 10
+
+
+def test_region_bands_under_the_axis_name_their_bytes_on_hover(browser, tmp_path):
+    # The built-in example's recording carries 50 external annotations (vramscope::forward#1,
+    # Optimizer.step#Adam.step, ...): they are drawn as bands under the time axis.
+    page, errors = open_page(browser, page_for(tmp_path, BUILT_IN_PATH))
+    rows = page.evaluate("window.vramscopeApp.timeline.model.regionRows")
+    assert rows >= 2  # the vramscope:: phases and the optimizer's ranges inside them
+    box = page.locator("#timeline-canvas").bounding_box()
+    plot = page.evaluate("(() => { const t = window.vramscopeApp.timeline; const p = t.plot(); "
+                         "return [p.x, p.w, t.regionBandsTop(p)]; })()")
+    found = None
+    for step in range(1, 200):
+        x = box["x"] + plot[0] + plot[1] * step / 200
+        y = box["y"] + plot[2] + 3  # inside the first row's bar
+        hit = page.evaluate("([x, y]) => window.vramscopeApp.hoverAt(x, y)", [x, y])
+        if hit and hit.get("kind") == "region":
+            found = (x, y, hit["region"])
+            break
+    assert found, "no region band under the axis"
+    x, y, region = found
+    page.mouse.move(x, y)
+    tooltip = page.locator("#tooltip")
+    tooltip.wait_for(state="visible", timeout=5_000)
+    text = tooltip.inner_text()
+    assert region["name"] in text
+    assert "live at peak" in text and "over the trace" in text
+    assert errors == []

@@ -30,6 +30,19 @@ inline std::unique_ptr<pipeline::Analyzed> ThroughPipeline(model::Trace trace) {
     for (const auto& share : device.live_at_peak_by_category) by_category += share.bytes;
     if (by_category != device.live_at_peak_bytes) std::abort();
   }
+  // ... and exactly one region of each kind the device records (analysis/regions.h).
+  for (const auto& device : a.summary.devices) {
+    uint64_t by_kind[analysis::kRegionKindCount] = {};
+    bool recorded[analysis::kRegionKindCount] = {};
+    for (const auto& r : a.regions.regions) {
+      if (r.device != device.device) continue;
+      by_kind[static_cast<int>(r.kind)] += r.live_at_peak_bytes;
+      recorded[static_cast<int>(r.kind)] = true;
+    }
+    for (int k = 0; k < analysis::kRegionKindCount; ++k) {
+      if (recorded[k] && by_kind[k] != device.live_at_peak_bytes) std::abort();
+    }
+  }
   return std::move(*analyzed);
 }
 

@@ -293,6 +293,7 @@ function buildDevice(spec) {
       pool: col("u8", segList.map((s) => s.pool || 0)),
     },
     phases: spec.phases || [],
+    regions: spec.regions || [],
     summary,
     lod,
   };

@@ -388,4 +388,32 @@ test("private pools: each pool's reserved bytes over the events, from its segmen
   // A report without private pools has none, and no pool columns.
   const plain = await modelOf(header([{ start: 1, end: 9, size: 6 * MiB, segment: 0 }], 10, { segments: { source: "recorded", list: segments.list.slice(0, 1) } }));
   assert.deepEqual(plain.privatePools, []);
+
+test("region bands: the latest-starting band of a row covers an event; damaged bands are dropped", async () => {
+  const allocs = [{ start: 0, end: 10, size: 4096, category: 0 }];
+  const band = (name, row, first, last) => ({ name, kind: "annotation_range", first_event: first, last_event: last, allocated_bytes: 4096, live_at_peak_bytes: 0, peak_bytes: 4096, unmatched: false, row });
+  const regions = [
+    band("vramscope::forward#1", 0, 0, 5),
+    band("Optimizer.step#AdamW.step", 0, 6, 9),
+    band("inner", 1, 2, 3),
+    band("nested later", 1, 3, 4),
+    { name: "damaged", first_event: 5, last_event: 2, row: 0 }, // ends before it starts
+    { name: "no row", first_event: 1, last_event: 2 },
+  ];
+  const m = await modelOf(header(allocs, 10, { regions }));
+  assert.equal(m.regions.length, 4);
+  assert.equal(m.regionRows, 2);
+  assert.equal(m.regionAt(0, 0).name, "vramscope::forward#1");
+  assert.equal(m.regionAt(0, 5).name, "vramscope::forward#1");
+  assert.equal(m.regionAt(0, 6).name, "Optimizer.step#AdamW.step");
+  assert.equal(m.regionAt(1, 1), null);
+  assert.equal(m.regionAt(1, 2).name, "inner");
+  assert.equal(m.regionAt(1, 3).name, "nested later"); // both cover 3: the later start is the inner
+  assert.equal(m.regionAt(2, 3), null);
+  // The tooltip names the region and its bytes.
+  const T = require("../../src/report/viewer/timeline.js");
+  const html = T.tooltipHtml(m, { kind: "region", region: m.regionAt(0, 6), event: 6 });
+  assert.match(html, /Optimizer\.step#AdamW\.step/);
+  assert.match(html, /4\.00 KiB over the trace/);
+  assert.match(html, /live at peak<\/th><td>0 B/);
 });

@@ -251,6 +251,10 @@
       if (S.count > 0 && maxOf(S.private_pool) > S.private_pools.length) fail("a segment's private pool is out of range");
     }
     if (!Array.isArray(dev.phases)) dev.phases = [];
+    // Region bands: pages from reports without them draw none; a damaged band is dropped.
+    dev.regions = (Array.isArray(dev.regions) ? dev.regions : []).filter(
+      (b) => b && typeof b === "object" && Number.isInteger(b.first_event) && Number.isInteger(b.last_event) && Number.isInteger(b.row) && b.row >= 0 && b.row < 16 && b.first_event <= b.last_event,
+    );
     if (!dev.summary || typeof dev.summary !== "object") fail("has no summary");
     const lod = dev.lod;
     if (!lod || !lod.groups || !Array.isArray(lod.levels)) fail("has no level-of-detail pyramid");

@@ -143,6 +143,10 @@
       // per phase per step: 100,000 are drawn by pixel, never one rectangle each).
       this.phases = (dev.phases || []).slice().sort((x, y) => x.first_event - y.first_event);
       this.phaseFirst = Int32Array.from(this.phases.map((p) => p.first_event));
+      // Region bands under the axis (annotation ranges by depth, then the compiled graphs), by
+      // row and then first event; each keeps its position for hover identity.
+      this.regions = (dev.regions || []).map((b, index) => Object.assign({ index }, b)).sort((x, y) => x.row - y.row || x.first_event - y.first_event);
+      this.regionRows = this.regions.reduce((n, b) => Math.max(n, b.row + 1), 0);
       this.reserved = new StepCurve(dev.reserved.event, dev.reserved.bytes);
       this.privatePools = DeviceModel.privatePoolCurves(dev.segments, this.E);
       this.predicted = dev.predicted
@@ -204,6 +208,15 @@
         if (p.first_event <= e && e <= p.last_event) return p;
       }
       return null;
+    }
+    // The band of `row` covering event e (the latest-starting one when several do), or null.
+    regionAt(row, e) {
+      let best = null;
+      for (const b of this.regions) {
+        if (b.row !== row || b.first_event > e) continue;
+        if (e <= b.last_event && (!best || b.first_event >= best.first_event)) best = b;
+      }
+      return best;
     }
     timeOf(e) {
       return this.hasTime && e >= 0 && e < this.E ? this.timeUs[e] : null;

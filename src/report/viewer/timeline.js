@@ -11,6 +11,8 @@
   const F = ns.format || (typeof require !== "undefined" ? require("./format.js") : null);
   const M = ns.model || (typeof require !== "undefined" ? require("./model.js") : null);
 
+  // Height of one row of region bands under the axis (a 7 px bar and a 2 px gap).
+  const REGION_ROW = 9;
   const COLORS = {
     allocated: "#1f2328",
     reserved: "#57606a",
@@ -203,7 +205,16 @@
 
     plot() {
       const m = this.margin;
-      return { x: m.left, y: m.top, w: Math.max(10, this.cssWidth - m.left - m.right), h: Math.max(10, this.cssHeight - m.top - m.bottom) };
+      const bottom = m.bottom + this.regionBandsHeight();
+      return { x: m.left, y: m.top, w: Math.max(10, this.cssWidth - m.left - m.right), h: Math.max(10, this.cssHeight - m.top - bottom) };
+    }
+    // Region bands sit below the axis labels, one row each; the compare view draws none.
+    regionBandsHeight() {
+      const rows = this.model && !this.opts.compact ? this.model.regionRows : 0;
+      return rows ? rows * REGION_ROW + 4 : 0;
+    }
+    regionBandsTop(plot) {
+      return plot.y + plot.h + this.margin.bottom;
     }
     xOf(d, plot) {
       plot = plot || this.plot();
@@ -298,6 +309,7 @@
       ctx.restore();
       this.drawAxes(ctx, plot);
       this.drawPhases(ctx, plot);
+      this.drawRegions(ctx, plot);
       this.recordFrame(t0);
     }
 
@@ -545,6 +557,31 @@
       }
     }
 
+    // Region bands in view, at most one sub-pixel band per pixel and row.
+    drawRegions(ctx, plot) {
+      const m = this.model;
+      if (!this.regionBandsHeight()) return;
+      const top = this.regionBandsTop(plot);
+      const e0 = Math.max(0, m.eventAt(this.view.d0, this.mode));
+      const e1 = m.eventBefore(this.view.d1, this.mode);
+      const lastPixel = new Map();
+      for (const b of m.regions) {
+        if (b.last_event < e0 || b.first_event > e1) continue;
+        let x0 = Math.max(plot.x, this.xOf(m.pos(b.first_event, this.mode), plot));
+        let x1 = Math.min(plot.x + plot.w, this.xOf(m.pos(b.last_event + 1, this.mode), plot));
+        if (x1 - x0 < 1) {
+          const px = Math.floor(x0);
+          if (lastPixel.get(b.row) === px) continue;
+          lastPixel.set(b.row, px);
+          x0 = px;
+          x1 = px + 1;
+        }
+        const selected = this.hover && this.hover.region === b;
+        ctx.fillStyle = regionColor(b.name, selected);
+        ctx.fillRect(x0, top + b.row * REGION_ROW, x1 - x0, REGION_ROW - 2);
+      }
+    }
+
     // ---- hover ------------------------------------------------------------------------------
 
     // The data under a point (client coordinates), shown in the tooltip; null when nothing is.
@@ -560,7 +597,7 @@
 
     hoverKey(h) {
       if (!h) return null;
-      return [h.column, h.allocation ? h.allocation.index : -1, h.phase ? h.phase.first_event : -1];
+      return [h.column, h.allocation ? h.allocation.index : -1, h.phase ? h.phase.first_event : -1, h.region ? h.region.index : -1];
     }
 
     pick(clientX, clientY) {
@@ -576,6 +613,14 @@
         const e = m.eventAt(d, this.mode);
         const ph = m.phaseAt(e);
         return ph ? { kind: "phase", phase: ph, event: e } : null;
+      }
+      const bands = this.regionBandsHeight();
+      const top = this.regionBandsTop(plot);
+      if (bands && y >= top && y < top + bands) {
+        const d = this.view.d0 + ((x - plot.x) / plot.w) * (this.view.d1 - this.view.d0);
+        const e = m.eventAt(d, this.mode);
+        const region = m.regionAt(Math.floor((y - top) / REGION_ROW), e);
+        return region ? { kind: "region", region, event: e } : null;
       }
       if (y < plot.y || y > plot.y + plot.h) return null;
       const cols = this.cols;
@@ -748,7 +793,28 @@
     return "event " + F.formatCount(t) + (time !== null ? " · " + F.formatTimeUs(time) : "");
   }
 
+  // A region's colour: a hue from its name, so one name keeps its colour across rows and redraws.
+  function regionColor(name, selected) {
+    let h = 0;
+    for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
+    return "hsl(" + (h % 360) + ", 55%, " + (selected ? 38 : 58) + "%)";
+  }
+
+  function regionHtml(m, b) {
+    const kinds = { annotation_range: "annotation range", compile_context: "compiled region (compile_context)" };
+    const rows = [
+      ["kind", kinds[b.kind] || b.kind],
+      ["allocated", F.formatBytes(b.allocated_bytes) + " over the trace"],
+      ["live at peak", F.formatBytes(b.live_at_peak_bytes)],
+      ["own peak", F.formatBytes(b.peak_bytes)],
+      ["events", F.formatCount(b.first_event) + "–" + F.formatCount(b.last_event)],
+    ];
+    if (b.unmatched) rows.push(["note", "its START or END is not in the trace"]);
+    return '<div class="tt-title"><span class="swatch" style="background:' + regionColor(b.name, false) + '"></span>' + F.escapeHtml(b.name) + "</div>" + '<table class="tt-table">' + rows.map((r) => "<tr><th>" + r[0] + "</th><td>" + F.escapeHtml(r[1]) + "</td></tr>").join("") + "</table>";
+  }
+
   function tooltipHtml(m, d) {
+    if (d.kind === "region") return regionHtml(m, d.region);
     if (d.kind === "phase") {
       const p = d.phase;
       return '<div class="tt-title"><span class="swatch" style="background:' + F.phaseColor(p.phase) + '"></span>step ' + F.escapeHtml(String(p.step)) + " · " + F.escapeHtml(p.phase) + "</div>" + '<div class="tt-muted">events ' + F.formatCount(p.first_event) + "–" + F.formatCount(p.last_event) + "</div>";
@@ -778,7 +844,7 @@
     return out.join("");
   }
 
-  const api = { Timeline, tooltipHtml, framesHtml, shortPath, showTooltipAt, COLORS };
+  const api = { Timeline, tooltipHtml, framesHtml, shortPath, showTooltipAt, regionColor, COLORS };
   ns.timeline = api;
   if (typeof module !== "undefined") module.exports = api;
 })(typeof globalThis !== "undefined" ? globalThis : this);

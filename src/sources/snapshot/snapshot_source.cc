@@ -288,7 +288,40 @@ class Converter {
     }
     *out = InternFrame(filename_text.value_or(""), name_text.value_or(""), line_number);
     if (const auto id = doc_->ContainerId(v)) Remember(*id, *out);
+    ConvertFxKeys(v, *out);
     return Status::Ok();
+  }
+  // The FX keys of a frame of generated code (augment_with_fx_traces=True), kept beside the frame
+  // (Trace::fx_frames). PyTorch writes them as str, or None where the node lacked the field; any
+  // other value is left out and counted for one note, never an error: the frame itself is sound.
+  void ConvertFxKeys(Value frame, FrameId id) {
+    static constexpr const char* kKeys[] = {"fx_node_op", "fx_node_name", "fx_node_target",
+                                            "fx_original_trace"};
+    model::FxFrame fx;
+    model::StringId* fields[] = {&fx.node_op, &fx.node_name, &fx.node_target, &fx.original_trace};
+    bool any = false;
+    for (size_t k = 0; k < 4; ++k) {
+      const Value v = doc_->Get(frame, kKeys[k]);
+      if (doc_->IsMissing(v) || doc_->IsNone(v)) continue;
+      const auto text = doc_->AsString(v);
+      if (!text) {
+        ++malformed_fx_fields_;
+        continue;
+      }
+      if (text->empty()) continue;
+      *fields[k] = trace_.strings.Intern(*text);
+      any = true;
+    }
+    if (!any) return;
+    if (fx.original_trace != model::kEmptyString) {
+      if (const auto entry = model::LastTracebackEntry(trace_.strings.Get(fx.original_trace))) {
+        fx.original_file = trace_.strings.Intern(entry->file);
+        fx.original_function = trace_.strings.Intern(entry->function);
+        fx.original_line = entry->line;
+      }
+    }
+    // One generated line runs one node: the first frame dict seen for it names it.
+    trace_.fx_frames.emplace(id, fx);
   }
   // `frames` (innermost first) plus optional 2.0 `cpp_frames`, which are more specific than the
   // Python frames and so go first.
@@ -465,6 +498,7 @@ class Converter {
   bool pool_id_ = false;
   bool annotate_action_ = false;
   bool host_memory_ = false;
+  uint64_t malformed_fx_fields_ = 0;  // FX frame keys that were not str (left out, noted)
 };
 
 Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address, model::Block* out,
@@ -922,6 +956,19 @@ Result<model::Trace> Converter::Run() {
     f.notes.push_back(
         "the snapshot holds no alloc/free trace (history was not recorded, or was cleared): "
         "figures are the allocator state at the moment of the dump");
+  }
+  if (malformed_fx_fields_ > 0) {
+    f.notes.push_back(fmt::format(
+        "{} FX frame field(s) (fx_node_op, fx_node_name, fx_node_target, fx_original_trace) were "
+        "not text and were left out; the frames themselves were read",
+        malformed_fx_fields_));
+  }
+  if (!t.fx_frames.empty()) {
+    f.notes.push_back(fmt::format(
+        "{} frame(s) of FX-generated code carry FX node metadata "
+        "(_snapshot(augment_with_fx_traces=True)): their allocations are attributed to the model "
+        "line the node came from, with the node's name",
+        t.fx_frames.size()));
   }
   if (host_memory_) {
     f.notes.push_back(

@@ -137,6 +137,52 @@ def shared_frames_snapshot():
     return {"segments": [], "device_traces": [entries]}
 
 
+def regions_snapshot():
+    """What memory by region reads (issue 16): compile_context and user_metadata on every entry,
+    nested and unmatched external_annotations ranges, an annotate entry labelling a live tensor,
+    and FX frames of generated code (augment_with_fx_traces=True), one with a damaged field."""
+    fx = [{"filename": "/tmp/torchinductor_u/ab/cabc.py", "line": 40, "name": "call",
+           "fx_node_op": "call_function", "fx_node_name": "addmm",
+           "fx_node_target": "aten.addmm.default",
+           "fx_original_trace": '  File "/proj/model.py", line 20, in forward\n    a = self.l(x)\n'},
+          {"filename": "/proj/train.py", "line": 12, "name": "step"}]
+    damaged = [{"filename": "/tmp/torchinductor_u/ab/cabc.py", "line": 41, "name": "call",
+                "fx_node_name": 3, "fx_original_trace": "File"}]
+    base = 0x7F0000000000
+
+    def entry(action, addr, size, t, cc, frames, meta=""):
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t,
+                "compile_context": cc, "user_metadata": meta, "frames": frames}
+
+    region = "Torch-Compiled Region: 0/0"
+    trace = [
+        entry("segment_alloc", base, 2 << 20, 100, "N/A", fx),
+        entry("alloc", base, 4096, 110, region, fx, "step=1"),
+        entry("annotate", base, 0, 115, region, [], "saved for backward"),
+        entry("alloc", base + 4096, 512, 120, region, damaged),
+        entry("free_requested", base, 4096, 130, "N/A", fx),
+        entry("free_completed", base, 4096, 130, "N/A", fx),
+    ]
+    annotations = [
+        {"stage": "START", "name": "forward", "device": 0, "time_us": 105},
+        {"stage": "START", "name": "inner", "device": 0, "time_us": 108},
+        {"stage": "END", "name": "inner", "device": 0, "time_us": 125},
+        {"stage": "END", "name": "never started", "device": 0, "time_us": 126},
+        {"stage": "START", "name": "never ended", "device": 0, "time_us": 127},
+        {"stage": "MIDDLE", "device": 0, "time_us": 128},
+    ]
+    segment = {"device": 0, "address": base, "total_size": 2 << 20, "allocated_size": 512,
+               "active_size": 512, "requested_size": 512, "stream": 0, "segment_type": "large",
+               "blocks": [{"address": base, "size": 4096, "requested_size": 0,
+                           "state": "inactive", "frames": []},
+                          {"address": base + 4096, "size": 512, "requested_size": 512,
+                           "state": "active_allocated", "frames": damaged},
+                          {"address": base + 4608, "size": (2 << 20) - 4608,
+                           "requested_size": 0, "state": "inactive", "frames": []}]}
+    return {"segments": [segment], "device_traces": [trace],
+            "external_annotations": annotations}
+
+
 def long_list():
     """Over 1000 items: pickle writes the list in batches (several APPENDS)."""
     return {"segments": [], "device_traces": [list(range(1100))]}
@@ -175,6 +221,7 @@ SEEDS = [
     ("bare_segment_list", bare_segment_list, (2, 5)),
     ("oom_bigints", oom_snapshot, (2, 4, 5)),
     ("shared_frames", shared_frames_snapshot, (4, 5)),
+    ("regions", regions_snapshot, (4, 5)),
     ("long_list", long_list, (2, 4)),
     ("self_referential", self_referential, (2, 4)),
     ("misc_values", misc_values, (4, 5)),
