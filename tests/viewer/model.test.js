@@ -388,6 +388,7 @@ test("private pools: each pool's reserved bytes over the events, from its segmen
   // A report without private pools has none, and no pool columns.
   const plain = await modelOf(header([{ start: 1, end: 9, size: 6 * MiB, segment: 0 }], 10, { segments: { source: "recorded", list: segments.list.slice(0, 1) } }));
   assert.deepEqual(plain.privatePools, []);
+});
 
 test("region bands: the latest-starting band of a row covers an event; damaged bands are dropped", async () => {
   const allocs = [{ start: 0, end: 10, size: 4096, category: 0 }];
