@@ -74,7 +74,7 @@ class CompileMode:
         self.graphs: list[CompiledGraph] = []
         self.lowering_failures: list[str] = []
         self.post_grad_failures: list[str] = []
-        self.static_copies: list = []     # --cuda-graphs: the graphs' input buffers, held
+        self.static_copies: dict = {}     # --cuda-graphs: the graphs' input buffers, held
         self.dynamo_graphs = 0
 
     def compile(self, model):
@@ -87,7 +87,10 @@ class CompileMode:
         from torch._inductor.compile_fx import compile_fx
         self.dynamo_graphs += 1
         with _without_saved_tensor_hooks():
-            return compile_fx(gm, example_inputs, inner_compile=self._inner)
+            # constant folding runs the graph's constant parts on the device for real (there
+            # is none): the constants are computed inside the graphs instead (small: masks)
+            return compile_fx(gm, example_inputs, inner_compile=self._inner,
+                              config_patches={"joint_graph_constant_folding": False})
 
     def _inner(self, gm, example_inputs, **kwargs):
         is_backward = bool(kwargs.get("is_backward"))
@@ -194,7 +197,7 @@ class CompileMode:
                     value = args[index]
                     if (self.cuda_graphs and index not in graph.static
                             and isinstance(value, torch.Tensor) and tracker.pool_of(value) is None):
-                        value = self._static_copy(graph, n, value)
+                        value = self._static_copy(graph, index, n, value)
                     index += 1
                     if graph.kind == "backward" and not n.name.startswith("tangents"):
                         self._mark_saved(value, n.name)  # (if the forward's slice was unknown)
@@ -248,14 +251,21 @@ class CompileMode:
                 free_after[user].append(value)
         return self._materialized_nodes(graph), dict(free_after)
 
-    def _static_copy(self, graph: CompiledGraph, node, value):
-        """cudagraph trees copy a non-static input into the graph's own buffer (in the pool),
-        kept for the graph's lifetime."""
-        with self.tracker.fx_node(f"{node.name}_static_input", self.root, fused=False):
-            copy = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
-                                       device=value.device)
-            copy.copy_(value)
-        self.static_copies.append(copy)
+    def _static_copy(self, graph: CompiledGraph, index: int, node, value):
+        """cudagraph trees copy a non-static input (the batch, an incoming gradient) into the
+        graph's own buffer in the pool, made at the first run and kept for the graph's
+        lifetime; later runs copy into it."""
+        key = (graph.number, index)
+        copy = self.static_copies.get(key)
+        if copy is None or copy.shape != value.shape or copy.dtype != value.dtype:
+            category = "temporary" if node.name.startswith("tangents") else "input"
+            name = f"{node.name} (CUDA graph {graph.number} static input)"
+            with self.tracker.fx_node(node.name, self.root, fused=False), \
+                    self.tracker.label(category, name):
+                copy = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                           device=value.device)
+            self.static_copies[key] = copy
+        copy.copy_(value)
         return copy
 
     # -- what the header says
@@ -265,17 +275,19 @@ class CompileMode:
         notes = [
             f"--compile: torch.compile (Inductor's decompositions, joint-graph passes and "
             f"partitioner min_cut_rematerialization_partition) captured {self.dynamo_graphs} "
-            f"graph(s) ({len(fw)} forward, {len(bw)} backward"
+            f"graph(s) ({len(fw)} forward, {len(bw)} backward)"
             + (f"; {self.dynamo_graphs - 1} graph break(s): the code between graphs ran eagerly"
-               if self.dynamo_graphs > 1 else "") + "); saved for backward: what the partitioner "
-            "saves; each graph runs node by node on fake tensors, each value freed after its "
-            "last use",
-            "--compile: Inductor's lowering (run on the CPU) decides which nodes are buffers; "
-            "nodes it inlines into fused kernels are not allocated. Not modelled (they need the "
-            "GPU's properties): the scheduler's further fusions (small reduction buffers inside "
-            "one kernel), its reordering for peak memory, in-place buffer reuse; Inductor's "
-            "reuse of a freed buffer of the same size is left to the caching allocator, which "
-            "gives the same block",
+               if self.dynamo_graphs > 1 else "")
+            + "; saved for backward: what the partitioner saves; each graph runs node by node "
+            "on fake tensors, each value freed after its last use (a backward graph's saved "
+            "tensors included)",
+            "--compile: which nodes are buffers is decided by Inductor's own lowering, run on the "
+            "CPU with an sm90 GPU's properties (132 SMs: split reductions); nodes it inlines into "
+            "fused kernels allocate nothing. Approximated: the scheduler's later fusions (small "
+            "reduction buffers kept inside one kernel), its reordering for peak memory and "
+            "in-place reuse of a dying input are not run (they need the GPU); Inductor's reuse "
+            "of a freed buffer of the same size is left to the caching allocator (the same "
+            "block); constants are not folded (they are computed in the graph)",
         ]
         if any(g.materialized is None for g in self.graphs):
             notes.append("--compile: Inductor's lowering failed for "

@@ -9,7 +9,8 @@ import traceback
 
 from .backward import BackwardExecutor
 from .compiled import CompileMode
-from .common import (DEVICE, DTYPES, DataDependentError, FORMAT, TracerError, VERSION, _one_line,
+from .common import (DEVICE, DTYPES, DataDependentError, FORMAT, TracerError, VERSION,
+                     VERSION_COMPILED, _one_line,
                      torch)
 from .device import materialize_on_device, parameter_summary
 from .models import ModelSpec, apply_freeze, apply_lora, load_file_model, load_hf_model
@@ -239,7 +240,8 @@ def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
                  "no allocation traced")
     producer = f"vramscope tracer (torch {torch.__version__})"
     return {
-        "format": FORMAT, "version": VERSION, "producer": producer, "model": setup.model,
+        "format": FORMAT, "version": VERSION_COMPILED if setup.compile else VERSION,
+        "producer": producer, "model": setup.model,
         "model_class": base_class, "setup": setup.as_header(),
         "device_emulation": "fake cuda", "parameters": header_params, "notes": notes,
         "summary": {"allocs": writer.allocs, "frees": writer.frees,
