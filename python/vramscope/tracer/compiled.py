@@ -80,7 +80,17 @@ class CompileMode:
     def compile(self, model):
         import torch._dynamo
         torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
         return torch.compile(model, backend=self.backend, dynamic=False)
+
+    @staticmethod
+    def _graph_break_reasons() -> list[str]:
+        try:
+            import torch._dynamo
+            return [str(r).splitlines()[0][:160] for r in
+                    torch._dynamo.utils.counters.get("graph_break", {})]
+        except Exception:
+            return []
 
     # -- compilation (Dynamo calls the backend once per graph it captures)
     def backend(self, gm, example_inputs):
@@ -94,7 +104,7 @@ class CompileMode:
 
     def _inner(self, gm, example_inputs, **kwargs):
         is_backward = bool(kwargs.get("is_backward"))
-        self._post_grad_passes(gm, is_backward)
+        self._post_grad_passes(gm, example_inputs)
         materialized = self._lowered(gm, example_inputs, is_backward)
         static = set(kwargs.get("static_input_idxs") or ())
         graph = CompiledGraph(len(self.graphs) + 1, "backward" if is_backward else "forward", gm,
@@ -106,14 +116,19 @@ class CompileMode:
         runner._boxed_call = True
         return runner
 
-    def _post_grad_passes(self, gm, is_backward: bool) -> None:
+    def _post_grad_passes(self, gm, example_inputs) -> None:
         """Inductor's post-grad passes (no-op removal, re-inplacing, reordering for locality),
         as compile_fx_inner runs them before lowering."""
         try:
+            from torch._guards import detect_fake_mode
             from torch._inductor.compile_fx import _recursive_post_grad_passes
             from torch._inductor.fx_passes.post_grad import view_to_reshape
-            view_to_reshape(gm)
-            _recursive_post_grad_passes(gm, is_inference=False)
+            from torch._inductor.virtualized import V
+            fake_mode = detect_fake_mode(example_inputs)
+            with (V.set_fake_mode(fake_mode) if fake_mode is not None
+                  else contextlib.nullcontext()):
+                view_to_reshape(gm)
+                _recursive_post_grad_passes(gm, is_inference=False)
         except Exception as e:  # the graph is run as partitioned
             self.post_grad_failures.append(f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
                                            if str(e) else type(e).__name__)
@@ -277,6 +292,8 @@ class CompileMode:
             f"partitioner min_cut_rematerialization_partition) captured {self.dynamo_graphs} "
             f"graph(s) ({len(fw)} forward, {len(bw)} backward)"
             + (f"; {self.dynamo_graphs - 1} graph break(s): the code between graphs ran eagerly"
+               + (f" (Dynamo: {'; '.join(self._graph_break_reasons()[:3])})"
+                  if self._graph_break_reasons() else "")
                if self.dynamo_graphs > 1 else "")
             + "; saved for backward: what the partitioner saves; each graph runs node by node "
             "on fake tensors, each value freed after its last use (a backward graph's saved "
@@ -393,3 +410,24 @@ def _without_saved_tensor_hooks():
         for pack, unpack in reversed(hooks):
             push(pack, unpack)
 
+
+
+def explain_compile_failure(e: BaseException) -> TracerError | None:
+    """A failure inside torch.compile that has a known cause here, as one clear line."""
+    frames = set()
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        tb = e.__traceback__
+        while tb is not None:
+            frames.add(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        e = e.__cause__ or e.__context__
+    if frames & {"functionalize_rng_ops", "apply_graphsafe_rng_functionalization",
+                 "get_default_generator"}:
+        return TracerError(
+            "torch.compile recomputes random ops (dropout) in backward here and needs the CUDA "
+            "generator's state for it, which a machine without a GPU does not have",
+            "--compile with checkpointing (or a partitioner that recomputes dropout)",
+            "trace without --checkpointing, or with dropout 0 in the model's config")
+    return None

@@ -8,7 +8,7 @@ import os
 import traceback
 
 from .backward import BackwardExecutor
-from .compiled import CompileMode
+from .compiled import CompileMode, explain_compile_failure
 from .common import (DEVICE, DTYPES, DataDependentError, FORMAT, TracerError, VERSION,
                      VERSION_COMPILED, _one_line,
                      torch)
@@ -204,6 +204,9 @@ def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
                           "trace a model made of standard PyTorch operators") from e
     except Exception as e:
         writer.abandon()
+        explained = explain_compile_failure(e) if setup.compile else None
+        if explained is not None:
+            raise explained from e
         if step_phase == "setup":
             where = "setting the model up on the fake device"
         else:
