@@ -52,7 +52,7 @@ class SavedTensors:
         if holder.tensor is None:
             raise RuntimeError("vramscope tracer: a saved tensor was used after its node had run "
                                "(retain_graph / double backward are not supported)")
-        if self._unpacked and self._seq is None:  # (released by sequence number otherwise)
+        if self._unpacked:
             self._unpacked[-1].append(holder)
         return holder.tensor
 
