@@ -234,10 +234,23 @@ def test_transformers_model_compiles(tmp_path):
     assert any(a["name"].startswith("transformer.h.0.attn") for a in saved)
 
 
-def test_compile_with_checkpointing_and_dropout_is_one_line(tmp_path, capsys):
+def test_compile_with_checkpointing_and_dropout_is_one_line(tmp_path):
+    """Run as `vramscope predict` runs the tracer: in its own process (a compilation that fails
+    inside AOTAutograd leaves references behind in the process, which would change a later
+    in-process trace's buffer reuse)."""
     pytest.importorskip("transformers")
     config = tmp_path / "config.json"
     config.write_text(json.dumps(SMALL_GPT2))
-    line = fails(tmp_path, capsys, "--model", f"hf:{config}", "--batch", "2", "--seq", "64",
-                 "--compile", "--checkpointing", "--steps", "1")
-    assert "needs the CUDA generator's state" in line and "without --checkpointing" in line
+    out = tmp_path / "out" / "trace.jsonl"
+    out.parent.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    proc = subprocess.run([sys.executable, "-m", "vramscope.tracer", "--model", f"hf:{config}",
+                           "--batch", "2", "--seq", "64", "--compile", "--checkpointing",
+                           "--steps", "1", "-o", str(out)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 1
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("vramscope tracer: ")]
+    assert len(lines) == 1, proc.stderr
+    assert "needs the CUDA generator's state" in lines[0]
+    assert "without --checkpointing" in lines[0]
+    assert list(out.parent.iterdir()) == []

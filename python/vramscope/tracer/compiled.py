@@ -81,6 +81,10 @@ class CompileMode:
         import torch._dynamo
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
+        import warnings
+        # the global hooks it warns about are the tracer's own (module scopes), which know
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there "
+                                "are global hooks", category=UserWarning)
         return torch.compile(model, backend=self.backend, dynamic=False)
 
     @staticmethod
