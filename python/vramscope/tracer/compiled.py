@@ -60,7 +60,8 @@ class CompiledGraph:
         self.gm = gm
         self.materialized = materialized  # node names; None: every node (lowering failed)
         self.static = static              # placeholder indices that are static inputs
-        self.runs = 0
+        self.saved: slice | None = None   # forward: which outputs are saved for backward
+        self.plan = None                  # (materialised nodes, frees after each node, inputs)
 
 
 class CompileMode:
@@ -115,6 +116,7 @@ class CompileMode:
                               materialized, static)
         graph.saved = None if is_backward else _saved_slice()
         self.graphs.append(graph)
+
         def runner(args):  # boxed: AOTAutograd passes a list the runner may clear
             return self._run(graph, args)
         runner._boxed_call = True
@@ -156,12 +158,11 @@ class CompileMode:
                 stack.enter_context(V.set_graph_handler(graph))
                 graph.run(*example_inputs)
                 names = set()
+                order = {n: i for i, n in enumerate(gm.graph.nodes)}
                 for buf in graph.buffers:
                     node = getattr(buf, "origin_node", None)
-                    if node is None:
-                        origins = [o for o in getattr(buf, "origins", ()) if o.op == "call_function"]
-                        order = {n: i for i, n in enumerate(gm.graph.nodes)}
-                        origins = [o for o in origins if o in order]
+                    if node is None:  # realised later (an extern kernel's input): its last origin
+                        origins = [o for o in getattr(buf, "origins", ()) if o in order]
                         node = max(origins, key=order.__getitem__) if origins else None
                     if node is not None:
                         names.add(node.name)
@@ -200,12 +201,11 @@ class CompileMode:
         """Runs ``graph`` on the fake tensors in ``args`` (boxed: the list is cleared, so inputs
         die at their last use), freeing each value after its last use."""
         gm = graph.gm
-        if not hasattr(graph, "plan"):
+        if graph.plan is None:
             graph.plan = self._plan(graph)
-        materialized, free_after = graph.plan
+        materialized, free_after, inputs = graph.plan
         tracker = self.tracker
         pool = CUDA_GRAPH_POOL if self.cuda_graphs else None
-        graph.runs += 1
         env: dict = {}
         index = 0
         if graph.kind == "backward":
@@ -223,7 +223,7 @@ class CompileMode:
                     if n.users:
                         env[n] = value
                     del value
-                    if index == len([p for p in gm.graph.nodes if p.op == "placeholder"]):
+                    if index == inputs:
                         args.clear()
                 elif n.op == "get_attr":
                     env[n] = getattr(gm, n.target)
@@ -268,7 +268,8 @@ class CompileMode:
         for value, user in last_use.items():
             if user.op != "output":
                 free_after[user].append(value)
-        return self._materialized_nodes(graph), dict(free_after)
+        inputs = sum(1 for n in graph.gm.graph.nodes if n.op == "placeholder")
+        return self._materialized_nodes(graph), dict(free_after), inputs
 
     def _static_copy(self, graph: CompiledGraph, index: int, node, value):
         """cudagraph trees copy a non-static input (the batch, an incoming gradient) into the
