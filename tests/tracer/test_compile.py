@@ -160,7 +160,7 @@ def test_eager_stream_is_unchanged_by_the_compile_machinery(tmp_path):
     assert not any("graph" in a or "pool" in a for a in s.allocs.values())
 
 
-def test_compile_needs_the_tracer(tmp_path, capsys):
+def test_compile_of_a_missing_model_function_is_one_line(tmp_path, capsys):
     line = fails(tmp_path, capsys, "--model", f"{MODELS}:nothing", "--compile")
     assert "nothing" in line
 
