@@ -199,6 +199,11 @@ Result<std::vector<std::string>> TracerArgs(const PredictOptions& o) {
   if (o.checkpointing) a.push_back("--checkpointing");
   if (o.lora > 0) a.insert(a.end(), {"--lora", std::to_string(o.lora)});
   for (const std::string& f : o.freeze) a.insert(a.end(), {"--freeze", f});
+  if (o.cuda_graphs) {
+    a.push_back("--cuda-graphs");  // implies --compile
+  } else if (o.compile) {
+    a.push_back("--compile");
+  }
   return a;
 }
 
@@ -244,6 +249,11 @@ Status Run(const PredictOptions& o) {
     }
     RETURN_IF_ERROR(RunTracer(o.python, args, traced.path()));
     model_source = traced.path();
+  } else if (o.compile || o.cuda_graphs) {
+    return UsageError(
+        "--compile and --cuda-graphs run your model through torch.compile in the tracer; give "
+        "--model FILE.py:FUNCTION or hf:config.json (a tracer .jsonl says itself whether it was "
+        "compiled)");
   }
   ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(model_source));
   std::optional<predict::FitResult> fit;
@@ -405,6 +415,13 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   cmd->add_option("--python", o.python,
                   "the Python (with PyTorch) that runs the tracer for --model FILE.py:FUNCTION "
                   "or hf:config.json (default: python3)");
+  cmd->add_flag("--compile", o.compile,
+                "traced models: the step as torch.compile(model) runs it (AOTAutograd's "
+                "partitioner decides what is saved for backward, Inductor's lowering which "
+                "intermediates are allocated)");
+  cmd->add_flag("--cuda-graphs", o.cuda_graphs,
+                "traced models: torch.compile(model, mode=\"reduce-overhead\"): --compile, with "
+                "the compiled graphs' memory in a CUDA graph pool held for their lifetime");
   cmd->add_option("--emit-stream", o.emit_stream,
                   "also write the predicted tensor stream (every allocation and free, with "
                   "category, name and operation) as JSON Lines, the tracer's format");

@@ -41,6 +41,8 @@ struct PredictOptions {
   uint64_t cuda_context_mib = 500;
   std::string python = "python3";  // runs the tracer for --model my.py:build / hf:config.json
   std::string emit_stream;         // write the predicted tensor stream here (tracer format)
+  bool compile = false;            // the tracer's --compile: the step as torch.compile runs it
+  bool cuda_graphs = false;        // the tracer's --cuda-graphs (mode="reduce-overhead")
   // Output, as `report`.
   std::string output;
   std::string html;

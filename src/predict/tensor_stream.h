@@ -41,6 +41,9 @@ struct StreamEvent {
   uint64_t bytes = 0;
   model::StringId name = model::kEmptyString;  // kPhase: the loop's own name ("zero_grad")
   model::StringId op = model::kEmptyString;
+  // kAlloc: the private pool it came from (a CUDA graph pool; tracer stream version 2), 0 for
+  // the caching allocator's own pools. The reader folds pools into one reservation each.
+  uint32_t pool = 0;
   // Added by device_rules (workspaces) rather than by the producer: a written stream leaves
   // them out, since its reader adds them again from the markers.
   bool derived = false;

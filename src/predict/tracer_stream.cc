@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
@@ -17,6 +19,9 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kFormat = "vramscope-tensor-stream";
+// Version 2 adds, on allocs made by compiled graphs (the tracer's --compile/--cuda-graphs),
+// "graph" and "node" (informative) and "pool" (a CUDA graph pool id).
+constexpr int64_t kNewestVersion = 2;
 
 std::optional<model::Phase> PhaseOf(std::string_view name) {
   if (name == "setup") return model::Phase::kSetup;
@@ -77,8 +82,10 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
         return fail("the first line is not a vramscope-tensor-stream header");
       }
       const auto v = j.find("version");
-      if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() != 1) {
-        return fail("unsupported version; this vramscope reads version 1 (update vramscope)");
+      if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() < 1 ||
+          v->get<int64_t>() > kNewestVersion) {
+        return fail(
+            "unsupported version; this vramscope reads versions 1 and 2 (update vramscope)");
       }
       header = true;
       model::PredictionInfo& info = out.info;
@@ -122,6 +129,13 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
       if (name.empty()) name = HeaderText(j, "module");
       if (!name.empty()) e.name = out.strings.Intern(name);
       if (const std::string op = HeaderText(j, "op"); !op.empty()) e.op = out.strings.Intern(op);
+      if (j.contains("pool")) {
+        uint64_t pool = 0;
+        if (!count("pool", pool) || pool == 0 || pool > 1000000) {
+          return fail("\"pool\" must be a positive integer (a CUDA graph pool)");
+        }
+        e.pool = static_cast<uint32_t>(pool);
+      }
       if (!alloc_index.emplace(e.id, out.events.size()).second) {
         return fail(fmt::format("id {} allocated twice", e.id));
       }
@@ -184,7 +198,67 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
         "{}: truncated after line {} (no \"end\" line): the tracer did not finish; run it again",
         where, line_no));
   }
+  FoldGraphPools(out);
   return out;
+}
+
+void FoldGraphPools(TensorStream& stream) {
+  struct Pool {
+    uint64_t live = 0, high_water = 0, allocs = 0;
+    size_t first = 0;  // index of its first alloc
+  };
+  std::map<uint32_t, Pool> pools;
+  std::unordered_map<uint64_t, std::pair<uint32_t, uint64_t>> pooled;  // id -> pool, bytes
+  uint64_t next_id = 1;
+  for (size_t i = 0; i < stream.events.size(); ++i) {
+    const StreamEvent& e = stream.events[i];
+    if (e.kind == StreamEvent::Kind::kAlloc) next_id = std::max(next_id, e.id + 1);
+    if (e.kind == StreamEvent::Kind::kAlloc && e.pool != 0) {
+      auto [it, added] = pools.try_emplace(e.pool);
+      Pool& p = it->second;
+      if (added) p.first = i;
+      const uint64_t bytes = (e.bytes + 511) / 512 * 512;  // the pool's allocator rounds too
+      pooled[e.id] = {e.pool, bytes};
+      p.live += bytes;
+      p.high_water = std::max(p.high_water, p.live);
+      ++p.allocs;
+    } else if (e.kind == StreamEvent::Kind::kFree) {
+      const auto it = pooled.find(e.id);
+      if (it != pooled.end()) pools[it->second.first].live -= it->second.second;
+    }
+  }
+  if (pools.empty()) return;
+  std::vector<StreamEvent> events;
+  events.reserve(stream.events.size() - 2 * pooled.size() + pools.size());
+  for (size_t i = 0; i < stream.events.size(); ++i) {
+    const StreamEvent& e = stream.events[i];
+    if (e.kind == StreamEvent::Kind::kAlloc && e.pool != 0) {
+      const Pool& p = pools[e.pool];
+      if (p.first == i) {
+        StreamEvent r;
+        r.kind = StreamEvent::Kind::kAlloc;
+        r.id = next_id++;
+        r.bytes = p.high_water;
+        r.category = model::Category::kTemporary;
+        r.name = stream.strings.Intern(fmt::format("CUDA graph pool {}", e.pool));
+        r.op = stream.strings.Intern("cudagraph_pool");
+        events.push_back(r);
+      }
+      continue;
+    }
+    if (e.kind == StreamEvent::Kind::kFree && pooled.count(e.id) != 0) continue;
+    events.push_back(e);
+  }
+  stream.events = std::move(events);
+  for (const auto& [id, p] : pools) {
+    stream.info.assumptions.push_back(fmt::format(
+        "CUDA graph pool {}: its {} allocations are one reservation of {} (their high-water "
+        "mark, each rounded to 512 B), held from the first one to the end: the graphs keep "
+        "their pool for their lifetime. The pool's own segments and block reuse are not "
+        "modelled (reserved may be higher)",
+        id, FormatCount(static_cast<int64_t>(p.allocs)),
+        FormatBytes(static_cast<int64_t>(p.high_water))));
+  }
 }
 
 Result<TensorStream> ReadTracerStream(std::string_view path) {

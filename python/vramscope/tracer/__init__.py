@@ -25,6 +25,10 @@ The contract (docs/design/tracer.md has it in full):
   a value computed from a parameter is an error: tracing needs shape-static code.
 - Output: JSON Lines, one header, then ``phase``/``alloc``/``free``/``set``/``matmul``/``conv``
   events in order, then ``end``. Written to a temporary file beside ``-o`` and renamed at the end.
+- ``--compile``: the model's forward runs through ``torch.compile`` with Inductor's own
+  ``compile_fx`` (decompositions, joint-graph passes, the min-cut partitioner) up to code
+  generation; each graph then runs node by node on the fake tensors, allocating what Inductor's
+  lowering makes a buffer. ``--cuda-graphs`` puts the graphs' allocations in a CUDA graph pool.
 - Every bad input is one line on stderr, ``vramscope tracer: error: <what>, <where>, <what to do>``,
   and exit status 1.
 
@@ -33,7 +37,8 @@ training set-up), ``models`` (the user's file or a transformers config, LoRA, fr
 parameters), ``device`` (parameters and buffers re-created on the fake device), ``optimizer``,
 ``step`` (the fake-tensor step runner: the training loop and the trace around it), ``tracking``
 (storages, module scopes, ``ValueShadows``), ``saved`` (tensors saved for backward),
-``backward`` (the executor), ``sdpa`` (attention kernel routing), ``patches`` (what the trace
+``backward`` (the executor), ``compiled`` (``--compile``/``--cuda-graphs``: Inductor's graphs
+run node by node), ``sdpa`` (attention kernel routing), ``patches`` (what the trace
 changes in torch for its duration, fp16 loss scaling), ``stream`` (the JSON Lines writer) and
 ``common`` (constants, errors, torch). ``python -m vramscope.tracer`` runs ``__main__``.
 

@@ -81,6 +81,54 @@ class BackwardExecutor:
                           "the tracer runs loss.backward() only; trace a step without "
                           "autograd.grad")
 
+    def grad(self, outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+             only_inputs=True, allow_unused=None, is_grads_batched=False,
+             materialize_grads=False):
+        """``torch.autograd.grad`` for ``--compile``: AOTAutograd traces its joint graph by calling
+        it (on fake tensors, under make_fx), which the C++ engine cannot run here. The gradients
+        reaching ``inputs`` are returned instead of accumulated; only nodes that lead to an input
+        run (the engine's ``exec_info``)."""
+        if is_grads_batched:
+            raise TracerError("torch.autograd.grad(is_grads_batched=True) is called",
+                              f"step {self.tracker.step} {self.tracker.phase}",
+                              "trace a plain loss.backward()")
+        outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+        inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+        if grad_outputs is None:
+            grads = [None] * len(outputs)
+        elif isinstance(grad_outputs, torch.Tensor):
+            grads = [grad_outputs]
+        else:
+            grads = list(grad_outputs)
+        roots = []
+        for t, g in zip(outputs, grads):
+            if not t.requires_grad:
+                continue
+            if g is None:
+                g = torch.ones_like(t, memory_format=torch.preserve_format)
+            roots.append(((t.grad_fn, t.output_nr) if t.grad_fn is not None
+                          else self._leaf_edge(t), g))
+        capture = {}
+        for i, t in enumerate(inputs):
+            edge = torch.autograd.graph.get_gradient_edge(t)
+            capture.setdefault(edge.node, []).append((edge.output_nr, i))
+        results = [None] * len(inputs)
+        self._run(roots, keep_graph=True if retain_graph is None else bool(retain_graph),
+                  capture=capture, results=results)
+        if materialize_grads or allow_unused is False:
+            for i, t in enumerate(inputs):
+                if results[i] is None:
+                    if not materialize_grads:
+                        raise RuntimeError("One of the differentiated Tensors appears to not have "
+                                           "been used in the graph. Set allow_unused=True if "
+                                           "this is the desired behavior.")
+                    results[i] = torch.zeros_like(t)
+        return tuple(results)
+
+    @staticmethod
+    def _leaf_edge(t):
+        return (t.view_as(t).grad_fn.next_functions[0][0], 0)
+
     def backward(self, tensors, grad_tensors=None, retain_graph=None, create_graph=False,
                  grad_variables=None, inputs=None):
         """Replaces torch.autograd.backward (and so Tensor.backward) during the trace."""
@@ -117,7 +165,11 @@ class BackwardExecutor:
         del root_grads
 
     # -- the engine
-    def _run(self, roots: list, keep_graph: bool) -> None:
+    def _run(self, roots: list, keep_graph: bool, capture: dict | None = None,
+             results: list | None = None) -> None:
+        """Runs the graph from ``roots``. With ``capture`` ({node: [(input nr, result index)]},
+        for ``grad``), the gradients arriving at those nodes' inputs go to ``results``, those
+        nodes are not run, nor any node that leads to none of them."""
         tracker = self.tracker
         saved_state = (self._graph_id, tracker.thread, tracker.backward_module)
         self._graph_id = next(self._graph_ids)
@@ -127,6 +179,7 @@ class BackwardExecutor:
         try:
             with torch.no_grad():
                 deps = self._dependencies([fn for (fn, _), _ in roots])
+                needed = self._needed(deps, capture) if capture is not None else None
                 buffers: dict = {}
                 heap: list = []
                 order = itertools.count()
@@ -140,6 +193,12 @@ class BackwardExecutor:
                 while heap:
                     _, _, fn = heapq.heappop(heap)
                     inputs = buffers.pop(fn)
+                    if capture is not None:
+                        for nr, index in capture.get(fn, ()):
+                            results[index] = inputs[nr]
+                        if fn in capture or fn not in needed:
+                            del inputs, fn
+                            continue
                     seq = fn._sequence_nr()
                     if type(fn).__name__ != "AccumulateGrad":
                         low = seq if low is None else min(low, seq)
@@ -190,6 +249,24 @@ class BackwardExecutor:
                     seen.add(nxt)
                     stack.append(nxt)
         return deps
+
+    @staticmethod
+    def _needed(deps: dict, capture: dict) -> set:
+        """The nodes from which a captured node can be reached (those the engine executes)."""
+        parents: dict = defaultdict(list)
+        for fn in deps:
+            for nxt, _ in fn.next_functions:
+                if nxt is not None:
+                    parents[nxt].append(fn)
+        needed = set()
+        stack = [fn for fn in capture if fn in deps]
+        while stack:
+            fn = stack.pop()
+            for parent in parents.get(fn, ()):
+                if parent not in needed:
+                    needed.add(parent)
+                    stack.append(parent)
+        return needed
 
     def _input_metadata(self, fn) -> list:
         md = self._metadata.get(fn)

@@ -59,6 +59,13 @@ def parse_args(argv=None) -> Setup:
                         "(repeatable)")
     p.add_argument("--sdpa", choices=SDPA_CHOICES, default="auto",
                    help="scaled_dot_product_attention kernel (auto: what PyTorch picks on sm90)")
+    p.add_argument("--compile", action="store_true",
+                   help="trace the step as torch.compile(model) (Inductor) runs it: AOTAutograd's "
+                        "partitioner decides what is saved for backward, Inductor's lowering "
+                        "which intermediates are allocated")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="torch.compile(model, mode=\"reduce-overhead\"): --compile, with the "
+                        "compiled graphs' memory in a CUDA graph pool held for their lifetime")
     p.add_argument("-o", "--output", required=True, help="the stream to write (JSON Lines)")
     a = p.parse_args(argv)
     for name in ("batch", "seq", "steps", "grad_accum"):
@@ -74,7 +81,8 @@ def parse_args(argv=None) -> Setup:
                  image_size=a.image_size, dtype=a.dtype, amp=a.amp, optimizer=a.optimizer,
                  optimizer_impl=a.optimizer_impl, zero_grad=a.zero_grad, steps=a.steps,
                  grad_accum=a.grad_accum, checkpointing=a.checkpointing, lora=a.lora,
-                 freeze=list(a.freeze), sdpa=a.sdpa)
+                 freeze=list(a.freeze), sdpa=a.sdpa, compile=a.compile or a.cuda_graphs,
+                 cuda_graphs=a.cuda_graphs)
 
 
 def _check_output(path: str) -> str:

@@ -16,7 +16,8 @@ else:  # lets the module import (and --help work) without torch
 
 PROG = "vramscope tracer"
 FORMAT = "vramscope-tensor-stream"
-VERSION = 1
+VERSION = 1           # an eager trace
+VERSION_COMPILED = 2  # --compile/--cuda-graphs: allocs may carry "graph", "node" and "pool"
 DEVICE = "cuda"  # the device whose allocations are traced (faked)
 
 PHASES = ("setup", "zero_grad", "inputs", "forward", "backward", "optimizer", "step_end")

@@ -25,14 +25,15 @@ def _patched(patches):
             setattr(obj, name, value)
 
 
-def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool):
+def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool, compiling: bool = False):
     """What the trace changes in torch for its duration, and why:
 
     - CUDA autocast refuses to switch on when ``torch.cuda.is_available()`` is False; only the AMP
       code's own checks are told otherwise (not ``torch.cuda.is_available`` itself, which would
       send code down paths that touch the driver);
     - ``torch.autograd.backward`` (hence ``Tensor.backward``) runs the tracer's executor, and
-      ``torch.autograd.grad`` is refused;
+      ``torch.autograd.grad`` is refused (with ``--compile`` it runs the executor too, which is
+      how AOTAutograd traces its joint graph);
     - ``torch._C._current_graph_task_id`` answers the executor's graph id, so that non-reentrant
       checkpointing recomputes once per backward rather than once per saved tensor;
     - transformers takes export-safe paths when it sees a FakeTensor (``is_tracing``): it then
@@ -45,7 +46,7 @@ def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool):
         (amp_common, "amp_definitely_not_available", lambda: False),
         (torch.cuda, "is_bf16_supported", lambda *a, **k: True),
         (torch.autograd, "backward", executor.backward),
-        (torch.autograd, "grad", executor.grad_unsupported),
+        (torch.autograd, "grad", executor.grad if compiling else executor.grad_unsupported),
         (torch._C, "_current_graph_task_id", executor.current_graph_task_id),
     ]
     hf_utils = sys.modules.get("transformers.utils.import_utils")

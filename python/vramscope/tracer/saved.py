@@ -32,12 +32,16 @@ class SavedTensors:
         self._seq = _sequence_nr_fn()
         self._by_seq: dict = defaultdict(list)   # counter at pack time -> weakrefs to _Saved
         self._unpacked: list[list] = []           # fallback without sequence numbers
+        self._running: list = []                  # the nodes being run, innermost last
 
     def pack(self, t):
         rec = self.tracker.record_of(t)
         if rec is not None and rec.category == "temporary":
-            saver = self.tracker.current_module()
-            self.tracker.relabel(t, "activation", f"{saver}:{rec.op}" if saver else rec.op)
+            if rec.node is not None:  # an output of a compiled forward graph: its FX node
+                self.tracker.relabel(t, "activation", f"{rec.module}:{rec.node}")
+            else:
+                saver = self.tracker.current_module()
+                self.tracker.relabel(t, "activation", f"{saver}:{rec.op}" if saver else rec.op)
         # detached: a saved *output* held by its own node would otherwise make a reference cycle
         holder = _Saved(t.detach())
         key = self._seq() if self._seq is not None else None
@@ -59,15 +63,24 @@ class SavedTensors:
     def running(self, node):
         """Around a node's apply: afterwards its saved tensors are released, as the engine does."""
         self._unpacked.append([])
+        self._running.append(node)
         try:
             yield
         finally:
+            self._running.pop()
             used = self._unpacked.pop()
             if self._seq is not None:
                 self._release(self._by_seq.pop(node._sequence_nr() + 1, ()))
             else:
                 for holder in used:
                     holder.tensor = None
+
+    def release_running(self) -> None:
+        """What ``ctx.maybe_clear_saved_tensors()`` does in a compiled graph's backward: the
+        running node's saved tensors are let go before its graph runs, which then frees each at
+        its last use."""
+        if self._running and self._seq is not None:
+            self._release(self._by_seq.pop(self._running[-1]._sequence_nr() + 1, ()))
 
     def release_range(self, low: int, high: int) -> None:
         """At the end of a backward: what nodes of this graph saved and did not unpack."""

@@ -24,6 +24,8 @@ class Setup:
     lora: int | None = None
     freeze: list = field(default_factory=list)
     sdpa: str = "auto"
+    compile: bool = False       # torch.compile (Inductor's graphs and partitioner)
+    cuda_graphs: bool = False   # mode="reduce-overhead": CUDA graphs, their private pool
 
     def as_header(self) -> dict:
         d = dict(self.__dict__)

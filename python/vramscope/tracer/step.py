@@ -8,7 +8,9 @@ import os
 import traceback
 
 from .backward import BackwardExecutor
-from .common import (DEVICE, DTYPES, DataDependentError, FORMAT, TracerError, VERSION, _one_line,
+from .compiled import CompileMode, explain_compile_failure
+from .common import (DEVICE, DTYPES, DataDependentError, FORMAT, TracerError, VERSION,
+                     VERSION_COMPILED, _one_line,
                      torch)
 from .device import materialize_on_device, parameter_summary
 from .models import ModelSpec, apply_freeze, apply_lora, load_file_model, load_hf_model
@@ -51,12 +53,14 @@ def _validate_batch(batch, where) -> None:
                               "return CPU tensors; the tracer moves them to the device")
 
 
-def train(setup: Setup, spec: ModelSpec, tracker, fake_mode, optimizer, scope) -> None:
+def train(setup: Setup, spec: ModelSpec, tracker, fake_mode, optimizer, scope,
+          compiled=None) -> None:
     """The loop of examples/training/train.py, per step: zero_grad, then per micro-batch the batch
     to the device, forward and loss (under autocast), backward; optimizer.step(); then the
     release of batch, output and loss. Earlier micro-batches' references are dropped at the end
     of their backward (as a function returning would)."""
     model = spec.model
+    forward_model = compiled.compile(model) if compiled is not None else model
     amp_dtype = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[setup.amp]
     scaler = GradScalerEmulation() if setup.amp == "fp16" else None
     try:
@@ -82,7 +86,7 @@ def train(setup: Setup, spec: ModelSpec, tracker, fake_mode, optimizer, scope) -
             autocast = (torch.autocast(DEVICE, dtype=amp_dtype) if amp_dtype is not None
                         else contextlib.nullcontext())
             with autocast:
-                out = spec.forward(model, batch)
+                out = spec.forward(forward_model, batch)
                 loss = spec.loss(out, batch)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise TracerError("the loss is not a scalar tensor", "the loss function",
@@ -142,6 +146,7 @@ def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
     writer = EventWriter(events_path)
     tracker = StorageTracker(writer)
     fake_mode = _fake_mode()
+    tracker.fake_mode = fake_mode
     sdpa = SdpaRouting(setup.sdpa)
     saved = SavedTensors(tracker)
     notes = [
@@ -176,9 +181,11 @@ def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
                    for m in model.modules()):
                 notes.append("the model registers module backward hooks: they were not run")
             step_phase = "training"
+            compiled = (CompileMode(tracker, saved, scope.root, setup.cuda_graphs) if setup.compile
+                        else None)
             try:
-                with emulation_patches(executor, hf_sees_fakes), saved.hooks():
-                    train(setup, spec, tracker, fake_mode, optimizer, scope)
+                with emulation_patches(executor, hf_sees_fakes, setup.compile), saved.hooks():
+                    train(setup, spec, tracker, fake_mode, optimizer, scope, compiled)
             finally:
                 scope.close()
             tracker.recording = False  # what follows (teardown) is not part of the step
@@ -197,6 +204,9 @@ def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
                           "trace a model made of standard PyTorch operators") from e
     except Exception as e:
         writer.abandon()
+        explained = explain_compile_failure(e) if setup.compile else None
+        if explained is not None:
+            raise explained from e
         if step_phase == "setup":
             where = "setting the model up on the fake device"
         else:
@@ -209,6 +219,8 @@ def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
                           "values or needs a real GPU, it cannot be traced") from e
     writer.close()
 
+    if compiled is not None:
+        notes.extend(compiled.notes())
     if sdpa.used:
         counts = ", ".join(f"{name} x{count}" for name, count in sorted(sdpa.used.items()))
         how = (f"as torch {torch.__version__} picks on sm90" if setup.sdpa == "auto"
@@ -231,7 +243,8 @@ def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
                  "no allocation traced")
     producer = f"vramscope tracer (torch {torch.__version__})"
     return {
-        "format": FORMAT, "version": VERSION, "producer": producer, "model": setup.model,
+        "format": FORMAT, "version": VERSION_COMPILED if setup.compile else VERSION,
+        "producer": producer, "model": setup.model,
         "model_class": base_class, "setup": setup.as_header(),
         "device_emulation": "fake cuda", "parameters": header_params, "notes": notes,
         "summary": {"allocs": writer.allocs, "frees": writer.frees,

@@ -12,11 +12,12 @@ from .stream import EventWriter
 
 
 class _Storage:
-    __slots__ = ("id", "nbytes", "category", "name", "op")
+    __slots__ = ("id", "nbytes", "category", "name", "op", "node", "module", "pool")
 
-    def __init__(self, alloc_id, nbytes, category, name, op):
+    def __init__(self, alloc_id, nbytes, category, name, op, node=None, module=None, pool=None):
         self.id, self.nbytes, self.category, self.name, self.op = (
             alloc_id, nbytes, category, name, op)
+        self.node, self.module, self.pool = node, module, pool  # compiled graphs only
 
 
 def _tensors_in(value):
@@ -37,6 +38,12 @@ def _sequence_nr_fn():
     """The autograd sequence counter of this thread (what the next node's sequence number will
     be): lets module scopes and saved tensors be matched to autograd nodes."""
     return getattr(getattr(torch._C, "_autograd", None), "_get_sequence_nr", None)
+
+
+def _compiling() -> bool:
+    """True while Dynamo traces (it folds the call to a constant), False when run."""
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(is_compiling()) if is_compiling is not None else False
 
 
 class ModuleScope:
@@ -63,9 +70,13 @@ class ModuleScope:
         return path
 
     def _pre(self, module, args):
+        if _compiling():  # Dynamo inlines global hooks: the compiled graphs name their modules
+            return
         self.stack.append((id(module), self._path(module), self._seq() if self._seq else None))
 
     def _post(self, module, args, output):
+        if _compiling():
+            return
         while self.stack:  # an exception may have skipped the post hooks of inner modules
             mid, path, start = self.stack.pop()
             if start is not None:
@@ -294,6 +305,21 @@ class StorageTracker(TorchDispatchMode):
         self.peak_bytes, self.peak_at = 0, None
         self.failure: tuple | None = None        # (op, module, step, phase) of the first failure
         self.shadows = ValueShadows()
+        # the step's FakeTensorMode: tensors of another (Dynamo's, while it compiles) are not
+        # the step's allocations
+        self.fake_mode = None
+        # --compile: the graph and FX node being run (graph kind, number, pool; node name,
+        # module, fused), and the storages of fused nodes (never allocated by Inductor's code)
+        self._graph: tuple | None = None
+        self._fx: tuple | None = None
+        self._fused: dict[int, weakref.ref] = {}
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """torch.compile turns the tracker off while it compiles (otherwise Dynamo refuses to
+        compile under a dispatch mode) and on again while the compiled code runs: the tracker
+        sees the ops of the compiled graphs' runners (--compile), not Dynamo's tracing."""
+        return True
 
     # -- context
     def set_phase(self, step: int, phase: str) -> None:
@@ -310,7 +336,32 @@ class StorageTracker(TorchDispatchMode):
         finally:
             self._labels.pop()
 
+    @contextlib.contextmanager
+    def compiled_graph(self, kind: str, number: int, pool: int | None):
+        """A compiled graph runs inside (its allocations name it, and its pool)."""
+        saved, self._graph = self._graph, (kind, number, pool)
+        try:
+            yield
+        finally:
+            self._graph = saved
+
+    @contextlib.contextmanager
+    def fx_node(self, name: str, module: str, fused: bool):
+        """An FX node of a compiled graph runs inside; ``fused``: Inductor computes it inside
+        its users' kernels, so its result is no allocation."""
+        saved, self._fx = self._fx, (name, module, fused)
+        try:
+            yield
+        finally:
+            self._fx = saved
+
+    def pool_of(self, t) -> int | None:
+        rec = self.record_of(t)
+        return rec.pool if rec is not None else None
+
     def current_module(self) -> str:
+        if self._fx is not None:
+            return self._fx[1]
         if self._labels and self._labels[-1][2] is not None:
             return self._labels[-1][2]
         if self.scope is not None and self.scope.current is not None:
@@ -359,7 +410,8 @@ class StorageTracker(TorchDispatchMode):
         if op is None:
             op = self._op_names[func] = _op_name(func)
         for t in _tensors_in(out):
-            if t.device.type == DEVICE:
+            if t.device.type == DEVICE and (self.fake_mode is None or
+                                            getattr(t, "fake_mode", None) is self.fake_mode):
                 self.track(t, op)
         packet = getattr(getattr(func, "_overloadpacket", None), "__name__", "")
         if packet in MATMUL_OPS and self.thread not in self._matmul_threads:
@@ -375,6 +427,8 @@ class StorageTracker(TorchDispatchMode):
         except (RuntimeError, NotImplementedError):  # no storage (sparse, nested): not traced
             return
         key = id(st)
+        if key in self._fused:
+            return
         nbytes = st.nbytes()
         rec = self.live.get(key)
         if rec is not None:
@@ -387,6 +441,9 @@ class StorageTracker(TorchDispatchMode):
             return
         if nbytes == 0:
             return
+        if self._fx is not None and self._fx[2]:  # fused by Inductor: never materialised
+            self._fused[key] = weakref.ref(st, functools.partial(self._on_fused_collect, key))
+            return
         category, name = self._labels[-1][:2] if self._labels else ("temporary", "")
         self.live[key] = self._emit_alloc(nbytes, category, name, op)
         if key not in self._weakrefs:
@@ -398,9 +455,21 @@ class StorageTracker(TorchDispatchMode):
         self.current_bytes += nbytes
         if self.current_bytes > self.peak_bytes:
             self.peak_bytes, self.peak_at = self.current_bytes, (self.step, self.phase)
-        self.writer.emit({"ev": "alloc", "id": rec.id, "bytes": nbytes, "category": category,
-                          "name": name, "op": op, "module": self.current_module()})
+        event = {"ev": "alloc", "id": rec.id, "bytes": nbytes, "category": category,
+                 "name": name, "op": op, "module": self.current_module()}
+        if self._graph is not None:  # made by a compiled graph (stream version 2)
+            kind, number, pool = self._graph
+            event["graph"] = number
+            rec.module = event["module"]
+            if self._fx is not None:
+                event["node"] = rec.node = self._fx[0]
+            if pool is not None:
+                event["pool"] = rec.pool = pool
+        self.writer.emit(event)
         return rec
+
+    def _on_fused_collect(self, key, _ref) -> None:
+        self._fused.pop(key, None)
 
     def _emit_free(self, rec: _Storage) -> None:
         self.current_bytes -= rec.nbytes
