@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <unordered_map>
 
 #include "allocator/caching_allocator.h"
+#include "common/units.h"
 
 namespace vramscope::predict {
 
@@ -80,6 +82,14 @@ Result<BuiltTrace> BuildPredictedTrace(TensorStream stream, const BuildOptions& 
   std::unordered_map<uint64_t, Live> live;
   std::unordered_map<uint64_t, bool> seen;  // ids ever allocated
   std::unordered_map<uint32_t, uint64_t> block_size_of_event;
+  // The stream's CUDA graph pools: the allocator model's private pool for each (PyTorch's id
+  // {0, n}, as graph_pool_handle() makes for cudagraph trees), never released.
+  struct GraphPool {
+    allocator::PoolIndex index = allocator::kDefaultPool;
+    uint64_t allocations = 0;
+    uint64_t peak_reserved = 0;
+  };
+  std::map<uint32_t, GraphPool> graph_pools;
   int32_t step = 0;
   model::Phase phase = model::Phase::kSetup;
   bool phase_pending = false;
@@ -112,7 +122,21 @@ Result<BuiltTrace> BuildPredictedTrace(TensorStream stream, const BuildOptions& 
         seen.emplace(e.id, true);
         if (e.bytes == 0) break;  // PyTorch makes no allocation for an empty storage
         mark_phase();
-        const allocator::MallocResult r = alloc.Malloc(e.bytes, /*stream=*/0);
+        GraphPool* graph_pool = nullptr;
+        if (e.pool != 0) {
+          graph_pool = &graph_pools[e.pool];
+          if (graph_pool->index == allocator::kDefaultPool) {
+            graph_pool->index = alloc.UsePrivatePool({0, static_cast<int64_t>(e.pool)});
+          }
+        }
+        const allocator::MallocResult r =
+            alloc.Malloc(e.bytes, /*stream=*/0,
+                         graph_pool != nullptr ? graph_pool->index : allocator::kDefaultPool);
+        if (graph_pool != nullptr && r.ok()) {
+          ++graph_pool->allocations;
+          graph_pool->peak_reserved =
+              std::max(graph_pool->peak_reserved, alloc.PoolReserved(graph_pool->index));
+        }
         drain_segments();
         if (!r.ok()) {
           const uint64_t allowed = options.settings.AllowedMaximum();
@@ -165,6 +189,14 @@ Result<BuiltTrace> BuildPredictedTrace(TensorStream stream, const BuildOptions& 
       return InvalidInput("the predicted step has more events than one trace holds (2^31)");
     }
   }
+  for (const auto& [id, pool] : graph_pools) {
+    if (!trace.prediction) break;
+    trace.prediction->assumptions.push_back(fmt::format(
+        "CUDA graph pool {}: its {} allocations are served from a private pool of the allocator "
+        "model (segments of its own, whose blocks only the graphs' requests reuse), held to the "
+        "end: the graphs keep their pool for their lifetime; the pool reserves {} at its peak",
+        id, pool.allocations, FormatBytes(static_cast<int64_t>(pool.peak_reserved))));
+  }
   // The state at the end, as a snapshot's segments.
   for (const allocator::SegmentView& s : alloc.Segments()) {
     model::Segment seg;
@@ -173,6 +205,8 @@ Result<BuiltTrace> BuildPredictedTrace(TensorStream stream, const BuildOptions& 
     seg.total_size = s.size;
     seg.stream = s.stream;
     seg.pool = s.pool == allocator::Pool::kSmall ? model::Pool::kSmall : model::Pool::kLarge;
+    seg.pool_id[0] = s.pool_id.first;
+    seg.pool_id[1] = s.pool_id.second;
     seg.is_expandable = s.expandable;
     seg.first_block = static_cast<uint32_t>(trace.blocks.size());
     for (const allocator::BlockView& b : s.blocks) {

@@ -42,7 +42,8 @@ struct StreamEvent {
   model::StringId name = model::kEmptyString;  // kPhase: the loop's own name ("zero_grad")
   model::StringId op = model::kEmptyString;
   // kAlloc: the private pool it came from (a CUDA graph pool; tracer stream version 2), 0 for
-  // the caching allocator's own pools. The reader folds pools into one reservation each.
+  // the caching allocator's default pools. BuildPredictedTrace serves it from that private pool
+  // of the allocator model, held to the end (the graphs keep their pool for their lifetime).
   uint32_t pool = 0;
   // Added by device_rules (workspaces) rather than by the producer: a written stream leaves
   // them out, since its reader adds them again from the markers.

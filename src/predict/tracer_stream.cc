@@ -198,67 +198,7 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
         "{}: truncated after line {} (no \"end\" line): the tracer did not finish; run it again",
         where, line_no));
   }
-  FoldGraphPools(out);
   return out;
-}
-
-void FoldGraphPools(TensorStream& stream) {
-  struct Pool {
-    uint64_t live = 0, high_water = 0, allocs = 0;
-    size_t first = 0;  // index of its first alloc
-  };
-  std::map<uint32_t, Pool> pools;
-  std::unordered_map<uint64_t, std::pair<uint32_t, uint64_t>> pooled;  // id -> pool, bytes
-  uint64_t next_id = 1;
-  for (size_t i = 0; i < stream.events.size(); ++i) {
-    const StreamEvent& e = stream.events[i];
-    if (e.kind == StreamEvent::Kind::kAlloc) next_id = std::max(next_id, e.id + 1);
-    if (e.kind == StreamEvent::Kind::kAlloc && e.pool != 0) {
-      auto [it, added] = pools.try_emplace(e.pool);
-      Pool& p = it->second;
-      if (added) p.first = i;
-      const uint64_t bytes = (e.bytes + 511) / 512 * 512;  // the pool's allocator rounds too
-      pooled[e.id] = {e.pool, bytes};
-      p.live += bytes;
-      p.high_water = std::max(p.high_water, p.live);
-      ++p.allocs;
-    } else if (e.kind == StreamEvent::Kind::kFree) {
-      const auto it = pooled.find(e.id);
-      if (it != pooled.end()) pools[it->second.first].live -= it->second.second;
-    }
-  }
-  if (pools.empty()) return;
-  std::vector<StreamEvent> events;
-  events.reserve(stream.events.size() - 2 * pooled.size() + pools.size());
-  for (size_t i = 0; i < stream.events.size(); ++i) {
-    const StreamEvent& e = stream.events[i];
-    if (e.kind == StreamEvent::Kind::kAlloc && e.pool != 0) {
-      const Pool& p = pools[e.pool];
-      if (p.first == i) {
-        StreamEvent r;
-        r.kind = StreamEvent::Kind::kAlloc;
-        r.id = next_id++;
-        r.bytes = p.high_water;
-        r.category = model::Category::kTemporary;
-        r.name = stream.strings.Intern(fmt::format("CUDA graph pool {}", e.pool));
-        r.op = stream.strings.Intern("cudagraph_pool");
-        events.push_back(r);
-      }
-      continue;
-    }
-    if (e.kind == StreamEvent::Kind::kFree && pooled.count(e.id) != 0) continue;
-    events.push_back(e);
-  }
-  stream.events = std::move(events);
-  for (const auto& [id, p] : pools) {
-    stream.info.assumptions.push_back(fmt::format(
-        "CUDA graph pool {}: its {} allocations are one reservation of {} (their high-water "
-        "mark, each rounded to 512 B), held from the first one to the end: the graphs keep "
-        "their pool for their lifetime. The pool's own segments and block reuse are not "
-        "modelled (reserved may be higher)",
-        id, FormatCount(static_cast<int64_t>(p.allocs)),
-        FormatBytes(static_cast<int64_t>(p.high_water))));
-  }
 }
 
 Result<TensorStream> ReadTracerStream(std::string_view path) {
@@ -297,8 +237,11 @@ Status WriteTensorStream(const TensorStream& stream, const std::string& path, bo
     std::ofstream out(output.temp_path(), std::ios::binary);
     if (!out) return InvalidInput(fmt::format("{}: cannot be written", path));
     const model::PredictionInfo& info = stream.info;
+    // Version 2 only when an allocation is in a CUDA graph pool (the field version 1 lacks).
+    const bool pools = std::any_of(stream.events.begin(), stream.events.end(),
+                                   [](const StreamEvent& e) { return e.pool != 0; });
     json header = {{"format", kFormat},
-                   {"version", 1},
+                   {"version", pools ? 2 : 1},
                    {"producer", "vramscope predict"},
                    {"model", info.model},
                    {"setup", info.setup},
@@ -322,6 +265,7 @@ Status WriteTensorStream(const TensorStream& stream, const std::string& path, bo
                {"category", model::CategoryName(e.category)},
                {"name", std::string(stream.strings.Get(e.name))},
                {"op", std::string(stream.strings.Get(e.op))}};
+          if (e.pool != 0) j["pool"] = e.pool;
           ++allocs;
           break;
         case StreamEvent::Kind::kFree:

@@ -17,12 +17,6 @@ Result<TensorStream> ReadTracerStream(std::string_view path);
 // The same from text (tests, fuzzing); `where` names the source in errors.
 Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view where);
 
-// Folds each private pool's allocations (StreamEvent::pool, the tracer's CUDA graph pool) into
-// one allocation of the pool's high-water mark, at its first allocation and never freed (a
-// graph keeps its pool for its lifetime), and says so in the assumptions. ParseTracerStream
-// calls it; the allocator model then places the reservation like any block.
-void FoldGraphPools(TensorStream& stream);
-
 // Writes `stream` in the same format (what `vramscope predict --emit-stream` gives): a family's
 // prediction can then be compared with the tracer's stream of the same model, tensor by tensor.
 Status WriteTensorStream(const TensorStream& stream, const std::string& path, bool overwrite);

@@ -1,9 +1,11 @@
-// The tracer stream reader: versions, and CUDA graph pools folded into one held reservation.
+// The tracer stream reader: versions, and CUDA graph pools as private pools of the predicted trace.
 #include "predict/tracer_stream.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "predict/build_trace.h"
 
 namespace vramscope::predict {
 namespace {
@@ -14,8 +16,7 @@ std::string Header(int version) {
          "\n";
 }
 
-// Pool 1 (rounded to 512 B): +1024 (id 2), +1024 (id 3) -> 2048, -1024 (id 2) -> 1024,
-// +2048 (id 4) -> 3072, then frees: high-water 3072 B.
+// Three allocations in CUDA graph pool 1 (ids 2-4), two in the default pools (ids 1 and 5).
 constexpr const char* kPooled =
     R"({"ev":"phase","step":0,"phase":"setup"}
 {"ev":"alloc","id":1,"bytes":4096,"category":"weight","name":"w","op":"aten::empty_strided"}
@@ -31,31 +32,45 @@ constexpr const char* kPooled =
 {"ev":"end","allocs":5,"frees":4,"live_at_end":1}
 )";
 
-TEST(TracerStreamTest, GraphPoolIsOneHeldReservationOfItsHighWaterMark) {
+// The reader keeps each allocation's pool; the predicted trace serves the pool's allocations
+// from a private pool of the allocator model: its own 2 MiB small-pool segment (every request
+// here is under 1 MiB), which the default pools' requests (the weight, id 5) never share, held
+// to the end with segment_pool_id (0, 1).
+TEST(TracerStreamTest, GraphPoolIsAPrivatePoolOfTheAllocatorModel) {
   auto stream = ParseTracerStream(Header(2) + kPooled, "t.jsonl");
   ASSERT_TRUE(stream.ok()) << stream.status().message();
-  using K = StreamEvent::Kind;
-  std::vector<std::pair<K, uint64_t>> seen;  // (kind, id) of allocs and frees
-  const StreamEvent* pool = nullptr;
+  std::vector<std::pair<uint64_t, uint32_t>> pools;  // (id, pool) of the allocations
   for (const StreamEvent& e : stream->events) {
-    if (e.kind == K::kAlloc || e.kind == K::kFree) seen.emplace_back(e.kind, e.id);
-    if (e.kind == K::kAlloc && e.id == 6) pool = &e;
+    if (e.kind == StreamEvent::Kind::kAlloc) pools.emplace_back(e.id, e.pool);
   }
-  // the pool's reservation takes the place of its first allocation; its members and their
-  // frees are gone; the reservation is never freed; allocations outside the pool stay
-  const std::vector<std::pair<K, uint64_t>> expected = {
-      {K::kAlloc, 1}, {K::kAlloc, 6}, {K::kAlloc, 5}, {K::kFree, 5}};
-  EXPECT_EQ(seen, expected);
-  ASSERT_NE(pool, nullptr);
-  EXPECT_EQ(pool->bytes, 3072u);
-  EXPECT_EQ(pool->pool, 0u);
-  EXPECT_EQ(stream->strings.Get(pool->name), "CUDA graph pool 1");
-  ASSERT_EQ(stream->info.assumptions.size(), 2u);
-  EXPECT_EQ(stream->info.assumptions[0], "traced");
-  EXPECT_NE(stream->info.assumptions[1].find("CUDA graph pool 1: its 3 allocations are one "
-                                             "reservation of 3.00 KiB"),
+  const std::vector<std::pair<uint64_t, uint32_t>> expected = {
+      {1, 0}, {2, 1}, {3, 1}, {4, 1}, {5, 0}};
+  EXPECT_EQ(pools, expected);
+  auto built = BuildPredictedTrace(std::move(stream).value(), BuildOptions{});
+  ASSERT_TRUE(built.ok()) << built.status().message();
+  const model::Trace& trace = built->trace;
+  ASSERT_EQ(trace.segments.size(), 2u);
+  int private_segments = 0;
+  for (const model::Segment& s : trace.segments) {
+    EXPECT_EQ(s.total_size, uint64_t{2} << 20);
+    if (s.pool_id[1] == 1) {
+      ++private_segments;
+      EXPECT_EQ(s.pool_id[0], 0);
+      EXPECT_EQ(s.allocated_size, 0u);  // everything in it was freed; the pool keeps it
+    } else {
+      EXPECT_EQ(s.allocated_size, 4096u);  // the weight
+    }
+  }
+  EXPECT_EQ(private_segments, 1);
+  EXPECT_EQ(built->peak_reserved, uint64_t{4} << 20);
+  ASSERT_TRUE(trace.prediction.has_value());
+  ASSERT_EQ(trace.prediction->assumptions.size(), 2u);
+  EXPECT_NE(trace.prediction->assumptions[1].find(
+                "CUDA graph pool 1: its 3 allocations are served from a private pool"),
             std::string::npos)
-      << stream->info.assumptions[1];
+      << trace.prediction->assumptions[1];
+  EXPECT_NE(trace.prediction->assumptions[1].find("reserves 2.00 MiB at its peak"),
+            std::string::npos);
 }
 
 TEST(TracerStreamTest, WithoutPoolsNothingIsFolded) {

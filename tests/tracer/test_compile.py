@@ -198,10 +198,17 @@ def test_predict_cuda_graphs_pool_is_held(tmp_path):
     report = json.loads(out.stdout)
     assumptions = "\n".join(report["prediction"]["assumptions"])
     assert "CUDA graph pool 1: its" in assumptions
-    events = [json.loads(l) for l in (tmp_path / "s.jsonl").read_text().splitlines()[1:]]
-    pools = [e for e in events if e["ev"] == "alloc" and e["name"] == "CUDA graph pool 1"]
-    assert len(pools) == 1
-    assert not any(e["ev"] == "free" and e["id"] == pools[0]["id"] for e in events)
+    assert "served from a private pool of the allocator model" in assumptions
+    # The pool is the allocator model's private pool (0, 1), held to the end: the dump holds
+    # its segments, and what the graphs freed stays reserved there.
+    pools = report["devices"][0]["at_dump"]["private_pools"]
+    assert pools["pools"] == 1 and pools["segments"] >= 1
+    assert pools["reserved_bytes"] > 0
+    lines = (tmp_path / "s.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["version"] == 2
+    events = [json.loads(l) for l in lines[1:]]
+    pooled = [e for e in events if e["ev"] == "alloc" and e.get("pool") == 1]
+    assert pooled and all(e["category"] != "weight" for e in pooled)
 
 
 @pytest.mark.skipif(not BIN.exists(), reason=f"no vramscope binary at {BIN}")
