@@ -506,13 +506,7 @@ void CachingAllocator::ReleaseBlocks(PoolIndex owner, Pool pool_kind) {
 // segment. The cached blocks of a pool still in use stay: its graphs replay into them.
 void CachingAllocator::ReleaseCachedBlocks() {
   CompletePendingFrees();
-  ReleaseBlocks(kDefaultPool, Pool::kLarge);
-  ReleaseBlocks(kDefaultPool, Pool::kSmall);
-  for (size_t o = 1; o < owners_.size(); ++o) {
-    if (!owners_[o].alive || !owners_[o].freeable) continue;
-    ReleaseBlocks(static_cast<PoolIndex>(o), Pool::kSmall);
-    ReleaseBlocks(static_cast<PoolIndex>(o), Pool::kLarge);
-  }
+  ForEachReleasedPool([&](PoolIndex owner, Pool pool) { ReleaseBlocks(owner, pool); });
   ForgetEmptyFreeablePools();
 }
 
@@ -939,13 +933,7 @@ std::vector<std::pair<uint64_t, uint64_t>> CachingAllocator::ReleasableSegments(
       }
     }
   };
-  add(kDefaultPool, Pool::kLarge);
-  add(kDefaultPool, Pool::kSmall);
-  for (size_t o = 1; o < owners_.size(); ++o) {
-    if (!owners_[o].alive || !owners_[o].freeable) continue;
-    add(static_cast<PoolIndex>(o), Pool::kSmall);
-    add(static_cast<PoolIndex>(o), Pool::kLarge);
-  }
+  ForEachReleasedPool(add);
   return out;
 }
 

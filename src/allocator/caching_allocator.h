@@ -364,6 +364,19 @@ class CachingAllocator {
   void ReleaseCachedBlocks();
   void ReleaseBlocks(PoolIndex owner, Pool pool);
   void ForgetEmptyFreeablePools();
+  // The (pool, size class) pairs release_cached_blocks frees, in its order: the default pools'
+  // large then small blocks, then each freeable private pool's small then large ones. The one
+  // place that order lives (ReleaseCachedBlocks and ReleasableSegments must agree with it).
+  template <typename F>
+  void ForEachReleasedPool(F&& f) const {
+    f(kDefaultPool, Pool::kLarge);
+    f(kDefaultPool, Pool::kSmall);
+    for (size_t o = 1; o < owners_.size(); ++o) {
+      if (!owners_[o].alive || !owners_[o].freeable) continue;
+      f(static_cast<PoolIndex>(o), Pool::kSmall);
+      f(static_cast<PoolIndex>(o), Pool::kLarge);
+    }
+  }
   BlockId FreeBlockOfOomPool(Pool pool, uint64_t stream, uint64_t size);
   void CountAllocated(const Block& b, int64_t sign);
   void ReleaseBlock(BlockId b);
