@@ -27,7 +27,10 @@ import capture_modern_goldens as M  # noqa: E402  (no torch needed at import)
 
 
 def _need_python():
+    # Under CTest (VRAMSCOPE_REQUIRE_TORCH=1) a missing interpreter is a failure, never a skip.
     if not PYTHON:
+        if os.environ.get("VRAMSCOPE_REQUIRE_TORCH"):
+            pytest.fail("VRAMSCOPE_TORCH_PYTHON is not set, but CTest requires these tests to run")
         pytest.skip("VRAMSCOPE_TORCH_PYTHON is not set")
 
 
