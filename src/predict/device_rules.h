@@ -11,22 +11,14 @@
 #include <vector>
 
 #include "common/status.h"
+#include "device/gpu_catalog.h"
 #include "predict/tensor_stream.h"
 
 namespace vramscope::predict {
 
-struct GpuSpec {
-  std::string key;            // "h100-80gb"
-  std::string name;           // "NVIDIA H100 80GB HBM3"
-  uint64_t total_memory = 0;  // torch.cuda.get_device_properties().total_memory
-  int sm = 0;                 // compute capability x10 (90 for sm_90)
-  std::string memory_source;  // where total_memory comes from
-};
-
-// The GPUs `--gpu` knows, in table order.
-const std::vector<GpuSpec>& KnownGpus();
-// A GPU by key ("h100-80gb", case-insensitive, '_' or '-'), or an error listing the keys.
-Result<GpuSpec> FindGpu(std::string_view key);
+using device::FindGpu;
+using device::GpuSpec;
+using device::KnownGpus;
 
 struct DeviceRules {
   std::string torch_version = "2.11";
