@@ -1,0 +1,83 @@
+// What an out-of-memory message states, as `vramscope explain` reads it from text a user pasted
+// (sources/oom_message parses it; analysis/oom_message_explain concludes from it).
+//
+// PyTorch prints every figure with format_size: "N bytes" up to 1 KiB, then two decimals of KiB,
+// MiB or GiB. A figure is therefore known only to an interval, and every conclusion drawn from
+// it is arithmetic on intervals (docs/design/explain.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace vramscope::model {
+
+// A size as a message prints it, and the bytes it can stand for.
+struct PrintedBytes {
+  std::string text;  // "79.11 GiB", as printed
+  uint64_t lo = 0;   // the smallest size that prints so
+  uint64_t hi = 0;   // the largest
+  uint64_t Mid() const { return lo + (hi - lo) / 2; }
+};
+
+// Which text it is: the generations of the caching allocator's message, or an error that does not
+// come from the caching allocator at all.
+enum class OomMessageKind : uint8_t {
+  kAllocator,        // PyTorch 2.1+: "GPU 0 has a total capacity of ... of which ... is free."
+  kAllocatorLegacy,  // PyTorch 1.x - 2.0: "(GPU 0; ... total capacity; ... already allocated; ...)"
+  kAllocatorBare,    // "CUDA out of memory. Tried to allocate ..." with no figures after it
+  kDriverError,      // "CUDA error: out of memory", cudaErrorMemoryAllocation, hipErrorOutOfMemory
+  kLibraryError,  // CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_FAILED, NCCL's "out of memory"
+  // backend:cudaMallocAsync: "Allocation on device 0 would exceed allowed memory. (out of memory)"
+  // with "Currently allocated", "Requested", "Device limit", "Free (according to CUDA)" lines.
+  kAsyncAllocator,
+  kMps,  // Apple's "MPS backend out of memory (MPS allocated: ..., other allocations: ...)"
+};
+const char* OomMessageKindName(OomMessageKind kind);
+
+struct OomProcess {
+  int64_t pid = 0;
+  PrintedBytes in_use;
+};
+
+struct OomMessage {
+  OomMessageKind kind = OomMessageKind::kAllocator;
+  std::string backend;      // "CUDA", "HIP", "XPU", "MPS"
+  std::string library;      // kLibraryError: "cuBLAS", "cuDNN", "NCCL"
+  size_t line = 0;          // 1-based line of the text where it starts
+  std::optional<int> rank;  // a "[rank3]:" prefix on its line
+  std::string text;         // the message, whitespace collapsed, at most a few KiB
+
+  std::optional<PrintedBytes> tried_to_allocate;
+  std::optional<int> gpu;
+  std::optional<PrintedBytes> total_capacity;
+  std::optional<PrintedBytes> free;  // cudaMemGetInfo's free bytes at the failure
+  // The memory fraction's cap, when one is set (MPS: "max allowed"; cudaMallocAsync: "PyTorch
+  // limit", which prints as 17179869184.00 GiB, i.e. 2^64 B, when no fraction is set).
+  std::optional<PrintedBytes> allowed;
+  // 2.1+: the processes NVML lists on the GPU, other than this one, and this one's own total.
+  std::vector<OomProcess> processes;
+  std::optional<PrintedBytes> this_process_in_use;
+  // 2.1+: stats' allocated bytes plus the free blocks cached in private pools, so that
+  // allocated_by_pytorch + reserved_unallocated = memory_reserved(). cudaMallocAsync: "Currently
+  // allocated"; MPS: "MPS allocated".
+  std::optional<PrintedBytes> allocated_by_pytorch;
+  // "with ... allocated in private pools": the free blocks cached in CUDA graphs' and MemPools'
+  // pools, counted in allocated_by_pytorch although no tensor holds them.
+  std::optional<PrintedBytes> private_pools;
+  std::optional<PrintedBytes> reserved_unallocated;
+  // 1.x - 2.0.
+  std::optional<PrintedBytes> already_allocated;
+  std::optional<PrintedBytes> reserved_total;  // 1.4+: "reserved in total by PyTorch"
+  // 1.0 - 1.3: "... cached)", which was reserved minus allocated (not the total), and a
+  // short-lived "; ... inactive)".
+  std::optional<PrintedBytes> cached;
+  std::optional<PrintedBytes> inactive;
+  std::optional<PrintedBytes> other_allocations;  // MPS: what else holds the unified memory
+  // The message's own advice, quoted back only to say whether it applies.
+  bool suggests_expandable_segments = false;
+  bool suggests_max_split_size = false;
+};
+
+}  // namespace vramscope::model
