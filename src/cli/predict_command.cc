@@ -11,6 +11,7 @@
 #include "cli/report_output.h"
 #include "cli/run_tracer.h"
 #include "common/units.h"
+#include "device/non_pytorch_memory.h"
 #include "pipeline/analyze.h"
 #include "pipeline/load.h"
 #include "predict/fit_advice.h"
@@ -173,7 +174,28 @@ Result<predict::PredictRequest> BuildRequest(const PredictOptions& o) {
   if (!o.fit.empty()) RETURN_IF_ERROR(ApplyTarget(o.fit, "--fit", r));
   r.torch_version = o.torch_version;
   r.alloc_conf = o.alloc_conf;
-  r.context_bytes = o.cuda_context_mib << 20;
+  // What the GPU holds outside the allocator: the model's figures for this GPU (an H100's when
+  // only a capacity is given), a communicator when data parallelism spans GPUs, the flags' values
+  // where given.
+  device::OutsideSetup outside;
+  if (r.gpu) {
+    outside = device::SetupFor(*r.gpu);
+  } else {
+    outside.gpu_name = "a GPU of sm_90 (no --gpu given)";
+  }
+  if (o.module_loading != "lazy" && o.module_loading != "eager") {
+    return UsageError(fmt::format(
+        "--cuda-module-loading {}: use lazy (CUDA_MODULE_LOADING=LAZY, PyTorch's default) or "
+        "eager",
+        o.module_loading));
+  }
+  outside.lazy_loading = o.module_loading == "lazy";
+  outside.nccl_communicators = o.world_size > 1 ? 1 : 0;
+  if (o.cuda_context_mib) outside.context_bytes = *o.cuda_context_mib << 20;
+  if (o.library_memory_mib) outside.library_bytes = *o.library_memory_mib << 20;
+  if (o.nccl_memory_mib) outside.nccl_bytes = *o.nccl_memory_mib << 20;
+  r.outside = device::EstimateOutsideAllocator(outside);
+  r.context_bytes = r.outside.Total();
   return r;
 }
 
@@ -331,6 +353,10 @@ Status Run(const PredictOptions& o) {
 
 }  // namespace
 
+Result<predict::PredictRequest> BuildPredictRequest(const PredictOptions& options) {
+  return BuildRequest(options);
+}
+
 void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "predict",
@@ -410,8 +436,21 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "the PyTorch version (workspace rules; default: 2.11)");
   cmd->add_option("--alloc-conf", o.alloc_conf, "PYTORCH_CUDA_ALLOC_CONF of the predicted run");
   cmd->add_option("--cuda-context", o.cuda_context_mib,
-                  "MiB the CUDA context takes outside the allocator (default: 500)")
+                  "MiB the CUDA context takes outside the allocator (default: the GPU's, from "
+                  "docs/design/non-pytorch-memory.md: 426 MiB on A100, 520 MiB assumed on "
+                  "H100/H200, ...)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  cmd->add_option("--library-memory", o.library_memory_mib,
+                  "MiB the libraries' kernels (cuBLAS, cuDNN, Triton) take in the context "
+                  "(default: 64, assumed)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  cmd->add_option("--nccl-memory", o.nccl_memory_mib,
+                  "MiB NCCL's buffers take (default with --world-size 2 or more: one "
+                  "communicator, 16 channels x (ring + tree) x 12 MiB = 384 MiB)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  cmd->add_option("--cuda-module-loading", o.module_loading,
+                  "lazy (default, as PyTorch sets CUDA_MODULE_LOADING) or eager (adds 362 MiB "
+                  "to the context)");
   cmd->add_option("--python", o.python,
                   "the Python (with PyTorch) that runs the tracer for --model FILE.py:FUNCTION "
                   "or hf:config.json (default: python3)");

@@ -4,10 +4,13 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "predict/model_spec.h"
+#include "predict/predict.h"
 
 namespace vramscope::cli {
 
@@ -38,7 +41,10 @@ struct PredictOptions {
   uint64_t fit_max = 1 << 20;
   std::string torch_version = "2.11";
   std::string alloc_conf;
-  uint64_t cuda_context_mib = 500;
+  // Memory outside the allocator (src/device/non_pytorch_memory.h): overrides of the model's
+  // figures, in MiB, and how CUDA loads modules.
+  std::optional<uint64_t> cuda_context_mib, library_memory_mib, nccl_memory_mib;
+  std::string module_loading = "lazy";
   std::string python = "python3";  // runs the tracer for --model my.py:build / hf:config.json
   std::string emit_stream;         // write the predicted tensor stream here (tracer format)
   bool compile = false;            // the tracer's --compile: the step as torch.compile runs it
@@ -53,6 +59,9 @@ struct PredictOptions {
 };
 
 void RegisterPredictCommand(CLI::App& app, PredictOptions& options);
+// The predictor's request for the flags (checked as `predict` checks them); `explain --model`
+// uses it to fit a batch into the memory an out-of-memory message leaves.
+Result<predict::PredictRequest> BuildPredictRequest(const PredictOptions& options);
 int RunPredictCommand(const PredictOptions& options);
 
 }  // namespace vramscope::cli

@@ -51,6 +51,14 @@ const std::vector<GpuSpec>& KnownGpus() {
        "31.75 GiB, the total capacity PyTorch's OOM message reports"},
       {"t4", "Tesla T4", GiBHundredths(1475), 75,
        "14.75 GiB, the total capacity PyTorch's OOM message reports"},
+      {"mi300x", "AMD Instinct MI300X", GiBHundredths(19198), 942,
+       "191.98 GiB, the total capacity ROCm PyTorch's OOM message reports on MI300X (a VF "
+       "reports 205,571,227,648 B: ../shared/fixtures/real's MI300X trace)",
+       Vendor::kAmd},
+      {"mi250x", "AMD Instinct MI250X (one GCD)", GiBHundredths(6398), 910,
+       "63.98 GiB, the total capacity HIP out-of-memory messages report for 64 GB AMD parts "
+       "(which part printed it is assumed)",
+       Vendor::kAmd},
   };
   return gpus;
 }

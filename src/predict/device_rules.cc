@@ -26,7 +26,7 @@ std::pair<int, int> ParseVersion(std::string_view v) {
 
 }  // namespace
 
-Result<DeviceRules> RulesFor(int sm, std::string_view torch_version) {
+Result<DeviceRules> RulesFor(int sm, std::string_view torch_version, device::Vendor vendor) {
   const auto [major, minor] = ParseVersion(torch_version);
   if (major != 2) {
     return UsageError(fmt::format(
@@ -37,6 +37,14 @@ Result<DeviceRules> RulesFor(int sm, std::string_view torch_version) {
   DeviceRules rules;
   rules.torch_version = std::string(torch_version);
   rules.sm = sm;
+  if (vendor == device::Vendor::kAmd) {
+    // PyTorch's CublasHandlePool.cpp under USE_ROCM: the hipBLAS workspace is 32 MiB, 128 MiB on
+    // gfx94x/gfx95x (MI300 class); the hipBLASLt workspace is 76 MiB (HIPBLASLT_WORKSPACE_SIZE,
+    // in KiB). Both come from the caching allocator, per (handle, stream).
+    rules.cublas_workspace = sm >= 940 ? (128ull << 20) : (32ull << 20);
+    rules.cublaslt_workspace = 76ull << 20;
+    return rules;
+  }
   // cuBLAS workspace (allocator-policy.md): 4 MiB up to 2.0; ":4096:2:16:8" = 8,519,680 B from
   // 2.1; 32 MiB on sm_90 from 2.3.
   if (minor == 0) {

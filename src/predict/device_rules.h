@@ -34,8 +34,10 @@ struct DeviceRules {
   uint64_t context_bytes = 0;
 };
 
-// The rules for a GPU (sm) and a PyTorch version ("2.11", "2.1", ...).
-Result<DeviceRules> RulesFor(int sm, std::string_view torch_version);
+// The rules for a GPU (sm: GpuSpec::sm) and a PyTorch version ("2.11", "2.1", ...). On AMD GPUs
+// (ROCm builds) the same two workspaces are hipBLAS's and hipBLASLt's.
+Result<DeviceRules> RulesFor(int sm, std::string_view torch_version,
+                             device::Vendor vendor = device::Vendor::kNvidia);
 
 // Expands the kMatmul/kConv markers of `stream` into workspace allocations by `rules`: the
 // cuBLAS workspace of a thread at its first matmul (kept for the rest of the run), the cuBLASLt

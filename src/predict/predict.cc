@@ -98,7 +98,8 @@ Result<allocator::AllocatorSettings> SettingsFor(const PredictRequest& request) 
 
 Result<TensorStream> PredictStream(const LoadedModel& model, const PredictRequest& request) {
   const int sm = request.gpu ? request.gpu->sm : 90;
-  ASSIGN_OR_RETURN(DeviceRules rules, RulesFor(sm, request.torch_version));
+  const device::Vendor vendor = request.gpu ? request.gpu->vendor : device::Vendor::kNvidia;
+  ASSIGN_OR_RETURN(DeviceRules rules, RulesFor(sm, request.torch_version, vendor));
   TensorStream stream;
   if (!model.traced.empty()) {
     ASSIGN_OR_RETURN(stream, ReadTracerStream(model.traced));
@@ -129,14 +130,27 @@ Result<TensorStream> PredictStream(const LoadedModel& model, const PredictReques
   };
   info.facts.emplace_back("cuBLAS workspace", bytes(rules.cublas_workspace));
   info.facts.emplace_back("cuBLASLt workspace", bytes(rules.cublaslt_workspace));
-  info.facts.emplace_back("CUDA context", bytes(request.context_bytes));
+  if (request.outside.figures.empty()) {
+    info.facts.emplace_back("CUDA context", bytes(request.context_bytes));
+    info.assumptions.push_back(fmt::format(
+        "the CUDA context and library handles take {} outside the allocator (--cuda-context)",
+        FormatBytes(static_cast<int64_t>(request.context_bytes))));
+  } else {
+    for (const device::OutsideFigure& f : request.outside.figures) {
+      info.facts.emplace_back(
+          f.item + " (outside the allocator)",
+          fmt::format("{}, {}", bytes(f.bytes), device::EvidenceName(f.evidence)));
+      info.assumptions.push_back(fmt::format("{} takes {} outside the allocator ({}: {}; {})",
+                                             f.item, FormatBytes(static_cast<int64_t>(f.bytes)),
+                                             device::EvidenceName(f.evidence), f.source, f.flag));
+    }
+  }
   if (!request.alloc_conf.empty()) info.facts.emplace_back("alloc_conf", request.alloc_conf);
-  info.assumptions.push_back(fmt::format(
-      "the CUDA context and library handles take {} outside the allocator (--cuda-context)",
-      FormatBytes(static_cast<int64_t>(request.context_bytes))));
-  info.assumptions.push_back(fmt::format(
-      "cuBLAS keeps one {} workspace per thread (main, autograd) for torch {} on sm_{}",
-      FormatBytes(static_cast<int64_t>(rules.cublas_workspace)), rules.torch_version, sm));
+  info.assumptions.push_back(
+      fmt::format("{} keeps one {} workspace per thread (main, autograd) for torch {} on {}{}",
+                  vendor == device::Vendor::kAmd ? "hipBLAS" : "cuBLAS",
+                  FormatBytes(static_cast<int64_t>(rules.cublas_workspace)), rules.torch_version,
+                  vendor == device::Vendor::kAmd ? "gfx" : "sm_", sm));
   if (model.spec && model.spec->family == Family::kResnet) {
     info.assumptions.push_back(
         "cuDNN's per-call convolution workspaces depend on the algorithm cuDNN picks at run "

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "device/non_pytorch_memory.h"
 #include "predict/build_trace.h"
 #include "predict/device_rules.h"
 #include "predict/model_spec.h"
@@ -20,8 +21,12 @@ struct PredictRequest {
   std::optional<GpuSpec> gpu;
   uint64_t capacity = 0;  // explicit capacity (bytes of GPU memory); 0: the GPU's, or unlimited
   std::string torch_version = "2.11";
-  std::string alloc_conf;                 // PYTORCH_CUDA_ALLOC_CONF of the predicted run
-  uint64_t context_bytes = 500ull << 20;  // outside the allocator (CUDA context, handles)
+  std::string alloc_conf;  // PYTORCH_CUDA_ALLOC_CONF of the predicted run
+  // Outside the allocator (CUDA context, libraries' kernels, NCCL): what the allocator cannot
+  // reserve of the GPU. `outside` says what it is made of (its Total() is context_bytes); empty
+  // when the caller gave only a total.
+  uint64_t context_bytes = 500ull << 20;
+  device::OutsideMemory outside;
 };
 
 // The model, loaded once (a preset, a config, a layer list or a tracer stream).
