@@ -1,0 +1,538 @@
+#include "analysis/oom_message_explain.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
+#include "common/units.h"
+
+namespace vramscope::analysis {
+
+namespace {
+
+using model::OomMessage;
+using model::OomMessageKind;
+using model::PrintedBytes;
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max() / 4;
+
+ByteRange R(const PrintedBytes& b) {
+  return {static_cast<int64_t>(std::min<uint64_t>(b.lo, kMax)),
+          static_cast<int64_t>(std::min<uint64_t>(b.hi, kMax))};
+}
+ByteRange Exact(int64_t v) { return {v, v}; }
+ByteRange operator+(ByteRange a, ByteRange b) { return {a.lo + b.lo, a.hi + b.hi}; }
+ByteRange operator-(ByteRange a, ByteRange b) { return {a.lo - b.hi, a.hi - b.lo}; }
+
+// "4.39 GiB", or "4.38 to 4.40 GiB" when the rounding leaves a visible spread.
+std::string Show(ByteRange r) {
+  const std::string lo = FormatBytes(r.lo), hi = FormatBytes(r.hi);
+  return lo == hi ? lo : fmt::format("{} to {}", lo, hi);
+}
+
+// a >= b for every value the ranges allow / for some.
+bool Always(ByteRange a, ByteRange b) { return a.lo >= b.hi; }
+bool Sometimes(ByteRange a, ByteRange b) { return a.hi >= b.lo; }
+
+// What one process is expected to hold outside the allocator, as a range: a measured or given
+// figure within 10%, a documented one within 25%, an assumed one within 50%. A cause that rests
+// on the excess over it is decisive only beyond that spread.
+ByteRange ExpectedRange(const device::OutsideMemory& outside) {
+  ByteRange r;
+  for (const device::OutsideFigure& f : outside.figures) {
+    const int64_t b = static_cast<int64_t>(f.bytes);
+    int64_t spread = b / 10;
+    if (f.evidence == device::Evidence::kDocumented) spread = b / 4;
+    if (f.evidence == device::Evidence::kAssumed) spread = b / 2;
+    r.lo += b - spread;
+    r.hi += b + spread;
+  }
+  return r;
+}
+
+bool ExpandableSegmentsOn(const std::string& conf) {
+  std::string lower;
+  for (const char c : conf)
+    lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  lower.erase(std::remove(lower.begin(), lower.end(), ' '), lower.end());
+  return lower.find("expandable_segments:true") != std::string::npos;
+}
+
+struct Context {
+  const OomMessage& m;
+  const ExplainOptions& options;
+  OomMessageExplanation& out;
+  std::string what;  // "CUDA", "HIP"
+};
+
+void AddFinding(OomMessageExplanation& out, OomMessageCause cause, bool decisive,
+                std::string arithmetic, std::string meaning, ByteRange bytes = {}) {
+  out.findings.push_back({cause, decisive, std::move(arithmetic), std::move(meaning), bytes});
+}
+
+// The request would have fit had `extra` been free too: a cause, decisive or possible.
+void TestCause(OomMessageExplanation& out, OomMessageCause cause, ByteRange free, ByteRange extra,
+               ByteRange request, const std::string& extra_name, const std::string& meaning) {
+  extra.lo = std::max<int64_t>(extra.lo, 0);  // "beyond the expected" may be nothing
+  const ByteRange sum = free + extra;
+  // When the device reported the request free, nothing that held memory is a cause (see
+  // ExplainAllocator).
+  if (extra.hi <= 0 || !Sometimes(sum, request) || Always(free, request)) return;
+  const bool decisive = Always(sum, request) && extra.lo > 0;
+  AddFinding(out, cause, decisive,
+             fmt::format("free {} + {} {} = {} {} the request {}", Show(free), extra_name,
+                         Show(extra), Show(sum), decisive ? ">=" : "may reach", Show(request)),
+             meaning, extra);
+}
+
+void FragmentationAdvice(const Context& c) {
+  const bool legacy = c.m.kind == OomMessageKind::kAllocatorLegacy;
+  if (c.options.alloc_conf && ExpandableSegmentsOn(*c.options.alloc_conf)) {
+    c.out.advice.push_back(
+        "expandable_segments is already on (PyTorch's message suggests it either way, "
+        "pytorch#173049): the unallocated memory lies between live tensors; lower the peak "
+        "(smaller batch, activation checkpointing) or free tensors earlier");
+    return;
+  }
+  if (c.m.backend == "HIP") {
+    c.out.advice.push_back(
+        fmt::format("set PYTORCH_HIP_ALLOC_CONF=max_split_size_mb:{} (older ROCm builds have no "
+                    "expandable segments) so that blocks of the request's size are not split",
+                    std::max<int64_t>(20, (R(*c.m.tried_to_allocate).hi + (1 << 20) - 1) >> 20)));
+    return;
+  }
+  if (legacy) {
+    c.out.advice.push_back(
+        "PyTorch 2.1 and later offer PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which "
+        "removes this fragmentation; on this version set max_split_size_mb (e.g. "
+        "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128) so that large blocks are not split");
+    return;
+  }
+  c.out.advice.push_back(fmt::format(
+      "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_ALLOC_CONF from PyTorch "
+      "2.9){}: segments then grow in place instead of stranding free memory between tensors",
+      c.options.alloc_conf ? "" : ", unless it is already on (say so with --alloc-conf)"));
+}
+
+void CapacityAdvice(const Context& c, ByteRange needed_more, ByteRange allocated,
+                    ByteRange request) {
+  if (needed_more.lo > 0) {
+    const double base = static_cast<double>(allocated.hi + request.hi);
+    const double share =
+        base > 0 ? 100.0 * static_cast<double>(std::max<int64_t>(needed_more.lo, 0)) / base : 0;
+    c.out.advice.push_back(fmt::format(
+        "the step needs at least {} more than this GPU gave it: cut the batch by at least "
+        "{:.0f}% (if all of PyTorch's memory grew with the batch; weights and optimizer state do "
+        "not, so more), or use activation checkpointing, mixed precision, or shard the model "
+        "over GPUs",
+        Show(needed_more), share));
+  } else {
+    c.out.advice.push_back(
+        "lower the step's peak: a smaller batch, activation checkpointing, mixed precision, or "
+        "sharding the model over GPUs");
+  }
+  if (c.out.available_to_pytorch) {
+    c.out.advice.push_back(fmt::format(
+        "find the largest batch that fits: vramscope explain --model YOUR_MODEL --batch N "
+        "(this message), or vramscope predict --model YOUR_MODEL --fit {:.2f}GiB",
+        static_cast<double>(c.out.available_to_pytorch->lo) / static_cast<double>(1ull << 30)));
+  }
+}
+
+void ExplainAllocator(Context& c) {
+  const OomMessage& m = c.m;
+  OomMessageExplanation& out = c.out;
+  const ByteRange request = R(*m.tried_to_allocate);
+  const ByteRange free = R(*m.free);
+  const ByteRange total = R(*m.total_capacity);
+  const bool legacy = m.kind == OomMessageKind::kAllocatorLegacy;
+
+  // What this PyTorch reserved, and of it what was not allocated.
+  std::optional<ByteRange> allocated, unallocated, reserved;
+  if (legacy) {
+    if (m.already_allocated) allocated = R(*m.already_allocated);
+    if (m.reserved_total && allocated) {
+      reserved = R(*m.reserved_total);
+      unallocated = *reserved - *allocated;
+      // Never below 0 (a message whose reserved is below its allocated, as pasted figures can
+      // be, gives 0).
+      unallocated->lo = std::max<int64_t>(unallocated->lo, 0);
+      unallocated->hi = std::max(unallocated->hi, unallocated->lo);
+    } else if (m.cached && allocated) {
+      unallocated = R(*m.cached);
+      reserved = *allocated + *unallocated;
+    }
+  } else {
+    if (m.allocated_by_pytorch) allocated = R(*m.allocated_by_pytorch);
+    if (m.reserved_unallocated) unallocated = R(*m.reserved_unallocated);
+    if (allocated && unallocated) reserved = *allocated + *unallocated;
+  }
+
+  out.shares.push_back({"total capacity", total, "stated"});
+  out.shares.push_back({"free on the device", free, "stated (cudaMemGetInfo)"});
+  if (allocated) {
+    if (m.private_pools) {
+      out.shares.push_back({"allocated to tensors", *allocated - R(*m.private_pools),
+                            "allocated by PyTorch less the private pools' cached blocks"});
+      out.shares.push_back(
+          {"cached in private pools (CUDA graphs, MemPools)", R(*m.private_pools), "stated"});
+    } else {
+      out.shares.push_back({"allocated by PyTorch", *allocated, "stated"});
+    }
+  }
+  if (unallocated) {
+    out.shares.push_back(
+        {"reserved by PyTorch but unallocated", *unallocated,
+         legacy && m.reserved_total ? "reserved in total - already allocated" : "stated"});
+  }
+  if (reserved) {
+    out.shares.push_back({"reserved by PyTorch", *reserved,
+                          legacy && m.reserved_total ? "stated" : "allocated + unallocated"});
+  }
+
+  // The processes NVML listed. In a container NVML gives host PIDs, so this process may be
+  // listed as "Process N" without the "Including non-PyTorch memory" clause: one process holding
+  // at least what PyTorch reserved is taken to be this one.
+  std::vector<model::OomProcess> others = m.processes;
+  std::optional<ByteRange> self;
+  if (m.this_process_in_use) self = R(*m.this_process_in_use);
+  if (!self && reserved && !others.empty()) {
+    std::vector<size_t> holders;
+    for (size_t i = 0; i < others.size(); ++i) {
+      if (Always(R(others[i].in_use), *reserved)) holders.push_back(i);
+    }
+    if (holders.size() == 1) {
+      self = R(others[holders[0]].in_use);
+      out.shares.push_back(
+          {fmt::format("process {} (taken to be this one: it holds what PyTorch reserved; in a "
+                       "container NVML shows host PIDs)",
+                       others[holders[0]].pid),
+           *self, "stated"});
+      others.erase(others.begin() + static_cast<std::ptrdiff_t>(holders[0]));
+    }
+  } else if (self) {
+    out.shares.push_back({"this process, in all", *self, "stated (NVML)"});
+  }
+  ByteRange other_sum = Exact(0);
+  for (const model::OomProcess& p : others) other_sum = other_sum + R(p.in_use);
+  if (!others.empty()) {
+    out.shares.push_back(
+        {fmt::format("{} other process{}", others.size(), others.size() == 1 ? "" : "es"),
+         other_sum, "the processes listed"});
+  }
+  const ByteRange expected = ExpectedRange(out.expected_outside);
+  std::optional<ByteRange> non_pytorch;
+  if (self && reserved) {
+    non_pytorch = *self - *reserved;
+    out.shares.push_back(
+        {"this process's non-PyTorch memory", *non_pytorch, "this process - reserved by PyTorch"});
+    const ByteRange unlisted = total - free - *self - other_sum;
+    if (unlisted.lo > (64 << 20)) {
+      out.shares.push_back(
+          {"held by no listed process (the driver's reservation, processes NVML cannot see)",
+           unlisted, "total - free - the processes"});
+    }
+  }
+
+  // The causes.
+  const bool capped = m.allowed && R(*m.allowed).hi < kMax / 2;
+  if (capped && reserved) {
+    const ByteRange allowed = R(*m.allowed);
+    const ByteRange wanted = *reserved + request;
+    if (Sometimes(free, request) && Sometimes(wanted, Exact(allowed.lo + 1))) {
+      // The device had the segment free: only the cap can have refused it (the figures'
+      // rounding cannot show reserved + request > allowed when they lie within 0.01 GiB).
+      const bool decisive = Always(free, request);
+      AddFinding(
+          out, OomMessageCause::kMemoryFractionCap, decisive,
+          fmt::format("reserved {} + request {} = {} > allowed {}, while the device had "
+                      "{} free",
+                      Show(*reserved), Show(request), Show(wanted), Show(allowed), Show(free)),
+          "the memory fraction (torch.cuda.set_per_process_memory_fraction or "
+          "per_process_memory_fraction) refused memory the device had");
+      c.out.advice.push_back(
+          "raise or remove the cap: torch.cuda.set_per_process_memory_fraction(...) or "
+          "PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:... (a test or a library may "
+          "have set it)");
+    }
+  }
+  if (unallocated) {
+    const size_t before = out.findings.size();
+    TestCause(out, OomMessageCause::kFragmentation, free, *unallocated, request,
+              "reserved-but-unallocated",
+              "fragmentation: PyTorch had reserved enough, but in pieces between live tensors "
+              "that it could neither hand out nor release");
+    if (out.findings.size() > before) FragmentationAdvice(c);
+  }
+  if (!others.empty()) {
+    const size_t before = out.findings.size();
+    TestCause(out, OomMessageCause::kOtherProcesses, free, other_sum, request,
+              "the other processes'",
+              "other processes on the GPU held the memory the request needed");
+    if (out.findings.size() > before) {
+      std::string pids;
+      for (size_t i = 0; i < others.size() && i < 8; ++i) {
+        pids += fmt::format("{}{} ({})", i == 0 ? "" : ", ", others[i].pid, others[i].in_use.text);
+      }
+      out.advice.push_back(
+          fmt::format("free the GPU of the other processes ({}{}) or choose another with "
+                      "CUDA_VISIBLE_DEVICES; each process on a GPU also pays its own CUDA context",
+                      pids, others.size() > 8 ? ", ..." : ""));
+    }
+  }
+  if (non_pytorch) {
+    const ByteRange excess = *non_pytorch - expected;
+    const size_t before = out.findings.size();
+    TestCause(out, OomMessageCause::kNonPyTorchMemory, free, excess, request,
+              fmt::format("non-PyTorch memory beyond a context and libraries ({} expected)",
+                          Show(expected)),
+              "this process holds memory outside PyTorch's allocator beyond a CUDA context and "
+              "libraries: NCCL buffers, another framework's pool or an extension's cudaMalloc");
+    if (out.findings.size() > before) {
+      out.advice.push_back(
+          "find what holds memory outside PyTorch: NCCL (NCCL_NVLS_ENABLE=0, fewer "
+          "communicators, a smaller NCCL_BUFFSIZE), JAX (XLA_PYTHON_CLIENT_PREALLOCATE=false), "
+          "TensorFlow (allow_growth), CuPy's pool; vramscope run samples it per phase");
+    }
+  }
+  if (legacy && reserved) {
+    // 1.x does not list processes: all that is neither free nor PyTorch's.
+    const ByteRange outside = total - free - *reserved;
+    out.shares.push_back({"outside this PyTorch (its context, other processes)", outside,
+                          "total - free - reserved"});
+    const ByteRange excess = outside - expected;
+    const size_t before = out.findings.size();
+    TestCause(
+        out, OomMessageCause::kOtherProcesses, free, excess, request,
+        fmt::format("the memory outside PyTorch beyond one context ({} expected)", Show(expected)),
+        "memory outside this PyTorch (other processes, or this process's non-PyTorch "
+        "memory: the 1.x message does not tell them apart) held what the request needed");
+    if (out.findings.size() > before) {
+      out.advice.push_back(
+          "look at nvidia-smi for other processes on this GPU (a notebook kernel, another "
+          "run, a display) and at this process's memory outside PyTorch");
+    }
+  }
+  // The memory this process's PyTorch could have had at most, and what it lacked.
+  if (allocated) {
+    out.available_to_pytorch = total - other_sum;
+    if (capped) {
+      out.available_to_pytorch->lo = std::min(out.available_to_pytorch->lo, R(*m.allowed).lo);
+      out.available_to_pytorch->hi = std::min(out.available_to_pytorch->hi, R(*m.allowed).hi);
+    }
+    if (unallocated) {
+      out.shortfall = request - free - *unallocated;
+    }
+  }
+  if (Always(free, request) && !capped) {
+    AddFinding(out, OomMessageCause::kUnknown, false,
+               fmt::format("free {} >= the request {}", Show(free), Show(request)),
+               "the device reported the request free and no cap is set, yet cudaMalloc failed: "
+               "the driver keeps some headroom, its free memory was in pieces, or another "
+               "process took it between the failure and the message");
+  }
+  // Near capacity: the tensors and the request fill 95% or more of what one process could have
+  // on this GPU. Then fragmentation or a few MiB elsewhere decided which request failed, not
+  // whether the step fits: the next requests would fail too.
+  bool near_capacity = false;
+  if (allocated && !Always(free, request)) {
+    // What one process has on this GPU alone: the total less one context and libraries. Other
+    // processes and extra non-PyTorch memory are causes of their own, tested above.
+    const ByteRange room = total - expected;
+    const ByteRange tensors = *allocated + request;
+    near_capacity =
+        room.hi > 0 && static_cast<double>(tensors.lo) >= 0.95 * static_cast<double>(room.hi);
+    if (near_capacity) {
+      const ByteRange short_by = out.shortfall ? *out.shortfall : request - free;
+      AddFinding(out, OomMessageCause::kCapacity, true,
+                 fmt::format("allocated {} + request {} = {} is {:.0f}% or more of the {} this "
+                             "process could have on this GPU alone (total {} less a context and "
+                             "libraries)",
+                             Show(*allocated), Show(request), Show(tensors),
+                             100.0 * static_cast<double>(tensors.lo) / static_cast<double>(room.hi),
+                             Show(room), Show(total)),
+                 "plain capacity: the step's tensors fill the GPU; whatever freed this request, "
+                 "the next ones would fail",
+                 {kMax / 2, kMax / 2});
+      CapacityAdvice(c, short_by, *allocated, request);
+    }
+  }
+  const bool any_decisive = std::any_of(out.findings.begin(), out.findings.end(),
+                                        [](const OomFinding& f) { return f.decisive; });
+  if (!any_decisive && allocated && !Always(free, request)) {
+    const ByteRange short_by = out.shortfall ? *out.shortfall : request - free;
+    AddFinding(out, OomMessageCause::kCapacity, short_by.lo > 0,
+               fmt::format("request {} - free {}{} = {} short", Show(request), Show(free),
+                           unallocated ? fmt::format(" - unallocated {}", Show(*unallocated))
+                                       : std::string(),
+                           Show(short_by)),
+               "plain capacity: even with no fragmentation, no other process and no memory "
+               "outside PyTorch beyond a context, the tensors needed more than the GPU had");
+    CapacityAdvice(c, short_by, *allocated, request);
+  }
+}
+
+void ExplainAsync(Context& c) {
+  const OomMessage& m = c.m;
+  OomMessageExplanation& out = c.out;
+  if (!m.tried_to_allocate || !m.free || !m.total_capacity || !m.allocated_by_pytorch) return;
+  const ByteRange request = R(*m.tried_to_allocate), free = R(*m.free),
+                  total = R(*m.total_capacity), allocated = R(*m.allocated_by_pytorch);
+  const ByteRange outside = total - free - allocated;
+  out.shares.push_back({"device limit", total, "stated"});
+  out.shares.push_back({"free (according to CUDA)", free, "stated"});
+  out.shares.push_back({"allocated by PyTorch (cudaMallocAsync)", allocated, "stated"});
+  out.shares.push_back({"outside PyTorch (its context, other processes)", outside,
+                        "device limit - free - allocated"});
+  const ByteRange expected = ExpectedRange(out.expected_outside);
+  TestCause(
+      out, OomMessageCause::kOtherProcesses, free, outside - expected, request,
+      fmt::format("the memory outside PyTorch beyond one context ({} expected)", Show(expected)),
+      "memory outside PyTorch (other processes, a browser or desktop on the same GPU, or "
+      "this process's own non-PyTorch memory) held what the request needed");
+  if (!out.findings.empty()) {
+    out.advice.push_back(
+        "close what else uses the GPU (nvidia-smi lists it), or give PyTorch a GPU of its own");
+  }
+  if (m.allowed && R(*m.allowed).hi < kMax / 2 &&
+      Always(allocated + request, Exact(R(*m.allowed).hi + 1))) {
+    AddFinding(out, OomMessageCause::kMemoryFractionCap, Always(free, request),
+               fmt::format("allocated {} + request {} > limit {}", Show(allocated), Show(request),
+                           Show(R(*m.allowed))),
+               "the memory fraction refused it");
+  }
+  if (out.findings.empty()) {
+    out.available_to_pytorch = total;
+    const ByteRange short_by = request - free;
+    AddFinding(
+        out, OomMessageCause::kCapacity, short_by.lo > 0,
+        fmt::format("request {} - free {} = {} short", Show(request), Show(free), Show(short_by)),
+        "plain capacity: the tensors needed more than the GPU had");
+    CapacityAdvice(c, short_by, allocated, request);
+  }
+}
+
+void ExplainMps(Context& c) {
+  const OomMessage& m = c.m;
+  OomMessageExplanation& out = c.out;
+  if (!m.tried_to_allocate || !m.allocated_by_pytorch || !m.allowed) return;
+  const ByteRange request = R(*m.tried_to_allocate), allocated = R(*m.allocated_by_pytorch),
+                  allowed = R(*m.allowed);
+  const ByteRange other = m.other_allocations ? R(*m.other_allocations) : Exact(0);
+  out.shares.push_back({"MPS allocated (PyTorch)", allocated, "stated"});
+  out.shares.push_back({"other allocations (unified memory)", other, "stated"});
+  out.shares.push_back({"max allowed (high watermark)", allowed, "stated"});
+  const ByteRange over = allocated + other + request - allowed;
+  const ByteRange room = allowed - allocated - other;
+  TestCause(out, OomMessageCause::kOtherProcesses, room, other, request, "other allocations",
+            "other allocations in the unified memory (other apps, the OS, Metal buffers "
+            "outside PyTorch's pool) took the room the request needed");
+  if (out.findings.empty()) {
+    AddFinding(
+        out, OomMessageCause::kCapacity, over.lo > 0,
+        fmt::format("allocated {} + other {} + request {} = {} > max allowed {}", Show(allocated),
+                    Show(other), Show(request), Show(allocated + other + request), Show(allowed)),
+        "plain capacity under the MPS high watermark");
+  }
+  out.advice.push_back(
+      "PYTORCH_MPS_HIGH_WATERMARK_RATIO raises the limit (0.0 removes it, at the risk of "
+      "system failure); a smaller batch or fp16 lowers what is needed");
+}
+
+}  // namespace
+
+const char* OomMessageCauseName(OomMessageCause cause) {
+  switch (cause) {
+    case OomMessageCause::kMemoryFractionCap:
+      return "memory_fraction_cap";
+    case OomMessageCause::kFragmentation:
+      return "fragmentation";
+    case OomMessageCause::kOtherProcesses:
+      return "other_processes";
+    case OomMessageCause::kNonPyTorchMemory:
+      return "non_pytorch_memory";
+    case OomMessageCause::kCapacity:
+      return "capacity";
+    case OomMessageCause::kOutsideAllocator:
+      return "outside_allocator";
+    case OomMessageCause::kUnknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
+OomMessageExplanation ExplainOomMessage(const model::OomMessage& message,
+                                        const ExplainOptions& options) {
+  OomMessageExplanation out;
+  out.message = message;
+  Context c{message, options, out, message.backend};
+  // The GPU: the one named, else those of the message's total capacity.
+  device::OutsideSetup setup = options.outside;
+  if (options.gpu) {
+    out.gpus.push_back(*options.gpu);
+  } else if (message.total_capacity) {
+    out.gpus = device::GpusWithCapacity(message.total_capacity->lo, message.total_capacity->hi);
+  }
+  if (!out.gpus.empty()) {
+    setup.vendor = out.gpus[0].vendor;
+    setup.sm = out.gpus[0].sm;
+    setup.gpu_name = out.gpus[0].name;
+  } else if (message.backend == "HIP") {
+    setup.vendor = device::Vendor::kAmd;
+  }
+  out.expected_outside = device::EstimateOutsideAllocator(setup);
+
+  switch (message.kind) {
+    case OomMessageKind::kAllocator:
+    case OomMessageKind::kAllocatorLegacy:
+      if (message.tried_to_allocate && message.free && message.total_capacity) {
+        ExplainAllocator(c);
+      }
+      break;
+    case OomMessageKind::kAsyncAllocator:
+      ExplainAsync(c);
+      break;
+    case OomMessageKind::kMps:
+      ExplainMps(c);
+      break;
+    case OomMessageKind::kDriverError:
+    case OomMessageKind::kLibraryError:
+      AddFinding(out, OomMessageCause::kOutsideAllocator, true,
+                 "the error names no figures: it comes from the CUDA driver or a library, not "
+                 "from PyTorch's caching allocator",
+                 message.kind == OomMessageKind::kLibraryError
+                     ? fmt::format("{} could not allocate its own memory (a handle, a "
+                                   "workspace or buffers) outside PyTorch's allocator",
+                                   message.library)
+                     : "an allocation outside PyTorch's caching allocator failed: creating the "
+                       "CUDA context, a library's handle, NCCL's buffers or a kernel's memory");
+      out.advice.push_back(
+          "PyTorch's cache may have taken the memory the library needed: look at nvidia-smi for "
+          "other processes, call torch.cuda.empty_cache() before the call that fails, or lower "
+          "the peak; with CUDA_LAUNCH_BLOCKING=1 the traceback points at the call");
+      break;
+    case OomMessageKind::kAllocatorBare:
+      break;
+  }
+  if (message.kind == OomMessageKind::kAllocatorBare && out.findings.empty()) {
+    out.advice.push_back(
+        "the message is cut short after \"Tried to allocate\": paste the whole message (up to "
+        "the link at its end) to see what filled the GPU");
+  }
+  // Decisive findings first; among them a cap (the device had the memory), then the cause that
+  // took the most.
+  std::stable_sort(out.findings.begin(), out.findings.end(),
+                   [](const OomFinding& a, const OomFinding& b) {
+                     if (a.decisive != b.decisive) return a.decisive > b.decisive;
+                     const bool a_cap = a.cause == OomMessageCause::kMemoryFractionCap;
+                     const bool b_cap = b.cause == OomMessageCause::kMemoryFractionCap;
+                     if (a_cap != b_cap) return a_cap;
+                     return a.bytes.lo > b.bytes.lo;
+                   });
+  if (!out.findings.empty()) out.cause = out.findings.front().cause;
+  return out;
+}
+
+}  // namespace vramscope::analysis
