@@ -92,7 +92,7 @@ if [[ $runs != 0 ]]; then
     -DVRAMSCOPE_BUILD_TESTS=OFF >/dev/null
   cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer kineto_source_fuzzer \
     memory_timeline_source_fuzzer predict_input_fuzzer native_trace_fuzzer capture_sidecar_fuzzer \
-    viewer_report_fuzzer input_file_fuzzer
+    viewer_report_fuzzer input_file_fuzzer oom_message_text_fuzzer
   fuzz "pickle reader + snapshot source" build-fuzz/src/sources/pickle/pickle_reader_fuzzer \
     "src/sources/pickle/fuzz_corpus/*.pickle" 8192
   fuzz "allocator model + replay (model invariants)" build-fuzz/src/allocator/replay_fuzzer \
@@ -118,6 +118,10 @@ if [[ $runs != 0 ]]; then
   FUZZ_RUNS=$((runs / 5)) fuzz "report database behind 'vramscope view' (load + pyramid + blob)" \
     build-fuzz/src/report/viewer_report_fuzzer "src/report/viewer_report_fuzz_corpus/*.sqlite" \
     65536 -dict=src/report/viewer_report_fuzzer.dict
+  fuzz "out-of-memory messages in any text (vramscope explain: parse, explain, render)" \
+    build-fuzz/src/sources/oom_message/oom_message_text_fuzzer \
+    "src/sources/oom_message/fuzz_corpus/*" 8192 \
+    -dict=src/sources/oom_message/oom_message_text_fuzzer.dict
   fuzz "any input file by content, plain or gzipped (streaming inflation, bombs of each kind)" \
     build-fuzz/src/input_file_fuzzer "src/sources/input_file_fuzz_corpus/*" 8192
   echo "fuzz: no finding in $runs runs of each target ($((runs / 5)) of the report database's)"

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "cli/exit_codes.h"
+#include "cli/explain_command.h"
 #include "cli/predict_command.h"
 #include "cli/report_command.h"
 #include "cli/run_command.h"
@@ -25,7 +26,8 @@ int main(int argc, char** argv) {
       "recorded requests through a model of PyTorch's caching allocator to answer what-if "
       "questions; writes an interactive HTML viewer; predicts the same report for a model and "
       "training set-up without a GPU; captures a training run with no change to its code "
-      "(vramscope run -- python train.py).",
+      "(vramscope run -- python train.py); explains an out-of-memory message "
+      "(vramscope explain).",
       "vramscope"};
   app.set_version_flag("--version", std::string("vramscope ") + report::kToolVersion);
   app.require_subcommand(0, 1);
@@ -37,6 +39,8 @@ int main(int argc, char** argv) {
   cli::RegisterViewCommand(app, view_options);
   cli::PredictOptions predict_options;
   cli::RegisterPredictCommand(app, predict_options);
+  cli::ExplainOptions explain_options;
+  cli::RegisterExplainCommand(app, explain_options);
   cli::RunOptions run_options;
   cli::RegisterRunCommand(app, run_options);
   // The program `vramscope run` starts keeps its own arguments: CLI11 parses only ours.
@@ -61,6 +65,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("view")) return cli::RunViewCommand(view_options);
   if (app.got_subcommand("predict")) return cli::RunPredictCommand(predict_options);
   if (app.got_subcommand("run")) return cli::RunRunCommand(run_options);
+  if (app.got_subcommand("explain")) return cli::RunExplainCommand(explain_options);
   fmt::print(stderr, "{}", app.help());
   fmt::print(stderr,
              "\nvramscope: error: no command given; try 'vramscope report' to see the "

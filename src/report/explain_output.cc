@@ -1,0 +1,220 @@
+#include "report/explain_output.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/units.h"
+#include "device/non_pytorch_memory.h"
+
+namespace vramscope::report {
+
+namespace {
+
+using analysis::ByteRange;
+using analysis::OomMessageCause;
+
+std::string Show(ByteRange r) {
+  const std::string lo = FormatBytes(r.lo), hi = FormatBytes(r.hi);
+  return lo == hi ? lo : fmt::format("{} to {}", lo, hi);
+}
+
+const char* KindText(model::OomMessageKind kind) {
+  switch (kind) {
+    case model::OomMessageKind::kAllocator:
+      return "PyTorch 2.1+ caching allocator";
+    case model::OomMessageKind::kAllocatorLegacy:
+      return "PyTorch 1.x-2.0 caching allocator";
+    case model::OomMessageKind::kAllocatorBare:
+      return "caching allocator, message cut short";
+    case model::OomMessageKind::kDriverError:
+      return "driver error, outside the caching allocator";
+    case model::OomMessageKind::kLibraryError:
+      return "library error, outside the caching allocator";
+    case model::OomMessageKind::kAsyncAllocator:
+      return "cudaMallocAsync backend";
+    case model::OomMessageKind::kMps:
+      return "Apple MPS";
+  }
+  return "";
+}
+
+const char* CauseText(OomMessageCause cause) {
+  switch (cause) {
+    case OomMessageCause::kMemoryFractionCap:
+      return "a memory-fraction cap";
+    case OomMessageCause::kFragmentation:
+      return "fragmentation";
+    case OomMessageCause::kOtherProcesses:
+      return "other processes / memory outside PyTorch";
+    case OomMessageCause::kNonPyTorchMemory:
+      return "this process's non-PyTorch memory";
+    case OomMessageCause::kCapacity:
+      return "plain capacity";
+    case OomMessageCause::kOutsideAllocator:
+      return "an allocation outside PyTorch's allocator";
+    case OomMessageCause::kUnknown:
+      return "not enough figures to tell";
+  }
+  return "";
+}
+
+nlohmann::json Range(ByteRange r) { return {{"lo", r.lo}, {"hi", r.hi}}; }
+
+nlohmann::json Figure(const std::optional<model::PrintedBytes>& b) {
+  if (!b) return nullptr;
+  return {{"text", b->text}, {"lo", b->lo}, {"hi", b->hi}};
+}
+
+std::string Where(const ExplainedMessage& m) {
+  std::string where = fmt::format("line {}", m.lines.front());
+  if (m.lines.size() > 1) {
+    where = fmt::format(
+        "lines {}{}",
+        fmt::join(m.lines.begin(), m.lines.begin() + std::min<size_t>(m.lines.size(), 8), ", "),
+        m.lines.size() > 8 ? ", ..." : "");
+  }
+  if (!m.ranks.empty())
+    where += fmt::format(", rank{} {}", m.ranks.size() > 1 ? "s" : "", fmt::join(m.ranks, ", "));
+  return where;
+}
+
+}  // namespace
+
+std::string RenderExplainText(const ExplainReport& report) {
+  std::string out;
+  out += fmt::format(
+      "vramscope explain: {} out-of-memory message{} in {}{}\n", report.messages.size(),
+      report.messages.size() == 1 ? "" : "s", report.source,
+      report.left_out > 0 ? fmt::format(" ({} more left out)", report.left_out) : std::string());
+  for (const ExplainedMessage& em : report.messages) {
+    const analysis::OomMessageExplanation& e = em.explanation;
+    const model::OomMessage& m = e.message;
+    out += fmt::format("\n{} out of memory ({}), {}{}\n", m.backend.empty() ? "GPU" : m.backend,
+                       KindText(m.kind), Where(em),
+                       em.lines.size() > 1
+                           ? fmt::format(": the same message {} times", em.lines.size())
+                           : std::string());
+    if (m.tried_to_allocate) {
+      out += fmt::format("  asked for {} ({})\n", m.tried_to_allocate->text,
+                         m.kind == model::OomMessageKind::kAllocator ||
+                                 m.kind == model::OomMessageKind::kAllocatorLegacy
+                             ? "the segment the allocator needed from CUDA: the request rounded "
+                               "up to 2 MiB, 20 MiB or a multiple of 2 MiB"
+                             : "as stated");
+    }
+    if (m.gpu) {
+      std::string gpus;
+      for (size_t i = 0; i < e.gpus.size(); ++i) gpus += (i ? " or " : "") + e.gpus[i].name;
+      out += fmt::format("  on GPU {}{}\n", *m.gpu,
+                         gpus.empty() ? std::string() : fmt::format(" ({} by its capacity)", gpus));
+    }
+    if (!e.shares.empty()) {
+      out += "What the GPU held\n";
+      size_t width = 0;
+      for (const analysis::GpuShare& s : e.shares) width = std::max(width, s.what.size());
+      width = std::min<size_t>(width, 56);
+      for (const analysis::GpuShare& s : e.shares) {
+        out += fmt::format("  {:<{}}  {:>22}  {}\n", s.what, width, Show(s.bytes), s.how);
+      }
+    }
+    if (e.findings.empty()) {
+      out += "Cause: not enough figures to tell\n";
+    }
+    for (size_t i = 0; i < e.findings.size(); ++i) {
+      const analysis::OomFinding& f = e.findings[i];
+      out += fmt::format("{}: {} ({})\n", i == 0 ? "Cause" : "Also", CauseText(f.cause),
+                         f.decisive ? "decisive: holds for every size the rounded figures allow"
+                                    : "possible: holds for some of them");
+      out += fmt::format("  {}\n  {}\n", f.arithmetic, f.meaning);
+    }
+    if (!e.advice.empty()) {
+      out += "What to change\n";
+      for (const std::string& a : e.advice) out += fmt::format("  - {}\n", a);
+    }
+    if (!e.expected_outside.figures.empty() && m.kind != model::OomMessageKind::kMps) {
+      out += fmt::format("Expected outside PyTorch for one process{}: {}\n",
+                         e.gpus.empty() ? std::string() : " on " + e.gpus.front().name,
+                         FormatBytes(static_cast<int64_t>(e.expected_outside.Total())));
+      for (const device::OutsideFigure& f : e.expected_outside.figures) {
+        out += fmt::format("  {} {} ({}: {}; {})\n", f.item,
+                           FormatBytes(static_cast<int64_t>(f.bytes)),
+                           device::EvidenceName(f.evidence), f.source, f.flag);
+      }
+    }
+  }
+  for (const std::string& line : report.fit_lines) out += line + "\n";
+  return out;
+}
+
+nlohmann::json RenderExplainJson(const ExplainReport& report) {
+  nlohmann::json messages = nlohmann::json::array();
+  for (const ExplainedMessage& em : report.messages) {
+    const analysis::OomMessageExplanation& e = em.explanation;
+    const model::OomMessage& m = e.message;
+    nlohmann::json processes = nlohmann::json::array();
+    for (const model::OomProcess& p : m.processes) {
+      processes.push_back({{"pid", p.pid}, {"in_use", Figure(p.in_use)}});
+    }
+    nlohmann::json shares = nlohmann::json::array();
+    for (const analysis::GpuShare& s : e.shares) {
+      shares.push_back({{"what", s.what}, {"bytes", Range(s.bytes)}, {"how", s.how}});
+    }
+    nlohmann::json findings = nlohmann::json::array();
+    for (const analysis::OomFinding& f : e.findings) {
+      findings.push_back({{"cause", analysis::OomMessageCauseName(f.cause)},
+                          {"decisive", f.decisive},
+                          {"arithmetic", f.arithmetic},
+                          {"meaning", f.meaning}});
+    }
+    nlohmann::json outside = nlohmann::json::array();
+    for (const device::OutsideFigure& f : e.expected_outside.figures) {
+      outside.push_back({{"item", f.item},
+                         {"bytes", f.bytes},
+                         {"evidence", device::EvidenceName(f.evidence)},
+                         {"source", f.source},
+                         {"flag", f.flag}});
+    }
+    nlohmann::json gpus = nlohmann::json::array();
+    for (const device::GpuSpec& g : e.gpus) gpus.push_back(g.key);
+    messages.push_back({
+        {"lines", em.lines},
+        {"ranks", em.ranks},
+        {"kind", model::OomMessageKindName(m.kind)},
+        {"backend", m.backend},
+        {"library", m.library},
+        {"text", m.text},
+        {"gpu", m.gpu ? nlohmann::json(*m.gpu) : nlohmann::json()},
+        {"figures",
+         {{"tried_to_allocate", Figure(m.tried_to_allocate)},
+          {"total_capacity", Figure(m.total_capacity)},
+          {"free", Figure(m.free)},
+          {"allowed", Figure(m.allowed)},
+          {"this_process_in_use", Figure(m.this_process_in_use)},
+          {"allocated_by_pytorch", Figure(m.allocated_by_pytorch)},
+          {"private_pools", Figure(m.private_pools)},
+          {"reserved_unallocated", Figure(m.reserved_unallocated)},
+          {"already_allocated", Figure(m.already_allocated)},
+          {"reserved_total", Figure(m.reserved_total)},
+          {"cached", Figure(m.cached)},
+          {"inactive", Figure(m.inactive)},
+          {"other_allocations", Figure(m.other_allocations)}}},
+        {"processes", processes},
+        {"what_the_gpu_held", shares},
+        {"cause", analysis::OomMessageCauseName(e.cause)},
+        {"findings", findings},
+        {"advice", e.advice},
+        {"gpus", gpus},
+        {"expected_outside_pytorch", outside},
+        {"available_to_pytorch",
+         e.available_to_pytorch ? Range(*e.available_to_pytorch) : nlohmann::json()},
+        {"shortfall", e.shortfall ? Range(*e.shortfall) : nlohmann::json()},
+    });
+  }
+  return {{"source", report.source},
+          {"messages", messages},
+          {"left_out", report.left_out},
+          {"fit", report.fit}};
+}
+
+}  // namespace vramscope::report
