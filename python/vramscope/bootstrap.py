@@ -6,7 +6,8 @@ PyTorch to call it when CUDA initializes (``torch.cuda._lazy_call``), turns on t
 history, marks phases (forward, backward, optimizer, between), names parameters, gradients and
 optimizer state, and writes ``<label>.pickle`` (the snapshot) and ``<label>.sidecar.json`` once:
 after ``VRAMSCOPE_STEPS`` optimizer steps, at exit, on an uncaught exception (``oom`` for a CUDA
-out-of-memory error) or on SIGTERM/SIGHUP.
+out-of-memory error) or on SIGTERM/SIGHUP. When pynvml (nvidia-ml-py) imports, it also samples
+NVML at CUDA's start and at every phase boundary (the sidecar's "nvml").
 
 Nothing here may raise into the user's program: a failure of the bootstrap prints one
 ``vramscope: ...`` line on stderr and disables it. Only the standard library is imported at
@@ -800,7 +801,11 @@ def _nvml_start():
     s.nvml_samples = collections.deque(maxlen=MAX_NVML_SAMPLES)
     s.nvml_taken = 0
     s.nvml_info = {"available": True, "driver": driver}
-    _nvml_sample("start", s.started_us, _torch_counters())
+    try:
+        counters = _torch_counters()
+    except Exception:
+        counters = None
+    _nvml_sample("start", s.started_us, counters)
 
 
 def _torch_counters():
