@@ -14,6 +14,9 @@
 #       against what is left of --budget (default 540 s, under the tool's 600 s per call):
 #         preflight    the bundle runs, the injection library loads into a Python with torch,
 #                      the GPU is there, every script below exists
+#         device_overheads  scripts/measure_device_overheads.py (goldens/<gpu>/device_overheads.json:
+#                      the CUDA context, cuBLAS/cuBLASLt, cuDNN and NCCL memory outside torch's
+#                      allocator, the idle device's; short, so first)
 #         run_goldens  `vramscope run --phase-memory` on examples/training (scripts/
 #                      capture_run_goldens.py: 10 trainings, the OOM case, JAX natively if present)
 #         native       `vramscope run --native` on a PyTorch training (CUPTI found on the
@@ -45,7 +48,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-STEPS=(preflight run_goldens native overhead modern_goldens goldens oom_golden hf_goldens)
+STEPS=(preflight device_overheads run_goldens native overhead modern_goldens goldens oom_golden
+  hf_goldens)
 
 die() {
   echo "gpu_session: $*" >&2
@@ -182,7 +186,7 @@ step_preflight() {
   local missing=0 f
   for f in scripts/capture_run_goldens.py scripts/capture_goldens.py scripts/capture_oom_golden.py \
     scripts/capture_hf_goldens.py scripts/capture_modern_goldens.py bench/capture_overhead.py \
-    examples/training/train.py; do
+    scripts/measure_device_overheads.py examples/training/train.py; do
     [[ -f $f ]] || { echo "missing: $f"; missing=1; }
   done
   [[ $missing == 0 ]] || { echo "the checkout lacks the scripts above"; exit 1; }
@@ -215,6 +219,21 @@ step_preflight() {
   nvidia-smi -L
   "$GS_PY" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"; print(torch.cuda.get_device_name(0))'
   echo "libcupti (for --native): ${VRAMSCOPE_CUPTI_LIB:-not found: the native step will fail}"
+}
+
+step_device_overheads() {
+  set -euo pipefail
+  cd "$GS_ROOT"
+  # Five cases one after the other, each inside the step's own time-out (GS_LIMIT).
+  local limit=${GS_LIMIT:-120}
+  local per_case=$(((limit - 10) / 5))
+  per_case=$((per_case > 90 ? 90 : per_case < 10 ? 10 : per_case))
+  local out="$GS_STAGE/goldens/$GS_SLUG/device_overheads.json"
+  if [[ $GS_DRY == 1 ]]; then
+    "$GS_PY" scripts/measure_device_overheads.py --out "$out" --timeout "$per_case" --dry-run-cpu
+  else
+    "$GS_PY" scripts/measure_device_overheads.py --out "$out" --timeout "$per_case"
+  fi
 }
 
 step_run_goldens() {
@@ -327,13 +346,17 @@ step_hf_goldens() {
     "$GS_PY" scripts/capture_hf_goldens.py --out "$GS_STAGE/goldens/$GS_SLUG/hf" --jobs 3
   fi
 }
-export -f step_preflight step_run_goldens step_native step_overhead step_modern_goldens \
+export -f step_preflight step_device_overheads step_run_goldens step_native step_overhead step_modern_goldens \
   step_goldens step_oom_golden step_hf_goldens
 
 # Seconds a step needs at least (else it is skipped) and at most (its own time-out).
 step_limits() {
   case "$1" in
     preflight) echo "5 90" ;;
+    # Five fresh Pythons that initialize CUDA (a NCCL communicator in one): expected to take
+    # well under a minute on the device (not yet measured there); 60 s so that a case is never
+    # cut short by the step's own time-out.
+    device_overheads) echo "60 120" ;;
     run_goldens) echo "60 300" ;;
     native) echo "30 120" ;;
     overhead) echo "60 200" ;;

@@ -18,8 +18,26 @@ import json
 import os
 import sys
 
-STEPS = ["preflight", "run_goldens", "native", "overhead", "modern_goldens", "goldens", "oom_golden",
-         "hf_goldens"]
+STEPS = ["preflight", "device_overheads", "run_goldens", "native", "overhead", "modern_goldens",
+         "goldens", "oom_golden", "hf_goldens"]
+
+
+def overheads_summary(path: str) -> list[str] | None:
+    """The figures of the device_overheads step (scripts/measure_device_overheads.py's JSON)."""
+    try:
+        doc = json.load(open(path))
+        figures = doc["figures"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    rows = ["| figure | bytes | MiB |", "|---|---|---|"]
+    for key, value in figures.items():
+        rows.append(f"| {key} | {'-' if value is None else value} | "
+                    f"{'-' if value is None else f'{value / 2**20:.1f}'} |")
+    failed = [f"{n}: {c.get('error', c.get('status'))}" for n, c in doc.get("cases", {}).items()
+              if c.get("status") != "ok"]
+    if failed:
+        rows += ["", "Failed: " + "; ".join(failed)]
+    return rows
 
 
 def modern_summary(path: str) -> list[str] | None:
@@ -47,7 +65,8 @@ def modern_summary(path: str) -> list[str] | None:
     return rows
 
 
-def markdown(doc: dict, overhead: str | None, modern: list[str] | None = None) -> str:
+def markdown(doc: dict, overhead: str | None, modern: list[str] | None = None,
+             overheads: list[str] | None = None) -> str:
     gpu = doc["gpu"]
     md = [f"# GPU session {doc['date']}" + (" (DRY RUN, CPU only)" if doc["dry_run"] else ""), ""]
     md.append(f"GPU: {gpu.get('name')}, driver {gpu.get('driver_version')}, "
@@ -63,6 +82,9 @@ def markdown(doc: dict, overhead: str | None, modern: list[str] | None = None) -
            + (f" (last of {calls} calls)" if calls > 1 else "") + ".", "",
            "| step | status | seconds |", "|---|---|---|"]
     md += [f"| {s['step']} | {s['status']} | {s['seconds']} |" for s in doc["steps"]]
+    if overheads:
+        md += ["", "Device memory outside torch's allocator (device_overheads, "
+               "scripts/measure_device_overheads.py):", ""] + overheads
     if modern:
         md += ["", "Compiled training, CUDA graphs and pools (modern_goldens, "
                "scripts/capture_modern_goldens.py):", ""] + modern
@@ -98,9 +120,10 @@ def write(stage, slug, dry, budget, elapsed, manifest) -> int:
         f.write("\n")
     overhead = os.path.join(stage, "goldens", slug, "capture_overhead.txt")
     modern = modern_summary(os.path.join(stage, "goldens", slug, "modern", "metadata.json"))
+    overheads = overheads_summary(os.path.join(stage, "goldens", slug, "device_overheads.json"))
     with open(os.path.join(stage, "results.md"), "w") as f:
         f.write(markdown(doc, open(overhead).read() if os.path.exists(overhead) else None,
-                         modern))
+                         modern, overheads))
     return 0
 
 
@@ -119,9 +142,10 @@ def merge(old_path, new_path, out_dir) -> int:
         f.write("\n")
     overhead = os.path.join(out_dir, "capture_overhead.txt")
     modern = modern_summary(os.path.join(out_dir, "modern", "metadata.json"))
+    overheads = overheads_summary(os.path.join(out_dir, "device_overheads.json"))
     with open(os.path.join(out_dir, "gpu_session.md"), "w") as f:
         f.write(markdown(new, open(overhead).read() if os.path.exists(overhead) else None,
-                         modern))
+                         modern, overheads))
     return 0
 
 

@@ -6,7 +6,8 @@ PyTorch to call it when CUDA initializes (``torch.cuda._lazy_call``), turns on t
 history, marks phases (forward, backward, optimizer, between), names parameters, gradients and
 optimizer state, and writes ``<label>.pickle`` (the snapshot) and ``<label>.sidecar.json`` once:
 after ``VRAMSCOPE_STEPS`` optimizer steps, at exit, on an uncaught exception (``oom`` for a CUDA
-out-of-memory error) or on SIGTERM/SIGHUP.
+out-of-memory error) or on SIGTERM/SIGHUP. When pynvml (nvidia-ml-py) imports, it also samples
+NVML at CUDA's start and at every phase boundary (the sidecar's "nvml").
 
 Nothing here may raise into the user's program: a failure of the bootstrap prints one
 ``vramscope: ...`` line on stderr and disables it. Only the standard library is imported at
@@ -23,6 +24,8 @@ SIDECAR_FORMAT = "vramscope-capture"
 SIDECAR_VERSION = 1
 TENSOR_STEPS = 20  # tensors are named for the first TENSOR_STEPS optimizer steps
 MAX_PHASES = 200000  # the latest phase records kept (the allocator history is bounded too)
+MAX_NVML_SAMPLES = 20000  # the latest NVML samples kept (one per phase boundary)
+MAX_NVML_PROCESSES = 64  # other processes listed per sample (the largest); the rest are counted
 
 
 def _now_us():
@@ -86,6 +89,13 @@ class _State:
         self.oom_snapshot = None
         self.prev_excepthook = None
         self.prev_signals = {}
+        # NVML (nvidia-ml-py), sampled at the start and at every phase boundary
+        self.nvml_mode = ""  # VRAMSCOPE_NVML: "" (on the GPU only), "0" (never), "1" (also CPU)
+        self.nvml = None  # the pynvml module while sampling
+        self.nvml_handles = {}  # torch device index -> (handle, facts)
+        self.nvml_info = None  # what the sidecar's "nvml" says besides the samples
+        self.nvml_samples = None
+        self.nvml_taken = 0  # samples taken (the deque keeps the latest)
 
 
 _state = _State()
@@ -196,6 +206,9 @@ def install():
         s.max_entries = _env_int("VRAMSCOPE_MAX_ENTRIES", 1000000)
         s.phase_memory = os.environ.get("VRAMSCOPE_PHASE_MEMORY", "") == "1"
         s.cpu_mode = os.environ.get("VRAMSCOPE_CAPTURE_CPU", "") == "1"
+        s.nvml_mode = os.environ.get("VRAMSCOPE_NVML", "").strip()
+        if s.nvml_mode not in ("", "0", "1"):
+            raise _SetupError(f"VRAMSCOPE_NVML={s.nvml_mode!r} is not '0' or '1'")
     except _SetupError as e:
         _fail(f"{e}")
         return
@@ -265,6 +278,7 @@ def _start():
                 torch.cuda.reset_peak_memory_stats()
             _install_hooks(torch)
             s.recording = True
+            _nvml_start()
         _install_exit_handlers()
     except Exception as e:
         _fail(f"could not start recording GPU memory ({type(e).__name__}: {e})")
@@ -290,10 +304,12 @@ def _memory_counters():
     return counters
 
 
-def _close_phase(now):
+def _close_phase(now, at="phase_end"):
     s = _state
+    counters = _memory_counters()
     s.phases.append({"step": s.step, "phase": s.phase, "begin_us": s.phase_begin, "end_us": now,
-                     "memory": _memory_counters()})
+                     "memory": counters})
+    _nvml_sample(at, now, counters)
 
 
 def _enter_phase(step, phase):
@@ -714,6 +730,260 @@ def _install_hooks(torch):
     torch.autograd.backward = backward
 
 
+# --- NVML: the device's memory as nvidia-smi sees it ---------------------------------------------
+#
+# At CUDA's start, at the end of every phase, at an out-of-memory error and at the end, when
+# pynvml (nvidia-ml-py) imports: the device's total/used/free (and the driver's reserved memory,
+# NVML's v2 memory info), the compute processes on it (this one and the others) and torch's
+# reserved/allocated at the same moment, so a report can decompose nvidia-smi's figure. Only
+# NVML's cheap queries, only at phase boundaries. Whatever fails is said in one line and in the
+# sidecar ("nvml": {"available": false, "why": ...}); nothing raises into the program.
+
+_NVML_NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE (unsigned long long)
+
+
+class _NvmlError(Exception):
+    pass
+
+
+def _nvml_text(value):
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _nvml_why(e):
+    text = str(e) or type(e).__name__
+    return (text if isinstance(e, _NvmlError) else f"{type(e).__name__}: {text}")[:300]
+
+
+def _nvml_unavailable(why, hint=""):
+    s = _state
+    s.nvml = None
+    s.nvml_info = {"available": False, "why": why}
+    # One line for the whole run: every rank records why, the process of rank 0 (or the only
+    # one) says it.
+    if os.environ.get("RANK", "").strip() in ("", "0"):
+        _say(f"NVML not available ({why}): the report will not decompose nvidia-smi's "
+             f"figure{hint}")
+
+
+def _nvml_start():
+    """At CUDA's start (the CPU test mode: torch's import, with VRAMSCOPE_NVML=1): import pynvml,
+    initialize NVML and take the first sample."""
+    s = _state
+    if s.nvml_mode == "0":
+        s.nvml_info = {"available": False, "why": "turned off (VRAMSCOPE_NVML=0)"}
+        return
+    if s.cpu_mode and s.nvml_mode != "1":
+        s.nvml_info = {"available": False,
+                       "why": "not sampled in the CPU test mode (VRAMSCOPE_NVML=1 samples it)"}
+        return
+    try:
+        import pynvml
+    except ImportError:
+        _nvml_unavailable("nvidia-ml-py is not installed", "; pip install nvidia-ml-py")
+        return
+    except Exception as e:
+        _nvml_unavailable(f"importing pynvml failed: {_nvml_why(e)}")
+        return
+    try:
+        pynvml.nvmlInit()
+    except Exception as e:
+        _nvml_unavailable(f"nvmlInit failed: {_nvml_why(e)}")
+        return
+    try:
+        driver = _nvml_text(pynvml.nvmlSystemGetDriverVersion())
+    except Exception:
+        driver = None
+    import collections
+
+    s.nvml = pynvml
+    s.nvml_handles = {}
+    s.nvml_samples = collections.deque(maxlen=MAX_NVML_SAMPLES)
+    s.nvml_taken = 0
+    s.nvml_info = {"available": True, "driver": driver}
+    try:
+        counters = _torch_counters()
+    except Exception:
+        counters = None
+    _nvml_sample("start", s.started_us, counters)
+
+
+def _torch_counters():
+    s = _state
+    if s.cpu_mode:
+        return None
+    cuda = s.torch.cuda
+    return {"allocated": cuda.memory_allocated(), "reserved": cuda.memory_reserved()}
+
+
+def _visible_devices(text):
+    """CUDA_VISIBLE_DEVICES as CUDA reads it: indices or GPU-/MIG- UUIDs, up to the first entry
+    that is neither."""
+    out = []
+    for entry in text.split(","):
+        entry = entry.strip()
+        if entry.isdigit() or entry.startswith(("GPU-", "MIG-")):
+            out.append(entry)
+        else:
+            break
+    return out
+
+
+def _nvml_call(fn, text):
+    try:
+        return fn(text)
+    except TypeError:  # an old pynvml that wants bytes
+        return fn(text.encode())
+
+
+def _nvml_handle(torch_index):
+    """NVML's handle of torch's device `torch_index` and its facts. Matched by the UUID
+    CUDA_VISIBLE_DEVICES names, else by the PCI bus id torch reports, else through
+    CUDA_VISIBLE_DEVICES' index, else the same index (NVML counts every device, in PCI order)."""
+    s = _state
+    cached = s.nvml_handles.get(torch_index)
+    if cached is not None:
+        return cached
+    pynvml = s.nvml
+    visible_text = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = _visible_devices(visible_text) if visible_text is not None else None
+    if visible is not None and torch_index >= len(visible):
+        raise _NvmlError(f"CUDA_VISIBLE_DEVICES={visible_text!r} shows no device {torch_index}")
+    entry = visible[torch_index] if visible is not None else None
+    handle, matched_by = None, None
+    if entry is not None and not entry.isdigit():
+        handle = _nvml_call(pynvml.nvmlDeviceGetHandleByUUID, entry)
+        matched_by = "uuid"
+    if handle is None and not s.cpu_mode:
+        get_by_bus = getattr(pynvml, "nvmlDeviceGetHandleByPciBusId", None)
+        props = s.torch.cuda.get_device_properties(torch_index)
+        if get_by_bus is not None and getattr(props, "pci_bus_id", None) is not None:
+            bus = (f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:"
+                   f"{getattr(props, 'pci_device_id', 0):02x}.0")
+            try:
+                handle = _nvml_call(get_by_bus, bus)
+                matched_by = "pci_bus_id"
+            except Exception:
+                handle = None
+    if handle is None:
+        index = int(entry) if entry is not None else torch_index
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        matched_by = "CUDA_VISIBLE_DEVICES" if entry is not None else "index"
+    facts = {"torch_device": torch_index, "matched_by": matched_by, "nvml_index": None,
+             "pci_bus_id": None, "name": None, "memory_v2": True}
+    try:
+        facts["nvml_index"] = int(pynvml.nvmlDeviceGetIndex(handle))
+    except Exception:
+        if matched_by in ("index", "CUDA_VISIBLE_DEVICES"):
+            facts["nvml_index"] = int(entry) if entry is not None else torch_index
+    try:
+        facts["pci_bus_id"] = _nvml_text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
+    except Exception:
+        pass
+    try:
+        facts["name"] = _nvml_text(pynvml.nvmlDeviceGetName(handle))
+    except Exception:
+        pass
+    s.nvml_handles[torch_index] = (handle, facts)
+    return handle, facts
+
+
+def _nvml_memory(handle, facts):
+    """(total, used, free, reserved): NVML's v2 memory info where the library and driver have it
+    (`reserved`: the driver's own), else v1 (reserved None)."""
+    pynvml = _state.nvml
+    version = getattr(pynvml, "nvmlMemory_v2", None)
+    if version is not None and facts["memory_v2"]:
+        try:
+            m = pynvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+            return int(m.total), int(m.used), int(m.free), _nvml_bytes(getattr(m, "reserved", None))
+        except Exception:
+            facts["memory_v2"] = False
+    m = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    return int(m.total), int(m.used), int(m.free), None
+
+
+def _nvml_bytes(value):
+    if value is None:
+        return None
+    value = int(value)
+    return None if value < 0 or value >= _NVML_NOT_AVAILABLE else value
+
+
+def _nvml_sample(at, now, counters):
+    """One sample; `counters` holds torch's allocated/reserved at the same moment (None on the
+    CPU). The first failure stops the sampling (said once), never the program."""
+    s = _state
+    pynvml = s.nvml
+    if pynvml is None or s.nvml_samples is None or os.getpid() != s.pid:
+        return
+    try:
+        torch_index = 0 if s.cpu_mode else int(s.torch.cuda.current_device())
+        handle, facts = _nvml_handle(torch_index)
+        total, used, free, reserved = _nvml_memory(handle, facts)
+        try:
+            processes = [(int(p.pid), _nvml_bytes(getattr(p, "usedGpuMemory", None)))
+                         for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+        except Exception:
+            processes = None  # NVML cannot list them here (permissions, some MIG set-ups)
+        sample = {"time_us": now, "step": s.step, "phase": s.phase, "at": at,
+                  "device_total": total, "device_used": used, "device_free": free,
+                  "device_reserved": reserved, "process_listed": False, "process_used": None,
+                  "other_processes": None, "other_processes_more": 0,
+                  "torch_reserved": None, "torch_allocated": None, "_device": torch_index}
+        if counters is not None:
+            sample["torch_reserved"] = counters.get("reserved")
+            sample["torch_allocated"] = counters.get("allocated")
+        if processes is not None:
+            mine = [u for pid, u in processes if pid == s.pid]
+            others = [{"pid": pid, "used": u} for pid, u in processes if pid != s.pid]
+            others.sort(key=lambda p: -1 if p["used"] is None else p["used"], reverse=True)
+            sample["process_listed"] = bool(mine)
+            if mine and all(u is not None for u in mine):
+                sample["process_used"] = sum(mine)
+            sample["other_processes"] = others[:MAX_NVML_PROCESSES]
+            sample["other_processes_more"] = max(0, len(others) - MAX_NVML_PROCESSES)
+        s.nvml_samples.append(sample)
+        s.nvml_taken += 1
+    except Exception as e:
+        why = _nvml_why(e)
+        if not s.nvml_samples:
+            _nvml_unavailable(f"NVML could not read torch's device: {why}")
+        else:
+            s.nvml = None
+            s.nvml_info["stopped"] = f"sampling stopped after {s.nvml_taken} samples: {why}"
+            _say(f"NVML sampling stopped ({why}); the capture goes on", error=False)
+
+
+def _nvml_sidecar():
+    """The sidecar's "nvml": the device torch used last, its samples, and what NVML could not
+    tell."""
+    s = _state
+    info = dict(s.nvml_info or {"available": False, "why": "NVML was not set up"})
+    if not info.get("available"):
+        return info
+    samples = list(s.nvml_samples or ())
+    device = samples[-1]["_device"] if samples else None
+    # A sample taken while torch was on another device (CUDA starts inside the user's
+    # torch.cuda.set_device, on device 0) describes another card: left out.
+    kept = [x for x in samples if x["_device"] == device]
+    for x in kept:
+        del x["_device"]
+    facts = s.nvml_handles.get(device, (None, {}))[1]
+    info.update(nvml_index=facts.get("nvml_index"), pci_bus_id=facts.get("pci_bus_id"),
+                name=facts.get("name"), matched_by=facts.get("matched_by"), torch_device=device,
+                samples_dropped=s.nvml_taken - len(samples),
+                samples_other_device=len(samples) - len(kept), pid_note=None)
+    listed = [x for x in kept if x["other_processes"] is not None]
+    if listed and not any(x["process_listed"] for x in listed):
+        info["pid_note"] = (f"this process (pid {s.pid}) is not among NVML's compute processes: "
+                            "in a container NVML reports the host's pids, so its memory is among "
+                            "the other processes'")
+    elif kept and not listed:
+        info["pid_note"] = "NVML could not list the device's processes (permissions, MIG)"
+    info["samples"] = kept
+    return info
+
 # --- OOM ----------------------------------------------------------------------------------------
 
 
@@ -731,6 +1001,7 @@ def _oom_observer(device, alloc, device_total, device_free):
                  "device_total": int(device_total), "device": int(device),
                  "allocated": cuda.memory_allocated(device), "reserved": cuda.memory_reserved(device),
                  "time_us": _now_us(), "step": s.step, "phase": s.phase, "message": None}
+        _nvml_sample("oom", s.oom["time_us"], s.oom)
     except Exception as e:
         _say(f"could not take the snapshot at the out-of-memory error ({type(e).__name__}: {e})",
              error=True)
@@ -934,7 +1205,7 @@ def _write_files(reason, exc, signum):
     s = _state
     now = _now_us()
     try:
-        _close_phase(now)
+        _close_phase(now, at="end")
     except Exception:
         pass
     exception = None
@@ -975,6 +1246,7 @@ def _write_files(reason, exc, signum):
         "phases": list(s.phases),
         "tensors": s.tensors,
         "oom": oom,
+        "nvml": _nvml_sidecar(),
     }
     text = json.dumps(sidecar, default=str, separators=(",", ":")).encode()
     _atomic_write(os.path.join(s.out_dir, f"{label}.sidecar.json"), lambda f: f.write(text))

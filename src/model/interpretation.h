@@ -34,6 +34,57 @@ enum class SizeEvidence : uint8_t {
 };
 const char* SizeEvidenceName(SizeEvidence evidence);
 
+// What NVML said about the device during a capture (vramscope run's sidecar, "nvml"): samples
+// of nvidia-smi's figures beside torch's own, taken at the start, at the end of every phase, at
+// an out-of-memory error and at the end. Plain data, as the sidecar had it; byte counts.
+struct DeviceUsageProcess {
+  int64_t pid = 0;
+  std::optional<uint64_t> used;  // nullopt: NVML could not tell (containers, MIG)
+};
+
+struct DeviceUsageSample {
+  int64_t time_us = kNoTime;
+  int32_t step = 0;
+  std::string phase;  // the phase that ended here (setup, forward, ...), as the sidecar names it
+  std::string at;     // start, phase_end, oom, end
+  uint64_t device_total = 0;
+  uint64_t device_used = 0;  // nvidia-smi's "used"
+  std::optional<uint64_t> device_free;
+  std::optional<uint64_t> device_reserved;  // the driver's own (NVML's v2 memory info)
+  // This process's memory as NVML lists it; nullopt when it is not listed (a container's pid)
+  // or NVML could not tell.
+  bool process_listed = false;
+  std::optional<uint64_t> process_used;
+  // The device's other compute processes, largest first; nullopt when NVML could not list them.
+  std::optional<std::vector<DeviceUsageProcess>> other_processes;
+  uint64_t other_processes_more = 0;  // others beyond those listed (the bootstrap lists 64)
+  std::optional<uint64_t> torch_reserved, torch_allocated;  // nullopt: not on a GPU
+};
+
+struct DeviceUsage {
+  bool available = false;
+  std::string why_not;  // when not available: why (no nvidia-ml-py, NVML failed, ...)
+  std::string driver;
+  std::optional<int64_t> nvml_index;
+  std::string pci_bus_id, device_name;
+  std::string matched_by;             // how torch's device was found in NVML: pci_bus_id, uuid, ...
+  std::string pid_note;               // why this process's own figure is missing, when it is
+  std::string stopped;                // why sampling stopped early, when it did
+  uint64_t samples_dropped = 0;       // the earliest, beyond the bootstrap's bound
+  uint64_t samples_other_device = 0;  // taken while torch was on another device: left out
+  std::vector<DeviceUsageSample> samples;
+};
+
+// torch's counters at the end of one phase (the sidecar's per-phase "memory"); max_* only with
+// --phase-memory (peaks since the phase began).
+struct CapturedPhaseMemory {
+  int32_t step = 0;
+  std::string phase;
+  int64_t end_us = kNoTime;
+  uint64_t allocated = 0, reserved = 0;
+  std::optional<uint64_t> max_allocated, max_reserved;
+};
+
 struct Interpretation {
   // Block bytes the allocator replay established for allocations the trace left estimated, by
   // allocation index: 0 where it established nothing. Empty when there was no replay.
@@ -45,6 +96,11 @@ struct Interpretation {
   std::vector<PhaseMark> phase_marks;
   std::unordered_map<uint32_t, Category> category;
   std::unordered_map<uint32_t, std::string> tensor_name;
+  // NVML's samples of the device; nullopt when the input had no capture sidecar with an "nvml"
+  // record (an older sidecar, or another source).
+  std::optional<DeviceUsage> device_usage;
+  // torch's counters per phase, from a capture sidecar recorded on a GPU; empty otherwise.
+  std::vector<CapturedPhaseMemory> phase_memory;
 
   // What the user should know about how the input was read, one line each, after the source's
   // own notes (TraceFacts::notes).

@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu_session.sh"
 BIN = Path(os.environ.get("VRAMSCOPE_BIN", REPO / "build" / "vramscope"))
 PYTHON = os.environ.get("VRAMSCOPE_TORCH_PYTHON", "")
-STEPS = ["preflight", "run_goldens", "native", "overhead", "modern_goldens", "goldens",
-         "oom_golden", "hf_goldens"]
+STEPS = ["preflight", "device_overheads", "run_goldens", "native", "overhead", "modern_goldens",
+         "goldens", "oom_golden", "hf_goldens"]
 # The steps a dry run cannot stand in for on the CPU: printed, never run.
 GPU_ONLY = {"native", "oom_golden"}
 
@@ -111,11 +111,14 @@ def test_dry_run_runs_every_step_with_its_cpu_stand_in(bundle, tmp_path):
                  "goldens/dry-run-cpu/modern/compile_reduce_overhead.sidecar.json",
                  "goldens/dry-run-cpu/modern/graphs_shared_pool.sidecar.json",
                  "goldens/dry-run-cpu/modern/mempool.sidecar.json", "logs/modern_goldens.log",
+                 "goldens/dry-run-cpu/device_overheads.json", "logs/device_overheads.log",
                  "results.json"):
         assert name in names, (name, sorted(names))
     # results.md quotes the modern cases' table (scripts/gpu_session_results.py).
     assert "| case | status | max allocated | max reserved | private pools at dump |" in md
     assert "| mempool | ok | - | - | - |" in md
+    # ... and the device overheads' figures (none measured on the CPU).
+    assert "| figure | bytes | MiB |" in md and "| context_lazy | - | - |" in md
     native_log = [s for s in results["steps"] if s["step"] == "native"][0]["log_tail"]
     assert "run --native" in native_log
     # Nothing a dry run wrote goes into goldens/.

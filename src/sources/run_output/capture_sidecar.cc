@@ -64,6 +64,18 @@ struct Reader {
     Fail(where + "." + key, "is not a byte count or address");
     return 0;
   }
+  std::optional<uint64_t> OptionalUnsigned(const json& obj, const char* key,
+                                           const std::string& where) {
+    if (Field(obj, key) == nullptr) return std::nullopt;
+    return Unsigned(obj, key, where);
+  }
+  bool Bool(const json& obj, const char* key, const std::string& where) {
+    const json* v = Field(obj, key);
+    if (v == nullptr) return false;
+    if (v->is_boolean()) return v->get<bool>();
+    Fail(where + "." + key, "is not true or false");
+    return false;
+  }
   std::string Text(const json& obj, const char* key, const std::string& where) {
     const json* v = Field(obj, key);
     if (v == nullptr) return "";
@@ -88,6 +100,102 @@ struct Reader {
     return v;
   }
 };
+
+int32_t Step(Reader& r, const json& obj, const std::string& where) {
+  return static_cast<int32_t>(
+      std::clamp<int64_t>(r.Int(obj, "step", where).value_or(0), 0, INT32_MAX));
+}
+
+// The sidecar's "memory" of one phase: torch's counters at its end.
+std::optional<model::CapturedPhaseMemory> ParsePhaseMemory(Reader& r, const json& phase,
+                                                           const std::string& where) {
+  const json* m = r.Object(phase, "memory", where);
+  if (m == nullptr) return std::nullopt;
+  const std::string at = where + ".memory";
+  model::CapturedPhaseMemory out;
+  out.allocated = r.Unsigned(*m, "allocated", at);
+  out.reserved = r.Unsigned(*m, "reserved", at);
+  out.max_allocated = r.OptionalUnsigned(*m, "max_allocated", at);
+  out.max_reserved = r.OptionalUnsigned(*m, "max_reserved", at);
+  return out;
+}
+
+// The sidecar's "nvml" (docs/design/capture.md): bounded, errors name the field.
+std::optional<model::DeviceUsage> ParseNvml(Reader& r, const json& doc) {
+  const json* n = r.Object(doc, "nvml", "");
+  if (n == nullptr) return std::nullopt;
+  model::DeviceUsage u;
+  u.available = r.Bool(*n, "available", "nvml");
+  if (!u.available) {
+    u.why_not = r.Text(*n, "why", "nvml");
+    return u;
+  }
+  u.driver = r.Text(*n, "driver", "nvml");
+  u.nvml_index = r.Int(*n, "nvml_index", "nvml");
+  u.pci_bus_id = r.Text(*n, "pci_bus_id", "nvml");
+  u.device_name = r.Text(*n, "name", "nvml");
+  u.matched_by = r.Text(*n, "matched_by", "nvml");
+  u.pid_note = r.Text(*n, "pid_note", "nvml");
+  u.stopped = r.Text(*n, "stopped", "nvml");
+  u.samples_dropped = r.Unsigned(*n, "samples_dropped", "nvml");
+  u.samples_other_device = r.Unsigned(*n, "samples_other_device", "nvml");
+  const json* samples = r.Array(*n, "samples", "nvml");
+  if (samples == nullptr) return u;
+  u.samples.reserve(std::min(samples->size(), kMaxNvmlSamples));
+  for (size_t i = 0; i < samples->size() && r.error.ok(); ++i) {
+    if (u.samples.size() == kMaxNvmlSamples) {
+      const uint64_t more = samples->size() - i;
+      u.samples_dropped =
+          u.samples_dropped > UINT64_MAX - more ? UINT64_MAX : u.samples_dropped + more;
+      break;
+    }
+    const json& x = (*samples)[i];
+    const std::string where = fmt::format("nvml.samples[{}]", i);
+    if (!x.is_object()) {
+      r.Fail(where, "is not an object");
+      break;
+    }
+    model::DeviceUsageSample s;
+    s.time_us = r.Int(x, "time_us", where).value_or(model::kNoTime);
+    s.step = Step(r, x, where);
+    s.phase = r.Text(x, "phase", where);
+    s.at = r.Text(x, "at", where);
+    s.device_total = r.Unsigned(x, "device_total", where);
+    s.device_used = r.Unsigned(x, "device_used", where);
+    s.device_free = r.OptionalUnsigned(x, "device_free", where);
+    s.device_reserved = r.OptionalUnsigned(x, "device_reserved", where);
+    s.process_listed = r.Bool(x, "process_listed", where);
+    s.process_used = r.OptionalUnsigned(x, "process_used", where);
+    s.other_processes_more = r.Unsigned(x, "other_processes_more", where);
+    s.torch_reserved = r.OptionalUnsigned(x, "torch_reserved", where);
+    s.torch_allocated = r.OptionalUnsigned(x, "torch_allocated", where);
+    if (const json* others = r.Array(x, "other_processes", where)) {
+      s.other_processes.emplace();
+      s.other_processes->reserve(std::min(others->size(), kMaxNvmlProcesses));
+      for (size_t k = 0; k < others->size() && r.error.ok(); ++k) {
+        if (s.other_processes->size() == kMaxNvmlProcesses) {
+          const uint64_t more = others->size() - k;
+          s.other_processes_more = s.other_processes_more > UINT64_MAX - more
+                                       ? UINT64_MAX
+                                       : s.other_processes_more + more;
+          break;
+        }
+        const json& p = (*others)[k];
+        const std::string pwhere = fmt::format("{}.other_processes[{}]", where, k);
+        if (!p.is_object()) {
+          r.Fail(pwhere, "is not an object");
+          break;
+        }
+        model::DeviceUsageProcess process;
+        process.pid = r.Int(p, "pid", pwhere).value_or(0);
+        process.used = r.OptionalUnsigned(p, "used", pwhere);
+        s.other_processes->push_back(process);
+      }
+    }
+    u.samples.push_back(std::move(s));
+  }
+  return u;
+}
 
 std::optional<model::Category> CategoryOfKind(const std::string& kind) {
   if (kind == "parameter" || kind == "buffer") return model::Category::kWeight;
@@ -267,11 +375,16 @@ Result<std::optional<CaptureSidecar>> ParseCaptureSidecar(std::string_view text,
         break;
       }
       SidecarPhase phase;
-      phase.step = static_cast<int32_t>(
-          std::clamp<int64_t>(r.Int(p, "step", where).value_or(0), 0, INT32_MAX));
+      phase.step = Step(r, p, where);
       phase.phase = r.Text(p, "phase", where);
       phase.begin_us = r.Int(p, "begin_us", where).value_or(model::kNoTime);
       phase.end_us = r.Int(p, "end_us", where).value_or(model::kNoTime);
+      phase.memory = ParsePhaseMemory(r, p, where);
+      if (phase.memory) {
+        phase.memory->step = phase.step;
+        phase.memory->phase = phase.phase;
+        phase.memory->end_us = phase.end_us;
+      }
       s.phases.push_back(std::move(phase));
     }
   }
@@ -307,6 +420,7 @@ Result<std::optional<CaptureSidecar>> ParseCaptureSidecar(std::string_view text,
     o.message = r.Text(*oom, "message", "oom");
     s.oom = std::move(o);
   }
+  s.nvml = ParseNvml(r, doc);
   if (!r.error.ok()) return r.error;
   return std::optional<CaptureSidecar>(std::move(s));
 }
@@ -430,6 +544,11 @@ SidecarApplied InterpretCaptureSidecar(const CaptureSidecar& sidecar, const mode
         "before the history began, or dropped from its ring buffer)",
         applied.tensors_unmatched, sidecar.tensors.size()));
   }
+  // Torch's counters per phase and NVML's samples, as the sidecar had them.
+  for (const SidecarPhase& p : sidecar.phases) {
+    if (p.memory) out.phase_memory.push_back(*p.memory);
+  }
+  if (sidecar.nvml) out.device_usage = sidecar.nvml;
   out.format_suffix += " + vramscope run sidecar";
   return applied;
 }

@@ -1,8 +1,9 @@
 // The sidecar `vramscope run`'s bootstrap writes beside each snapshot (docs/design/capture.md,
 // format "vramscope-capture" version 1): what the snapshot cannot say. Interpreting it beside the
 // snapshot's Trace gives the capture's recorded phases, the names and categories of weights,
-// gradients and optimizer state, and notes (which rank, why the capture ended, PyTorch's OOM
-// message), as a model::Interpretation.
+// gradients and optimizer state, notes (which rank, why the capture ended, PyTorch's OOM
+// message), torch's counters per phase and NVML's samples of the device, as a
+// model::Interpretation.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,8 @@ struct SidecarPhase {
   std::string phase;  // forward, backward, optimizer, between
   int64_t begin_us = model::kNoTime;
   int64_t end_us = model::kNoTime;
+  // torch's counters at the phase's end ("memory"; null in the CPU test mode).
+  std::optional<model::CapturedPhaseMemory> memory;
 };
 
 struct SidecarTensor {
@@ -53,7 +56,14 @@ struct CaptureSidecar {
   std::vector<SidecarPhase> phases;
   std::vector<SidecarTensor> tensors;
   std::optional<SidecarOom> oom;
+  // "nvml": NVML's samples of the device (nullopt: a sidecar from before they were recorded).
+  // At most kMaxNvmlSamples samples (the rest counted in samples_dropped) and kMaxNvmlProcesses
+  // other processes per sample (the rest counted in other_processes_more).
+  std::optional<model::DeviceUsage> nvml;
 };
+
+inline constexpr size_t kMaxNvmlSamples = 100000;  // the bootstrap writes at most 20000
+inline constexpr size_t kMaxNvmlProcesses = 256;   // the bootstrap lists at most 64
 
 // Reads a sidecar. nullopt when the file is JSON of another format (an older golden's sidecar);
 // an error naming the file and field when it is malformed.
@@ -70,7 +80,8 @@ struct SidecarApplied {
 };
 
 // What the sidecar says about the trace read from its snapshot: its phases, the names and
-// categories of the tensors it saw, and notes (rank, host, why the capture ended), added to `out`
+// categories of the tensors it saw, notes (rank, host, why the capture ended), torch's counters
+// per phase and NVML's samples (Interpretation::phase_memory, device_usage), added to `out`
 // (the trace itself stays as the snapshot had it). Never fails: what does not match is counted
 // and said in the notes.
 SidecarApplied InterpretCaptureSidecar(const CaptureSidecar& sidecar, const model::Trace& trace,

@@ -3,13 +3,13 @@
 //
 // The input is the sidecar's text. A failure must be one InvalidInput line naming the file. A
 // success must keep the parser's promises (steps not negative, only the three named kinds, no
-// unnamed tensor) and is then applied to four traces: one whose events carry phase marks (some
-// of them made from the sidecar's own phases, so the input reaches the mark parser), one with
-// times only and allocations at the sidecar's tensor addresses and times, one with extreme
-// times, and one with no trace. After each: the trace unchanged, phase marks ordered by device
-// then event and inside their device's events, names given only to allocation events of
-// allocations that exist (each with its category), the counts it returns consistent; then the
-// rest of the pipeline a report runs.
+// unnamed tensor, NVML's samples and processes within their bounds) and is then applied to four
+// traces: one whose events carry phase marks (some of them made from the sidecar's own phases, so
+// the input reaches the mark parser), one with times only and allocations at the sidecar's tensor
+// addresses and times, one with extreme times, and one with no trace. After each: the trace
+// unchanged, phase marks ordered by device then event and inside their device's events, names given
+// only to allocation events of allocations that exist (each with its category), the counts it
+// returns consistent; then the rest of the pipeline a report runs.
 //
 // Build: cmake -DVRAMSCOPE_BUILD_FUZZERS=ON with clang (target capture_sidecar_fuzzer).
 // Run:   capture_sidecar_fuzzer -max_len=4096
@@ -160,6 +160,20 @@ void CheckParsed(const CaptureSidecar& s) {
           t.category == Category::kOptimizerState);
   }
   if (s.oom) Check(s.oom->step >= 0);
+  for (const auto& p : s.phases) {
+    if (p.memory) Check(p.memory->step == p.step && p.memory->phase == p.phase);
+  }
+  // NVML's samples: bounded, and only when NVML was available.
+  if (s.nvml) {
+    Check(s.nvml->samples.size() <= vramscope::sources::kMaxNvmlSamples);
+    if (!s.nvml->available) Check(s.nvml->samples.empty());
+    for (const auto& x : s.nvml->samples) {
+      Check(x.step >= 0);
+      if (x.other_processes) {
+        Check(x.other_processes->size() <= vramscope::sources::kMaxNvmlProcesses);
+      }
+    }
+  }
 }
 
 void CheckApplied(const CaptureSidecar& s, const vramscope::sources::SidecarApplied& applied,
@@ -208,6 +222,12 @@ void CheckApplied(const CaptureSidecar& s, const vramscope::sources::SidecarAppl
   Check(applied.tensors_unmatched <= s.tensors.size());
   Check(applied.tensors_named + applied.tensors_unmatched <= s.tensors.size());
   Check(in.format_suffix == " + vramscope run sidecar");
+  // NVML's samples and the per-phase counters: carried as read.
+  Check(in.device_usage.has_value() == s.nvml.has_value());
+  if (s.nvml) Check(in.device_usage->samples.size() == s.nvml->samples.size());
+  Check(in.phase_memory.size() ==
+        static_cast<size_t>(std::count_if(s.phases.begin(), s.phases.end(),
+                                          [](const auto& p) { return p.memory.has_value(); })));
   for (const std::string& note : in.notes) Check(note.find('\n') == std::string::npos);
 }
 

@@ -3,6 +3,7 @@
 // weight/gradient/state names by address and time).
 #include "sources/run_output/capture_sidecar.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -214,6 +215,163 @@ TEST(CaptureSidecar, ATensorSeenBeforeItsAddressWasReusedNamesTheEarlierAllocati
   EXPECT_EQ(s.NameOf(8), "");
 }
 
+// NVML's samples ("nvml") and torch's per-phase counters ("memory"): read as written, and carried
+// into the interpretation unchanged.
+constexpr const char* kNvmlSidecar = R"({
+  "format": "vramscope-capture", "version": 1, "snapshot": "pid9.pickle",
+  "process": {"pid": 9},
+  "phases": [{"step": 0, "phase": "setup", "begin_us": 10, "end_us": 20,
+              "memory": {"allocated": 1024, "reserved": 2097152, "max_allocated": null,
+                         "max_reserved": null}},
+             {"step": 1, "phase": "forward", "begin_us": 20, "end_us": 30,
+              "memory": {"allocated": 4096, "reserved": 4194304, "max_allocated": 8192,
+                         "max_reserved": 6291456}},
+             {"step": 1, "phase": "backward", "begin_us": 30, "end_us": 40, "memory": null}],
+  "nvml": {"available": true, "driver": "580.65.06", "nvml_index": 1,
+           "pci_bus_id": "00000000:3B:00.0", "name": "NVIDIA H100 80GB HBM3",
+           "matched_by": "pci_bus_id", "torch_device": 0, "samples_dropped": 0,
+           "samples_other_device": 1, "pid_note": null,
+           "samples": [
+    {"time_us": 10, "step": 0, "phase": "setup", "at": "start", "device_total": 85899345920,
+     "device_used": 1073741824, "device_free": 84825604096, "device_reserved": 536870912,
+     "process_listed": true, "process_used": 629145600,
+     "other_processes": [{"pid": 4242, "used": 314572800}, {"pid": 4343, "used": null}],
+     "other_processes_more": 0, "torch_reserved": 0, "torch_allocated": 0},
+    {"time_us": 20, "step": 0, "phase": "setup", "at": "phase_end", "device_total": 85899345920,
+     "device_used": 1082130432, "device_free": null, "device_reserved": null,
+     "process_listed": false, "process_used": null, "other_processes": null,
+     "other_processes_more": 3, "torch_reserved": null, "torch_allocated": null}]}
+})";
+
+TEST(CaptureSidecar, ParsesNvmlSamplesAndPhaseMemory) {
+  const CaptureSidecar s = Parse(kNvmlSidecar);
+  ASSERT_EQ(s.phases.size(), 3u);
+  ASSERT_TRUE(s.phases[0].memory);
+  EXPECT_EQ(s.phases[0].memory->allocated, 1024u);
+  EXPECT_EQ(s.phases[0].memory->reserved, 2097152u);
+  EXPECT_FALSE(s.phases[0].memory->max_reserved);
+  ASSERT_TRUE(s.phases[1].memory);
+  EXPECT_EQ(s.phases[1].memory->max_reserved, 6291456u);
+  EXPECT_FALSE(s.phases[2].memory);
+  ASSERT_TRUE(s.nvml);
+  const model::DeviceUsage& u = *s.nvml;
+  EXPECT_TRUE(u.available);
+  EXPECT_EQ(u.driver, "580.65.06");
+  EXPECT_EQ(u.nvml_index, 1);
+  EXPECT_EQ(u.pci_bus_id, "00000000:3B:00.0");
+  EXPECT_EQ(u.device_name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(u.matched_by, "pci_bus_id");
+  EXPECT_EQ(u.samples_other_device, 1u);
+  EXPECT_TRUE(u.pid_note.empty());
+  ASSERT_EQ(u.samples.size(), 2u);
+  const model::DeviceUsageSample& a = u.samples[0];
+  EXPECT_EQ(a.time_us, 10);
+  EXPECT_EQ(a.at, "start");
+  EXPECT_EQ(a.phase, "setup");
+  EXPECT_EQ(a.device_total, 85899345920u);
+  EXPECT_EQ(a.device_used, 1073741824u);
+  EXPECT_EQ(a.device_free, 84825604096u);
+  EXPECT_EQ(a.device_reserved, 536870912u);
+  EXPECT_TRUE(a.process_listed);
+  EXPECT_EQ(a.process_used, 629145600u);
+  ASSERT_TRUE(a.other_processes);
+  ASSERT_EQ(a.other_processes->size(), 2u);
+  EXPECT_EQ((*a.other_processes)[0].pid, 4242);
+  EXPECT_EQ((*a.other_processes)[0].used, 314572800u);
+  EXPECT_FALSE((*a.other_processes)[1].used);
+  EXPECT_EQ(a.torch_reserved, 0u);
+  const model::DeviceUsageSample& b = u.samples[1];
+  EXPECT_FALSE(b.device_free || b.device_reserved || b.process_used || b.torch_reserved ||
+               b.torch_allocated);
+  EXPECT_FALSE(b.process_listed);
+  EXPECT_FALSE(b.other_processes);  // NVML could not list them
+  EXPECT_EQ(b.other_processes_more, 3u);
+
+  // Carried into the interpretation as read.
+  StepTrace t(/*with_marks=*/true);
+  t.Apply(s);
+  ASSERT_TRUE(t.in.device_usage);
+  EXPECT_EQ(t.in.device_usage->samples.size(), 2u);
+  EXPECT_EQ(t.in.device_usage->samples[0].process_used, 629145600u);
+  ASSERT_EQ(t.in.phase_memory.size(), 2u);
+  EXPECT_EQ(t.in.phase_memory[1].step, 1);
+  EXPECT_EQ(t.in.phase_memory[1].phase, "forward");
+  EXPECT_EQ(t.in.phase_memory[1].end_us, 30);
+  EXPECT_EQ(t.in.phase_memory[1].reserved, 4194304u);
+}
+
+TEST(CaptureSidecar, NvmlUnavailableOrAbsent) {
+  const CaptureSidecar off = Parse(R"({"format": "vramscope-capture", "version": 1,
+    "nvml": {"available": false, "why": "nvidia-ml-py is not installed"}})");
+  ASSERT_TRUE(off.nvml);
+  EXPECT_FALSE(off.nvml->available);
+  EXPECT_EQ(off.nvml->why_not, "nvidia-ml-py is not installed");
+  EXPECT_TRUE(off.nvml->samples.empty());
+  StepTrace t(/*with_marks=*/true);
+  t.Apply(off);
+  ASSERT_TRUE(t.in.device_usage);
+  EXPECT_FALSE(t.in.device_usage->available);
+  // A sidecar from before NVML was sampled (the unit-test sidecar above): no device usage.
+  const CaptureSidecar old = Parse(kSidecar);
+  EXPECT_FALSE(old.nvml);
+  StepTrace u(/*with_marks=*/true);
+  u.Apply(old);
+  EXPECT_FALSE(u.in.device_usage);
+  EXPECT_TRUE(u.in.phase_memory.empty());
+}
+
+TEST(CaptureSidecar, NvmlSamplesAndProcessesAreBounded) {
+  std::string samples;
+  for (size_t i = 0; i < kMaxNvmlSamples + 5; ++i) samples += i ? ",{}" : "{}";
+  std::string others;
+  for (size_t i = 0; i < kMaxNvmlProcesses + 7; ++i) {
+    others += fmt::format("{}{{\"pid\": {}, \"used\": 1}}", i ? "," : "", i);
+  }
+  const CaptureSidecar s = Parse(fmt::format(
+      R"({{"format": "vramscope-capture", "version": 1, "nvml": {{"available": true,
+      "samples_dropped": 2, "samples": [{{"other_processes": [{}], "other_processes_more": 1}},
+      {}]}}}})",
+      others, samples));
+  ASSERT_TRUE(s.nvml);
+  ASSERT_EQ(s.nvml->samples.size(), kMaxNvmlSamples);
+  EXPECT_EQ(s.nvml->samples_dropped, 2u + 6u);  // 1 + kMaxNvmlSamples + 5 written
+  ASSERT_TRUE(s.nvml->samples[0].other_processes);
+  EXPECT_EQ(s.nvml->samples[0].other_processes->size(), kMaxNvmlProcesses);
+  EXPECT_EQ(s.nvml->samples[0].other_processes_more, 1u + 7u);
+}
+
+TEST(CaptureSidecar, MalformedNvmlFieldsGetOneLineNamingTheField) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("nvml": [])", "nvml is not an object"},
+      {R"("nvml": {"available": "yes"})", "nvml.available is not true or false"},
+      {R"("nvml": {"available": false, "why": 3})", "nvml.why is not text"},
+      {R"("nvml": {"available": true, "samples": {}})", "nvml.samples is not a list"},
+      {R"("nvml": {"available": true, "samples": [{}, 5]})", "nvml.samples[1] is not an object"},
+      {R"("nvml": {"available": true, "samples": [{"device_used": -1}]})",
+       "nvml.samples[0].device_used is not a byte count"},
+      {R"("nvml": {"available": true, "samples": [{"device_total": 1.5}]})",
+       "nvml.samples[0].device_total is not a byte count"},
+      {R"("nvml": {"available": true, "samples": [{"other_processes": [{"pid": "x"}]}]})",
+       "nvml.samples[0].other_processes[0].pid is not an integer"},
+      {R"("nvml": {"available": true, "samples": [{"other_processes": [7]}]})",
+       "nvml.samples[0].other_processes[0] is not an object"},
+      {R"("nvml": {"available": true, "samples": [{"process_used": true}]})",
+       "nvml.samples[0].process_used is not a byte count"},
+      {R"("phases": [{"step": 1, "memory": {"reserved": "lots"}}])",
+       "phases[0].memory.reserved is not a byte count"},
+      {R"("phases": [{"step": 1, "memory": 5}])", "phases[0].memory is not an object"},
+  };
+  for (const auto& [field, expected] : cases) {
+    const std::string text = R"({"format": "vramscope-capture", "version": 1, )" + field + "}";
+    auto parsed = ParseCaptureSidecar(text, "rank0.sidecar.json");
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_EQ(parsed.status().message().rfind("rank0.sidecar.json: ", 0), 0u);
+    EXPECT_NE(parsed.status().message().find(expected), std::string::npos)
+        << parsed.status().message();
+    EXPECT_EQ(parsed.status().message().find('\n'), std::string::npos);
+  }
+}
+
 // Found by capture_sidecar_fuzzer (its corpus keeps the inputs: capture_sidecar_fuzz_corpus/).
 
 // A phase that begins after the trace's last event (the real CPU capture's phases all do, against
@@ -221,8 +379,8 @@ TEST(CaptureSidecar, ATensorSeenBeforeItsAddressWasReusedNamesTheEarlierAllocati
 TEST(CaptureSidecarFuzzFinds, PhasesAfterTheLastEventLeaveNoMarkPastIt) {
   StepTrace s(/*with_marks=*/false);
   CaptureSidecar sidecar = Parse(kSidecar);
-  sidecar.phases.push_back({2, "forward", 90000, 95000});  // after the last event (60 ms)
-  sidecar.phases.push_back({2, "backward", 96000, 99000});
+  sidecar.phases.push_back({2, "forward", 90000, 95000, {}});  // after the last event (60 ms)
+  sidecar.phases.push_back({2, "backward", 96000, 99000, {}});
   const SidecarApplied applied = s.Apply(sidecar);
   EXPECT_EQ(applied.phase_marks, 4u);  // the four phases that hold events
   ASSERT_FALSE(s.in.phase_marks.empty());
