@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "analysis/breakdown.h"
+#include "analysis/device_usage.h"
 #include "analysis/oom.h"
 #include "analysis/regions.h"
 #include "analysis/segment_timeline.h"
@@ -38,6 +39,8 @@ struct Analysis {
   SegmentTimeline segments;
   // Memory by compiled region and by annotation (analysis/regions.h).
   RegionBreakdowns regions;
+  // nvidia-smi's figure decomposed, for a capture with NVML samples (analysis/device_usage.h).
+  DeviceUsageDecomposition device_usage;
 };
 
 // Points kept per device in the category timeline.

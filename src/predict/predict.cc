@@ -140,8 +140,8 @@ Result<TensorStream> PredictStream(const LoadedModel& model, const PredictReques
       info.facts.emplace_back(
           f.item + " (outside the allocator)",
           fmt::format("{}, {}", bytes(f.bytes), device::EvidenceName(f.evidence)));
-      info.assumptions.push_back(fmt::format("{} takes {} outside the allocator ({}: {}; {})",
-                                             f.item, FormatBytes(static_cast<int64_t>(f.bytes)),
+      info.assumptions.push_back(fmt::format("{}: {} outside the allocator ({}: {}; {})", f.item,
+                                             FormatBytes(static_cast<int64_t>(f.bytes)),
                                              device::EvidenceName(f.evidence), f.source, f.flag));
     }
   }

@@ -165,6 +165,28 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
                         {"notes", in.attribution.notes}};
   out["region_notes"] = in.regions != nullptr ? json(in.regions->notes) : json(json::array());
   out["peak_usage_bytes"] = in.summary.peak_usage_bytes;
+  // nvidia-smi's figure decomposed (analysis/device_usage.h); null without NVML samples.
+  json device_usage = nullptr;
+  if (in.device_usage != nullptr && in.device_usage->recorded) {
+    const analysis::DeviceUsageDecomposition& u = *in.device_usage;
+    json parts = json::array();
+    for (const analysis::DeviceUsagePart& p : u.parts) {
+      parts.push_back({{"what", p.what}, {"bytes", p.bytes}, {"how", p.how}});
+    }
+    device_usage = {{"available", u.available},
+                    {"why_not", u.why_not},
+                    {"samples", u.samples},
+                    {"step", u.step},
+                    {"phase", u.phase},
+                    {"at", u.at},
+                    {"time_us", u.time_us},
+                    {"device_total", u.device_total},
+                    {"device_used", u.device_used},
+                    {"parts", parts},
+                    {"unexplained_bytes", u.unexplained ? json(*u.unexplained) : json(nullptr)},
+                    {"model_gpu", u.gpu}};
+  }
+  out["device_usage"] = device_usage;
   // Memory timelines record no reserved memory at all.
   const bool reserved_known = f.reserved_known;
   json devices = json::array();

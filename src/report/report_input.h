@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "analysis/breakdown.h"
+#include "analysis/device_usage.h"
 #include "analysis/ranks.h"
 #include "analysis/regions.h"
 #include "analysis/segment_timeline.h"
@@ -46,6 +47,8 @@ struct ReportInput {
   // Memory by compiled region and by annotation (vramscope_regions, vramscope_region_ranges); null:
   // not computed.
   const analysis::RegionBreakdowns* regions = nullptr;
+  // nvidia-smi's figure decomposed (a capture with NVML samples); null: not computed.
+  const analysis::DeviceUsageDecomposition* device_usage = nullptr;
 
   // The one way the CLI makes it: from the pipeline's result.
   static ReportInput From(const pipeline::Analyzed& analyzed);
@@ -59,7 +62,8 @@ inline ReportInput ReportInput::From(const pipeline::Analyzed& r) {
                      *a.sites,        r.root,
                      r.simulations(), &a.category_timelines,
                      a.owners.get(),  r.loaded.ranks.empty() ? nullptr : &r.loaded.ranks,
-                     &a.segments,     &a.regions};
+                     &a.segments,     &a.regions,
+                     &a.device_usage};
 }
 
 inline constexpr const char* kToolVersion = "0.1.0";

@@ -287,6 +287,32 @@ void RegionBlock(const model::Trace& t, const analysis::DeviceSummary& d,
 
 }  // namespace
 
+// nvidia-smi's figure decomposed (analysis/device_usage.h), for a capture with NVML samples.
+void DeviceUsageBlock(const analysis::DeviceUsageDecomposition& u,
+                      const std::function<void(const std::string&)>& line) {
+  if (!u.recorded) return;
+  line("");
+  if (!u.available) {
+    line(fmt::format("nvidia-smi's figure: not sampled ({})", u.why_not));
+    return;
+  }
+  line(fmt::format(
+      "nvidia-smi's figure, decomposed (NVML's highest of {} samples: step {} {}, "
+      "{}): {} used of {}",
+      u.samples, u.step, u.phase, u.at, FormatBytes(static_cast<int64_t>(u.device_used)),
+      FormatBytes(static_cast<int64_t>(u.device_total))));
+  for (const analysis::DeviceUsagePart& p : u.parts) {
+    line(fmt::format("  {:>12}  {}  [{}]", FormatBytes(p.bytes), p.what, p.how));
+  }
+  if (u.unexplained) {
+    line(
+        fmt::format("  the model leaves {} of this process unexplained ({} of what NVML shows for "
+                    "it); the model's figures are for {}",
+                    FormatBytes(*u.unexplained),
+                    Percent(*u.unexplained, static_cast<int64_t>(u.device_used)), u.gpu));
+  }
+}
+
 std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& options) {
   const model::Trace& t = in.trace;
   std::string out;
@@ -477,6 +503,7 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
                       "model's replay could not establish these"));
     }
   }
+  if (in.device_usage != nullptr) DeviceUsageBlock(*in.device_usage, line);
   const std::vector<std::string> notes = in.view.Notes();
   if (!notes.empty() || !in.attribution.notes.empty() ||
       (in.regions != nullptr && !in.regions->notes.empty())) {

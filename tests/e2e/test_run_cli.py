@@ -224,3 +224,68 @@ def test_run_output_must_be_a_folder(tmp_path):
     (tmp_path / "file").write_text("x")
     code, out, err = run_binary("run", "-o", "file", "--", "true", cwd=tmp_path)
     assert_failure(code, out, err, 1, "-o file: is a file; give a folder for the captures")
+
+
+def nvml_record(reserved: int) -> dict:
+    """The sidecar's "nvml" record as the bootstrap writes it (docs/design/capture.md), from a
+    fake NVML: an H200 with this process (pid 1000) and two others."""
+    mib = 1 << 20
+    own = reserved + 700 * mib  # PyTorch's reservation + what the model expects + 116 MiB
+    others = [{"pid": 2001, "used": 3 << 30}, {"pid": 2002, "used": 1 << 30}]
+    used = own + (4 << 30) + 250 * mib
+    sample = {"time_us": 1, "step": 2, "phase": "backward", "at": "phase_end",
+              "device_total": 150 << 30, "device_used": used, "device_free": (150 << 30) - used,
+              "device_reserved": 250 * mib, "process_listed": True, "process_used": own,
+              "other_processes": others, "other_processes_more": 0,
+              "torch_reserved": reserved, "torch_allocated": reserved // 2}
+    start = dict(sample, step=0, phase="setup", at="start", device_used=used // 4,
+                 process_used=600 * mib, torch_reserved=0, torch_allocated=0)
+    return {"available": True, "driver": "580.65.06", "nvml_index": 0,
+            "pci_bus_id": "00000000:18:00.0", "name": "NVIDIA H200", "matched_by": "pci_bus_id",
+            "torch_device": 0, "samples_dropped": 0, "samples_other_device": 0,
+            "pid_note": None, "samples": [start, sample]}
+
+
+@needs_goldens
+def test_a_capture_with_nvml_samples_decomposes_nvidia_smi(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    make_capture(runs, "mlp_adam_fp32", "pid1000", None)
+    sidecar_path = runs / "pid1000.sidecar.json"
+    sidecar = json.loads(sidecar_path.read_text())
+    reserved = golden("mlp_adam_fp32")["max_memory_reserved"]
+    sidecar["nvml"] = nvml_record(reserved)
+    sidecar_path.write_text(json.dumps(sidecar))
+    code, out, err = run_binary("report", "--json", "-o", tmp_path / "r.sqlite", runs,
+                                cwd=tmp_path)
+    assert code == 0, err
+    usage = json.loads(out)["device_usage"]
+    assert usage["available"] and usage["samples"] == 2
+    assert (usage["step"], usage["phase"]) == (2, "backward")
+    # The parts add up to what nvidia-smi showed, exactly.
+    assert sum(p["bytes"] for p in usage["parts"]) == usage["device_used"]
+    parts = {p["what"]: p["bytes"] for p in usage["parts"]}
+    assert parts["reserved by PyTorch"] == reserved
+    # H200 (sm_90): 520 MiB context + 64 MiB libraries expected; 700 - 584 = 116 MiB unexplained.
+    assert parts["CUDA context"] == 520 << 20
+    assert usage["unexplained_bytes"] == 116 << 20
+    assert parts["2 other processes"] == 4 << 30
+    assert usage["model_gpu"] == "NVIDIA H200"
+    code, out, err = run_binary("report", "--summary-only", runs, cwd=tmp_path)
+    assert code == 0, err
+    assert "nvidia-smi's figure, decomposed" in out
+    assert "the model leaves 116.00 MiB of this process unexplained" in out
+
+
+@needs_goldens
+def test_a_capture_without_nvml_says_why(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    make_capture(runs, "mlp_adam_fp32", "pid1000", None)
+    sidecar_path = runs / "pid1000.sidecar.json"
+    sidecar = json.loads(sidecar_path.read_text())
+    sidecar["nvml"] = {"available": False, "why": "nvidia-ml-py is not installed"}
+    sidecar_path.write_text(json.dumps(sidecar))
+    code, out, err = run_binary("report", "--summary-only", runs, cwd=tmp_path)
+    assert code == 0, err
+    assert "nvidia-smi's figure: not sampled (nvidia-ml-py is not installed)" in out
