@@ -10,6 +10,7 @@
 #include "cli/input_flags.h"
 #include "common/atomic_output.h"
 #include "common/units.h"
+#include "device/non_pytorch_memory.h"
 #include "pipeline/analyze.h"
 #include "pipeline/load.h"
 #include "report/report_input.h"
@@ -19,11 +20,44 @@
 namespace vramscope::cli {
 namespace {
 
+// --gpu: the GPU's memory less the model's figures outside the allocator.
+struct GpuCapacity {
+  device::GpuSpec gpu;
+  device::OutsideMemory outside;
+  uint64_t capacity = 0;
+};
+
+Result<std::optional<GpuCapacity>> CapacityOfGpu(const SimulateOptions& o) {
+  if (o.gpu.empty()) return std::optional<GpuCapacity>();
+  if (!o.capacity.empty()) {
+    return UsageError("--gpu and --capacity both give the capacity; give one of them");
+  }
+  auto gpu = device::FindGpu(o.gpu);
+  if (!gpu.ok()) return gpu.status();
+  GpuCapacity out;
+  out.gpu = *gpu;
+  device::OutsideSetup setup = device::SetupFor(*gpu);
+  if (o.cuda_context_mib) setup.context_bytes = *o.cuda_context_mib << 20;
+  if (o.library_memory_mib) setup.library_bytes = *o.library_memory_mib << 20;
+  if (o.nccl_memory_mib) setup.nccl_bytes = *o.nccl_memory_mib << 20;
+  out.outside = device::EstimateOutsideAllocator(setup);
+  if (out.outside.Total() >= gpu->total_memory) {
+    return UsageError(
+        fmt::format("--gpu {}: what is expected outside the allocator ({}) leaves "
+                    "it nothing; lower --cuda-context/--library-memory/--nccl-memory",
+                    o.gpu, FormatBytes(static_cast<int64_t>(out.outside.Total()))));
+  }
+  out.capacity = gpu->total_memory - out.outside.Total();
+  return std::optional<GpuCapacity>(std::move(out));
+}
+
 // The what-if runs asked for; every setting is checked here, before the input is read.
-Result<analysis::WhatIfRequest> BuildWhatIf(const SimulateOptions& o) {
+Result<analysis::WhatIfRequest> BuildWhatIf(const SimulateOptions& o,
+                                            const std::optional<GpuCapacity>& gpu) {
   analysis::WhatIfRequest request;
   request.device = o.device;
   request.top_sites = static_cast<size_t>(o.top);
+  if (gpu) request.capacity = gpu->capacity;
   if (!o.capacity.empty()) {
     const int64_t bytes = ParseBytes(o.capacity);
     if (bytes <= 0) {
@@ -41,10 +75,10 @@ Result<analysis::WhatIfRequest> BuildWhatIf(const SimulateOptions& o) {
                       "torch.cuda.set_per_process_memory_fraction",
                       f));
     }
-    if (o.capacity.empty()) {
+    if (o.capacity.empty() && !gpu) {
       return UsageError(
-          "--memory-fraction needs --capacity: the fraction is of the device's memory, which "
-          "the recording does not say");
+          "--memory-fraction needs --capacity or --gpu: the fraction is of the device's memory, "
+          "which the recording does not say");
     }
     request.memory_fraction = f;
   }
@@ -55,7 +89,7 @@ Result<analysis::WhatIfRequest> BuildWhatIf(const SimulateOptions& o) {
     request.what_if.emplace_back(*o.alloc_conf);
   } else if (!o.compare.empty()) {
     for (const std::string& c : o.compare) request.what_if.emplace_back(c);
-  } else if (!o.capacity.empty() || o.graph_pools != "recorded") {
+  } else if (!o.capacity.empty() || gpu || o.graph_pools != "recorded") {
     request.what_if.emplace_back(std::nullopt);  // the recorded settings on that device
   }
   if (o.graph_pools == "shared") {
@@ -76,7 +110,8 @@ Result<analysis::WhatIfRequest> BuildWhatIf(const SimulateOptions& o) {
 }
 
 Status Run(const SimulateOptions& o) {
-  ASSIGN_OR_RETURN(const analysis::WhatIfRequest what_if, BuildWhatIf(o));
+  ASSIGN_OR_RETURN(const std::optional<GpuCapacity> gpu, CapacityOfGpu(o));
+  ASSIGN_OR_RETURN(const analysis::WhatIfRequest what_if, BuildWhatIf(o, gpu));
   const pipeline::Input input = pipeline::ClassifyInput(o.input);
   ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(o.project_root));
   std::optional<AtomicOutput> output;
@@ -103,8 +138,33 @@ Status Run(const SimulateOptions& o) {
     nlohmann::json json = report::RenderSimulationJson(in, o.device);
     json["report"] = output ? nlohmann::json{{"path", output->target()}, {"rows", info.rows}}
                             : nlohmann::json(nullptr);
+    if (gpu) {
+      nlohmann::json outside = nlohmann::json::array();
+      for (const device::OutsideFigure& f : gpu->outside.figures) {
+        outside.push_back({{"item", f.item},
+                           {"bytes", f.bytes},
+                           {"evidence", device::EvidenceName(f.evidence)},
+                           {"source", f.source}});
+      }
+      json["capacity_from_gpu"] = {{"gpu", gpu->gpu.key},
+                                   {"total_memory", gpu->gpu.total_memory},
+                                   {"outside_allocator", outside},
+                                   {"capacity", gpu->capacity}};
+    }
     fmt::print("{}\n", json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   } else if (!o.quiet) {
+    if (gpu) {
+      std::string parts;
+      for (const device::OutsideFigure& f : gpu->outside.figures) {
+        parts += fmt::format("{}{} {} ({})", parts.empty() ? "" : ", ", f.item,
+                             FormatBytes(static_cast<int64_t>(f.bytes)),
+                             device::EvidenceName(f.evidence));
+      }
+      fmt::print("capacity: {} ({}) less {} outside the allocator ({}) = {}\n\n", gpu->gpu.name,
+                 FormatBytes(static_cast<int64_t>(gpu->gpu.total_memory)),
+                 FormatBytes(static_cast<int64_t>(gpu->outside.Total())), parts,
+                 FormatBytes(static_cast<int64_t>(gpu->capacity)));
+    }
     fmt::print("{}", report::RenderSimulationText(in, o.device));
     if (output) {
       fmt::print("\nreport written to {} (with the simulation in the vramscope_sim_* tables)\n",
@@ -134,6 +194,19 @@ void RegisterSimulateCommand(CLI::App& app, SimulateOptions& o) {
                   "device memory PyTorch's allocator can get, e.g. 24GiB (a card's memory minus "
                   "the CUDA context, typically 0.3-0.5 GiB, and anything outside PyTorch); "
                   "cudaMalloc fails beyond it. Default: unlimited");
+  cmd->add_option("--gpu", o.gpu,
+                  "a GPU vramscope knows (as predict --gpu): the capacity is its memory less what "
+                  "the non-PyTorch memory model expects outside the allocator (CUDA context, "
+                  "libraries' kernels; docs/design/non-pytorch-memory.md)");
+  cmd->add_option("--cuda-context", o.cuda_context_mib,
+                  "with --gpu: MiB of CUDA context (default: the GPU's, from the model)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  cmd->add_option("--library-memory", o.library_memory_mib,
+                  "with --gpu: MiB of libraries' kernels (default: 64, assumed)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  cmd->add_option("--nccl-memory", o.nccl_memory_mib,
+                  "with --gpu: MiB of NCCL buffers (default: none)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
   cmd->add_option("--memory-fraction", o.memory_fraction,
                   "torch.cuda.set_per_process_memory_fraction: the allocator may reserve at most "
                   "this fraction of --capacity (also enables garbage_collection_threshold)");

@@ -23,6 +23,10 @@ struct SimulateOptions {
   std::optional<int32_t> device;
   int top = 10;
   std::string capacity;  // "24GiB"
+  // --gpu: the capacity is the GPU's memory less what the non-PyTorch memory model expects
+  // outside the allocator (overridable, in MiB, as predict's flags).
+  std::string gpu;
+  std::optional<uint64_t> cuda_context_mib, library_memory_mib, nccl_memory_mib;
   std::optional<double> memory_fraction;
   std::optional<std::string> alloc_conf;
   std::optional<std::string> recorded_conf;
