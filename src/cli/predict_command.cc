@@ -437,7 +437,7 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   cmd->add_option("--alloc-conf", o.alloc_conf, "PYTORCH_CUDA_ALLOC_CONF of the predicted run");
   cmd->add_option("--cuda-context", o.cuda_context_mib,
                   "MiB the CUDA context takes outside the allocator (default: the GPU's, from "
-                  "docs/design/non-pytorch-memory.md: 426 MiB on A100, 520 MiB assumed on "
+                  "docs/design/non-pytorch-memory.md: 426 MiB on A100, 609 MiB measured on "
                   "H100/H200, ...)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
   cmd->add_option("--library-memory", o.library_memory_mib,
