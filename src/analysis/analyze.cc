@@ -23,6 +23,9 @@ std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoo
   }
   a->regions = ComputeRegions(view, a->timelines, a->summary);
   a->device_usage = DecomposeDeviceUsage(view.interpretation.device_usage);
+  if (view.interpretation.oom_message) {
+    a->oom_message = ExplainOomMessage(*view.interpretation.oom_message, {});
+  }
   a->entries = BuildSkylineEntries(view, a->summary, a->attribution, *a->sites);
   a->category_timelines =
       CategoryTimelines(view, a->timelines, a->attribution, kCategoryTimelinePoints);

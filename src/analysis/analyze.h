@@ -8,6 +8,7 @@
 #include "analysis/breakdown.h"
 #include "analysis/device_usage.h"
 #include "analysis/oom.h"
+#include "analysis/oom_message_explain.h"
 #include "analysis/regions.h"
 #include "analysis/segment_timeline.h"
 #include "analysis/simulation.h"
@@ -41,6 +42,8 @@ struct Analysis {
   RegionBreakdowns regions;
   // nvidia-smi's figure decomposed, for a capture with NVML samples (analysis/device_usage.h).
   DeviceUsageDecomposition device_usage;
+  // PyTorch's out-of-memory message of a captured run, explained (analysis/oom_message_explain.h).
+  std::optional<OomMessageExplanation> oom_message;
 };
 
 // Points kept per device in the category timeline.

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/oom_message.h"
 #include "model/trace.h"
 
 namespace vramscope::model {
@@ -99,6 +100,9 @@ struct Interpretation {
   // NVML's samples of the device; nullopt when the input had no capture sidecar with an "nvml"
   // record (an older sidecar, or another source).
   std::optional<DeviceUsage> device_usage;
+  // PyTorch's out-of-memory message as the capture recorded it, read (sources/oom_message); unset
+  // when the run did not run out or the message is not one vramscope reads.
+  std::optional<OomMessage> oom_message;
   // torch's counters per phase, from a capture sidecar recorded on a GPU; empty otherwise.
   std::vector<CapturedPhaseMemory> phase_memory;
 

@@ -187,6 +187,21 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
                     {"model_gpu", u.gpu}};
   }
   out["device_usage"] = device_usage;
+  json oom_message = nullptr;
+  if (in.oom_message != nullptr) {
+    json findings = json::array();
+    for (const analysis::OomFinding& f : in.oom_message->findings) {
+      findings.push_back({{"cause", analysis::OomMessageCauseName(f.cause)},
+                          {"decisive", f.decisive},
+                          {"arithmetic", f.arithmetic},
+                          {"meaning", f.meaning}});
+    }
+    oom_message = {{"text", in.oom_message->message.text},
+                   {"cause", analysis::OomMessageCauseName(in.oom_message->cause)},
+                   {"findings", findings},
+                   {"advice", in.oom_message->advice}};
+  }
+  out["oom_message"] = oom_message;
   // Memory timelines record no reserved memory at all.
   const bool reserved_known = f.reserved_known;
   json devices = json::array();

@@ -49,6 +49,8 @@ struct ReportInput {
   const analysis::RegionBreakdowns* regions = nullptr;
   // nvidia-smi's figure decomposed (a capture with NVML samples); null: not computed.
   const analysis::DeviceUsageDecomposition* device_usage = nullptr;
+  // PyTorch's OOM message of a captured run, explained; null when there is none.
+  const analysis::OomMessageExplanation* oom_message = nullptr;
 
   // The one way the CLI makes it: from the pipeline's result.
   static ReportInput From(const pipeline::Analyzed& analyzed);
@@ -63,7 +65,7 @@ inline ReportInput ReportInput::From(const pipeline::Analyzed& r) {
                      r.simulations(), &a.category_timelines,
                      a.owners.get(),  r.loaded.ranks.empty() ? nullptr : &r.loaded.ranks,
                      &a.segments,     &a.regions,
-                     &a.device_usage};
+                     &a.device_usage, a.oom_message ? &*a.oom_message : nullptr};
 }
 
 inline constexpr const char* kToolVersion = "0.1.0";

@@ -287,6 +287,21 @@ void RegionBlock(const model::Trace& t, const analysis::DeviceSummary& d,
 
 }  // namespace
 
+// PyTorch's own out-of-memory message of a captured run, explained as `vramscope explain` does:
+// the cause with its arithmetic, and what to change.
+void OomMessageBlock(const analysis::OomMessageExplanation& e,
+                     const std::function<void(const std::string&)>& line) {
+  line("");
+  line("PyTorch's out-of-memory message, explained (as 'vramscope explain' does):");
+  for (size_t i = 0; i < e.findings.size(); ++i) {
+    const analysis::OomFinding& f = e.findings[i];
+    line(fmt::format("  {}: {} ({}): {}", i == 0 ? "cause" : "also",
+                     analysis::OomMessageCauseName(f.cause), f.decisive ? "decisive" : "possible",
+                     f.arithmetic));
+  }
+  for (const std::string& a : e.advice) line("  - " + a);
+}
+
 // nvidia-smi's figure decomposed (analysis/device_usage.h), for a capture with NVML samples.
 void DeviceUsageBlock(const analysis::DeviceUsageDecomposition& u,
                       const std::function<void(const std::string&)>& line) {
@@ -503,6 +518,7 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
                       "model's replay could not establish these"));
     }
   }
+  if (in.oom_message != nullptr) OomMessageBlock(*in.oom_message, line);
   if (in.device_usage != nullptr) DeviceUsageBlock(*in.device_usage, line);
   const std::vector<std::string> notes = in.view.Notes();
   if (!notes.empty() || !in.attribution.notes.empty() ||

@@ -289,3 +289,29 @@ def test_a_capture_without_nvml_says_why(tmp_path):
     code, out, err = run_binary("report", "--summary-only", runs, cwd=tmp_path)
     assert code == 0, err
     assert "nvidia-smi's figure: not sampled (nvidia-ml-py is not installed)" in out
+
+
+@needs_goldens
+def test_a_captured_oom_message_is_explained_in_the_report(tmp_path):
+    """The capture's end reason is an OOM with PyTorch's message (here the one our H200 printed
+    under a 3 GiB memory fraction, goldens/h200/oom_gpt_fp32.json): the report explains it as
+    `vramscope explain` does."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    make_capture(runs, "mlp_adam_fp32", "pid1000", None)
+    sidecar_path = runs / "pid1000.sidecar.json"
+    sidecar = json.loads(sidecar_path.read_text())
+    message = json.loads((GOLDENS / "oom_gpt_fp32.json").read_text())["failure"]["message"]
+    sidecar["end"] = {"reason": "oom", "steps_completed": 0}
+    sidecar["oom"] = {"requested_bytes": 256 << 20, "device_free": 146_362_000_000, "step": 1,
+                      "phase": "forward", "message": message}
+    sidecar_path.write_text(json.dumps(sidecar))
+    code, out, err = run_binary("report", "--json", "-o", tmp_path / "r.sqlite", runs,
+                                cwd=tmp_path)
+    assert code == 0, err
+    explained = json.loads(out)["oom_message"]
+    assert explained["cause"] == "memory_fraction_cap"
+    assert "allowed 3.00 GiB" in explained["findings"][0]["arithmetic"]
+    code, out, err = run_binary("report", "--summary-only", runs, cwd=tmp_path)
+    assert "PyTorch's out-of-memory message, explained" in out
+    assert "cause: memory_fraction_cap (decisive)" in out

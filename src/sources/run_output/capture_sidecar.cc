@@ -10,6 +10,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "sources/oom_message/oom_message_text.h"
+
 namespace vramscope::sources {
 
 namespace {
@@ -520,6 +522,8 @@ SidecarApplied InterpretCaptureSidecar(const CaptureSidecar& sidecar, const mode
     }
     if (sidecar.oom && !sidecar.oom->message.empty()) {
       line += "; PyTorch said: " + sidecar.oom->message.substr(0, 400);
+      const auto messages = FindOomMessages(sidecar.oom->message, 1);
+      if (!messages.empty()) out.oom_message = messages.front();
     }
     out.notes.push_back(line);
   } else if (sidecar.end_reason == "exception") {
