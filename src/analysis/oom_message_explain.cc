@@ -67,9 +67,19 @@ struct Context {
   std::string what;  // "CUDA", "HIP"
 };
 
+// Advice belongs to the finding made just before it (so that it can follow the findings' order);
+// advice given with no finding is general.
+void Advise(OomMessageExplanation& out, std::string advice) {
+  if (out.findings.empty()) {
+    out.advice.push_back(std::move(advice));
+  } else {
+    out.findings.back().advice.push_back(std::move(advice));
+  }
+}
+
 void AddFinding(OomMessageExplanation& out, OomMessageCause cause, bool decisive,
                 std::string arithmetic, std::string meaning, ByteRange bytes = {}) {
-  out.findings.push_back({cause, decisive, std::move(arithmetic), std::move(meaning), bytes});
+  out.findings.push_back({cause, decisive, std::move(arithmetic), std::move(meaning), bytes, {}});
 }
 
 // The request would have fit had `extra` been free too: a cause, decisive or possible.
@@ -90,30 +100,32 @@ void TestCause(OomMessageExplanation& out, OomMessageCause cause, ByteRange free
 void FragmentationAdvice(const Context& c) {
   const bool legacy = c.m.kind == OomMessageKind::kAllocatorLegacy;
   if (c.options.alloc_conf && ExpandableSegmentsOn(*c.options.alloc_conf)) {
-    c.out.advice.push_back(
-        "expandable_segments is already on (PyTorch's message suggests it either way, "
-        "pytorch#173049): the unallocated memory lies between live tensors; lower the peak "
-        "(smaller batch, activation checkpointing) or free tensors earlier");
+    Advise(c.out,
+           "expandable_segments is already on (PyTorch's message suggests it either way, "
+           "pytorch#173049): the unallocated memory lies between live tensors; lower the peak "
+           "(smaller batch, activation checkpointing) or free tensors earlier");
     return;
   }
   if (c.m.backend == "HIP") {
-    c.out.advice.push_back(
-        fmt::format("set PYTORCH_HIP_ALLOC_CONF=max_split_size_mb:{} (older ROCm builds have no "
-                    "expandable segments) so that blocks of the request's size are not split",
-                    std::max<int64_t>(20, (R(*c.m.tried_to_allocate).hi + (1 << 20) - 1) >> 20)));
+    Advise(c.out, fmt::format(
+                      "set PYTORCH_HIP_ALLOC_CONF=max_split_size_mb:{} (older ROCm builds have no "
+                      "expandable segments) so that blocks of the request's size are not split",
+                      std::max<int64_t>(20, (R(*c.m.tried_to_allocate).hi + (1 << 20) - 1) >> 20)));
     return;
   }
   if (legacy) {
-    c.out.advice.push_back(
-        "PyTorch 2.1 and later offer PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which "
-        "removes this fragmentation; on this version set max_split_size_mb (e.g. "
-        "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128) so that large blocks are not split");
+    Advise(c.out,
+           "PyTorch 2.1 and later offer PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which "
+           "removes this fragmentation; on this version set max_split_size_mb (e.g. "
+           "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128) so that large blocks are not split");
     return;
   }
-  c.out.advice.push_back(fmt::format(
-      "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_ALLOC_CONF from PyTorch "
-      "2.9){}: segments then grow in place instead of stranding free memory between tensors",
-      c.options.alloc_conf ? "" : ", unless it is already on (say so with --alloc-conf)"));
+  Advise(
+      c.out,
+      fmt::format(
+          "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_ALLOC_CONF from PyTorch "
+          "2.9){}: segments then grow in place instead of stranding free memory between tensors",
+          c.options.alloc_conf ? "" : ", unless it is already on (say so with --alloc-conf)"));
 }
 
 void CapacityAdvice(const Context& c, ByteRange needed_more, ByteRange allocated,
@@ -122,22 +134,27 @@ void CapacityAdvice(const Context& c, ByteRange needed_more, ByteRange allocated
     const double base = static_cast<double>(allocated.hi + request.hi);
     const double share =
         base > 0 ? 100.0 * static_cast<double>(std::max<int64_t>(needed_more.lo, 0)) / base : 0;
-    c.out.advice.push_back(fmt::format(
-        "the step needs at least {} more than this GPU gave it: cut the batch by at least "
-        "{:.0f}% (if all of PyTorch's memory grew with the batch; weights and optimizer state do "
-        "not, so more), or use activation checkpointing, mixed precision, or shard the model "
-        "over GPUs",
-        Show(needed_more), share));
+    Advise(
+        c.out,
+        fmt::format(
+            "the step needs at least {} more than this GPU gave it: cut the batch by at least "
+            "{:.0f}% (if all of PyTorch's memory grew with the batch; weights and optimizer state "
+            "do "
+            "not, so more), or use activation checkpointing, mixed precision, or shard the model "
+            "over GPUs",
+            Show(needed_more), share));
   } else {
-    c.out.advice.push_back(
-        "lower the step's peak: a smaller batch, activation checkpointing, mixed precision, or "
-        "sharding the model over GPUs");
+    Advise(c.out,
+           "lower the step's peak: a smaller batch, activation checkpointing, mixed precision, or "
+           "sharding the model over GPUs");
   }
   if (c.out.available_to_pytorch) {
-    c.out.advice.push_back(fmt::format(
-        "find the largest batch that fits: vramscope explain --model YOUR_MODEL --batch N "
-        "(this message), or vramscope predict --model YOUR_MODEL --fit {:.2f}GiB",
-        static_cast<double>(c.out.available_to_pytorch->lo) / static_cast<double>(1ull << 30)));
+    Advise(
+        c.out,
+        fmt::format(
+            "find the largest batch that fits: vramscope explain --model YOUR_MODEL --batch N "
+            "(this message), or vramscope predict --model YOUR_MODEL --fit {:.2f}GiB",
+            static_cast<double>(c.out.available_to_pytorch->lo) / static_cast<double>(1ull << 30)));
   }
 }
 
@@ -252,10 +269,10 @@ void ExplainAllocator(Context& c) {
                       Show(*reserved), Show(request), Show(wanted), Show(allowed), Show(free)),
           "the memory fraction (torch.cuda.set_per_process_memory_fraction or "
           "per_process_memory_fraction) refused memory the device had");
-      c.out.advice.push_back(
-          "raise or remove the cap: torch.cuda.set_per_process_memory_fraction(...) or "
-          "PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:... (a test or a library may "
-          "have set it)");
+      Advise(c.out,
+             "raise or remove the cap: torch.cuda.set_per_process_memory_fraction(...) or "
+             "PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:... (a test or a library may "
+             "have set it)");
     }
   }
   if (unallocated) {
@@ -276,8 +293,8 @@ void ExplainAllocator(Context& c) {
       for (size_t i = 0; i < others.size() && i < 8; ++i) {
         pids += fmt::format("{}{} ({})", i == 0 ? "" : ", ", others[i].pid, others[i].in_use.text);
       }
-      out.advice.push_back(
-          fmt::format("free the GPU of the other processes ({}{}) or choose another with "
+      Advise(out, fmt::format(
+                      "free the GPU of the other processes ({}{}) or choose another with "
                       "CUDA_VISIBLE_DEVICES; each process on a GPU also pays its own CUDA context",
                       pids, others.size() > 8 ? ", ..." : ""));
     }
@@ -291,10 +308,10 @@ void ExplainAllocator(Context& c) {
               "this process holds memory outside PyTorch's allocator beyond a CUDA context and "
               "libraries: NCCL buffers, another framework's pool or an extension's cudaMalloc");
     if (out.findings.size() > before) {
-      out.advice.push_back(
-          "find what holds memory outside PyTorch: NCCL (NCCL_NVLS_ENABLE=0, fewer "
-          "communicators, a smaller NCCL_BUFFSIZE), JAX (XLA_PYTHON_CLIENT_PREALLOCATE=false), "
-          "TensorFlow (allow_growth), CuPy's pool; vramscope run samples it per phase");
+      Advise(out,
+             "find what holds memory outside PyTorch: NCCL (NCCL_NVLS_ENABLE=0, fewer "
+             "communicators, a smaller NCCL_BUFFSIZE), JAX (XLA_PYTHON_CLIENT_PREALLOCATE=false), "
+             "TensorFlow (allow_growth), CuPy's pool; vramscope run samples it per phase");
     }
   }
   if (legacy && reserved) {
@@ -310,9 +327,9 @@ void ExplainAllocator(Context& c) {
         "memory outside this PyTorch (other processes, or this process's non-PyTorch "
         "memory: the 1.x message does not tell them apart) held what the request needed");
     if (out.findings.size() > before) {
-      out.advice.push_back(
-          "look at nvidia-smi for other processes on this GPU (a notebook kernel, another "
-          "run, a display) and at this process's memory outside PyTorch");
+      Advise(out,
+             "look at nvidia-smi for other processes on this GPU (a notebook kernel, another "
+             "run, a display) and at this process's memory outside PyTorch");
     }
   }
   // The memory this process's PyTorch could have had at most, and what it lacked.
@@ -393,8 +410,8 @@ void ExplainAsync(Context& c) {
       "memory outside PyTorch (other processes, a browser or desktop on the same GPU, or "
       "this process's own non-PyTorch memory) held what the request needed");
   if (!out.findings.empty()) {
-    out.advice.push_back(
-        "close what else uses the GPU (nvidia-smi lists it), or give PyTorch a GPU of its own");
+    Advise(out,
+           "close what else uses the GPU (nvidia-smi lists it), or give PyTorch a GPU of its own");
   }
   if (m.allowed && R(*m.allowed).hi < kMax / 2 &&
       Always(allocated + request, Exact(R(*m.allowed).hi + 1))) {
@@ -436,9 +453,9 @@ void ExplainMps(Context& c) {
                     Show(other), Show(request), Show(allocated + other + request), Show(allowed)),
         "plain capacity under the MPS high watermark");
   }
-  out.advice.push_back(
-      "PYTORCH_MPS_HIGH_WATERMARK_RATIO raises the limit (0.0 removes it, at the risk of "
-      "system failure); a smaller batch or fp16 lowers what is needed");
+  Advise(out,
+         "PYTORCH_MPS_HIGH_WATERMARK_RATIO raises the limit (0.0 removes it, at the risk of "
+         "system failure); a smaller batch or fp16 lowers what is needed");
 }
 
 }  // namespace
@@ -508,18 +525,18 @@ OomMessageExplanation ExplainOomMessage(const model::OomMessage& message,
                                    message.library)
                      : "an allocation outside PyTorch's caching allocator failed: creating the "
                        "CUDA context, a library's handle, NCCL's buffers or a kernel's memory");
-      out.advice.push_back(
-          "PyTorch's cache may have taken the memory the library needed: look at nvidia-smi for "
-          "other processes, call torch.cuda.empty_cache() before the call that fails, or lower "
-          "the peak; with CUDA_LAUNCH_BLOCKING=1 the traceback points at the call");
+      Advise(out,
+             "PyTorch's cache may have taken the memory the library needed: look at nvidia-smi for "
+             "other processes, call torch.cuda.empty_cache() before the call that fails, or lower "
+             "the peak; with CUDA_LAUNCH_BLOCKING=1 the traceback points at the call");
       break;
     case OomMessageKind::kAllocatorBare:
       break;
   }
   if (message.kind == OomMessageKind::kAllocatorBare && out.findings.empty()) {
-    out.advice.push_back(
-        "the message is cut short after \"Tried to allocate\": paste the whole message (up to "
-        "the link at its end) to see what filled the GPU");
+    Advise(out,
+           "the message is cut short after \"Tried to allocate\": paste the whole message (up to "
+           "the link at its end) to see what filled the GPU");
   }
   // Decisive findings first; among them a cap (the device had the memory), then the cause that
   // took the most.
@@ -532,6 +549,12 @@ OomMessageExplanation ExplainOomMessage(const model::OomMessage& message,
                      return a.bytes.lo > b.bytes.lo;
                    });
   if (!out.findings.empty()) out.cause = out.findings.front().cause;
+  // The advice in the findings' order, then the general.
+  std::vector<std::string> advice;
+  for (const OomFinding& f : out.findings)
+    advice.insert(advice.end(), f.advice.begin(), f.advice.end());
+  advice.insert(advice.end(), out.advice.begin(), out.advice.end());
+  out.advice = std::move(advice);
   return out;
 }
 

@@ -52,6 +52,7 @@ struct OomFinding {
   // The memory the cause took from the request (what would have been free without it): the
   // decisive cause that took the most is the one named first.
   ByteRange bytes;
+  std::vector<std::string> advice;  // what to change for this cause
 };
 
 // One line of "what the GPU held": a quantity, its range, and how it follows from the message.
@@ -67,7 +68,7 @@ struct OomMessageExplanation {
   std::vector<OomFinding> findings;  // decisive ones first, in the order of the header
   OomMessageCause cause = OomMessageCause::kUnknown;  // the first decisive finding's, or the
                                                       // first possible one's
-  std::vector<std::string> advice;
+  std::vector<std::string> advice;  // every finding's, in the findings' order, then general
   // The GPUs whose capacity matches the message's total, and the non-PyTorch memory the model
   // expects of one process there.
   std::vector<device::GpuSpec> gpus;
