@@ -128,8 +128,11 @@ Result<TensorStream> PredictStream(const LoadedModel& model, const PredictReques
     return fmt::format("{} ({} B)", FormatBytes(static_cast<int64_t>(b)),
                        FormatCount(static_cast<int64_t>(b)));
   };
-  info.facts.emplace_back("cuBLAS workspace", bytes(rules.cublas_workspace));
-  info.facts.emplace_back("cuBLASLt workspace", bytes(rules.cublaslt_workspace));
+  const bool amd = vendor == device::Vendor::kAmd;
+  info.facts.emplace_back(amd ? "hipBLAS workspace" : "cuBLAS workspace",
+                          bytes(rules.cublas_workspace));
+  info.facts.emplace_back(amd ? "hipBLASLt workspace" : "cuBLASLt workspace",
+                          bytes(rules.cublaslt_workspace));
   if (request.outside.figures.empty()) {
     info.facts.emplace_back("CUDA context", bytes(request.context_bytes));
     info.assumptions.push_back(fmt::format(

@@ -418,3 +418,26 @@ def test_errors(name, run, inputs_dir, out_dir):
     rc, out, err = run("predict", "--json", "-o", "out.sqlite", "--html", "out.html", "--force",
                        *args, cwd=out_dir)
     assert_failure(rc, out, err, expected_rc, phrases, out_dir)
+
+
+def test_mi300x_uses_rocms_workspaces_as_the_real_trace_shows(run, out_dir):
+    """On ROCm, PyTorch's hipBLASLt workspace is 76 MiB (HIPBLASLT_WORKSPACE_SIZE, in KiB) and the
+    hipBLAS one 128 MiB on gfx94x. The real MI300X profiler trace (torch 2.7, ROCm) shows the
+    former: 79,691,776 B allocations, one per hipBLASLt call."""
+    import gzip
+
+    from conftest import REAL_FIXTURES
+    trace = REAL_FIXTURES / "kineto_torch2.7rocm_mi300x_qwen1.5-0.5b_inference.json.gz"
+    if not trace.exists():
+        pytest.skip("no ../shared/fixtures/real")
+    with gzip.open(trace, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    sizes = [e["args"].get("Bytes", 0) for e in events
+             if e.get("name") == "[memory]" and e["args"].get("Device Type") == 6]
+    assert sizes.count(76 << 20) > 100
+    p = predict_json(run, "--model", str(MLP), "--gpu", "mi300x", cwd=out_dir)["prediction"]
+    assert p["facts"]["hipBLASLt workspace"] == "76.00 MiB (79,691,776 B)"
+    assert p["facts"]["hipBLAS workspace"] == "128.00 MiB (134,217,728 B)"
+    assert p["gpu"].startswith("AMD Instinct MI300X (191.98 GiB)")
+    assert any("hipBLAS keeps one 128.00 MiB workspace" in a for a in p["assumptions"])
+    assert list_dir(out_dir) == []

@@ -264,7 +264,7 @@ struct Phrase {
   std::string_view backend;
   std::string_view library;
 };
-constexpr std::array<Phrase, 15> kPhrases = {{
+constexpr std::array<Phrase, 16> kPhrases = {{
     {"CUDA out of memory", OomMessageKind::kAllocatorBare, "CUDA", ""},
     {"HIP out of memory", OomMessageKind::kAllocatorBare, "HIP", ""},
     {"XPU out of memory", OomMessageKind::kAllocatorBare, "XPU", ""},
@@ -280,6 +280,9 @@ constexpr std::array<Phrase, 15> kPhrases = {{
     {"Cuda failure 'out of memory'", OomMessageKind::kLibraryError, "CUDA", "NCCL"},
     {"Allocation on device", OomMessageKind::kAsyncAllocator, "CUDA", ""},
     {"MPS backend out of memory", OomMessageKind::kMps, "MPS", ""},
+    // The device-generic allocator's wording (c10 CachingDeviceAllocator, seen in source copies
+    // of 2025 main): CUDA's text without "CUDA".
+    {"Out of memory. Tried to allocate", OomMessageKind::kAllocatorBare, "", ""},
 }};
 
 std::vector<Anchor> FindAnchors(std::string_view s) {
@@ -288,7 +291,10 @@ std::vector<Anchor> FindAnchors(std::string_view s) {
   // phrases' distinctive letters and check each phrase there.
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
-    if (c != 'C' && c != 'H' && c != 'X' && c != 'c' && c != 'h' && c != 'M' && c != 'A') continue;
+    if (c != 'C' && c != 'H' && c != 'X' && c != 'c' && c != 'h' && c != 'M' && c != 'A' &&
+        c != 'O') {
+      continue;
+    }
     for (const Phrase& p : kPhrases) {
       if (s.substr(i, p.text.size()) != p.text) continue;
       // "CUDA error: out of memory" also contains no "CUDA out of memory"; a driver error inside

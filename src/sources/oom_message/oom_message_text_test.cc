@@ -123,6 +123,19 @@ TEST(FindOomMessages, ReadsALogWithColoursRanksAndWrappedLines) {
   EXPECT_EQ(found[2].line, 6u);
 }
 
+TEST(FindOomMessages, ReadsTheDeviceGenericWording) {
+  const auto found = FindOomMessages(
+      "torch.OutOfMemoryError: Out of memory. Tried to allocate 64.00 MiB. GPU 3 has a total "
+      "capacity of 93.10 GiB of which 12.00 MiB is free. Of the allocated memory 90.00 GiB is "
+      "allocated by PyTorch, and 1.50 GiB is reserved by PyTorch but unallocated. If reserved but "
+      "unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].kind, OomMessageKind::kAllocator);
+  EXPECT_EQ(found[0].backend, "");
+  EXPECT_EQ(*found[0].gpu, 3);
+  EXPECT_EQ(found[0].reserved_unallocated->text, "1.50 GiB");
+}
+
 TEST(FindOomMessages, TextWithoutAMessageGivesNothingAndManyAreCapped) {
   EXPECT_TRUE(FindOomMessages("loss 2.3\nall good\n").empty());
   EXPECT_TRUE(FindOomMessages("").empty());
