@@ -246,16 +246,23 @@ def nvml_record(reserved: int) -> dict:
             "pid_note": None, "samples": [start, sample]}
 
 
-@needs_goldens
-def test_a_capture_with_nvml_samples_decomposes_nvidia_smi(tmp_path):
+def capture_with(tmp_path: Path, **sidecar_fields) -> Path:
+    """A one-process capture of the mlp_adam_fp32 golden whose sidecar has `sidecar_fields` set
+    (as a bootstrap that recorded them would have written them); returns the folder."""
     runs = tmp_path / "runs"
     runs.mkdir()
     make_capture(runs, "mlp_adam_fp32", "pid1000", None)
     sidecar_path = runs / "pid1000.sidecar.json"
     sidecar = json.loads(sidecar_path.read_text())
-    reserved = golden("mlp_adam_fp32")["max_memory_reserved"]
-    sidecar["nvml"] = nvml_record(reserved)
+    sidecar.update(sidecar_fields)
     sidecar_path.write_text(json.dumps(sidecar))
+    return runs
+
+
+@needs_goldens
+def test_a_capture_with_nvml_samples_decomposes_nvidia_smi(tmp_path):
+    reserved = golden("mlp_adam_fp32")["max_memory_reserved"]
+    runs = capture_with(tmp_path, nvml=nvml_record(reserved))
     code, out, err = run_binary("report", "--json", "-o", tmp_path / "r.sqlite", runs,
                                 cwd=tmp_path)
     assert code == 0, err
@@ -279,13 +286,7 @@ def test_a_capture_with_nvml_samples_decomposes_nvidia_smi(tmp_path):
 
 @needs_goldens
 def test_a_capture_without_nvml_says_why(tmp_path):
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    make_capture(runs, "mlp_adam_fp32", "pid1000", None)
-    sidecar_path = runs / "pid1000.sidecar.json"
-    sidecar = json.loads(sidecar_path.read_text())
-    sidecar["nvml"] = {"available": False, "why": "nvidia-ml-py is not installed"}
-    sidecar_path.write_text(json.dumps(sidecar))
+    runs = capture_with(tmp_path, nvml={"available": False, "why": "nvidia-ml-py is not installed"})
     code, out, err = run_binary("report", "--summary-only", runs, cwd=tmp_path)
     assert code == 0, err
     assert "nvidia-smi's figure: not sampled (nvidia-ml-py is not installed)" in out
@@ -296,16 +297,10 @@ def test_a_captured_oom_message_is_explained_in_the_report(tmp_path):
     """The capture's end reason is an OOM with PyTorch's message (here the one our H200 printed
     under a 3 GiB memory fraction, goldens/h200/oom_gpt_fp32.json): the report explains it as
     `vramscope explain` does."""
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    make_capture(runs, "mlp_adam_fp32", "pid1000", None)
-    sidecar_path = runs / "pid1000.sidecar.json"
-    sidecar = json.loads(sidecar_path.read_text())
     message = json.loads((GOLDENS / "oom_gpt_fp32.json").read_text())["failure"]["message"]
-    sidecar["end"] = {"reason": "oom", "steps_completed": 0}
-    sidecar["oom"] = {"requested_bytes": 256 << 20, "device_free": 146_362_000_000, "step": 1,
-                      "phase": "forward", "message": message}
-    sidecar_path.write_text(json.dumps(sidecar))
+    runs = capture_with(tmp_path, end={"reason": "oom", "steps_completed": 0},
+                        oom={"requested_bytes": 256 << 20, "device_free": 146_362_000_000,
+                             "step": 1, "phase": "forward", "message": message})
     code, out, err = run_binary("report", "--json", "-o", tmp_path / "r.sqlite", runs,
                                 cwd=tmp_path)
     assert code == 0, err

@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "measure_device_overheads.py"
-PYTHON = os.environ.get("VRAMSCOPE_TORCH_PYTHON", "")
+from conftest import TORCH_PYTHON as PYTHON, need_torch_python  # noqa: E402
 MiB = 1 << 20
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -26,11 +26,7 @@ import measure_device_overheads as M  # noqa: E402  (no torch needed at import)
 
 
 def _need_python():
-    # Under CTest (VRAMSCOPE_REQUIRE_TORCH=1) a missing interpreter is a failure, never a skip.
-    if not PYTHON:
-        if os.environ.get("VRAMSCOPE_REQUIRE_TORCH"):
-            pytest.fail("VRAMSCOPE_TORCH_PYTHON is not set, but CTest requires these tests to run")
-        pytest.skip("VRAMSCOPE_TORCH_PYTHON is not set")
+    need_torch_python()
 
 
 def run(*args, timeout=600):
