@@ -96,11 +96,13 @@ std::string RenderExplainText(const ExplainReport& report) {
                            ? fmt::format(": the same message {} times", em.lines.size())
                            : std::string());
     if (m.tried_to_allocate) {
+      // 2.1+ prints the segment it asked CUDA for; 1.x printed the request (rounded to 512 B).
       out += fmt::format("  asked for {} ({})\n", m.tried_to_allocate->text,
-                         m.kind == model::OomMessageKind::kAllocator ||
-                                 m.kind == model::OomMessageKind::kAllocatorLegacy
+                         m.kind == model::OomMessageKind::kAllocator
                              ? "the segment the allocator needed from CUDA: the request rounded "
                                "up to 2 MiB, 20 MiB or a multiple of 2 MiB"
+                         : m.kind == model::OomMessageKind::kAllocatorLegacy
+                             ? "the request, rounded up to 512 B"
                              : "as stated");
     }
     if (m.gpu) {
@@ -108,6 +110,38 @@ std::string RenderExplainText(const ExplainReport& report) {
       for (size_t i = 0; i < e.gpus.size(); ++i) gpus += (i ? " or " : "") + e.gpus[i].name;
       out += fmt::format("  on GPU {}{}\n", *m.gpu,
                          gpus.empty() ? std::string() : fmt::format(" ({} by its capacity)", gpus));
+    }
+    // Every figure the message states, and the bytes its two-decimal rounding allows.
+    std::vector<std::pair<std::string, const model::PrintedBytes*>> figures;
+    const std::pair<const char*, const std::optional<model::PrintedBytes>*> named[] = {
+        {"tried to allocate", &m.tried_to_allocate},
+        {"total capacity", &m.total_capacity},
+        {"free", &m.free},
+        {"allowed (memory fraction)", &m.allowed},
+        {"this process in use", &m.this_process_in_use},
+        {"allocated by PyTorch", &m.allocated_by_pytorch},
+        {"in private pools", &m.private_pools},
+        {"reserved but unallocated", &m.reserved_unallocated},
+        {"already allocated", &m.already_allocated},
+        {"reserved in total", &m.reserved_total},
+        {"cached", &m.cached},
+        {"inactive", &m.inactive},
+        {"other allocations", &m.other_allocations}};
+    for (const auto& [name, figure] : named) {
+      if (figure->has_value()) figures.emplace_back(name, &**figure);
+    }
+    for (const model::OomProcess& p : m.processes) {
+      figures.emplace_back(fmt::format("process {} in use", p.pid), &p.in_use);
+    }
+    if (!figures.empty()) {
+      out += "Figures read (and the bytes each can stand for)\n";
+      for (const auto& [name, b] : figures) {
+        out += fmt::format("  {:<28} {:>14}  {}\n", name, b->text,
+                           b->lo == b->hi
+                               ? fmt::format("{} B", FormatCount(static_cast<int64_t>(b->lo)))
+                               : fmt::format("{} to {} B", FormatCount(static_cast<int64_t>(b->lo)),
+                                             FormatCount(static_cast<int64_t>(b->hi))));
+      }
     }
     if (!e.shares.empty()) {
       out += "What the GPU held\n";

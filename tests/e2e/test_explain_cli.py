@@ -145,3 +145,17 @@ def test_text_without_a_message_exits_1(tmp_path):
     code, out, err = run_with_stdin("epoch 1 loss 2.3\nepoch 2 loss 2.1\n")
     assert code == 1 and out == ""
     assert "standard input: no out-of-memory message found" in assert_one_error_line(err)
+
+
+def test_text_shows_each_figure_with_the_bytes_it_can_stand_for(tmp_path):
+    """format_size prints two decimals: "2.00 MiB" is any size from 1.995 to 2.005 MiB."""
+    path = next(DATA.glob("20-*.txt"))
+    code, out, err = run_binary("explain", path, cwd=tmp_path)
+    assert code == 0, err
+    assert "Figures read (and the bytes each can stand for)" in out
+    lo, hi = round(1.995 * 2**20 + 0.5), int(2.005 * 2**20)
+    assert f"2.00 MiB  {lo:,} to {hi:,} B" in out
+    # 1.x printed the request, 2.1+ the segment asked of CUDA.
+    assert "asked for 2.00 MiB (the segment the allocator needed from CUDA" in out
+    code, out, err = run_binary("explain", next(DATA.glob("01-*.txt")), cwd=tmp_path)
+    assert "asked for 12.50 MiB (the request, rounded up to 512 B)" in out
