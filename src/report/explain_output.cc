@@ -83,10 +83,12 @@ std::string Where(const ExplainedMessage& m) {
 
 std::string RenderExplainText(const ExplainReport& report) {
   std::string out;
-  out += fmt::format(
-      "vramscope explain: {} out-of-memory message{} in {}{}\n", report.messages.size(),
-      report.messages.size() == 1 ? "" : "s", report.source,
-      report.left_out > 0 ? fmt::format(" ({} more left out)", report.left_out) : std::string());
+  out += fmt::format("vramscope explain: {} out-of-memory message{} in {}{}\n",
+                     report.messages.size(), report.messages.size() == 1 ? "" : "s", report.source,
+                     report.left_out > 0
+                         ? fmt::format(" ({} more not read: --max-messages)",
+                                       FormatCount(static_cast<int64_t>(report.left_out)))
+                         : std::string());
   for (const ExplainedMessage& em : report.messages) {
     const analysis::OomMessageExplanation& e = em.explanation;
     const model::OomMessage& m = e.message;

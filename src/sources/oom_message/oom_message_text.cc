@@ -253,8 +253,8 @@ std::optional<Match> FindClause(const Tokenized& t, std::string_view pattern, si
 struct Anchor {
   size_t pos = 0;  // in the cleaned text
   OomMessageKind kind = OomMessageKind::kAllocator;
-  std::string backend;
-  std::string library;
+  std::string_view backend;  // the phrase table's own text
+  std::string_view library;
 };
 
 // The phrases that start a message, and what each says about it.
@@ -285,8 +285,11 @@ constexpr std::array<Phrase, 16> kPhrases = {{
     {"Out of memory. Tried to allocate", OomMessageKind::kAllocatorBare, "", ""},
 }};
 
-std::vector<Anchor> FindAnchors(std::string_view s) {
+// The first `keep` anchors of `s` (each message's window ends at the next one), and how many
+// there are in all: a text of millions of messages costs a count, not a list.
+std::vector<Anchor> FindAnchors(std::string_view s, size_t keep, size_t* total) {
   std::vector<Anchor> anchors;
+  *total = 0;
   // Every phrase contains "out of memory", "ALLOC_FAILED" or an error enum: scan once for the
   // phrases' distinctive letters and check each phrase there.
   for (size_t i = 0; i < s.size(); ++i) {
@@ -299,7 +302,8 @@ std::vector<Anchor> FindAnchors(std::string_view s) {
       if (s.substr(i, p.text.size()) != p.text) continue;
       // "CUDA error: out of memory" also contains no "CUDA out of memory"; a driver error inside
       // an allocator message's own text does not occur, so each phrase starts its own message.
-      anchors.push_back({i, p.kind, std::string(p.backend), std::string(p.library)});
+      if (anchors.size() < keep) anchors.push_back({i, p.kind, p.backend, p.library});
+      ++*total;
       i += p.text.size() - 1;
       break;
     }
@@ -415,13 +419,16 @@ std::optional<PrintedBytes> ParsePrintedBytes(std::string_view text) {
 std::vector<OomMessage> FindOomMessages(std::string_view text, size_t max_messages,
                                         size_t* left_out) {
   const std::string clean = WithoutEscapes(text);
-  const std::vector<Anchor> anchors = FindAnchors(clean);
+  // One anchor more than the messages kept, to end the last one's window.
+  size_t total = 0;
+  const std::vector<Anchor> anchors =
+      FindAnchors(clean, max_messages < SIZE_MAX ? max_messages + 1 : max_messages, &total);
   std::vector<OomMessage> out;
   size_t line = 1, counted_to = 0;
   if (left_out != nullptr) *left_out = 0;
   for (size_t k = 0; k < anchors.size(); ++k) {
     if (out.size() >= max_messages) {
-      if (left_out != nullptr) *left_out = anchors.size() - k;
+      if (left_out != nullptr) *left_out = total - k;
       break;
     }
     const Anchor& a = anchors[k];
@@ -434,8 +441,8 @@ std::vector<OomMessage> FindOomMessages(std::string_view text, size_t max_messag
     const size_t end = MessageEnd(clean, a.pos, limit);
     OomMessage m;
     m.kind = a.kind;
-    m.backend = a.backend;
-    m.library = a.library;
+    m.backend = std::string(a.backend);
+    m.library = std::string(a.library);
     m.line = line;
     // A "[rank3]:" prefix at the start of the message's line.
     const size_t line_start = clean.rfind('\n', a.pos == 0 ? 0 : a.pos - 1);
