@@ -2,30 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cctype>
-
 namespace vramscope::analysis {
-
-namespace {
-
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// The known GPU NVML names ("NVIDIA H100 80GB HBM3"), or none.
-const device::GpuSpec* KnownByName(const std::string& name) {
-  const std::string wanted = Lower(name);
-  if (wanted.empty()) return nullptr;
-  for (const device::GpuSpec& g : device::KnownGpus()) {
-    const std::string known = Lower(g.name);
-    if (wanted == known || wanted.find(known) != std::string::npos) return &g;
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 DeviceUsageDecomposition DecomposeDeviceUsage(const std::optional<model::DeviceUsage>& usage,
                                               device::OutsideSetup setup) {
@@ -52,7 +29,7 @@ DeviceUsageDecomposition DecomposeDeviceUsage(const std::optional<model::DeviceU
   out.time_us = top->time_us;
   out.device_total = top->device_total;
   out.device_used = top->device_used;
-  if (const device::GpuSpec* gpu = KnownByName(usage->device_name)) {
+  if (const device::GpuSpec* gpu = device::FindGpuByName(usage->device_name)) {
     setup.vendor = gpu->vendor;
     setup.sm = gpu->sm;
     out.gpu = gpu->name;

@@ -26,12 +26,6 @@ ByteRange Exact(int64_t v) { return {v, v}; }
 ByteRange operator+(ByteRange a, ByteRange b) { return {a.lo + b.lo, a.hi + b.hi}; }
 ByteRange operator-(ByteRange a, ByteRange b) { return {a.lo - b.hi, a.hi - b.lo}; }
 
-// "4.39 GiB", or "4.38 to 4.40 GiB" when the rounding leaves a visible spread.
-std::string Show(ByteRange r) {
-  const std::string lo = FormatBytes(r.lo), hi = FormatBytes(r.hi);
-  return lo == hi ? lo : fmt::format("{} to {}", lo, hi);
-}
-
 // a >= b for every value the ranges allow / for some.
 bool Always(ByteRange a, ByteRange b) { return a.lo >= b.hi; }
 bool Sometimes(ByteRange a, ByteRange b) { return a.hi >= b.lo; }
@@ -64,7 +58,6 @@ struct Context {
   const OomMessage& m;
   const ExplainOptions& options;
   OomMessageExplanation& out;
-  std::string what;  // "CUDA", "HIP"
 };
 
 // Advice belongs to the finding made just before it (so that it can follow the findings' order);
@@ -92,8 +85,9 @@ void TestCause(OomMessageExplanation& out, OomMessageCause cause, ByteRange free
   if (extra.hi <= 0 || !Sometimes(sum, request) || Always(free, request)) return;
   const bool decisive = Always(sum, request) && extra.lo > 0;
   AddFinding(out, cause, decisive,
-             fmt::format("free {} + {} {} = {} {} the request {}", Show(free), extra_name,
-                         Show(extra), Show(sum), decisive ? ">=" : "may reach", Show(request)),
+             fmt::format("free {} + {} {} = {} {} the request {}", FormatByteRange(free),
+                         extra_name, FormatByteRange(extra), FormatByteRange(sum),
+                         decisive ? ">=" : "may reach", FormatByteRange(request)),
              meaning, extra);
 }
 
@@ -142,7 +136,7 @@ void CapacityAdvice(const Context& c, ByteRange needed_more, ByteRange allocated
             "do "
             "not, so more), or use activation checkpointing, mixed precision, or shard the model "
             "over GPUs",
-            Show(needed_more), share));
+            FormatByteRange(needed_more), share));
   } else {
     Advise(c.out,
            "lower the step's peak: a smaller batch, activation checkpointing, mixed precision, or "
@@ -266,7 +260,8 @@ void ExplainAllocator(Context& c) {
           out, OomMessageCause::kMemoryFractionCap, decisive,
           fmt::format("reserved {} + request {} = {} > allowed {}, while the device had "
                       "{} free",
-                      Show(*reserved), Show(request), Show(wanted), Show(allowed), Show(free)),
+                      FormatByteRange(*reserved), FormatByteRange(request), FormatByteRange(wanted),
+                      FormatByteRange(allowed), FormatByteRange(free)),
           "the memory fraction (torch.cuda.set_per_process_memory_fraction or "
           "per_process_memory_fraction) refused memory the device had");
       Advise(c.out,
@@ -304,7 +299,7 @@ void ExplainAllocator(Context& c) {
     const size_t before = out.findings.size();
     TestCause(out, OomMessageCause::kNonPyTorchMemory, free, excess, request,
               fmt::format("non-PyTorch memory beyond a context and libraries ({} expected)",
-                          Show(expected)),
+                          FormatByteRange(expected)),
               "this process holds memory outside PyTorch's allocator beyond a CUDA context and "
               "libraries: NCCL buffers, another framework's pool or an extension's cudaMalloc");
     if (out.findings.size() > before) {
@@ -321,11 +316,11 @@ void ExplainAllocator(Context& c) {
                           "total - free - reserved"});
     const ByteRange excess = outside - expected;
     const size_t before = out.findings.size();
-    TestCause(
-        out, OomMessageCause::kOtherProcesses, free, excess, request,
-        fmt::format("the memory outside PyTorch beyond one context ({} expected)", Show(expected)),
-        "memory outside this PyTorch (other processes, or this process's non-PyTorch "
-        "memory: the 1.x message does not tell them apart) held what the request needed");
+    TestCause(out, OomMessageCause::kOtherProcesses, free, excess, request,
+              fmt::format("the memory outside PyTorch beyond one context ({} expected)",
+                          FormatByteRange(expected)),
+              "memory outside this PyTorch (other processes, or this process's non-PyTorch "
+              "memory: the 1.x message does not tell them apart) held what the request needed");
     if (out.findings.size() > before) {
       Advise(out,
              "look at nvidia-smi for other processes on this GPU (a notebook kernel, another "
@@ -344,11 +339,12 @@ void ExplainAllocator(Context& c) {
     }
   }
   if (Always(free, request) && !capped) {
-    AddFinding(out, OomMessageCause::kUnknown, false,
-               fmt::format("free {} >= the request {}", Show(free), Show(request)),
-               "the device reported the request free and no cap is set, yet cudaMalloc failed: "
-               "the driver keeps some headroom, its free memory was in pieces, or another "
-               "process took it between the failure and the message");
+    AddFinding(
+        out, OomMessageCause::kUnknown, false,
+        fmt::format("free {} >= the request {}", FormatByteRange(free), FormatByteRange(request)),
+        "the device reported the request free and no cap is set, yet cudaMalloc failed: "
+        "the driver keeps some headroom, its free memory was in pieces, or another "
+        "process took it between the failure and the message");
   }
   // Near capacity: the tensors and the request fill 95% or more of what one process could have
   // on this GPU. Then fragmentation or a few MiB elsewhere decided which request failed, not
@@ -367,9 +363,10 @@ void ExplainAllocator(Context& c) {
                  fmt::format("allocated {} + request {} = {} is {:.0f}% or more of the {} this "
                              "process could have on this GPU alone (total {} less a context and "
                              "libraries)",
-                             Show(*allocated), Show(request), Show(tensors),
+                             FormatByteRange(*allocated), FormatByteRange(request),
+                             FormatByteRange(tensors),
                              100.0 * static_cast<double>(tensors.lo) / static_cast<double>(room.hi),
-                             Show(room), Show(total)),
+                             FormatByteRange(room), FormatByteRange(total)),
                  "plain capacity: the step's tensors fill the GPU; whatever freed this request, "
                  "the next ones would fail",
                  {kMax / 2, kMax / 2});
@@ -380,13 +377,15 @@ void ExplainAllocator(Context& c) {
                                         [](const OomFinding& f) { return f.decisive; });
   if (!any_decisive && allocated && !Always(free, request)) {
     const ByteRange short_by = out.shortfall ? *out.shortfall : request - free;
-    AddFinding(out, OomMessageCause::kCapacity, short_by.lo > 0,
-               fmt::format("request {} - free {}{} = {} short", Show(request), Show(free),
-                           unallocated ? fmt::format(" - unallocated {}", Show(*unallocated))
-                                       : std::string(),
-                           Show(short_by)),
-               "plain capacity: even with no fragmentation, no other process and no memory "
-               "outside PyTorch beyond a context, the tensors needed more than the GPU had");
+    AddFinding(
+        out, OomMessageCause::kCapacity, short_by.lo > 0,
+        fmt::format("request {} - free {}{} = {} short", FormatByteRange(request),
+                    FormatByteRange(free),
+                    unallocated ? fmt::format(" - unallocated {}", FormatByteRange(*unallocated))
+                                : std::string(),
+                    FormatByteRange(short_by)),
+        "plain capacity: even with no fragmentation, no other process and no memory "
+        "outside PyTorch beyond a context, the tensors needed more than the GPU had");
     CapacityAdvice(c, short_by, *allocated, request);
   }
 }
@@ -404,11 +403,11 @@ void ExplainAsync(Context& c) {
   out.shares.push_back({"outside PyTorch (its context, other processes)", outside,
                         "device limit - free - allocated"});
   const ByteRange expected = ExpectedRange(out.expected_outside);
-  TestCause(
-      out, OomMessageCause::kOtherProcesses, free, outside - expected, request,
-      fmt::format("the memory outside PyTorch beyond one context ({} expected)", Show(expected)),
-      "memory outside PyTorch (other processes, a browser or desktop on the same GPU, or "
-      "this process's own non-PyTorch memory) held what the request needed");
+  TestCause(out, OomMessageCause::kOtherProcesses, free, outside - expected, request,
+            fmt::format("the memory outside PyTorch beyond one context ({} expected)",
+                        FormatByteRange(expected)),
+            "memory outside PyTorch (other processes, a browser or desktop on the same GPU, or "
+            "this process's own non-PyTorch memory) held what the request needed");
   if (!out.findings.empty()) {
     Advise(out,
            "close what else uses the GPU (nvidia-smi lists it), or give PyTorch a GPU of its own");
@@ -416,17 +415,17 @@ void ExplainAsync(Context& c) {
   if (m.allowed && R(*m.allowed).hi < kMax / 2 &&
       Always(allocated + request, Exact(R(*m.allowed).hi + 1))) {
     AddFinding(out, OomMessageCause::kMemoryFractionCap, Always(free, request),
-               fmt::format("allocated {} + request {} > limit {}", Show(allocated), Show(request),
-                           Show(R(*m.allowed))),
+               fmt::format("allocated {} + request {} > limit {}", FormatByteRange(allocated),
+                           FormatByteRange(request), FormatByteRange(R(*m.allowed))),
                "the memory fraction refused it");
   }
   if (out.findings.empty()) {
     out.available_to_pytorch = total;
     const ByteRange short_by = request - free;
-    AddFinding(
-        out, OomMessageCause::kCapacity, short_by.lo > 0,
-        fmt::format("request {} - free {} = {} short", Show(request), Show(free), Show(short_by)),
-        "plain capacity: the tensors needed more than the GPU had");
+    AddFinding(out, OomMessageCause::kCapacity, short_by.lo > 0,
+               fmt::format("request {} - free {} = {} short", FormatByteRange(request),
+                           FormatByteRange(free), FormatByteRange(short_by)),
+               "plain capacity: the tensors needed more than the GPU had");
     CapacityAdvice(c, short_by, allocated, request);
   }
 }
@@ -449,8 +448,9 @@ void ExplainMps(Context& c) {
   if (out.findings.empty()) {
     AddFinding(
         out, OomMessageCause::kCapacity, over.lo > 0,
-        fmt::format("allocated {} + other {} + request {} = {} > max allowed {}", Show(allocated),
-                    Show(other), Show(request), Show(allocated + other + request), Show(allowed)),
+        fmt::format("allocated {} + other {} + request {} = {} > max allowed {}",
+                    FormatByteRange(allocated), FormatByteRange(other), FormatByteRange(request),
+                    FormatByteRange(allocated + other + request), FormatByteRange(allowed)),
         "plain capacity under the MPS high watermark");
   }
   Advise(out,
@@ -459,6 +459,11 @@ void ExplainMps(Context& c) {
 }
 
 }  // namespace
+
+std::string FormatByteRange(ByteRange range) {
+  const std::string lo = FormatBytes(range.lo), hi = FormatBytes(range.hi);
+  return lo == hi ? lo : fmt::format("{} to {}", lo, hi);
+}
 
 const char* OomMessageCauseName(OomMessageCause cause) {
   switch (cause) {
@@ -484,7 +489,7 @@ OomMessageExplanation ExplainOomMessage(const model::OomMessage& message,
                                         const ExplainOptions& options) {
   OomMessageExplanation out;
   out.message = message;
-  Context c{message, options, out, message.backend};
+  Context c{message, options, out};
   // The GPU: the one named, else those of the message's total capacity.
   device::OutsideSetup setup = options.outside;
   if (options.gpu) {

@@ -33,6 +33,9 @@ struct ByteRange {
   int64_t hi = 0;
 };
 
+// "4.39 GiB", or "4.38 GiB to 4.40 GiB" when the range shows in two decimals.
+std::string FormatByteRange(ByteRange range);
+
 enum class OomMessageCause : uint8_t {
   kMemoryFractionCap,
   kFragmentation,

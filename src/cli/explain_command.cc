@@ -95,9 +95,7 @@ Status Explain(const ExplainOptions& o) {
     if (!gpu.ok()) return gpu.status();
     options.gpu = *gpu;
   }
-  if (o.cuda_context_mib) options.outside.context_bytes = *o.cuda_context_mib << 20;
-  if (o.library_memory_mib) options.outside.library_bytes = *o.library_memory_mib << 20;
-  if (o.nccl_memory_mib) options.outside.nccl_bytes = *o.nccl_memory_mib << 20;
+  ApplyOutsideAllocatorFlags(o.outside, options.outside);
   options.outside.nccl_communicators = o.nccl_communicators;
 
   report::ExplainReport out;
@@ -213,15 +211,7 @@ void RegisterExplainCommand(CLI::App& app, ExplainOptions& o) {
                   "PYTORCH_CUDA_ALLOC_CONF)");
   cmd->add_option("--gpu", o.gpu,
                   "the GPU it ran on (default: the known GPUs of the message's capacity)");
-  cmd->add_option("--cuda-context", o.cuda_context_mib,
-                  "MiB of CUDA context to expect per process (default: the GPU's, see "
-                  "docs/design/non-pytorch-memory.md)")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
-  cmd->add_option("--library-memory", o.library_memory_mib,
-                  "MiB of libraries' kernels to expect (default: 64, assumed)")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
-  cmd->add_option("--nccl-memory", o.nccl_memory_mib, "MiB of NCCL buffers to expect")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  AddOutsideAllocatorFlags(*cmd, o.outside, "none, or --nccl-communicators' buffers");
   cmd->add_option("--nccl-communicators", o.nccl_communicators,
                   "NCCL communicators the process held (default: 0; each is modelled as 16 "
                   "channels x (ring + tree) x 12 MiB)")

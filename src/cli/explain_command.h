@@ -20,7 +20,7 @@ struct ExplainOptions {
   bool json = false;
   std::optional<std::string> alloc_conf;
   std::string gpu;
-  std::optional<uint64_t> cuda_context_mib, library_memory_mib, nccl_memory_mib;
+  OutsideAllocatorFlags outside;
   int nccl_communicators = 0;
   size_t max_messages = 100;
   // --model and the predictor's set-up flags it takes.

@@ -191,9 +191,7 @@ Result<predict::PredictRequest> BuildRequest(const PredictOptions& o) {
   }
   outside.lazy_loading = o.module_loading == "lazy";
   outside.nccl_communicators = o.world_size > 1 ? 1 : 0;
-  if (o.cuda_context_mib) outside.context_bytes = *o.cuda_context_mib << 20;
-  if (o.library_memory_mib) outside.library_bytes = *o.library_memory_mib << 20;
-  if (o.nccl_memory_mib) outside.nccl_bytes = *o.nccl_memory_mib << 20;
+  ApplyOutsideAllocatorFlags(o.outside, outside);
   r.outside = device::EstimateOutsideAllocator(outside);
   r.context_bytes = r.outside.Total();
   return r;
@@ -435,19 +433,9 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   cmd->add_option("--torch", o.torch_version,
                   "the PyTorch version (workspace rules; default: 2.11)");
   cmd->add_option("--alloc-conf", o.alloc_conf, "PYTORCH_CUDA_ALLOC_CONF of the predicted run");
-  cmd->add_option("--cuda-context", o.cuda_context_mib,
-                  "MiB the CUDA context takes outside the allocator (default: the GPU's, from "
-                  "docs/design/non-pytorch-memory.md: 426 MiB on A100, 609 MiB measured on "
-                  "H100/H200, ...)")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
-  cmd->add_option("--library-memory", o.library_memory_mib,
-                  "MiB the libraries' kernels (cuBLAS, cuDNN, Triton) take in the context "
-                  "(default: 64, assumed)")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
-  cmd->add_option("--nccl-memory", o.nccl_memory_mib,
-                  "MiB NCCL's buffers take (default with --world-size 2 or more: one "
-                  "communicator, 16 channels x (ring + tree) x 12 MiB = 384 MiB)")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  AddOutsideAllocatorFlags(*cmd, o.outside,
+                           "with --world-size 2 or more, one communicator: 16 channels x (ring "
+                           "+ tree) x 12 MiB = 384 MiB");
   cmd->add_option("--cuda-module-loading", o.module_loading,
                   "lazy (default, as PyTorch sets CUDA_MODULE_LOADING) or eager (adds 362 MiB "
                   "to the context)");

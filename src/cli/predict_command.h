@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/outside_allocator_flags.h"
 #include "common/status.h"
 #include "predict/model_spec.h"
 #include "predict/predict.h"
@@ -43,7 +44,7 @@ struct PredictOptions {
   std::string alloc_conf;
   // Memory outside the allocator (src/device/non_pytorch_memory.h): overrides of the model's
   // figures, in MiB, and how CUDA loads modules.
-  std::optional<uint64_t> cuda_context_mib, library_memory_mib, nccl_memory_mib;
+  OutsideAllocatorFlags outside;
   std::string module_loading = "lazy";
   std::string python = "python3";  // runs the tracer for --model my.py:build / hf:config.json
   std::string emit_stream;         // write the predicted tensor stream here (tracer format)

@@ -13,6 +13,7 @@
 #include "device/non_pytorch_memory.h"
 #include "pipeline/analyze.h"
 #include "pipeline/load.h"
+#include "report/explain_output.h"
 #include "report/report_input.h"
 #include "report/simulation_summary.h"
 #include "report/sqlite_report.h"
@@ -37,9 +38,7 @@ Result<std::optional<GpuCapacity>> CapacityOfGpu(const SimulateOptions& o) {
   GpuCapacity out;
   out.gpu = *gpu;
   device::OutsideSetup setup = device::SetupFor(*gpu);
-  if (o.cuda_context_mib) setup.context_bytes = *o.cuda_context_mib << 20;
-  if (o.library_memory_mib) setup.library_bytes = *o.library_memory_mib << 20;
-  if (o.nccl_memory_mib) setup.nccl_bytes = *o.nccl_memory_mib << 20;
+  ApplyOutsideAllocatorFlags(o.outside, setup);
   out.outside = device::EstimateOutsideAllocator(setup);
   if (out.outside.Total() >= gpu->total_memory) {
     return UsageError(
@@ -139,16 +138,9 @@ Status Run(const SimulateOptions& o) {
     json["report"] = output ? nlohmann::json{{"path", output->target()}, {"rows", info.rows}}
                             : nlohmann::json(nullptr);
     if (gpu) {
-      nlohmann::json outside = nlohmann::json::array();
-      for (const device::OutsideFigure& f : gpu->outside.figures) {
-        outside.push_back({{"item", f.item},
-                           {"bytes", f.bytes},
-                           {"evidence", device::EvidenceName(f.evidence)},
-                           {"source", f.source}});
-      }
       json["capacity_from_gpu"] = {{"gpu", gpu->gpu.key},
                                    {"total_memory", gpu->gpu.total_memory},
-                                   {"outside_allocator", outside},
+                                   {"outside_allocator", report::OutsideMemoryJson(gpu->outside)},
                                    {"capacity", gpu->capacity}};
     }
     fmt::print("{}\n", json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -198,15 +190,7 @@ void RegisterSimulateCommand(CLI::App& app, SimulateOptions& o) {
                   "a GPU vramscope knows (as predict --gpu): the capacity is its memory less what "
                   "the non-PyTorch memory model expects outside the allocator (CUDA context, "
                   "libraries' kernels; docs/design/non-pytorch-memory.md)");
-  cmd->add_option("--cuda-context", o.cuda_context_mib,
-                  "with --gpu: MiB of CUDA context (default: the GPU's, from the model)")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
-  cmd->add_option("--library-memory", o.library_memory_mib,
-                  "with --gpu: MiB of libraries' kernels (default: 64, assumed)")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
-  cmd->add_option("--nccl-memory", o.nccl_memory_mib,
-                  "with --gpu: MiB of NCCL buffers (default: none)")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 20));
+  AddOutsideAllocatorFlags(*cmd, o.outside, "none");
   cmd->add_option("--memory-fraction", o.memory_fraction,
                   "torch.cuda.set_per_process_memory_fraction: the allocator may reserve at most "
                   "this fraction of --capacity (also enables garbage_collection_threshold)");

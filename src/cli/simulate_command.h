@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/outside_allocator_flags.h"
 #include "pipeline/input.h"
 
 namespace vramscope::cli {
@@ -26,7 +27,7 @@ struct SimulateOptions {
   // --gpu: the capacity is the GPU's memory less what the non-PyTorch memory model expects
   // outside the allocator (overridable, in MiB, as predict's flags).
   std::string gpu;
-  std::optional<uint64_t> cuda_context_mib, library_memory_mib, nccl_memory_mib;
+  OutsideAllocatorFlags outside;
   std::optional<double> memory_fraction;
   std::optional<std::string> alloc_conf;
   std::optional<std::string> recorded_conf;

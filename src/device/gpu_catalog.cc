@@ -75,6 +75,22 @@ Result<GpuSpec> FindGpu(std::string_view key) {
       fmt::join(keys, ", ")));
 }
 
+const GpuSpec* FindGpuByName(std::string_view name) {
+  std::string wanted;
+  for (const char c : name) {
+    wanted.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  if (wanted.empty()) return nullptr;
+  for (const GpuSpec& g : KnownGpus()) {
+    std::string known;
+    for (const char c : g.name) {
+      known.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    }
+    if (wanted.find(known) != std::string::npos) return &g;
+  }
+  return nullptr;
+}
+
 std::vector<GpuSpec> GpusWithCapacity(uint64_t lo, uint64_t hi) {
   std::vector<GpuSpec> out;
   for (const GpuSpec& g : KnownGpus()) {

@@ -32,6 +32,9 @@ struct GpuSpec {
 const std::vector<GpuSpec>& KnownGpus();
 // A GPU by key ("h100-80gb", case-insensitive, '_' or '-'), or an error listing the keys.
 Result<GpuSpec> FindGpu(std::string_view key);
+// The known GPU a device name refers to (NVML's or torch's: "NVIDIA H100 80GB HBM3", case
+// ignored, the catalog's name contained in it), or null.
+const GpuSpec* FindGpuByName(std::string_view name);
 // The known GPUs whose total memory lies in [lo, hi] (an OOM message's rounded "total capacity").
 std::vector<GpuSpec> GpusWithCapacity(uint64_t lo, uint64_t hi);
 

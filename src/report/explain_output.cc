@@ -14,11 +14,6 @@ namespace {
 using analysis::ByteRange;
 using analysis::OomMessageCause;
 
-std::string Show(ByteRange r) {
-  const std::string lo = FormatBytes(r.lo), hi = FormatBytes(r.hi);
-  return lo == hi ? lo : fmt::format("{} to {}", lo, hi);
-}
-
 const char* KindText(model::OomMessageKind kind) {
   switch (kind) {
     case model::OomMessageKind::kAllocator:
@@ -151,7 +146,8 @@ std::string RenderExplainText(const ExplainReport& report) {
       for (const analysis::GpuShare& s : e.shares) width = std::max(width, s.what.size());
       width = std::min<size_t>(width, 56);
       for (const analysis::GpuShare& s : e.shares) {
-        out += fmt::format("  {:<{}}  {:>22}  {}\n", s.what, width, Show(s.bytes), s.how);
+        out += fmt::format("  {:<{}}  {:>22}  {}\n", s.what, width,
+                           analysis::FormatByteRange(s.bytes), s.how);
       }
     }
     if (e.findings.empty()) {
@@ -183,6 +179,29 @@ std::string RenderExplainText(const ExplainReport& report) {
   return out;
 }
 
+nlohmann::json OomFindingsJson(const std::vector<analysis::OomFinding>& findings) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const analysis::OomFinding& f : findings) {
+    out.push_back({{"cause", analysis::OomMessageCauseName(f.cause)},
+                   {"decisive", f.decisive},
+                   {"arithmetic", f.arithmetic},
+                   {"meaning", f.meaning}});
+  }
+  return out;
+}
+
+nlohmann::json OutsideMemoryJson(const device::OutsideMemory& outside) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const device::OutsideFigure& f : outside.figures) {
+    out.push_back({{"item", f.item},
+                   {"bytes", f.bytes},
+                   {"evidence", device::EvidenceName(f.evidence)},
+                   {"source", f.source},
+                   {"flag", f.flag}});
+  }
+  return out;
+}
+
 nlohmann::json RenderExplainJson(const ExplainReport& report) {
   nlohmann::json messages = nlohmann::json::array();
   for (const ExplainedMessage& em : report.messages) {
@@ -195,21 +214,6 @@ nlohmann::json RenderExplainJson(const ExplainReport& report) {
     nlohmann::json shares = nlohmann::json::array();
     for (const analysis::GpuShare& s : e.shares) {
       shares.push_back({{"what", s.what}, {"bytes", Range(s.bytes)}, {"how", s.how}});
-    }
-    nlohmann::json findings = nlohmann::json::array();
-    for (const analysis::OomFinding& f : e.findings) {
-      findings.push_back({{"cause", analysis::OomMessageCauseName(f.cause)},
-                          {"decisive", f.decisive},
-                          {"arithmetic", f.arithmetic},
-                          {"meaning", f.meaning}});
-    }
-    nlohmann::json outside = nlohmann::json::array();
-    for (const device::OutsideFigure& f : e.expected_outside.figures) {
-      outside.push_back({{"item", f.item},
-                         {"bytes", f.bytes},
-                         {"evidence", device::EvidenceName(f.evidence)},
-                         {"source", f.source},
-                         {"flag", f.flag}});
     }
     nlohmann::json gpus = nlohmann::json::array();
     for (const device::GpuSpec& g : e.gpus) gpus.push_back(g.key);
@@ -238,10 +242,10 @@ nlohmann::json RenderExplainJson(const ExplainReport& report) {
         {"processes", processes},
         {"what_the_gpu_held", shares},
         {"cause", analysis::OomMessageCauseName(e.cause)},
-        {"findings", findings},
+        {"findings", OomFindingsJson(e.findings)},
         {"advice", e.advice},
         {"gpus", gpus},
-        {"expected_outside_pytorch", outside},
+        {"expected_outside_pytorch", OutsideMemoryJson(e.expected_outside)},
         {"available_to_pytorch",
          e.available_to_pytorch ? Range(*e.available_to_pytorch) : nlohmann::json()},
         {"shortfall", e.shortfall ? Range(*e.shortfall) : nlohmann::json()},

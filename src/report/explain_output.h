@@ -30,6 +30,11 @@ struct ExplainReport {
 };
 
 std::string RenderExplainText(const ExplainReport& report);
+// The findings (cause, decisive, arithmetic, meaning) as `explain --json` and `report --json`
+// give them.
+nlohmann::json OomFindingsJson(const std::vector<analysis::OomFinding>& findings);
+// The non-PyTorch memory model's figures (item, bytes, evidence, source, flag).
+nlohmann::json OutsideMemoryJson(const device::OutsideMemory& outside);
 nlohmann::json RenderExplainJson(const ExplainReport& report);
 
 }  // namespace vramscope::report

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "report/explain_output.h"
 #include "report/prediction_fit.h"
 
 namespace vramscope::report {
@@ -189,16 +190,9 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
   out["device_usage"] = device_usage;
   json oom_message = nullptr;
   if (in.oom_message != nullptr) {
-    json findings = json::array();
-    for (const analysis::OomFinding& f : in.oom_message->findings) {
-      findings.push_back({{"cause", analysis::OomMessageCauseName(f.cause)},
-                          {"decisive", f.decisive},
-                          {"arithmetic", f.arithmetic},
-                          {"meaning", f.meaning}});
-    }
     oom_message = {{"text", in.oom_message->message.text},
                    {"cause", analysis::OomMessageCauseName(in.oom_message->cause)},
-                   {"findings", findings},
+                   {"findings", OomFindingsJson(in.oom_message->findings)},
                    {"advice", in.oom_message->advice}};
   }
   out["oom_message"] = oom_message;

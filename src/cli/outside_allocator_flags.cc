@@ -1,0 +1,28 @@
+#include "cli/outside_allocator_flags.h"
+
+namespace vramscope::cli {
+
+void AddOutsideAllocatorFlags(CLI::App& cmd, OutsideAllocatorFlags& flags,
+                              const std::string& nccl_default) {
+  const auto mib = CLI::Range(uint64_t{0}, uint64_t{1} << 20);
+  cmd.add_option("--cuda-context", flags.cuda_context_mib,
+                 "MiB the CUDA context takes outside the allocator (default: the GPU's, from "
+                 "docs/design/non-pytorch-memory.md: 426 MiB on A100, 609 MiB measured on "
+                 "H100/H200, ...)")
+      ->check(mib);
+  cmd.add_option("--library-memory", flags.library_memory_mib,
+                 "MiB the libraries' kernels (cuBLAS, cuDNN, Triton) take in the context "
+                 "(default: 64, assumed)")
+      ->check(mib);
+  cmd.add_option("--nccl-memory", flags.nccl_memory_mib,
+                 "MiB NCCL's buffers take (default: " + nccl_default + ")")
+      ->check(mib);
+}
+
+void ApplyOutsideAllocatorFlags(const OutsideAllocatorFlags& flags, device::OutsideSetup& setup) {
+  if (flags.cuda_context_mib) setup.context_bytes = *flags.cuda_context_mib << 20;
+  if (flags.library_memory_mib) setup.library_bytes = *flags.library_memory_mib << 20;
+  if (flags.nccl_memory_mib) setup.nccl_bytes = *flags.nccl_memory_mib << 20;
+}
+
+}  // namespace vramscope::cli
