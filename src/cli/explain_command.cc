@@ -146,6 +146,7 @@ Status Explain(const ExplainOptions& o) {
           source));
     }
     PredictOptions po = o.predict;
+    po.outside = o.outside;  // the fit expects what explain was told lies outside
     if (po.gpu.empty() && !e->gpus.empty()) po.gpu = e->gpus.front().key;
     ASSIGN_OR_RETURN(predict::PredictRequest request, BuildPredictRequest(po));
     request.capacity = static_cast<uint64_t>(std::max<int64_t>(e->available_to_pytorch->lo, 1));

@@ -159,3 +159,12 @@ def test_text_shows_each_figure_with_the_bytes_it_can_stand_for(tmp_path):
     assert "asked for 2.00 MiB (the segment the allocator needed from CUDA" in out
     code, out, err = run_binary("explain", next(DATA.glob("01-*.txt")), cwd=tmp_path)
     assert "asked for 12.50 MiB (the request, rounded up to 512 B)" in out
+
+
+def test_model_fit_takes_the_outside_allocator_flags(tmp_path):
+    path = next(DATA.glob("17-*.txt"))
+    code, out, err = run_binary("explain", "--json", path, "--model", "gpt2", "--batch", "16",
+                                "--seq", "1024", "--cuda-context", "2000", "--library-memory",
+                                "0", cwd=tmp_path, timeout=300)
+    assert code == 0, err
+    assert json.loads(out)["fit"]["outside_allocator"] == 2000 << 20
