@@ -2,6 +2,25 @@
 
 namespace vramscope::model {
 
+const std::vector<OomMessageFigure>& OomMessageFigures() {
+  static const std::vector<OomMessageFigure> figures = {
+      {"tried_to_allocate", "tried to allocate", &OomMessage::tried_to_allocate},
+      {"total_capacity", "total capacity", &OomMessage::total_capacity},
+      {"free", "free", &OomMessage::free},
+      {"allowed", "allowed (memory fraction)", &OomMessage::allowed},
+      {"this_process_in_use", "this process in use", &OomMessage::this_process_in_use},
+      {"allocated_by_pytorch", "allocated by PyTorch", &OomMessage::allocated_by_pytorch},
+      {"private_pools", "in private pools", &OomMessage::private_pools},
+      {"reserved_unallocated", "reserved but unallocated", &OomMessage::reserved_unallocated},
+      {"already_allocated", "already allocated", &OomMessage::already_allocated},
+      {"reserved_total", "reserved in total", &OomMessage::reserved_total},
+      {"cached", "cached", &OomMessage::cached},
+      {"inactive", "inactive", &OomMessage::inactive},
+      {"other_allocations", "other allocations", &OomMessage::other_allocations},
+  };
+  return figures;
+}
+
 const char* OomMessageKindName(OomMessageKind kind) {
   switch (kind) {
     case OomMessageKind::kAllocator:

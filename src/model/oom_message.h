@@ -80,4 +80,13 @@ struct OomMessage {
   bool suggests_max_split_size = false;
 };
 
+// Every figure a message can state, in the order reports list them: its name in JSON, its label
+// in text, and where the message keeps it.
+struct OomMessageFigure {
+  const char* key;    // "tried_to_allocate"
+  const char* label;  // "tried to allocate"
+  std::optional<PrintedBytes> OomMessage::*field;
+};
+const std::vector<OomMessageFigure>& OomMessageFigures();
+
 }  // namespace vramscope::model

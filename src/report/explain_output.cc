@@ -110,22 +110,8 @@ std::string RenderExplainText(const ExplainReport& report) {
     }
     // Every figure the message states, and the bytes its two-decimal rounding allows.
     std::vector<std::pair<std::string, const model::PrintedBytes*>> figures;
-    const std::pair<const char*, const std::optional<model::PrintedBytes>*> named[] = {
-        {"tried to allocate", &m.tried_to_allocate},
-        {"total capacity", &m.total_capacity},
-        {"free", &m.free},
-        {"allowed (memory fraction)", &m.allowed},
-        {"this process in use", &m.this_process_in_use},
-        {"allocated by PyTorch", &m.allocated_by_pytorch},
-        {"in private pools", &m.private_pools},
-        {"reserved but unallocated", &m.reserved_unallocated},
-        {"already allocated", &m.already_allocated},
-        {"reserved in total", &m.reserved_total},
-        {"cached", &m.cached},
-        {"inactive", &m.inactive},
-        {"other allocations", &m.other_allocations}};
-    for (const auto& [name, figure] : named) {
-      if (figure->has_value()) figures.emplace_back(name, &**figure);
+    for (const model::OomMessageFigure& f : model::OomMessageFigures()) {
+      if ((m.*f.field).has_value()) figures.emplace_back(f.label, &*(m.*f.field));
     }
     for (const model::OomProcess& p : m.processes) {
       figures.emplace_back(fmt::format("process {} in use", p.pid), &p.in_use);
@@ -207,6 +193,10 @@ nlohmann::json RenderExplainJson(const ExplainReport& report) {
   for (const ExplainedMessage& em : report.messages) {
     const analysis::OomMessageExplanation& e = em.explanation;
     const model::OomMessage& m = e.message;
+    nlohmann::json figures = nlohmann::json::object();
+    for (const model::OomMessageFigure& f : model::OomMessageFigures()) {
+      figures[f.key] = Figure(m.*f.field);
+    }
     nlohmann::json processes = nlohmann::json::array();
     for (const model::OomProcess& p : m.processes) {
       processes.push_back({{"pid", p.pid}, {"in_use", Figure(p.in_use)}});
@@ -225,20 +215,7 @@ nlohmann::json RenderExplainJson(const ExplainReport& report) {
         {"library", m.library},
         {"text", m.text},
         {"gpu", m.gpu ? nlohmann::json(*m.gpu) : nlohmann::json()},
-        {"figures",
-         {{"tried_to_allocate", Figure(m.tried_to_allocate)},
-          {"total_capacity", Figure(m.total_capacity)},
-          {"free", Figure(m.free)},
-          {"allowed", Figure(m.allowed)},
-          {"this_process_in_use", Figure(m.this_process_in_use)},
-          {"allocated_by_pytorch", Figure(m.allocated_by_pytorch)},
-          {"private_pools", Figure(m.private_pools)},
-          {"reserved_unallocated", Figure(m.reserved_unallocated)},
-          {"already_allocated", Figure(m.already_allocated)},
-          {"reserved_total", Figure(m.reserved_total)},
-          {"cached", Figure(m.cached)},
-          {"inactive", Figure(m.inactive)},
-          {"other_allocations", Figure(m.other_allocations)}}},
+        {"figures", figures},
         {"processes", processes},
         {"what_the_gpu_held", shares},
         {"cause", analysis::OomMessageCauseName(e.cause)},

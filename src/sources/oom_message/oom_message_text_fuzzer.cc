@@ -39,12 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   report.left_out = left_out;
   for (const auto& m : found) {
     Check(m.line >= 1 && m.line <= lines);
-    for (const auto* b :
-         {&m.tried_to_allocate, &m.total_capacity, &m.free, &m.allowed, &m.this_process_in_use,
-          &m.allocated_by_pytorch, &m.private_pools, &m.reserved_unallocated, &m.already_allocated,
-          &m.reserved_total, &m.cached, &m.inactive, &m.other_allocations}) {
-      CheckFigure(*b);
-    }
+    for (const auto& f : vramscope::model::OomMessageFigures()) CheckFigure(m.*f.field);
     vramscope::analysis::ExplainOptions options;
     if (!m.processes.empty()) options.alloc_conf = "expandable_segments:True";
     vramscope::report::ExplainedMessage em;

@@ -192,19 +192,9 @@ TEST(FindOomMessages, ReadsEveryRealMessageToItsStatedFigures) {
         if (e.contains(from) && !e[from].is_null()) e[to] = e[from];
       }
       const model::OomMessage& m = found[i];
-      ExpectFigure(e, "tried_to_allocate", m.tried_to_allocate, where);
-      ExpectFigure(e, "total_capacity", m.total_capacity, where);
-      ExpectFigure(e, "free", m.free, where);
-      ExpectFigure(e, "this_process_in_use", m.this_process_in_use, where);
-      ExpectFigure(e, "allocated_by_pytorch", m.allocated_by_pytorch, where);
-      ExpectFigure(e, "private_pools", m.private_pools, where);
-      ExpectFigure(e, "reserved_unallocated", m.reserved_unallocated, where);
-      ExpectFigure(e, "already_allocated", m.already_allocated, where);
-      ExpectFigure(e, "allowed", m.allowed, where);
-      ExpectFigure(e, "reserved_total", m.reserved_total, where);
-      ExpectFigure(e, "cached", m.cached, where);
-      ExpectFigure(e, "inactive", m.inactive, where);
-      ExpectFigure(e, "other_allocations", m.other_allocations, where);
+      for (const model::OomMessageFigure& f : model::OomMessageFigures()) {
+        ExpectFigure(e, f.key, m.*f.field, where);
+      }
       if (e.contains("gpu") && !e["gpu"].is_null()) {
         ASSERT_TRUE(m.gpu.has_value()) << where;
         EXPECT_EQ(*m.gpu, e["gpu"].get<int>()) << where;
