@@ -6,7 +6,8 @@ under `vramscope run` (no change to the training script), and the captures becom
 
 Suite: examples/training/train.py's linear and mlp models with SGD and Adam, resnet18 with SGD +
 momentum, bert and gpt with AdamW (random weights), each in fp32 and bf16 autocast, 3 steps; then a
-deliberate out-of-memory (gpt under a 64 MiB cap), and, when JAX with CUDA is installed, a JAX
+deliberate out-of-memory (gpt under a 64 MiB cap), gpt with AdamW on two ranks sharing the GPU
+(torchrun, gloo) under DDP and under FSDP2 (issue 18's ground truth per rank), and, when JAX with CUDA is installed, a JAX
 program captured natively (--native --no-python).
 
 Per case the folder gets `<case>.pickle.gz` (the snapshot the bootstrap wrote, gzipped with a fixed
@@ -80,25 +81,34 @@ def run_case(vramscope: str, python: str, name: str, program: list[str], out: Pa
             "stderr_tail": proc.stderr[-2000:]}
     sidecars = sorted(capture.glob("*.sidecar.json"))
     for src in sidecars:
+        # One process: <case>.*; several (torchrun's ranks): <case>.<rank0|pid..>.*, one entry each.
+        stem = src.name.removesuffix(".sidecar.json")
+        prefix = name if len(sidecars) == 1 else f"{name}.{stem}"
+        entry = case if len(sidecars) == 1 else case.setdefault("ranks", {}).setdefault(stem, {})
         sidecar = json.loads(src.read_text())
-        shutil.copy(src, out / f"{name}.sidecar.json")
-        case["sidecar"] = f"{name}.sidecar.json"
-        case["end_reason"] = sidecar["end"]["reason"]
+        shutil.copy(src, out / f"{prefix}.sidecar.json")
+        entry["sidecar"] = f"{prefix}.sidecar.json"
+        entry["end_reason"] = sidecar["end"]["reason"]
         phases = [p for p in sidecar["phases"] if (p.get("memory") or {}).get("max_allocated")]
         if phases:
-            case["max_memory_allocated"] = max(p["memory"]["max_allocated"] for p in phases)
-            case["max_memory_reserved"] = max(p["memory"]["max_reserved"] for p in phases)
+            entry["max_memory_allocated"] = max(p["memory"]["max_allocated"] for p in phases)
+            entry["max_memory_reserved"] = max(p["memory"]["max_reserved"] for p in phases)
         if sidecar.get("snapshot"):
             with open(capture / sidecar["snapshot"], "rb") as f, gzip.GzipFile(
-                    out / f"{name}.pickle.gz", "wb", 9, mtime=0) as g:
+                    out / f"{prefix}.pickle.gz", "wb", 9, mtime=0) as g:
                 shutil.copyfileobj(f, g)
-            case["snapshot"] = f"{name}.pickle.gz"
+            entry["snapshot"] = f"{prefix}.pickle.gz"
+    if len(sidecars) > 1:
+        ends = {r["end_reason"] for r in case["ranks"].values()}
+        case["end_reason"] = ends.pop() if len(ends) == 1 else "mixed"
+        if all("snapshot" in r for r in case["ranks"].values()):
+            case["snapshot"] = sorted(r["snapshot"] for r in case["ranks"].values())
     for src in sorted(capture.glob("*.vstrace")):
         shutil.copy(src, out / f"{name}.vstrace")
         case["native"] = f"{name}.vstrace"
     captured = "snapshot" in case or "native" in case
     if env.get("VRAMSCOPE_CAPTURE_CPU") == "1":  # the dry run writes sidecars only
-        captured = "sidecar" in case
+        captured = "sidecar" in case or bool(case.get("ranks"))
     case["status"] = "ok" if captured else "failed"
     print(f"{name}: {case['status']} (exit {proc.returncode})", flush=True)
     return case
@@ -141,6 +151,18 @@ def main() -> int:
             if not args.dry_run_cpu and case.get("end_reason") != "oom":
                 case["status"] = "failed: no out-of-memory happened"
             cases["oom_gpt_fp32"] = case
+        for parallel in ("ddp", "fsdp2"):
+            name = f"ranks2_{parallel}_gpt_adamw_fp32"
+            if args.only and name not in args.only:
+                continue
+            # Two ranks on the one GPU: NCCL refuses that, gloo does not.
+            program = ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                       str(TRAIN), "--model", "gpt", "--optimizer", "adamw", "--steps", "3",
+                       "--seed", "0", "--parallel", parallel, "--backend", "gloo", *device]
+            case = run_case(args.vramscope, args.python, name, program, args.out, work, [], env)
+            if case["status"] == "ok" and len(case.get("ranks", {})) != 2:
+                case["status"] = f"failed: {len(case.get('ranks', {}))} rank(s) captured, not 2"
+            cases[name] = case
         has_jax = subprocess.run([args.python, "-c", "import jax"], capture_output=True)
         if (not args.only or "jax_native" in args.only) and has_jax.returncode == 0 \
                 and not args.dry_run_cpu:

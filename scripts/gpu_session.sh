@@ -241,10 +241,15 @@ step_run_goldens() {
   cd "$GS_ROOT"
   if [[ $GS_DRY == 1 ]]; then
     "$GS_PY" scripts/capture_run_goldens.py --out "$GS_STAGE/goldens/$GS_SLUG/run" \
-      --vramscope "$GS_BIN" --python "$GS_PY" --dry-run-cpu --only linear_sgd_fp32 oom_gpt_fp32
+      --vramscope "$GS_BIN" --python "$GS_PY" --dry-run-cpu \
+      --only linear_sgd_fp32 oom_gpt_fp32 ranks2_ddp_gpt_adamw_fp32
   else
+    # VRAMSCOPE_RUN_GOLDEN_CASES (space-separated case names) reruns only those: a second call
+    # that redoes the cases the first one failed.
+    local only=()
+    [[ -n ${VRAMSCOPE_RUN_GOLDEN_CASES:-} ]] && read -ra only <<<"--only $VRAMSCOPE_RUN_GOLDEN_CASES"
     "$GS_PY" scripts/capture_run_goldens.py --out "$GS_STAGE/goldens/$GS_SLUG/run" \
-      --vramscope "$GS_BIN" --python "$GS_PY"
+      --vramscope "$GS_BIN" --python "$GS_PY" "${only[@]}"
   fi
 }
 
@@ -269,7 +274,7 @@ doc = json.load(open(sys.argv[1]))
 src = doc["source"]
 assert "native" in src["format"].lower(), src["format"]
 assert src["events"] > 0, "the native trace holds no event"
-peak = max(d["peak_allocated"] for d in doc["devices"]) if doc["devices"] else 0
+peak = max(d["peak_allocated"]["bytes"] for d in doc["devices"]) if doc["devices"] else 0
 assert peak > 0, "no driver allocation recorded"
 print(f"native trace: {src['events']} events, peak driver allocation {peak} B; notes: {doc['notes']}")
 EOF

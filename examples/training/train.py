@@ -9,6 +9,12 @@ step ``zero_grad(set_to_none=True)``, the batch ``.to(device)``, forward and los
 ``scripts/capture_goldens.py`` records on a GPU, and what ``vramscope run -- python3
 examples/training/train.py ...`` is meant to capture.
 
+Under ``torchrun`` (``WORLD_SIZE`` > 1) each rank joins the process group (``--backend``; default
+NCCL on CUDA, gloo on the CPU), takes GPU ``LOCAL_RANK`` modulo the GPUs it sees, and wraps the
+model in ``DistributedDataParallel`` (``--parallel ddp``, the default) or FSDP2's ``fully_shard``
+per block of its layer lists and then the root (``--parallel fsdp2``). Every rank trains on the same batches:
+the memory of a rank does not depend on which data it sees. Several ranks on one GPU need gloo.
+
 The step is a function (``train_step``) whose batch, output and loss are released at its end, as
 in most training loops; the harness passes ``hooks`` to see each phase (``PHASES``) begin and end.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -137,6 +144,11 @@ def parse_args(argv=None):
     p.add_argument("--memory-cap-mib", type=float, default=None,
                    help="cap this process's CUDA memory (torch.cuda.set_per_process_memory_fraction)"
                         ": how the goldens provoke a real out-of-memory")
+    p.add_argument("--parallel", choices=("ddp", "fsdp2"), default="ddp",
+                   help="under torchrun (WORLD_SIZE > 1): how the model is wrapped (default ddp)")
+    p.add_argument("--backend", default=None,
+                   help="torch.distributed backend under torchrun (default: nccl on cuda, gloo on "
+                        "cpu; gloo lets several ranks share one GPU)")
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error("--steps must be at least 1")
@@ -150,10 +162,21 @@ def main(argv=None) -> int:
         print("train.py: error: --device cuda, but torch.cuda.is_available() is False "
               f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})", file=sys.stderr)
         return 2
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if device.type == "cuda":
+        # An explicit index: set_per_process_memory_fraction refuses a bare "cuda" (torch 2.11).
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if distributed:
+            index = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+        device = torch.device("cuda", index)
+        torch.cuda.set_device(device)
     if args.memory_cap_mib is not None and device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(args.memory_cap_mib * 2**20 / total, device)
+        torch.cuda.set_per_process_memory_fraction(args.memory_cap_mib * 2**20 / total,
+                                                   device.index)
     model = build_model(args.model, args.seed).to(device)
+    if distributed:
+        model = wrap_for_ranks(model, device, args.parallel, args.backend)
     optimizer = build_optimizer(args.optimizer, model)
     batches = make_batches(args.model, args.seed)
     started = time.perf_counter()
@@ -168,7 +191,30 @@ def main(argv=None) -> int:
         line += (f"; max allocated {torch.cuda.max_memory_allocated(device):,} B, "
                  f"max reserved {torch.cuda.max_memory_reserved(device):,} B")
     print(line, flush=True)
+    if distributed:
+        torch.distributed.destroy_process_group()
     return 0
+
+
+def wrap_for_ranks(model: torch.nn.Module, device: torch.device, parallel: str,
+                   backend: str | None) -> torch.nn.Module:
+    """Joins the process group torchrun set up and wraps ``model`` for data parallelism."""
+    import torch.distributed as dist
+
+    dist.init_process_group(backend=backend or ("nccl" if device.type == "cuda" else "gloo"))
+    if parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                       else None)
+    from torch.distributed.fsdp import fully_shard
+
+    # As torchtitan does: each block of a ModuleList (GPT's and BERT's layers) its own unit, then
+    # the root holding the rest (embeddings, norms, head).
+    blocks = [b for m in model.modules() if isinstance(m, torch.nn.ModuleList) for b in m]
+    for block in blocks:
+        fully_shard(block)
+    return fully_shard(model)
 
 
 if __name__ == "__main__":
