@@ -40,7 +40,7 @@
 #   scripts/gpu_session.sh unpack DIR [--into REPO]
 #       HERE, after the call: DIR is where the tool put the files (files_at). Puts goldens/<gpu>/
 #       (with gpu_session.json and gpu_session.md) into the repository (or REPO), for
-#       `git add goldens/<gpu>`; a later call of the same bundle adds to an earlier one's results
+#       `git add goldens/<gpu>`; a later call on the same GPU model adds to an earlier one's results
 #       (scripts/gpu_session_results.py writes and merges them).
 #
 # Exit status of run: 0 every selected step ran and passed; 1 a step failed (or the bundle is
@@ -597,9 +597,25 @@ EOF
   slug=$(ls "$tmp/goldens")
   [[ -n $slug && $(echo "$slug" | wc -l) == 1 ]] || die "unpack: expected one goldens/<gpu> folder, found: $slug"
   mkdir -p "$into/goldens/$slug"
+  # A suite's metadata.json from a call that reran some cases (VRAMSCOPE_RUN_GOLDEN_CASES,
+  # --cases) keeps the earlier call's other cases.
+  python3 - "$tmp/goldens/$slug" "$into/goldens/$slug" <<'EOF'
+import json, pathlib, sys
+new_root, old_root = map(pathlib.Path, sys.argv[1:])
+for new_path in new_root.rglob("metadata.json"):
+    old_path = old_root / new_path.relative_to(new_root)
+    try:
+        old, new = json.loads(old_path.read_text()), json.loads(new_path.read_text())
+    except (OSError, ValueError):
+        continue
+    if isinstance(old.get("cases"), dict) and isinstance(new.get("cases"), dict) \
+            and old.get("format") == new.get("format") and not old.get("dry_run_cpu"):
+        new["cases"] = {**old["cases"], **new["cases"]}
+        new_path.write_text(json.dumps(new, indent=1) + "\n")
+EOF
   (cd "$tmp/goldens/$slug" && find . -type f ! -name 'gpu_session.*' -print0 |
     xargs -0 -I{} cp --parents {} "$into/goldens/$slug/")
-  # A second call of the same bundle (--only, for what the first had no time for) adds to the
+  # A second call on the same GPU model (--only: what the first had no time for, or a rerun) adds to the
   # first's results rather than replacing them.
   python3 "$ROOT/scripts/gpu_session_results.py" merge "$into/goldens/$slug/gpu_session.json" \
     "$tmp/results.json" "$into/goldens/$slug"

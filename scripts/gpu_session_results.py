@@ -6,9 +6,10 @@
 
 `write` reads STAGE/steps.tsv (step, status, seconds), STAGE/gpu.json and the steps' logs, and
 writes STAGE/results.json and STAGE/results.md. `merge` folds a later call's results into the
-ones already in goldens/<gpu>/ when both came from the same bundle (a second call that ran the
-steps the first had no time for, with --only): a step takes the later call's outcome unless that
-call did not select it. It writes OUT_DIR/gpu_session.json and gpu_session.md.
+ones already in goldens/<gpu>/ when both ran on the same GPU model (a second call that ran the
+steps the first had no time for, or reran one after a fix to its script, with --only): a step
+takes the later call's outcome unless that call did not select it, and `bundles` lists each call's
+bundle. It writes OUT_DIR/gpu_session.json and gpu_session.md.
 """
 
 from __future__ import annotations
@@ -130,7 +131,15 @@ def write(stage, slug, dry, budget, elapsed, manifest) -> int:
 def merge(old_path, new_path, out_dir) -> int:
     new = json.load(open(new_path))
     old = json.load(open(old_path)) if os.path.exists(old_path) else None
-    if old and old.get("bundle") == new.get("bundle") and not old.get("dry_run"):
+    # A later call on the same GPU model (a second call for the steps the first had no time for,
+    # or one rerunning a step after a fix to its script) adds to the results: each step keeps its
+    # latest outcome, and every call's bundle is listed.
+    same_gpu = old and (old.get("gpu") or {}).get("name") == (new.get("gpu") or {}).get("name")
+    if same_gpu and not old.get("dry_run") and not new.get("dry_run"):
+        bundles = old.get("bundles") or [old.get("bundle")]
+        if new.get("bundle") not in bundles:
+            bundles.append(new.get("bundle"))
+        new["bundles"] = bundles
         by_step = {s["step"]: s for s in old["steps"]}
         for s in new["steps"]:
             if s["step"] not in by_step or not s["status"].startswith("skipped: not selected"):
