@@ -162,6 +162,7 @@ Result<predict::PredictRequest> BuildRequest(const PredictOptions& o) {
   if (o.zero == 3) s.zero = predict::ZeroMode::kZero3;
   if (o.fsdp) s.zero = predict::ZeroMode::kFsdp;
   s.world_size = o.world_size;
+  s.ddp_bucket_cap_bytes = static_cast<uint64_t>(o.ddp_bucket_mb * (1 << 20));
   if (s.zero != predict::ZeroMode::kNone && o.world_size < 2) {
     return UsageError(
         "--zero/--fsdp shard over the GPUs of data parallelism: give --world-size N "
@@ -410,8 +411,13 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   cmd->add_option("--zero", o.zero, "ZeRO stage 1, 2 or 3 over --world-size GPUs (per-GPU memory)")
       ->check(CLI::Range(0, 3));
   cmd->add_flag("--fsdp", o.fsdp, "FSDP full sharding over --world-size GPUs");
-  cmd->add_option("--world-size", o.world_size, "data-parallel GPUs (default: 1)")
+  cmd->add_option("--world-size", o.world_size,
+                  "data-parallel GPUs (default: 1); 2 or more without --zero/--fsdp is "
+                  "DistributedDataParallel, whose gradient buckets are predicted")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--ddp-bucket-mb", o.ddp_bucket_mb,
+                  "DistributedDataParallel's bucket_cap_mb, in MiB (default: 25)")
+      ->check(CLI::Range(0.001, 1048576.0));
   const auto non_empty = CLI::Validator(
       [](const std::string& v) {
         return v.empty() ? std::string("give a GPU name or a size such as 80GiB") : std::string();
@@ -434,11 +440,11 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "the PyTorch version (workspace rules; default: 2.11)");
   cmd->add_option("--alloc-conf", o.alloc_conf, "PYTORCH_CUDA_ALLOC_CONF of the predicted run");
   AddOutsideAllocatorFlags(*cmd, o.outside,
-                           "with --world-size 2 or more, one communicator: 16 channels x (ring "
-                           "+ tree) x 12 MiB = 384 MiB");
+                           "with --world-size 2 or more, NCCL's 564 MiB per process + one "
+                           "communicator: 16 channels x (ring + tree) x 12 MiB = 948 MiB");
   cmd->add_option("--cuda-module-loading", o.module_loading,
-                  "lazy (default, as PyTorch sets CUDA_MODULE_LOADING) or eager (adds 362 MiB "
-                  "to the context)");
+                  "lazy (default, as PyTorch sets CUDA_MODULE_LOADING) or eager (adds 640 MiB "
+                  "to the context on sm_90, 362 MiB elsewhere)");
   cmd->add_option("--python", o.python,
                   "the Python (with PyTorch) that runs the tracer for --model FILE.py:FUNCTION "
                   "or hf:config.json (default: python3)");

@@ -35,6 +35,7 @@ struct PredictOptions {
   int zero = 0;
   bool fsdp = false;
   int world_size = 1;
+  double ddp_bucket_mb = 25;  // DDP(bucket_cap_mb): MiB
   std::string gpu;
   std::string capacity;
   std::string fit;

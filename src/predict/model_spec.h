@@ -81,8 +81,11 @@ struct TrainingSetup {
   double lora_alpha = 16;
   double lora_dropout = 0;  // peft's default
   ZeroMode zero = ZeroMode::kNone;
+  // GPUs of the data-parallel group. Without ZeRO/FSDP and with 2 or more, the model is wrapped
+  // in DistributedDataParallel, whose gradient buckets close at ddp_bucket_cap_bytes.
   int world_size = 1;
-  std::vector<std::string> freeze;  // shell patterns of frozen parameter names
+  uint64_t ddp_bucket_cap_bytes = uint64_t{25} << 20;  // DDP(bucket_cap_mb=25)
+  std::vector<std::string> freeze;                     // shell patterns of frozen parameter names
   // The most tensor events the simulated steps may hold (--max-events): the prediction's size,
   // which the user chooses through steps x micro-batches x layers (the resource contract).
   uint64_t max_events = kDefaultMaxPredictedEvents;

@@ -59,6 +59,9 @@ std::string SetupText(const ModelSpec& m, const TrainingSetup& s) {
     static const char* kNames[] = {"", "ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP"};
     text +=
         fmt::format(", {} over {} GPUs (per GPU)", kNames[static_cast<int>(s.zero)], s.world_size);
+  } else if (s.world_size >= 2) {
+    text += fmt::format(", DDP over {} GPUs (per GPU; buckets of {})", s.world_size,
+                        FormatBytes(static_cast<int64_t>(s.ddp_bucket_cap_bytes)));
   }
   text += fmt::format(", {} step{}", s.steps, s.steps == 1 ? "" : "s");
   return text;

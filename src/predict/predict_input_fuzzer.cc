@@ -111,6 +111,11 @@ TrainingSetup SetupFor(uint64_t h) {
                                        ZeroMode::kZero3, ZeroMode::kFsdp};
   s.zero = kZero[(h >> 14) % 5];
   if (s.zero != ZeroMode::kNone) s.world_size = 2 + static_cast<int>((h >> 17) % 7);
+  // Plain data parallel: DDP's buckets (broadcast, initial bucket, rebuild in step 2).
+  if (s.zero == ZeroMode::kNone && ((h >> 23) & 1) != 0) {
+    s.world_size = 2;
+    s.ddp_bucket_cap_bytes = uint64_t{1} << (10 + (h >> 24) % 20);
+  }
   return s;
 }
 

@@ -158,7 +158,63 @@ TensorId StepSimulator::Parameter(std::string_view name, uint64_t bytes, bool tr
 TensorId StepSimulator::Buffer(std::string_view name, uint64_t bytes) {
   const std::string full = scope_.empty() ? std::string(name) : scope_ + "." + std::string(name);
   buffer_bytes_ += bytes;
-  return Alloc(bytes, model::Category::kWeight, full, "aten::empty");
+  const TensorId t = Alloc(bytes, model::Category::kWeight, full, "aten::empty");
+  buffers_.push_back(t);
+  return t;
+}
+
+void StepSimulator::DdpConstruct() {
+  // _sync_module_states: broadcast_coalesced groups the states into chunks of at most 250 MiB
+  // (a larger tensor alone) and broadcasts each through a flat copy, freed before the next.
+  constexpr uint64_t kBroadcastBucket = uint64_t{250} << 20;
+  std::vector<uint64_t> states;
+  for (const Param& p : params_) states.push_back(tensors_[p.tensor].bytes);
+  for (const TensorId b : buffers_) states.push_back(tensors_[b].bytes);
+  uint64_t chunk = 0;
+  int tensors = 0;
+  auto flush = [&] {
+    if (tensors > 1) {
+      Free(Alloc(chunk, model::Category::kTemporary, "DDP broadcast of the module's states",
+                 "c10d::broadcast_coalesced"));
+    }
+    chunk = 0;
+    tensors = 0;
+  };
+  for (const uint64_t bytes : states) {
+    if (tensors > 0 && chunk + bytes > kBroadcastBucket) flush();
+    chunk += bytes;
+    ++tensors;
+  }
+  flush();
+  // The reducer's initial bucket: one flat buffer for the trainable parameters' gradients.
+  uint64_t trainable = 0;
+  for (const Param& p : params_) {
+    if (p.trainable) trainable += tensors_[p.tensor].bytes;
+  }
+  if (trainable > 0) {
+    ddp_buckets_.push_back(Alloc(trainable, model::Category::kGradient,
+                                 "DDP gradient bucket (initial)", "c10d::Reducer"));
+  }
+}
+
+void StepSimulator::DdpRebuildBuckets(uint64_t first_bucket_bytes, uint64_t bucket_cap_bytes) {
+  if (ddp_buckets_.empty() || grad_ready_order_.empty()) return;
+  for (const TensorId b : ddp_buckets_) Free(b);
+  ddp_buckets_.clear();
+  std::vector<uint64_t> sizes;
+  uint64_t open = 0;
+  for (const int32_t index : grad_ready_order_) {
+    open += tensors_[params_[index].tensor].bytes;
+    if (open >= (sizes.empty() ? first_bucket_bytes : bucket_cap_bytes)) {
+      sizes.push_back(open);
+      open = 0;
+    }
+  }
+  if (open > 0) sizes.push_back(open);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ddp_buckets_.push_back(Alloc(sizes[i], model::Category::kGradient,
+                                 fmt::format("DDP gradient bucket {}", i), "c10d::Reducer"));
+  }
 }
 
 TensorId StepSimulator::Input(std::string_view name, uint64_t bytes) {
@@ -498,6 +554,10 @@ void StepSimulator::AccumulateIntoParam(int32_t param, TensorId grad) {
   }
   if (--p.uses > 0) return;
   p.uses = 0;
+  if (!p.ready_seen) {
+    p.ready_seen = true;
+    grad_ready_order_.push_back(param);
+  }
   const TensorId g = p.pending;
   p.pending = kNoTensor;
   if (p.grad != kNoTensor) {

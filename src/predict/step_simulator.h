@@ -142,6 +142,16 @@ class StepSimulator {
   // ZeRO-3 / FSDP: each rank keeps 1/param_shards of every parameter; layers gather the full
   // weight around each use (forward, and again in backward) and free it right after.
   int param_shards = 1;
+  // --- DistributedDataParallel (data parallel without ZeRO/FSDP), as torch 2.11 does it:
+  // DdpConstruct at DDP(model): the parameters and buffers broadcast from rank 0 through flat
+  // copies of at most 250 MiB (one tensor alone needs none), then the reducer's initial
+  // buckets, one flat gradient buffer per dtype. DdpRebuildBuckets in the forward of the second
+  // step: the initial buckets go, and buckets in the order the first backward made the
+  // gradients ready replace them, the first closing at `first_bucket_bytes` (1 MiB) and the
+  // others at `bucket_cap_bytes` (bucket_cap_mb, 25 MiB). goldens/h100/run/ranks2_ddp_* shows
+  // both (docs/design/predict.md).
+  void DdpConstruct();
+  void DdpRebuildBuckets(uint64_t first_bucket_bytes, uint64_t bucket_cap_bytes);
   // Parameters whose qualified name matches one of these shell patterns are frozen
   // (requires_grad=False): no gradient, no optimizer state ("model.embed_tokens.*").
   std::vector<std::string> frozen_patterns;
@@ -177,6 +187,7 @@ class StepSimulator {
     TensorId pending = kNoTensor;  // contributions summed before AccumulateGrad runs
     int32_t uses = 0;              // nodes of the current graph that take it as input
     std::vector<TensorId> state;   // optimizer state
+    bool ready_seen = false;       // its gradient was made ready once (DDP's rebuild order)
   };
   struct NodeRec {
     std::string name;
@@ -216,6 +227,9 @@ class StepSimulator {
   uint64_t parameter_elements_ = 0;
   uint64_t trainable_elements_ = 0;
   uint64_t buffer_bytes_ = 0;
+  std::vector<TensorId> buffers_;
+  std::vector<int32_t> grad_ready_order_;  // parameters, in the order of their first AccumulateGrad
+  std::vector<TensorId> ddp_buckets_;
   bool grad_enabled_ = true;
   bool in_backward_ = false;
   bool too_large_ = false;

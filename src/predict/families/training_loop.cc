@@ -94,6 +94,8 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
   model->Build(ops);
   model->BuildHead(ops);
   sim.ExitModule();
+  const bool ddp = setup.zero == ZeroMode::kNone && setup.world_size >= 2;
+  if (ddp) sim.DdpConstruct();
   if (sim.too_large()) {
     return UsageError(
         "the model's weights are larger than any GPU (a tensor over 1 PiB): check the config");
@@ -113,6 +115,11 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
       stream.Phase(step, Phase::kBeforeForward, "inputs");
       std::vector<TensorId> inputs = model->Inputs(ops);
       stream.Phase(step, Phase::kForward, "forward");
+      // DDP's forward rebuilds its buckets once, in the second iteration, from the order the
+      // first backward made the gradients ready (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
+      // is 1 MiB).
+      if (ddp && step == 2 && micro == 1)
+        sim.DdpRebuildBuckets(1 << 20, setup.ddp_bucket_cap_bytes);
       sim.EnterModule(root);
       StepTensors t = model->Forward(ops, inputs);
       sim.ExitModule();
