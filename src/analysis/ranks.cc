@@ -1,5 +1,8 @@
 #include "analysis/ranks.h"
 
+#include <algorithm>
+#include <map>
+#include <set>
 #include <tuple>
 
 namespace vramscope::analysis {
@@ -17,6 +20,93 @@ void FillRankFigures(const Summary& summary, RankRow& row) {
   row.peak_phase = model::PhaseName(worst->peak_phase);
   row.steps = static_cast<int64_t>(worst->iterations.size());
   for (const DeviceSummary& d : summary.devices) row.oom |= !d.ooms.empty();
+  row.step_peaks.clear();
+  for (const IterationSummary& it : worst->iterations) {
+    row.step_peaks.push_back({it.step, it.peak_allocated, model::PhaseName(it.peak_phase)});
+  }
+  row.at_peak.clear();
+  for (const CategoryShare& c : worst->live_at_peak_by_category) {
+    row.at_peak.emplace_back(attribution::CategoryName(c.category), static_cast<int64_t>(c.bytes));
+  }
+  row.owners_at_peak.clear();
+  for (const OwnerGroup& o : worst->live_at_peak_by_owner) {
+    if (row.owners_at_peak.size() == kRankOwnersKept) break;
+    row.owners_at_peak.push_back(
+        {attribution::CategoryName(o.category), o.label, static_cast<int64_t>(o.bytes)});
+  }
+}
+
+namespace {
+
+int64_t Median(std::vector<int64_t> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 2];  // the lower median: with two ranks, the lower one
+}
+
+}  // namespace
+
+std::vector<RankStepSpread> AlignRanksByStep(const std::vector<RankRow>& rows) {
+  std::map<int32_t, std::vector<std::pair<int64_t, const RankRow*>>> by_step;
+  std::map<std::pair<int32_t, const RankRow*>, const RankStep*> steps;
+  for (const RankRow& r : rows) {
+    for (const RankStep& s : r.step_peaks) {
+      by_step[s.step].emplace_back(s.peak_allocated, &r);
+      steps[{s.step, &r}] = &s;
+    }
+  }
+  std::vector<RankStepSpread> out;
+  for (auto& [step, peaks] : by_step) {
+    RankStepSpread spread;
+    spread.step = step;
+    spread.ranks = peaks.size();
+    std::vector<int64_t> values;
+    const std::pair<int64_t, const RankRow*>* highest = &peaks.front();
+    spread.lowest = peaks.front().first;
+    for (const auto& p : peaks) {
+      values.push_back(p.first);
+      spread.lowest = std::min(spread.lowest, p.first);
+      if (p.first > highest->first) highest = &p;
+    }
+    spread.median = Median(std::move(values));
+    spread.highest = highest->first;
+    spread.highest_label = highest->second->label;
+    spread.highest_phase = steps[{step, highest->second}]->peak_phase;
+    out.push_back(std::move(spread));
+  }
+  return out;
+}
+
+RankContrast ContrastBoundingRank(const std::vector<RankRow>& rows, size_t bounding) {
+  RankContrast c;
+  const RankRow& b = rows[bounding];
+  c.label = b.label;
+  c.peak_allocated = b.peak_allocated;
+  std::vector<int64_t> peaks;
+  std::map<std::string, std::vector<int64_t>> by_category;
+  std::set<std::pair<std::string, std::string>> others_owners;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i == bounding) continue;
+    peaks.push_back(rows[i].peak_allocated);
+    for (const auto& [category, bytes] : rows[i].at_peak) by_category[category].push_back(bytes);
+    for (const RankOwner& o : rows[i].owners_at_peak) others_owners.insert({o.category, o.owner});
+  }
+  c.others = peaks.size();
+  if (c.others == 0) return c;
+  c.others_median = Median(std::move(peaks));
+  for (const auto& [category, bytes] : b.at_peak) {
+    auto it = by_category.find(category);
+    std::vector<int64_t> values = it == by_category.end() ? std::vector<int64_t>() : it->second;
+    values.resize(c.others, 0);  // a rank without the category holds none of it
+    const int64_t excess = bytes - Median(std::move(values));
+    if (excess > 0) c.category_excess.emplace_back(category, excess);
+  }
+  std::stable_sort(c.category_excess.begin(), c.category_excess.end(),
+                   [](const auto& x, const auto& y) { return x.second > y.second; });
+  for (const RankOwner& o : b.owners_at_peak) {
+    if (others_owners.count({o.category, o.owner}) == 0) c.held_alone.push_back(o);
+  }
+  return c;
 }
 
 size_t BoundingRank(const std::vector<RankRow>& rows) {

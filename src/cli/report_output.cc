@@ -107,7 +107,10 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions&
                                                        {"vramscope_tables", info.vramscope_tables},
                                                        {"rows", info.rows}}
                                       : nlohmann::json(nullptr);
-    if (!ranks.empty()) json["ranks"] = report::RankTableJson(ranks);
+    if (!ranks.empty()) {
+      json["ranks"] = report::RankTableJson(ranks);
+      json["ranks_compared"] = report::RankComparisonJson(ranks);
+    }
     if (options.timings) {
       const pipeline::Loaded& l = analyzed.loaded;
       json["timings_s"] = {

@@ -2,9 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "analysis/analyze.h"
 #include "common/mapped_file.h"
@@ -125,20 +130,46 @@ Result<analysis::RankRow> RankRowOf(const Input& folder, const sources::Capture&
   return row;
 }
 
+// The most ranks read at once (and never more than the CPUs): each holds one rank's trace and
+// analysis while it is read.
+constexpr size_t kRankReadJobs = 8;
+
 // The captures `vramscope run` wrote. One process: its capture. Several (ranks): a row each,
 // and the capture of the rank that bounds the job.
 Result<Loaded> LoadCaptureFolder(const Input& input, const LoadOptions& options) {
   const fs::path dir(input.path);
   ASSIGN_OR_RETURN(const std::vector<sources::Capture> captures, sources::FindCaptures(dir));
   if (captures.size() == 1) return LoadCapture(input, captures.front(), options, nullptr);
+  // Ranks are read in parallel, each by one worker at a time, so memory holds at most `jobs`
+  // ranks' traces plus every rank's small row (analysis/ranks.h).
+  const size_t jobs = std::min<size_t>(
+      {captures.size(), kRankReadJobs, std::max(1u, std::thread::hardware_concurrency())});
+  std::vector<std::optional<Result<analysis::RankRow>>> results(captures.size());
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex progress_mutex;
+  size_t done = 0;
+  Progress progress(fmt::format("reading {} ranks", captures.size()), options.progress);
+  auto work = [&] {
+    for (size_t i = next++; i < captures.size() && !failed; i = next++) {
+      results[i] = RankRowOf(input, captures[i], options);
+      if (!results[i]->ok()) failed = true;
+      const std::lock_guard<std::mutex> lock(progress_mutex);
+      progress.Update(++done, captures.size());
+    }
+  };
+  std::vector<std::thread> workers;
+  for (size_t j = 1; j < jobs; ++j) workers.emplace_back(work);
+  work();
+  for (std::thread& w : workers) w.join();
+  progress.Finish();
   std::vector<analysis::RankRow> rows;
-  for (const sources::Capture& capture : captures) {
-    Progress progress(
-        fmt::format("reading {} ({} of {})", capture.label, rows.size() + 1, captures.size()),
-        options.progress);
-    auto row = RankRowOf(input, capture, options);
-    if (!row.ok()) return row.status().WithPrefix(capture.label + ": ");
-    rows.push_back(std::move(*row));
+  rows.reserve(captures.size());
+  for (size_t i = 0; i < captures.size(); ++i) {
+    // The first failure in rank order is the one reported (workers stop taking new ranks).
+    if (!results[i]) continue;
+    if (!results[i]->ok()) return results[i]->status().WithPrefix(captures[i].label + ": ");
+    rows.push_back(std::move(**results[i]));
   }
   const size_t bounding = analysis::BoundingRank(rows);
   rows[bounding].reported = true;

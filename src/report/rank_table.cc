@@ -9,6 +9,74 @@
 
 namespace vramscope::report {
 
+namespace {
+
+size_t BoundingIndex(const std::vector<RankRow>& rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].reported) return i;
+  }
+  return analysis::BoundingRank(rows);
+}
+
+// The steps aligned across the ranks, then why the bounding rank bounds the job.
+std::string RenderComparison(const std::vector<RankRow>& rows) {
+  std::string out;
+  const std::vector<analysis::RankStepSpread> steps = analysis::AlignRanksByStep(rows);
+  if (!steps.empty()) {
+    out += "  aligned by step (each rank's peak in that step):\n";
+    out += fmt::format("    {:<6} {:>6} {:>16} {:>16} {:>16}  {}\n", "step", "ranks", "lowest",
+                       "median", "highest", "highest on");
+    for (const analysis::RankStepSpread& s : steps) {
+      out += fmt::format("    {:<6} {:>6} {:>16} {:>16} {:>16}  {} ({})\n", s.step, s.ranks,
+                         FormatBytes(s.lowest), FormatBytes(s.median), FormatBytes(s.highest),
+                         s.highest_label, s.highest_phase);
+    }
+  }
+  const analysis::RankContrast c = analysis::ContrastBoundingRank(rows, BoundingIndex(rows));
+  if (c.others == 0) return out;
+  const int64_t above = c.peak_allocated - c.others_median;
+  if (above <= 0 && c.held_alone.empty()) {
+    out += fmt::format(
+        "  {} bounds the job by its reserved peak; at the peak of allocated memory it holds no "
+        "more than the other ranks' median ({})\n",
+        c.label, FormatBytes(c.others_median));
+    return out;
+  }
+  out += fmt::format(
+      "  why {} bounds the job: its peak allocated is {} {} the median of the {} "
+      "other rank(s) ({})\n",
+      c.label, FormatBytes(above < 0 ? -above : above), above < 0 ? "below" : "above", c.others,
+      FormatBytes(c.others_median));
+  if (!c.category_excess.empty()) {
+    std::string parts;
+    for (const auto& [category, bytes] : c.category_excess) {
+      parts += fmt::format("{}{} +{}", parts.empty() ? "" : ", ", category, FormatBytes(bytes));
+    }
+    out += fmt::format("    at its peak, more than their median at theirs: {}\n", parts);
+  }
+  if (!c.held_alone.empty()) {
+    out +=
+        fmt::format("    live at its peak and among no other rank's {} largest owners at theirs:\n",
+                    analysis::kRankOwnersKept);
+    size_t shown = 0;
+    for (const analysis::RankOwner& o : c.held_alone) {
+      if (shown++ == 8) {
+        out += fmt::format("      ... and {} more (--json: ranks_compared)\n",
+                           c.held_alone.size() - 8);
+        break;
+      }
+      out += fmt::format("      {:>14}  {:<16} {}\n", FormatBytes(o.bytes), o.category, o.owner);
+    }
+  }
+  return out;
+}
+
+nlohmann::json OwnerJson(const analysis::RankOwner& o) {
+  return {{"category", o.category}, {"owner", o.owner}, {"bytes", o.bytes}};
+}
+
+}  // namespace
+
 std::string RenderRankTable(const std::vector<RankRow>& rows) {
   std::string out = fmt::format("{} processes captured; per rank:\n", rows.size());
   out += fmt::format("  {:<10} {:<18} {:>16} {:>16}  {:<22} {}\n", "rank", "host:device",
@@ -32,6 +100,7 @@ std::string RenderRankTable(const std::vector<RankRow>& rows) {
                        100.0 * static_cast<double>(max_reserved - min_reserved) /
                            static_cast<double>(max_reserved));
   }
+  if (rows.size() > 1) out += RenderComparison(rows);
   return out;
 }
 
@@ -53,8 +122,48 @@ nlohmann::json RankTableJson(const std::vector<RankRow>& rows) {
                    {"end_reason", r.end_reason},
                    {"oom", r.oom},
                    {"reported", r.reported}});
+    nlohmann::json steps = nlohmann::json::array();
+    for (const analysis::RankStep& st : r.step_peaks) {
+      steps.push_back({{"step", st.step},
+                       {"peak_allocated_bytes", st.peak_allocated},
+                       {"peak_phase", st.peak_phase}});
+    }
+    out.back()["steps_peaks"] = std::move(steps);
+    nlohmann::json categories = nlohmann::json::object();
+    for (const auto& [category, bytes] : r.at_peak) categories[category] = bytes;
+    out.back()["at_peak_by_category"] = std::move(categories);
+    nlohmann::json owners = nlohmann::json::array();
+    for (const analysis::RankOwner& o : r.owners_at_peak) owners.push_back(OwnerJson(o));
+    out.back()["owners_at_peak"] = std::move(owners);
   }
   return out;
+}
+
+nlohmann::json RankComparisonJson(const std::vector<RankRow>& rows) {
+  nlohmann::json by_step = nlohmann::json::array();
+  for (const analysis::RankStepSpread& s : analysis::AlignRanksByStep(rows)) {
+    by_step.push_back({{"step", s.step},
+                       {"ranks", s.ranks},
+                       {"lowest_bytes", s.lowest},
+                       {"median_bytes", s.median},
+                       {"highest_bytes", s.highest},
+                       {"highest_label", s.highest_label},
+                       {"highest_phase", s.highest_phase}});
+  }
+  const analysis::RankContrast c = analysis::ContrastBoundingRank(rows, BoundingIndex(rows));
+  nlohmann::json excess = nlohmann::json::object();
+  for (const auto& [category, bytes] : c.category_excess) excess[category] = bytes;
+  nlohmann::json alone = nlohmann::json::array();
+  for (const analysis::RankOwner& o : c.held_alone) alone.push_back(OwnerJson(o));
+  return {{"by_step", std::move(by_step)},
+          {"bounding",
+           {{"label", c.label},
+            {"peak_allocated_bytes", c.peak_allocated},
+            {"others", c.others},
+            {"others_median_peak_allocated_bytes", c.others_median},
+            {"category_excess_bytes", std::move(excess)},
+            {"held_alone", std::move(alone)},
+            {"owners_compared_per_rank", analysis::kRankOwnersKept}}}};
 }
 
 Status WriteRankTable(Db& db, const std::vector<RankRow>& rows) {
@@ -72,6 +181,29 @@ Status WriteRankTable(Db& db, const std::vector<RankRow>& rows) {
                                r.peak_allocated, r.peak_reserved, static_cast<int64_t>(r.peak_step),
                                r.peak_phase, r.steps, r.end_reason, static_cast<int64_t>(r.oom),
                                static_cast<int64_t>(r.reported)));
+  }
+  RETURN_IF_ERROR(
+      db.Exec("CREATE TABLE vramscope_rank_steps (label TEXT NOT NULL, step INTEGER NOT NULL, "
+              "peak_allocated_bytes INTEGER NOT NULL, peak_phase TEXT, PRIMARY KEY (label, "
+              "step));"
+              "CREATE TABLE vramscope_rank_categories (label TEXT NOT NULL, category TEXT NOT "
+              "NULL, bytes INTEGER NOT NULL, PRIMARY KEY (label, category));"
+              "CREATE TABLE vramscope_rank_owners (label TEXT NOT NULL, position INTEGER NOT "
+              "NULL, category TEXT NOT NULL, owner TEXT NOT NULL, bytes INTEGER NOT NULL, "
+              "PRIMARY KEY (label, position));"));
+  Insert step(db, "INSERT INTO vramscope_rank_steps VALUES (?,?,?,?)");
+  Insert category(db, "INSERT INTO vramscope_rank_categories VALUES (?,?,?)");
+  Insert owner(db, "INSERT INTO vramscope_rank_owners VALUES (?,?,?,?,?)");
+  for (const RankRow& r : rows) {
+    for (const analysis::RankStep& s : r.step_peaks) {
+      RETURN_IF_ERROR(
+          step.Row(r.label, static_cast<int64_t>(s.step), s.peak_allocated, s.peak_phase));
+    }
+    for (const auto& [name, bytes] : r.at_peak) RETURN_IF_ERROR(category.Row(r.label, name, bytes));
+    for (size_t i = 0; i < r.owners_at_peak.size(); ++i) {
+      const analysis::RankOwner& o = r.owners_at_peak[i];
+      RETURN_IF_ERROR(owner.Row(r.label, static_cast<int64_t>(i), o.category, o.owner, o.bytes));
+    }
   }
   return Status::Ok();
 }

@@ -17,9 +17,14 @@ namespace vramscope::report {
 
 using analysis::RankRow;
 
+// The table, then the ranks aligned by step and why the bounding rank bounds the job.
 std::string RenderRankTable(const std::vector<RankRow>& rows);
+// The rows, each with its steps, categories and owners at its peak.
 nlohmann::json RankTableJson(const std::vector<RankRow>& rows);
-// The vramscope_ranks table, written by WriteSqliteReport inside its transaction.
+// {"by_step": [...], "bounding": {...}}: AlignRanksByStep and ContrastBoundingRank.
+nlohmann::json RankComparisonJson(const std::vector<RankRow>& rows);
+// vramscope_ranks, vramscope_rank_steps, vramscope_rank_categories and vramscope_rank_owners,
+// written by WriteSqliteReport inside its transaction.
 Status WriteRankTable(Db& db, const std::vector<RankRow>& rows);
 
 }  // namespace vramscope::report

@@ -192,6 +192,10 @@ def test_the_two_ranks_of_a_torchrun_capture_are_reported_together(tmp_path):
         line = next(ln for ln in out.splitlines() if ln.strip().startswith(rank + " "))
         mib = entry["max_memory_allocated"] / 2**20
         assert f"{mib:.2f} MiB" in line, (line, mib)
+    # DDP's ranks hold the same: the lowest bounds the job, and holds nothing the other does not.
+    assert ("rank0 bounds the job by its reserved peak; at the peak of allocated memory it holds "
+            "no more than the other ranks' median") in out, out
+    assert "aligned by step" in out
 
 
 def modern_cases():

@@ -142,6 +142,59 @@ def test_a_folder_of_ranks_gets_a_per_rank_table(tmp_path):
                       "ORDER BY rank").fetchall()
     assert rows == [("rank0", 0, golden("mlp_sgd_fp32")["max_memory_reserved"], 0),
                     ("rank1", 1, golden("mlp_adam_fp32")["max_memory_reserved"], 1)]
+    # Why rank 1 bounds the job: Adam's state, which the SGD rank does not hold.
+    compared = json.loads(out)["ranks_compared"]
+    bounding = compared["bounding"]
+    assert bounding["label"] == "rank1" and bounding["others"] == 1
+    assert bounding["peak_allocated_bytes"] - bounding["others_median_peak_allocated_bytes"] == (
+        golden("mlp_adam_fp32")["max_memory_allocated"]
+        - golden("mlp_sgd_fp32")["max_memory_allocated"])
+    # Adam's moments: 4 x 16 MiB for the weights, 2 x (16 + 4) KiB for the biases.
+    assert bounding["category_excess_bytes"]["optimizer_state"] == 67_149_824
+    alone = {o["owner"] for o in bounding["held_alone"]}
+    assert {"fc1.weight.exp_avg", "fc1.weight.exp_avg_sq", "fc2.weight.exp_avg",
+            "fc2.weight.exp_avg_sq"} <= alone, alone
+    assert not any("fc1.weight" == o for o in alone)  # both ranks hold the weights
+    steps = {s["step"]: s for s in compared["by_step"]}
+    assert sorted(steps) == [1, 2, 3]
+    for s in steps.values():
+        assert s["ranks"] == 2 and s["highest_label"] == "rank1"
+        assert s["highest_bytes"] == golden("mlp_adam_fp32")["max_memory_allocated"]
+    db = sqlite3.connect(tmp_path / "r.sqlite")
+    assert db.execute("SELECT count(*) FROM vramscope_rank_steps").fetchone() == (6,)
+    assert db.execute("SELECT bytes FROM vramscope_rank_categories WHERE label = 'rank1' AND "
+                      "category = 'optimizer_state'").fetchone() == (67_149_824,)
+    assert db.execute("SELECT owner FROM vramscope_rank_owners WHERE label = 'rank1' AND "
+                      "position = 0").fetchone() is not None
+    code, out, err = run_binary("report", "--summary-only", runs, cwd=tmp_path)
+    assert "why rank1 bounds the job: its peak allocated is 95.06 MiB above the median" in out, out
+    assert "optimizer_state +64.04 MiB" in out
+
+
+@needs_goldens
+def test_a_folder_of_many_ranks_is_read_in_parallel_and_each_row_is_its_own_report(tmp_path):
+    """40 ranks from five different real captures: every row equals the report of that rank's
+    file alone, whatever order the workers read them in, and the bounding rank is the same."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    cases = ["mlp_sgd_fp32", "mlp_adam_fp32", "linear_sgd_fp32", "mlp_sgd_bf16", "linear_adam_fp32"]
+    for rank in range(40):
+        make_capture(runs, cases[rank % len(cases)], f"rank{rank}", rank, 40)
+    code, out, err = run_binary("report", "--json", "--summary-only", runs, cwd=tmp_path,
+                                timeout=300)
+    assert code == 0, err
+    doc = json.loads(out)
+    ranks = doc["ranks"]
+    assert [r["label"] for r in ranks] == [f"rank{i}" for i in range(40)]
+    for rank, r in enumerate(ranks):
+        case = golden(cases[rank % len(cases)])
+        assert (r["peak_allocated_bytes"], r["peak_reserved_bytes"]) == (
+            case["max_memory_allocated"], case["max_memory_reserved"]), r
+    # mlp_adam_fp32 has the highest reserved peak; rank 1 is its lowest rank.
+    assert [r["label"] for r in ranks if r["reported"]] == ["rank1"]
+    assert doc["ranks_compared"]["bounding"]["others"] == 39
+    assert all(s["ranks"] == 40 for s in doc["ranks_compared"]["by_step"])
+
 
 
 @needs_goldens
