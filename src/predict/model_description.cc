@@ -108,6 +108,24 @@ const std::map<std::string, ModelSpec>& Presets() {
     p["llama3-8b"] = Llama(128256, 4096, 14336, 32, 32, 8, 8192, false, false, "llama3-8b");
     p["llama3-70b"] = Llama(128256, 8192, 28672, 80, 64, 8, 8192, false, false, "llama3-70b");
     p["mistral-7b"] = Llama(32000, 4096, 14336, 32, 32, 8, 4096, false, false, "mistral-7b");
+    // Llama 3.1 405B (meta-llama/Llama-3.1-405B's config.json): 405,853,388,800 parameters.
+    p["llama3-405b"] = Llama(128256, 16384, 53248, 126, 128, 8, 8192, false, false, "llama3-405b");
+    // Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1): 8 experts of 14336, 2 per token; 46.7B.
+    ModelSpec mixtral = Llama(32000, 4096, 14336, 32, 32, 8, 4096, false, false, "mixtral-8x7b");
+    mixtral.experts = 8;
+    mixtral.experts_per_token = 2;
+    mixtral.expert_intermediate = 14336;
+    p["mixtral-8x7b"] = mixtral;
+    // Qwen1.5-MoE-A2.7B (Qwen/Qwen1.5-MoE-A2.7B): 60 experts of 1408, 4 per token, a shared
+    // expert of 5632 with its gate; 14.3B.
+    ModelSpec qwen_moe =
+        Llama(151936, 2048, 5632, 24, 16, 16, 8192, false, true, "qwen1.5-moe-a2.7b");
+    qwen_moe.experts = 60;
+    qwen_moe.experts_per_token = 4;
+    qwen_moe.expert_intermediate = 1408;
+    qwen_moe.shared_expert_intermediate = 5632;
+    qwen_moe.shared_expert_gate = true;
+    p["qwen1.5-moe-a2.7b"] = qwen_moe;
     p["qwen2-0.5b"] = Llama(151936, 896, 4864, 24, 14, 2, 4096, true, true, "qwen2-0.5b");
     p["qwen2-7b"] = Llama(152064, 3584, 18944, 28, 28, 4, 4096, false, true, "qwen2-7b");
     p["bert-base"] = Bert(12, 768, 12, 30522, 512, 2, "bert-base (110M)");
@@ -203,6 +221,27 @@ Result<ModelSpec> FromHfConfig(const json& j, std::string_view where) {
     m.dropout = f.Probability("resid_pdrop", 0.1);
     m.attention_dropout = f.Probability("attn_pdrop", 0.1);
     m.activation = f.Text("activation_function", "gelu_new");
+  } else if (type == "mixtral" || type == "qwen2_moe") {
+    // Mixture-of-experts decoders: LLaMA-style attention, experts in place of the MLP.
+    const uint64_t heads = f.Count("num_attention_heads", 32, true);
+    const bool qwen = type == "qwen2_moe";
+    m = Llama(f.Count("vocab_size", 32000, true), f.Count("hidden_size", 4096, true),
+              f.Count("intermediate_size", 14336, true), f.Count("num_hidden_layers", 32, true),
+              heads, f.Count("num_key_value_heads", heads),
+              f.Count("max_position_embeddings", 4096), f.Flag("tie_word_embeddings", false), qwen,
+              m.label);
+    m.experts = f.Count(qwen ? "num_experts" : "num_local_experts", 8, true);
+    m.experts_per_token = f.Count("num_experts_per_tok", 2, true);
+    m.expert_intermediate = qwen ? f.Count("moe_intermediate_size", 1408, true) : m.intermediate;
+    if (qwen) {
+      m.shared_expert_intermediate = f.Count("shared_expert_intermediate_size", 0);
+      m.shared_expert_gate = m.shared_expert_intermediate > 0;
+    }
+    if (m.experts_per_token > m.experts) {
+      f.Fail(fmt::format("/num_experts_per_tok is {}, more than the {} experts",
+                         m.experts_per_token, m.experts));
+    }
+    m.default_seq = std::min<uint64_t>(m.max_positions, 4096);
   } else if (type == "llama" || type == "mistral" || type == "qwen2") {
     const uint64_t heads = f.Count("num_attention_heads", 32, true);
     m = Llama(f.Count("vocab_size", 32000, true), f.Count("hidden_size", 4096, true),
@@ -284,8 +323,9 @@ Result<ModelSpec> FromHfConfig(const json& j, std::string_view where) {
     m.channels = f.Count("num_channels", 3);
   } else {
     f.Fail(fmt::format(
-        "/model_type is \"{}\"; vramscope predicts gpt2, llama, mistral, qwen2, bert, roberta, "
-        "vit and resnet configs (or use a preset, a layer list, or the tracer for other models)",
+        "/model_type is \"{}\"; vramscope predicts gpt2, llama, mistral, qwen2, mixtral, "
+        "qwen2_moe, bert, roberta, vit and resnet configs (or use a preset, a layer list, or the "
+        "tracer for other models)",
         ForMessage(type)));
   }
   // transformers' attention implementation: "eager" writes attention out (an s x s tensor per

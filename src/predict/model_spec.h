@@ -42,7 +42,14 @@ struct ModelSpec {
   double dropout = 0;     // hidden / residual dropout
   double attention_dropout = 0;
   std::string activation = "gelu";  // gelu, gelu_new, silu, relu
-  std::string attention = "sdpa";   // sdpa (fused kernels) or eager (written out)
+  // Mixture of experts (LLaMA family: Mixtral, Qwen-MoE). experts == 0: a dense MLP. Each MoE
+  // layer has a router (hidden x experts), `experts` SwiGLU experts of expert_intermediate, and
+  // optionally a shared SwiGLU expert of shared_expert_intermediate with a sigmoid gate
+  // (hidden x 1, Qwen2-MoE). Predicted per rank by predict/parallel_layout.h only.
+  uint64_t experts = 0, experts_per_token = 0, expert_intermediate = 0;
+  uint64_t shared_expert_intermediate = 0;
+  bool shared_expert_gate = false;
+  std::string attention = "sdpa";  // sdpa (fused kernels) or eager (written out)
   // Vision.
   uint64_t image_size = 224, patch = 16, channels = 3, num_labels = 1000;
   // ResNet.

@@ -67,6 +67,12 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
         m.label, FormatCount(static_cast<int64_t>(m.layers)),
         FormatCount(static_cast<int64_t>(kMaxModelLayers))));
   }
+  if (m.experts > 0) {
+    return UsageError(fmt::format(
+        "{} is a mixture of experts: the step simulator does not run experts yet; 'vramscope "
+        "predict --model {}' gives its memory per rank (--tp/--pp/--ep)",
+        m.label, m.label));
+  }
   if (m.family == Family::kVit && setup.image_size != 0 && setup.image_size < m.patch) {
     return UsageError(fmt::format("--image-size {} is smaller than the model's patch size {}",
                                   setup.image_size, m.patch));
