@@ -16,8 +16,10 @@
 #include "pipeline/load.h"
 #include "predict/fit_advice.h"
 #include "predict/model_description.h"
+#include "predict/parallel_layout.h"
 #include "predict/predict.h"
 #include "predict/tracer_stream.h"
+#include "report/parallel_roles_output.h"
 
 namespace vramscope::cli {
 
@@ -163,10 +165,10 @@ Result<predict::PredictRequest> BuildRequest(const PredictOptions& o) {
   if (o.fsdp) s.zero = predict::ZeroMode::kFsdp;
   s.world_size = o.world_size;
   s.ddp_bucket_cap_bytes = static_cast<uint64_t>(o.ddp_bucket_mb * (1 << 20));
-  if (s.zero != predict::ZeroMode::kNone && o.world_size < 2) {
+  if (s.zero != predict::ZeroMode::kNone && o.world_size < 2 && o.dp < 2) {
     return UsageError(
         "--zero/--fsdp shard over the GPUs of data parallelism: give --world-size N "
-        "(2 or more)");
+        "(2 or more), or --dp N with a parallel layout");
   }
   if (!o.gpu.empty()) RETURN_IF_ERROR(ApplyTarget(o.gpu, "--gpu", r));
   if (!o.capacity.empty()) {
@@ -251,8 +253,104 @@ class TempFile {
   std::string path_;
 };
 
+// Whether the flags ask for a parallel layout (or the model has experts, which only the
+// per-rank estimate models).
+bool WantsParallel(const PredictOptions& o) {
+  return o.tp > 1 || o.pp > 1 || o.cp > 1 || o.ep > 1 || o.etp > 0 || o.sequence_parallel ||
+         o.selective_recompute || o.micro_batches > 1 || o.schedule != "1f1b" ||
+         o.virtual_stages > 1 || o.dp > 0;
+}
+
+// --tp/--pp/--cp/--ep...: the memory of each rank role, from predict/parallel_layout.h.
+Status RunParallel(const PredictOptions& o, const predict::PredictRequest& request,
+                   const predict::ModelSpec& spec) {
+  for (const auto& [given, flag] : {std::pair{!o.output.empty(), "-o"},
+                                    {!o.html.empty(), "--html"},
+                                    {!o.fit.empty(), "--fit"},
+                                    {!o.emit_stream.empty(), "--emit-stream"},
+                                    {o.fsdp, "--fsdp (use --zero 3)"}}) {
+    if (given) {
+      return UsageError(fmt::format(
+          "{} with a parallel layout (--tp/--pp/--cp/--ep/--sp, or a mixture-of-experts model): "
+          "the per-rank estimate prints its table (or --json) and writes no report yet",
+          flag));
+    }
+  }
+  predict::ParallelLayout l;
+  l.tp = o.tp;
+  l.pp = o.pp;
+  l.cp = o.cp;
+  l.ep = o.ep;
+  l.etp = o.etp;
+  l.sequence_parallel = o.sequence_parallel;
+  l.selective_recompute = o.selective_recompute;
+  l.micro_batches = o.micro_batches;
+  l.virtual_stages = o.virtual_stages;
+  if (o.schedule == "interleaved") {
+    l.schedule = predict::PipelineSchedule::kInterleaved;
+  } else if (o.schedule != "1f1b") {
+    return UsageError(fmt::format("--schedule {}: use 1f1b or interleaved", o.schedule));
+  }
+  if (l.schedule == predict::PipelineSchedule::k1F1B && o.virtual_stages > 1) {
+    return UsageError("--virtual-stages needs --schedule interleaved");
+  }
+  const uint64_t model_parallel = o.tp * o.pp * o.cp;
+  if (o.dp > 0) {
+    l.dp = o.dp;
+    if (o.world_size > 1 && static_cast<uint64_t>(o.world_size) != model_parallel * o.dp) {
+      return UsageError(fmt::format(
+          "--world-size {} is not --tp {} x --pp {} x --cp {} x --dp {} = {}: give one of them",
+          o.world_size, o.tp, o.pp, o.cp, o.dp, model_parallel * o.dp));
+    }
+  } else {
+    if (o.world_size > 1 && static_cast<uint64_t>(o.world_size) % model_parallel != 0) {
+      return UsageError(
+          fmt::format("--world-size {} is not a multiple of --tp {} x --pp {} x --cp {} = {}",
+                      o.world_size, o.tp, o.pp, o.cp, model_parallel));
+    }
+    l.dp = std::max<uint64_t>(1, static_cast<uint64_t>(o.world_size) / model_parallel);
+  }
+  predict::TrainingSetup setup = request.setup;
+  // The setup line names ZeRO's group (the data-parallel x context-parallel ranks); the layout
+  // line says the rest (DDP's buckets are not in the per-rank estimate).
+  setup.world_size = setup.zero == predict::ZeroMode::kNone
+                         ? 1
+                         : static_cast<int>(std::min<uint64_t>(l.dp * l.cp, 1 << 20));
+  if (setup.zero != predict::ZeroMode::kNone && l.dp * l.cp < 2) {
+    return UsageError("--zero shards over data parallelism: give --dp 2 or more (or --world-size)");
+  }
+  ASSIGN_OR_RETURN(const predict::ParallelPrediction prediction,
+                   predict::PredictParallel(spec, setup, l));
+  report::ParallelCapacity capacity;
+  const uint64_t total =
+      request.capacity ? request.capacity : (request.gpu ? request.gpu->total_memory : 0);
+  if (total > request.context_bytes) capacity.allocator_bytes = total - request.context_bytes;
+  if (request.gpu) capacity.gpu = request.gpu->name;
+  if (request.capacity) capacity.gpu = FormatBytes(static_cast<int64_t>(request.capacity));
+  const std::string model =
+      fmt::format("{} (built-in family: {})", spec.label, predict::FamilyName(spec.family));
+  const std::string setup_text = predict::SetupText(spec, setup);
+  if (o.json) {
+    fmt::print("{}\n", report::ParallelRolesJson(prediction, model, setup_text, capacity).dump(2));
+  } else {
+    fmt::print("{}", report::RenderParallelRoles(prediction, model, setup_text, capacity));
+  }
+  return Status::Ok();
+}
+
 Status Run(const PredictOptions& o) {
   ASSIGN_OR_RETURN(predict::PredictRequest request, BuildRequest(o));
+  // A parallel layout, or a mixture of experts: the per-rank estimate of the built-in families.
+  if (!NeedsTracer(o.model) && !predict::IsTracerStreamFile(o.model)) {
+    ASSIGN_OR_RETURN(const predict::LoadedModel loaded, predict::LoadModel(o.model));
+    if (loaded.spec && (WantsParallel(o) || loaded.spec->experts > 0)) {
+      return RunParallel(o, request, *loaded.spec);
+    }
+  } else if (WantsParallel(o)) {
+    return UsageError(
+        "--tp/--pp/--cp/--ep/--sp predict the built-in families (presets and Hugging Face "
+        "configs); the tracer does not run a model under a fake process group yet");
+  }
   // Your own model: the tracer runs its step on fake tensors, then its stream is the model.
   TempFile traced;
   std::string model_source = o.model;
@@ -415,6 +513,33 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "data-parallel GPUs (default: 1); 2 or more without --zero/--fsdp is "
                   "DistributedDataParallel, whose gradient buckets are predicted")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--tp", o.tp,
+                  "tensor parallelism: memory per rank role of the layout (GPT-2 and LLaMA "
+                  "families, MoE included; model states counted per tensor, activations by "
+                  "formula, no report database yet)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  cmd->add_option("--pp", o.pp, "pipeline stages (the layers split evenly)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  cmd->add_option("--cp", o.cp, "context parallelism: the sequence split over this many ranks")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  cmd->add_option("--dp", o.dp,
+                  "data-parallel ranks of the layout (default: --world-size / (TP x PP x CP))")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  cmd->add_option("--ep", o.ep, "expert parallelism: the experts split over this many ranks")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  cmd->add_option("--etp", o.etp, "tensor parallelism inside each expert (default: --tp)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  cmd->add_flag("--sp", o.sequence_parallel, "sequence parallelism (with --tp 2 or more)");
+  cmd->add_flag("--selective-recompute", o.selective_recompute,
+                "recompute the attention core in backward (Megatron's selective recomputation)");
+  cmd->add_option("--micro-batches", o.micro_batches,
+                  "micro-batches per step and data-parallel rank (the pipeline's in-flight "
+                  "bound; default 1)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+  cmd->add_option("--schedule", o.schedule, "pipeline schedule: 1f1b (default) or interleaved");
+  cmd->add_option("--virtual-stages", o.virtual_stages,
+                  "model chunks per stage under --schedule interleaved")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 10));
   cmd->add_option("--ddp-bucket-mb", o.ddp_bucket_mb,
                   "DistributedDataParallel's bucket_cap_mb, in MiB (default: 25)")
       ->check(CLI::Range(0.001, 1048576.0));

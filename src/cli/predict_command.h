@@ -36,6 +36,13 @@ struct PredictOptions {
   bool fsdp = false;
   int world_size = 1;
   double ddp_bucket_mb = 25;  // DDP(bucket_cap_mb): MiB
+  // A parallel layout (predict/parallel_layout.h): memory per rank role.
+  uint64_t tp = 1, pp = 1, cp = 1, dp = 0, ep = 1, etp = 0;  // dp 0: from --world-size
+  bool sequence_parallel = false;
+  bool selective_recompute = false;
+  uint64_t micro_batches = 1;
+  std::string schedule = "1f1b";
+  uint64_t virtual_stages = 1;
   std::string gpu;
   std::string capacity;
   std::string fit;

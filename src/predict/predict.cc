@@ -38,6 +38,8 @@ const char* ImplName(OptimizerImpl i) {
   return "?";
 }
 
+}  // namespace
+
 std::string SetupText(const ModelSpec& m, const TrainingSetup& s) {
   std::string text = fmt::format("batch {}", s.batch);
   const bool lm =
@@ -66,8 +68,6 @@ std::string SetupText(const ModelSpec& m, const TrainingSetup& s) {
   text += fmt::format(", {} step{}", s.steps, s.steps == 1 ? "" : "s");
   return text;
 }
-
-}  // namespace
 
 Result<LoadedModel> LoadModel(const std::string& model) {
   LoadedModel out;

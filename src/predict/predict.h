@@ -36,6 +36,9 @@ struct LoadedModel {
 };
 Result<LoadedModel> LoadModel(const std::string& model);
 
+// The set-up in words, as the report's `setup` line: "batch 8, seq 512, float32 weights, ...".
+std::string SetupText(const ModelSpec& model, const TrainingSetup& setup);
+
 // The stream of the request (with workspaces) and its description; no allocator yet.
 Result<TensorStream> PredictStream(const LoadedModel& model, const PredictRequest& request);
 

@@ -24,6 +24,7 @@
 #include "predict/device_rules.h"
 #include "predict/model_description.h"
 #include "predict/model_spec.h"
+#include "predict/parallel_layout.h"
 #include "predict/tracer_stream.h"
 
 namespace {
@@ -196,6 +197,39 @@ void Allocate(TensorStream stream, bool must_fit) {
   Check(small->peak_allocated == small_peaks->peak_allocated);
 }
 
+// The per-rank estimate on a layout drawn from the input's hash: refused with a usage error, or
+// roles whose stages cover the model's layers once and whose totals add up.
+void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h) {
+  ParallelLayout l;
+  l.tp = uint64_t{1} << ((h >> 30) % 3);
+  l.pp = 1 + (h >> 32) % 4;
+  l.cp = 1 + (h >> 34) % 2;
+  l.dp = 1 + (h >> 35) % 3;
+  l.ep = 1 + (h >> 37) % 2;
+  l.sequence_parallel = l.tp > 1 && ((h >> 38) & 1) != 0;
+  l.micro_batches = 1 + (h >> 39) % 8;
+  if (((h >> 42) & 1) != 0) {
+    l.schedule = PipelineSchedule::kInterleaved;
+    l.virtual_stages = 1 + (h >> 43) % 3;
+  }
+  TrainingSetup s = setup;
+  if (s.zero != ZeroMode::kNone && l.dp * l.cp < 2) l.dp = 2;
+  auto p = PredictParallel(spec, s, l);
+  if (!p.ok()) {
+    Check(p.status().code() == StatusCode::kUsage);
+    return;
+  }
+  uint64_t layers = 0;
+  for (const RankRole& r : p->roles) {
+    Check(!r.stages.empty());
+    layers += r.layers * r.stages.size();
+    Check(r.total_bytes == r.weight_bytes + r.gradient_bytes + r.optimizer_bytes +
+                               r.activation_bytes + r.logits_bytes);
+  }
+  Check(layers == spec.layers);
+  Check(p->bounding < p->roles.size());
+}
+
 void FuzzModel(const std::string& input) {
   auto spec = ParseModelJson(input, kModelPath);
   if (!spec.ok()) {
@@ -206,7 +240,12 @@ void FuzzModel(const std::string& input) {
   const uint64_t h = Fnv1a(input);
   if (h & (uint64_t{1} << 20)) spec->attention = "eager";
   const TrainingSetup setup = SetupFor(h);
+  FuzzParallel(*spec, setup, h);
   auto stream = SimulateTraining(*spec, setup);
+  if (spec->experts > 0) {  // refused: only the per-rank estimate models experts
+    Check(!stream.ok());
+    return;
+  }
   Check(stream.ok());
   Check(stream->info.trainable_parameters <= stream->info.parameters);
   // Nothing but the model's state outlives the step (the loop dropped batch, output and loss;

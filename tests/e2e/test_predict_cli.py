@@ -263,6 +263,72 @@ def test_ddp_buckets_match_each_rank_of_a_real_torchrun(run, out_dir):
     assert sizes == [1_050_624, 5_264_384, 5_262_336, 9_711_616] and sum(sizes) == 21_288_960
 
 
+def test_parallel_layout_gives_one_row_per_rank_role(run, out_dir):
+    """llama2-7b on TP 2 x PP 4 x DP 2 with 8 micro-batches: four stage roles of 4 ranks each,
+    the first holding the embedding and 4 micro-batches, the last the head, its logits and 1;
+    hand-counted parameters per rank (docs/design/parallel.md)."""
+    doc = predict_json(run, "--model", "llama2-7b", "--tp", "2", "--pp", "4", "--dp", "2",
+                       "--micro-batches", "8", "--dtype", "bf16", "--seq", "4096", "--gpu",
+                       "a100-80gb", cwd=out_dir)
+    p = doc["parallel"]
+    assert p["world"] == 16 and p["parameters"] == 6_738_415_616
+    roles = p["roles"]
+    assert [r["name"] for r in roles] == ["first stage", "stage 1", "stage 2", "last stage"]
+    assert all(r["ranks"] == 4 and r["layers"] == 8 for r in roles)
+    layer = (4 * 4096 * 2048) + 3 * 4096 * 5504 + 2 * 4096  # one TP rank's share of a layer
+    assert roles[1]["parameters"] == 8 * layer
+    assert roles[0]["parameters"] == 8 * layer + 16000 * 4096
+    assert roles[3]["parameters"] == 8 * layer + 4096 + 16000 * 4096
+    assert [r["in_flight"] for r in roles] == [4, 3, 2, 1]
+    assert roles[3]["logits_bytes"] == 2 * 4096 * 16000 * 4 and roles[0]["logits_bytes"] == 0
+    for r in roles:
+        assert r["weight_bytes"] == r["gradient_bytes"] == 2 * r["parameters"]
+        assert r["total_bytes"] == (r["weight_bytes"] + r["gradient_bytes"] + r["optimizer_bytes"]
+                                    + r["activation_bytes"] + r["logits_bytes"])
+        assert r["fits"] is True
+    assert p["bounding_role"] == "first stage"
+    rc, out, err = run("predict", "--model", "llama2-7b", "--tp", "2", "--pp", "4", "--dp", "2",
+                       "--micro-batches", "8", "--dtype", "bf16", "--seq", "4096", cwd=out_dir)
+    assert rc == 0, err
+    assert "PREDICTED PER RANK" in out and "TP 2 x PP 4 x CP 1 x DP 2 = 16 ranks" in out
+    assert "first stage" in out and "<- bounds the job" in out
+    assert list_dir(out_dir) == []
+
+
+def test_a_mixture_of_experts_preset_is_predicted_per_rank(run, out_dir):
+    """Mixtral 8x7B has no step simulation yet: its preset goes to the per-rank estimate, with
+    the published 46.7B parameters, and EP 8 puts one expert per layer on each rank."""
+    doc = predict_json(run, "--model", "mixtral-8x7b", "--dtype", "bf16", cwd=out_dir)
+    assert doc["parallel"]["parameters"] == 46_702_792_704
+    assert doc["parallel"]["roles"][0]["parameters"] == 46_702_792_704
+    doc = predict_json(run, "--model", "mixtral-8x7b", "--ep", "8", "--dp", "8", "--dtype",
+                       "bf16", cwd=out_dir)
+    role = doc["parallel"]["roles"][0]
+    assert role["expert_parameters"] == 32 * 3 * 4096 * 14336
+    assert any("experts' activations" in a for a in doc["parallel"]["assumptions"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "llama2-7b", "--tp", "3"], "does not divide the model's 32 attention heads"),
+    (["--model", "llama2-7b", "--ep", "2"], "need a mixture-of-experts model"),
+    (["--model", "llama2-7b", "--pp", "2", "-o", "x.sqlite"], "writes no report yet"),
+    (["--model", "llama2-7b", "--pp", "2", "--fit", "h100-80gb"], "writes no report yet"),
+    (["--model", "llama2-7b", "--tp", "2", "--world-size", "3"], "not a multiple of --tp 2"),
+    (["--model", "llama2-7b", "--tp", "4", "--world-size", "6"], "not a multiple of --tp 4"),
+    (["--model", "llama2-7b", "--tp", "2", "--dp", "2", "--world-size", "8"], "give one of them"),
+    (["--model", "llama2-7b", "--sp"], "--sp needs --tp 2 or more"),
+    (["--model", "llama2-7b", "--pp", "2", "--schedule", "zigzag"], "use 1f1b or interleaved"),
+    (["--model", "llama2-7b", "--pp", "2", "--virtual-stages", "2"],
+     "needs --schedule interleaved"),
+    (["--model", "resnet50", "--tp", "2"], "GPT-2 and LLaMA families"),
+])
+def test_parallel_layout_errors(args, message, run, out_dir):
+    rc, out, err = run("predict", *args, cwd=out_dir)
+    assert rc == 2, (rc, err)
+    assert message in assert_one_error_line(err), err
+    assert out == "" and list_dir(out_dir) == []
+
+
 # --------------------------------------------------------------------------------------------
 # -o and --html
 # --------------------------------------------------------------------------------------------

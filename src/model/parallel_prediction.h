@@ -1,0 +1,51 @@
+// The memory per rank role of a parallel layout, as predict/parallel_layout.h computes it and
+// the reporters render it (report/parallel_roles_output.h): one struct both stages share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vramscope::model {
+
+enum class PipelineSchedule : uint8_t { k1F1B, kInterleaved };
+
+struct ParallelLayout {
+  uint64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 0;  // etp 0: as tp
+  bool sequence_parallel = false;
+  uint64_t micro_batches = 1;  // per optimizer step and data-parallel rank
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  uint64_t virtual_stages = 1;  // interleaved: model chunks per stage
+  bool selective_recompute = false;
+
+  uint64_t World() const { return tp * pp * dp * cp; }
+  uint64_t Etp() const { return etp == 0 ? tp : etp; }
+};
+
+// One distinct role: the stages that share its figures, and those figures per rank.
+struct RankRole {
+  std::string name;              // "first stage", "stage 3", "last stage", "every rank"
+  std::vector<uint64_t> stages;  // pipeline stages with this role
+  uint64_t ranks = 0;            // ranks holding it: stages x TP x CP x DP
+  uint64_t layers = 0;           // decoder layers on one rank of it
+  bool embedding = false, head = false;
+  uint64_t parameters = 0;         // elements this rank holds before ZeRO-3
+  uint64_t expert_parameters = 0;  // of which experts'
+  uint64_t weight_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;
+  uint64_t activation_bytes_per_micro_batch = 0;
+  uint64_t in_flight = 0;  // micro-batches (interleaved: model chunks) whose activations it holds
+  uint64_t activation_bytes = 0;
+  uint64_t logits_bytes = 0;  // the last stage's fp32 logits and their gradient
+  uint64_t total_bytes = 0;
+};
+
+struct ParallelPrediction {
+  ParallelLayout layout;
+  uint64_t world = 0;
+  uint64_t parameters = 0;  // the whole model
+  std::vector<RankRole> roles;
+  std::vector<std::string> assumptions;
+  size_t bounding = 0;  // the role with the most bytes per rank
+};
+
+}  // namespace vramscope::model

@@ -1,0 +1,204 @@
+#include "predict/parallel_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "predict/model_description.h"
+
+namespace vramscope::predict {
+namespace {
+
+ModelSpec Preset(const char* name) {
+  auto m = LoadModelSpec(name);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return *m;
+}
+
+TrainingSetup Bf16Adam(uint64_t batch, uint64_t seq) {
+  TrainingSetup s;
+  s.batch = batch;
+  s.seq = seq;
+  s.precision.param = DType::kBF16;
+  s.optimizer.kind = OptimizerKind::kAdamW;
+  return s;
+}
+
+// The published parameter counts of the presets, from the whole-model count.
+TEST(ParallelLayout, PresetsHaveTheirPublishedParameterCounts) {
+  EXPECT_EQ(ModelParameters(Preset("llama2-7b")), 6'738'415'616u);
+  EXPECT_EQ(ModelParameters(Preset("llama3-405b")), 405'853'388'800u);
+  EXPECT_EQ(ModelParameters(Preset("mixtral-8x7b")), 46'702'792'704u);
+  // Qwen1.5-MoE-A2.7B: "14.3B".
+  EXPECT_EQ(ModelParameters(Preset("qwen1.5-moe-a2.7b")), 14'315'784'192u);
+  EXPECT_EQ(ModelParameters(Preset("gpt2")), 124'439'808u);
+}
+
+// llama2-7b at TP=2: each rank holds half of every matrix and all the norms.
+//   embedding 32000 x 4096 / 2                       =    65,536,000
+//   per layer: q, k, v, o 4096 x 2048 each           =    33,554,432
+//              gate, up, down 4096 x 5504 each       =    67,633,152
+//              two RMSNorms of 4096                  =         8,192
+//   32 layers                                        = 3,238,264,832
+//   final norm 4096, lm_head 32000 x 4096 / 2        =    65,540,096
+TEST(ParallelLayout, Llama2At2WayTensorParallelHoldsHalfTheMatricesAndAllTheNorms) {
+  ParallelLayout l;
+  l.tp = 2;
+  auto p = PredictParallel(Preset("llama2-7b"), Bf16Adam(1, 4096), l);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->roles.size(), 1u);
+  const RankRole& r = p->roles[0];
+  EXPECT_EQ(r.name, "every rank");
+  EXPECT_EQ(r.ranks, 2u);
+  EXPECT_EQ(r.parameters, 65'536'000u + 3'238'264'832u + 65'540'096u);
+  EXPECT_EQ(r.parameters, 3'369'340'928u);
+  // bf16 weights and gradients, AdamW's two bf16 moments.
+  EXPECT_EQ(r.weight_bytes, 2 * r.parameters);
+  EXPECT_EQ(r.gradient_bytes, 2 * r.parameters);
+  EXPECT_EQ(r.optimizer_bytes, 4 * r.parameters);
+}
+
+// Pipeline stages of llama2-7b (PP=4, 8 layers each, 1F1B, 8 micro-batches): the first holds
+// the embedding and 4 micro-batches in flight, the last the final norm and head and 1.
+TEST(ParallelLayout, PipelineStagesDifferByEmbeddingHeadAndMicroBatchesInFlight) {
+  ParallelLayout l;
+  l.pp = 4;
+  l.micro_batches = 8;
+  auto p = PredictParallel(Preset("llama2-7b"), Bf16Adam(1, 4096), l);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->roles.size(), 4u);
+  const uint64_t layer = 4 * 4096ull * 4096 + 3 * 4096ull * 11008 + 2 * 4096;
+  EXPECT_EQ(p->roles[0].name, "first stage");
+  EXPECT_EQ(p->roles[0].parameters, 8 * layer + 32000ull * 4096);
+  EXPECT_EQ(p->roles[1].name, "stage 1");
+  EXPECT_EQ(p->roles[1].parameters, 8 * layer);
+  EXPECT_EQ(p->roles[3].name, "last stage");
+  EXPECT_EQ(p->roles[3].parameters, 8 * layer + 4096 + 32000ull * 4096);
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(p->roles[i].in_flight, 4 - i);
+  // Korthikanti et al. with fused attention, no TP, 16-bit: s b h (10 + 8 + 4 ffn / h) per layer.
+  const double per_layer = 4096.0 * 1 * 4096 * (18 + 4.0 * 11008 / 4096);
+  EXPECT_EQ(p->roles[1].activation_bytes_per_micro_batch,
+            static_cast<uint64_t>(std::llround(8 * per_layer)));
+  EXPECT_EQ(p->roles[1].activation_bytes, static_cast<uint64_t>(std::llround(3 * 8 * per_layer)));
+  // The last stage's fp32 logits [4096, 32000] and their gradient.
+  EXPECT_EQ(p->roles[3].logits_bytes, 2ull * 4096 * 32000 * 4);
+  EXPECT_EQ(p->bounding, 0u);
+  // Interleaved, 2 virtual stages: the first stage holds (4-1) x 2 + (2-1) x 4 + 1 = 11 chunks
+  // of 4 layers: 1 + (p-1)/(p v) = 1.375 times 1F1B's 4 x 8 layers, Megatron's penalty.
+  l.schedule = PipelineSchedule::kInterleaved;
+  l.virtual_stages = 2;
+  auto q = PredictParallel(Preset("llama2-7b"), Bf16Adam(1, 4096), l);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->roles[0].in_flight, 11u);
+  EXPECT_EQ(q->roles[0].activation_bytes, static_cast<uint64_t>(std::llround(44 * per_layer)));
+}
+
+// Korthikanti et al.'s formulas, eager attention (the 5 a s / h term): GPT-2 small, s 1024, b 8,
+// t 4, with and without sequence parallelism, and full recomputation.
+TEST(ParallelLayout, ActivationsFollowKorthikantiForTpAndSp) {
+  ModelSpec m = Preset("gpt2");
+  m.attention = "eager";
+  TrainingSetup s = Bf16Adam(8, 1024);
+  ParallelLayout l;
+  l.tp = 4;
+  const double sbh = 1024.0 * 8 * 768, as_h = 12.0 * 1024 / 768;
+  auto no_sp = PredictParallel(m, s, l);
+  ASSERT_TRUE(no_sp.ok()) << no_sp.status().message();
+  EXPECT_EQ(no_sp->roles[0].activation_bytes_per_micro_batch,
+            static_cast<uint64_t>(std::llround(12 * sbh * (10 + 24.0 / 4 + 5 * as_h / 4))));
+  l.sequence_parallel = true;
+  auto sp = PredictParallel(m, s, l);
+  ASSERT_TRUE(sp.ok());
+  EXPECT_EQ(sp->roles[0].activation_bytes_per_micro_batch,
+            static_cast<uint64_t>(std::llround(12 * sbh * (34.0 / 4 + 5 * as_h / 4))));
+  l.selective_recompute = true;
+  auto selective = PredictParallel(m, s, l);
+  EXPECT_EQ(selective->roles[0].activation_bytes_per_micro_batch,
+            static_cast<uint64_t>(std::llround(12 * sbh * 34.0 / 4)));
+  s.checkpointing = true;
+  auto full = PredictParallel(m, s, l);
+  EXPECT_EQ(full->roles[0].activation_bytes_per_micro_batch,
+            static_cast<uint64_t>(std::llround(12 * 2 * sbh / 4)));
+}
+
+// Mixtral 8x7B at EP=8 over 8 ranks: each holds one expert per layer, all of the attention.
+TEST(ParallelLayout, ExpertParallelSplitsTheExperts) {
+  ParallelLayout l;
+  l.dp = 8;
+  l.ep = 8;
+  auto p = PredictParallel(Preset("mixtral-8x7b"), Bf16Adam(1, 4096), l);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const uint64_t attention = 2 * 4096ull * 4096 + 2 * 4096ull * 1024;
+  const uint64_t expert = 3 * 4096ull * 14336;
+  const uint64_t layer = attention + 4096 * 8 + 2 * 4096 + expert;
+  EXPECT_EQ(p->roles[0].expert_parameters, 32 * expert);
+  EXPECT_EQ(p->roles[0].parameters, 32 * layer + 2 * 32000ull * 4096 + 4096);
+  // ZeRO-1 shards the dense state over the 8 data-parallel ranks; the experts' over the
+  // expert-data-parallel group, here of 1 rank (8 / 8).
+  TrainingSetup s = Bf16Adam(1, 4096);
+  s.zero = ZeroMode::kZero1;
+  auto z = PredictParallel(Preset("mixtral-8x7b"), s, l);
+  const uint64_t dense = p->roles[0].parameters - p->roles[0].expert_parameters;
+  EXPECT_EQ(z->roles[0].optimizer_bytes, 4 * ((dense + 7) / 8 + 32 * expert));
+}
+
+// Llama 3.1 405B's 126 layers on 16 stages: 7 on the first and the last, 8 on the others.
+TEST(ParallelLayout, UnevenStagesGiveTheOutermostFewerLayers) {
+  ParallelLayout l;
+  l.tp = 8;
+  l.pp = 16;
+  l.dp = 128;
+  l.micro_batches = 32;
+  auto p = PredictParallel(Preset("llama3-405b"), Bf16Adam(1, 8192), l);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->world, 16384u);
+  EXPECT_EQ(p->roles.front().name, "first stage");
+  EXPECT_EQ(p->roles.front().layers, 7u);
+  EXPECT_EQ(p->roles.back().name, "last stage");
+  EXPECT_EQ(p->roles.back().layers, 7u);
+  uint64_t layers = 0, held = 0;
+  for (const RankRole& r : p->roles) {
+    for (const uint64_t stage : r.stages) {
+      layers += r.layers;
+      held += r.parameters;
+      if (stage != 0 && stage != 15) {
+        EXPECT_EQ(r.layers, 8u);
+      }
+    }
+  }
+  EXPECT_EQ(layers, 126u);
+  // Over the 16 stages, one TP rank each: the model's parameters over 8, but the norms whole.
+  const uint64_t norms = 126 * 2 * 16384 + 16384;
+  EXPECT_EQ(held, (405'853'388'800u - norms) / 8 + norms);
+}
+
+TEST(ParallelLayout, LayoutsThatDoNotDivideTheModelAreRefused) {
+  ParallelLayout l;
+  l.tp = 3;
+  auto p = PredictParallel(Preset("llama2-7b"), Bf16Adam(1, 4096), l);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("32 attention heads"), std::string::npos);
+  l.tp = 1;
+  l.pp = 33;
+  p = PredictParallel(Preset("llama2-7b"), Bf16Adam(1, 4096), l);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("32 layers"), std::string::npos);
+  l.pp = 3;
+  l.schedule = PipelineSchedule::kInterleaved;
+  l.virtual_stages = 2;
+  p = PredictParallel(Preset("llama2-7b"), Bf16Adam(1, 4096), l);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("6 chunks"), std::string::npos);
+  l.schedule = PipelineSchedule::k1F1B;
+  l.virtual_stages = 1;
+  l.pp = 1;
+  l.ep = 2;
+  p = PredictParallel(Preset("llama2-7b"), Bf16Adam(1, 4096), l);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("mixture-of-experts"), std::string::npos);
+  auto r = PredictParallel(Preset("resnet50"), Bf16Adam(1, 4096), ParallelLayout{});
+  ASSERT_FALSE(r.ok());
+}
+
+}  // namespace
+}  // namespace vramscope::predict

@@ -1,0 +1,127 @@
+#include "report/parallel_roles_output.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/units.h"
+
+namespace vramscope::report {
+
+namespace {
+
+std::string LayoutText(const model::ParallelPrediction& p) {
+  const model::ParallelLayout& l = p.layout;
+  std::string text = fmt::format("TP {} x PP {} x CP {} x DP {} = {} ranks", l.tp, l.pp, l.cp, l.dp,
+                                 FormatCount(static_cast<int64_t>(p.world)));
+  if (l.ep > 1 || l.etp > 0) text += fmt::format("; experts: EP {}, ETP {}", l.ep, l.Etp());
+  if (l.sequence_parallel) text += "; sequence parallel";
+  if (l.selective_recompute) text += "; selective recomputation";
+  if (l.pp > 1) {
+    text += l.schedule == model::PipelineSchedule::kInterleaved
+                ? fmt::format("; interleaved 1F1B, {} virtual stages", l.virtual_stages)
+                : std::string("; 1F1B");
+    text += fmt::format(", {} micro-batches", l.micro_batches);
+  }
+  return text;
+}
+
+std::string StagesText(const model::RankRole& r) {
+  if (r.stages.size() <= 4) return fmt::format("{}", fmt::join(r.stages, ","));
+  return fmt::format("{}..{} ({})", r.stages.front(), r.stages.back(), r.stages.size());
+}
+
+}  // namespace
+
+std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::string& model,
+                                const std::string& setup, const ParallelCapacity& capacity) {
+  std::string out =
+      "PREDICTED PER RANK (vramscope predict: model states counted tensor by tensor, "
+      "activations by formula; the allocator model is not run per role yet)\n";
+  out += fmt::format("  {:<10} {}, {} parameters\n", "model", model,
+                     FormatCount(static_cast<int64_t>(p.parameters)));
+  out += fmt::format("  {:<10} {}\n", "layout", LayoutText(p));
+  out += fmt::format("  {:<10} {}\n", "setup", setup);
+  if (capacity.allocator_bytes > 0) {
+    out += fmt::format("  {:<10} {}, {} for the allocator\n", "GPU", capacity.gpu,
+                       FormatBytes(static_cast<int64_t>(capacity.allocator_bytes)));
+  }
+  out += "\n";
+  out += fmt::format(
+      "  {:<14} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} "
+      "{:>11}{}\n",
+      "role", "stages", "ranks", "layers", "parameters", "weights", "gradients", "optimizer",
+      "activations", "in flight", "logits", "total", capacity.allocator_bytes > 0 ? "  fits" : "");
+  for (size_t i = 0; i < p.roles.size(); ++i) {
+    const model::RankRole& r = p.roles[i];
+    std::string fits;
+    if (capacity.allocator_bytes > 0) {
+      fits = r.total_bytes <= capacity.allocator_bytes ? "  yes" : "  NO";
+    }
+    out += fmt::format(
+        "  {:<14} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11}{}{}\n",
+        r.name, StagesText(r), FormatCount(static_cast<int64_t>(r.ranks)), r.layers,
+        FormatCount(static_cast<int64_t>(r.parameters)),
+        FormatBytes(static_cast<int64_t>(r.weight_bytes)),
+        FormatBytes(static_cast<int64_t>(r.gradient_bytes)),
+        FormatBytes(static_cast<int64_t>(r.optimizer_bytes)),
+        FormatBytes(static_cast<int64_t>(r.activation_bytes)), r.in_flight,
+        FormatBytes(static_cast<int64_t>(r.logits_bytes)),
+        FormatBytes(static_cast<int64_t>(r.total_bytes)), fits,
+        i == p.bounding && p.roles.size() > 1 ? "  <- bounds the job" : "");
+  }
+  out += "  assumptions:\n";
+  for (const std::string& a : p.assumptions) out += fmt::format("    - {}\n", a);
+  return out;
+}
+
+nlohmann::json ParallelRolesJson(const model::ParallelPrediction& p, const std::string& model,
+                                 const std::string& setup, const ParallelCapacity& capacity) {
+  const model::ParallelLayout& l = p.layout;
+  nlohmann::json roles = nlohmann::json::array();
+  for (const model::RankRole& r : p.roles) {
+    nlohmann::json role = {{"name", r.name},
+                           {"stages", r.stages},
+                           {"ranks", r.ranks},
+                           {"layers", r.layers},
+                           {"embedding", r.embedding},
+                           {"head", r.head},
+                           {"parameters", r.parameters},
+                           {"expert_parameters", r.expert_parameters},
+                           {"weight_bytes", r.weight_bytes},
+                           {"gradient_bytes", r.gradient_bytes},
+                           {"optimizer_bytes", r.optimizer_bytes},
+                           {"activation_bytes_per_micro_batch", r.activation_bytes_per_micro_batch},
+                           {"in_flight", r.in_flight},
+                           {"activation_bytes", r.activation_bytes},
+                           {"logits_bytes", r.logits_bytes},
+                           {"total_bytes", r.total_bytes}};
+    if (capacity.allocator_bytes > 0) role["fits"] = r.total_bytes <= capacity.allocator_bytes;
+    roles.push_back(std::move(role));
+  }
+  return {{"predicted", true},
+          {"parallel",
+           {{"model", model},
+            {"setup", setup},
+            {"parameters", p.parameters},
+            {"world", p.world},
+            {"layout",
+             {{"tp", l.tp},
+              {"pp", l.pp},
+              {"cp", l.cp},
+              {"dp", l.dp},
+              {"ep", l.ep},
+              {"etp", l.Etp()},
+              {"sequence_parallel", l.sequence_parallel},
+              {"selective_recompute", l.selective_recompute},
+              {"micro_batches", l.micro_batches},
+              {"schedule",
+               l.schedule == model::PipelineSchedule::kInterleaved ? "interleaved" : "1f1b"},
+              {"virtual_stages", l.virtual_stages}}},
+            {"capacity_bytes", capacity.allocator_bytes},
+            {"gpu", capacity.gpu},
+            {"roles", std::move(roles)},
+            {"bounding_role", p.roles[p.bounding].name},
+            {"assumptions", p.assumptions}}}};
+}
+
+}  // namespace vramscope::report
