@@ -258,15 +258,22 @@ class TempFile {
 bool WantsParallel(const PredictOptions& o) {
   return o.tp > 1 || o.pp > 1 || o.cp > 1 || o.ep > 1 || o.etp > 0 || o.sequence_parallel ||
          o.selective_recompute || o.micro_batches > 1 || o.schedule != "1f1b" ||
-         o.virtual_stages > 1 || o.dp > 0;
+         o.virtual_stages > 1 || o.dp > 0 || o.fit_dim == "layout";
 }
 
 // --tp/--pp/--cp/--ep...: the memory of each rank role, from predict/parallel_layout.h.
 Status RunParallel(const PredictOptions& o, const predict::PredictRequest& request,
                    const predict::ModelSpec& spec) {
+  const bool fit_layout = o.fit_dim == "layout";
+  if (fit_layout && o.fit.empty()) {
+    return UsageError("--fit-dim layout needs --fit GPU|CAPACITY (what each rank may hold)");
+  }
+  if (fit_layout && (o.tp > 1 || o.pp > 1)) {
+    return UsageError("--fit-dim layout chooses --tp and --pp: leave them out");
+  }
   for (const auto& [given, flag] : {std::pair{!o.output.empty(), "-o"},
                                     {!o.html.empty(), "--html"},
-                                    {!o.fit.empty(), "--fit"},
+                                    {!o.fit.empty() && !fit_layout, "--fit (use --fit-dim layout)"},
                                     {!o.emit_stream.empty(), "--emit-stream"},
                                     {o.fsdp, "--fsdp (use --zero 3)"}}) {
     if (given) {
@@ -319,14 +326,46 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   if (setup.zero != predict::ZeroMode::kNone && l.dp * l.cp < 2) {
     return UsageError("--zero shards over data parallelism: give --dp 2 or more (or --world-size)");
   }
-  ASSIGN_OR_RETURN(const predict::ParallelPrediction prediction,
-                   predict::PredictParallel(spec, setup, l));
   report::ParallelCapacity capacity;
   const uint64_t total =
       request.capacity ? request.capacity : (request.gpu ? request.gpu->total_memory : 0);
   if (total > request.context_bytes) capacity.allocator_bytes = total - request.context_bytes;
   if (request.gpu) capacity.gpu = request.gpu->name;
   if (request.capacity) capacity.gpu = FormatBytes(static_cast<int64_t>(request.capacity));
+  predict::ParallelPrediction prediction;
+  if (fit_layout) {
+    if (capacity.allocator_bytes == 0) {
+      return UsageError(fmt::format("--fit {}: nothing is left for the allocator", o.fit));
+    }
+    // --world-size fixes the ranks (DP follows each TP x PP); --dp fixes DP instead.
+    const uint64_t world = o.dp == 0 && o.world_size > 1 ? static_cast<uint64_t>(o.world_size) : 0;
+    predict::LayoutFit fit = predict::FitLayout(spec, setup, l, capacity.allocator_bytes, world);
+    if (fit.tried == 0) {
+      return UsageError(fmt::format(
+          "--fit-dim layout: no TP x PP layout of {} is possible with these flags", spec.label));
+    }
+    const predict::RankRole& worst = fit.best.roles[fit.best.bounding];
+    if (!fit.found) {
+      return InvalidInput(fmt::format(
+          "--fit {}: no TP x PP layout fits {} per rank ({} layouts tried); the closest, TP {} x "
+          "PP {}, needs {} on its {}: add ranks (--world-size, --cp, --ep), ZeRO, --sp, "
+          "checkpointing or a smaller batch",
+          o.fit, FormatBytes(static_cast<int64_t>(capacity.allocator_bytes)), fit.tried,
+          fit.best.layout.tp, fit.best.layout.pp,
+          FormatBytes(static_cast<int64_t>(worst.total_bytes)), worst.name));
+    }
+    if (!o.json && !o.quiet) {
+      fmt::print(
+          "fit: the smallest layout that fits is TP {} x PP {} ({} GPUs per model replica; the "
+          "bounding role ({}) needs {} of the {} per rank; {} layouts tried)\n\n",
+          fit.best.layout.tp, fit.best.layout.pp, fit.best.layout.tp * fit.best.layout.pp,
+          worst.name, FormatBytes(static_cast<int64_t>(worst.total_bytes)),
+          FormatBytes(static_cast<int64_t>(capacity.allocator_bytes)), fit.tried);
+    }
+    prediction = std::move(fit.best);
+  } else {
+    ASSIGN_OR_RETURN(prediction, predict::PredictParallel(spec, setup, l));
+  }
   const std::string model =
       fmt::format("{} (built-in family: {})", spec.label, predict::FamilyName(spec.family));
   const std::string setup_text = predict::SetupText(spec, setup);
@@ -381,7 +420,7 @@ Status Run(const PredictOptions& o) {
     if (o.fit_dim == "seq") {
       dim = predict::FitDimension::kSeq;
     } else if (o.fit_dim != "batch") {
-      return UsageError(fmt::format("--fit-dim {}: use batch or seq", o.fit_dim));
+      return UsageError(fmt::format("--fit-dim {}: use batch, seq or layout", o.fit_dim));
     }
     ASSIGN_OR_RETURN(fit, predict::Fit(model, request, dim, o.fit_max));
     const char* what = dim == predict::FitDimension::kBatch ? "batch" : "sequence length";
@@ -558,7 +597,9 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "find the largest batch (or --fit-dim seq) that fits this GPU or capacity, and "
                   "report that size")
       ->check(non_empty);
-  cmd->add_option("--fit-dim", o.fit_dim, "what --fit grows: batch (default) or seq");
+  cmd->add_option("--fit-dim", o.fit_dim,
+                  "what --fit grows: batch (default) or seq; layout: the smallest TP x PP "
+                  "whose every rank fits (the per-rank estimate)");
   cmd->add_option("--fit-max", o.fit_max, "the largest size --fit tries (default: 1048576)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
   cmd->add_option("--torch", o.torch_version,

@@ -285,8 +285,12 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
       r.name = r.embedding ? "first stage"
                : r.head    ? "last stage"
                            : fmt::format("stage {}", r.stages.front());
-    } else {
+    } else if (r.stages.back() - r.stages.front() + 1 == r.stages.size()) {
+      r.name = fmt::format("stages {}-{}", r.stages.front(), r.stages.back());
+    } else if (r.stages.size() <= 3) {
       r.name = fmt::format("stages {}", fmt::join(r.stages, ", "));
+    } else {
+      r.name = fmt::format("{} stages", r.stages.size());
     }
   }
   for (size_t i = 1; i < out.roles.size(); ++i) {
@@ -306,6 +310,40 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
         fmt::format("the vocabulary of {} padded to {} for --tp {}", m.vocab, vocab * l.tp, l.tp));
   }
   return out;
+}
+
+LayoutFit FitLayout(const ModelSpec& m, const TrainingSetup& s, const ParallelLayout& base,
+                    uint64_t capacity, uint64_t world) {
+  LayoutFit fit;
+  uint64_t best_size = 0, best_bytes = 0;
+  for (uint64_t tp = 1; tp <= 64 && tp <= m.heads; tp *= 2) {
+    for (uint64_t pp = 1; pp <= std::min<uint64_t>(m.layers, 256); ++pp) {
+      ParallelLayout l = base;
+      l.tp = tp;
+      l.pp = pp;
+      if (world > 0) {
+        if (world % (tp * pp * l.cp) != 0) continue;
+        l.dp = world / (tp * pp * l.cp);
+      }
+      if (l.sequence_parallel && tp < 2) l.sequence_parallel = false;
+      auto p = PredictParallel(m, s, l);
+      if (!p.ok()) continue;
+      ++fit.tried;
+      const uint64_t need = p->roles[p->bounding].total_bytes;
+      const uint64_t size = tp * pp;
+      const bool fits = need <= capacity;
+      if (fits && (!fit.found || size < best_size)) {
+        fit.found = true;
+        best_size = size;
+        fit.best = std::move(*p);
+      } else if (!fit.found && (fit.tried == 1 || need < best_bytes)) {
+        best_bytes = need;
+        fit.best = std::move(*p);
+      }
+      if (fits) break;  // a larger PP at this TP only makes the layout larger
+    }
+  }
+  return fit;
 }
 
 }  // namespace vramscope::predict

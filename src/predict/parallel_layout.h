@@ -49,6 +49,18 @@ using model::RankRole;
 Result<ParallelPrediction> PredictParallel(const ModelSpec& model, const TrainingSetup& setup,
                                            const ParallelLayout& layout);
 
+// The smallest TP x PP (ties: the smaller TP) whose every role fits `capacity` bytes per rank,
+// the other dimensions as `base` gives them. TP runs over the powers of two up to 64 that the
+// model's heads allow, PP over 1 to the layers (at most 256). With `world` > 0 the data-parallel
+// size follows (world / (TP x PP x CP), which must divide); else it is base.dp.
+struct LayoutFit {
+  bool found = false;
+  ParallelPrediction best;  // the fitting layout; without one, the one needing the least
+  uint64_t tried = 0;       // layouts predicted
+};
+LayoutFit FitLayout(const ModelSpec& model, const TrainingSetup& setup, const ParallelLayout& base,
+                    uint64_t capacity, uint64_t world);
+
 // Every parameter of the model, unsharded: what a preset's published count is checked against.
 uint64_t ModelParameters(const ModelSpec& model);
 

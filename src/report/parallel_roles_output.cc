@@ -20,7 +20,7 @@ std::string LayoutText(const model::ParallelPrediction& p) {
     text += l.schedule == model::PipelineSchedule::kInterleaved
                 ? fmt::format("; interleaved 1F1B, {} virtual stages", l.virtual_stages)
                 : std::string("; 1F1B");
-    text += fmt::format(", {} micro-batches", l.micro_batches);
+    text += fmt::format(", {} micro-batch{}", l.micro_batches, l.micro_batches == 1 ? "" : "es");
   }
   return text;
 }
@@ -47,7 +47,7 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
   }
   out += "\n";
   out += fmt::format(
-      "  {:<14} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} "
+      "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} "
       "{:>11}{}\n",
       "role", "stages", "ranks", "layers", "parameters", "weights", "gradients", "optimizer",
       "activations", "in flight", "logits", "total", capacity.allocator_bytes > 0 ? "  fits" : "");
@@ -58,7 +58,7 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
       fits = r.total_bytes <= capacity.allocator_bytes ? "  yes" : "  NO";
     }
     out += fmt::format(
-        "  {:<14} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11}{}{}\n",
+        "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11}{}{}\n",
         r.name, StagesText(r), FormatCount(static_cast<int64_t>(r.ranks)), r.layers,
         FormatCount(static_cast<int64_t>(r.parameters)),
         FormatBytes(static_cast<int64_t>(r.weight_bytes)),

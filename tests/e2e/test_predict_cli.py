@@ -308,11 +308,44 @@ def test_a_mixture_of_experts_preset_is_predicted_per_rank(run, out_dir):
     assert any("experts' activations" in a for a in doc["parallel"]["assumptions"])
 
 
+def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
+    """Llama 3 70B on 64 H100s (bf16, fp32 master weights, ZeRO-1, SP, seq 8192): TP 4 x PP 1
+    leaves a rank over the 80 GB less what the allocator cannot have; TP 8 x PP 1 fits, and no
+    layout of fewer than 8 GPUs per replica does (each is predicted: the JSON's layout is the
+    one chosen)."""
+    args = ["--model", "llama3-70b", "--fit", "h100-80gb", "--fit-dim", "layout",
+            "--world-size", "64", "--dtype", "bf16", "--master-weights", "--zero", "1", "--sp",
+            "--micro-batches", "16", "--seq", "8192"]
+    doc = predict_json(run, *args, cwd=out_dir)
+    p = doc["parallel"]
+    assert (p["layout"]["tp"], p["layout"]["pp"], p["layout"]["dp"]) == (8, 1, 8)
+    assert all(r["fits"] for r in p["roles"])
+    capacity = p["capacity_bytes"]
+    for tp, pp in ((4, 1), (2, 2), (1, 4), (4, 2)):
+        other = predict_json(run, "--model", "llama3-70b", "--tp", str(tp), "--pp", str(pp),
+                             "--world-size", "64", "--dtype", "bf16", "--master-weights",
+                             "--zero", "1", *(["--sp"] if tp > 1 else []), "--micro-batches",
+                             "16", "--seq", "8192", "--gpu", "h100-80gb", cwd=out_dir)
+        assert max(r["total_bytes"] for r in other["parallel"]["roles"]) > capacity, (tp, pp)
+    rc, out, err = run("predict", *args, cwd=out_dir)
+    assert rc == 0, err
+    assert out.startswith("fit: the smallest layout that fits is TP 8 x PP 1 (8 GPUs per model "
+                          "replica;"), out
+    # 2 GiB per rank: even one layer per stage at TP 64 keeps more activations than that.
+    rc, out, err = run("predict", "--model", "llama3-405b", "--fit", "2GiB", "--fit-dim",
+                       "layout", "--dp", "1", "--dtype", "fp32", "--seq", "8192", cwd=out_dir)
+    assert rc == 1 and "no TP x PP layout fits" in assert_one_error_line(err), err
+    assert list_dir(out_dir) == []
+
+
 @pytest.mark.parametrize("args,message", [
+    (["--model", "llama2-7b", "--fit-dim", "layout"], "needs --fit GPU|CAPACITY"),
+    (["--model", "llama2-7b", "--fit-dim", "layout", "--fit", "h100-80gb", "--tp", "2"],
+     "chooses --tp and --pp"),
     (["--model", "llama2-7b", "--tp", "3"], "does not divide the model's 32 attention heads"),
     (["--model", "llama2-7b", "--ep", "2"], "need a mixture-of-experts model"),
     (["--model", "llama2-7b", "--pp", "2", "-o", "x.sqlite"], "writes no report yet"),
-    (["--model", "llama2-7b", "--pp", "2", "--fit", "h100-80gb"], "writes no report yet"),
+    (["--model", "llama2-7b", "--pp", "2", "--fit", "h100-80gb"], "use --fit-dim layout"),
     (["--model", "llama2-7b", "--tp", "2", "--world-size", "3"], "not a multiple of --tp 2"),
     (["--model", "llama2-7b", "--tp", "4", "--world-size", "6"], "not a multiple of --tp 4"),
     (["--model", "llama2-7b", "--tp", "2", "--dp", "2", "--world-size", "8"], "give one of them"),
