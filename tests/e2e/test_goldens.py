@@ -106,17 +106,19 @@ def test_real_oom_is_recorded_as_pytorch_reported_it(tmp_path, OOM):
     assert peak == sidecar["max_memory_allocated"]
 
 
-def hf_cases():
+def suite_cases(suite: str):
+    """The cases of goldens/<gpu>/<suite>/ that ran and kept a snapshot, on every GPU."""
     params = []
-    for meta_path in sorted(GOLDENS.glob("*/hf/metadata.json")):
+    for meta_path in sorted(GOLDENS.glob(f"*/{suite}/metadata.json")):
         meta = json.loads(meta_path.read_text())
         params += [pytest.param(meta_path.parent, case, id=f"{meta_path.parts[-3]}-{name}")
                    for name, case in sorted(meta["cases"].items())
                    if case.get("status") == "ok" and case.get("snapshot")]
-    return params or [pytest.param(None, None, marks=pytest.mark.skip(reason="no HF goldens"))]
+    return params or [pytest.param(None, None,
+                                   marks=pytest.mark.skip(reason=f"no {suite} goldens"))]
 
 
-@pytest.mark.parametrize("folder,case", hf_cases())
+@pytest.mark.parametrize("folder,case", suite_cases("hf"))
 def test_hugging_face_models_peaks_match_pytorch(tmp_path, folder, case):
     """Real architectures from transformers (GPT-2, LLaMA- and Qwen2-style, BERT, ViT; fp32, bf16
     autocast, pure bf16, gradient checkpointing, LoRA), recorded with Python stacks on the H200
@@ -198,17 +200,7 @@ def test_the_two_ranks_of_a_torchrun_capture_are_reported_together(tmp_path):
     assert "aligned by step" in out
 
 
-def modern_cases():
-    params = []
-    for meta_path in sorted(GOLDENS.glob("*/modern/metadata.json")):
-        meta = json.loads(meta_path.read_text())
-        params += [pytest.param(meta_path.parent, case, id=f"{meta_path.parts[-3]}-{name}")
-                   for name, case in sorted(meta["cases"].items())
-                   if case.get("status") == "ok" and case.get("snapshot")]
-    return params or [pytest.param(None, None, marks=pytest.mark.skip(reason="no modern goldens"))]
-
-
-@pytest.mark.parametrize("folder,case", modern_cases())
+@pytest.mark.parametrize("folder,case", suite_cases("modern"))
 def test_compiled_graphs_and_pools_match_pytorch(tmp_path, folder, case):
     """torch.compile (default, reduce-overhead), CUDA graphs sharing a pool or each its own, and
     a MemPool (scripts/capture_modern_goldens.py): reserved memory is PyTorch's to the byte; so is
