@@ -46,35 +46,88 @@ int64_t Median(std::vector<int64_t> v) {
 
 }  // namespace
 
-std::vector<RankStepSpread> AlignRanksByStep(const std::vector<RankRow>& rows) {
-  std::map<int32_t, std::vector<std::pair<int64_t, const RankRow*>>> by_step;
-  std::map<std::pair<int32_t, const RankRow*>, const RankStep*> steps;
-  for (const RankRow& r : rows) {
-    for (const RankStep& s : r.step_peaks) {
-      by_step[s.step].emplace_back(s.peak_allocated, &r);
-      steps[{s.step, &r}] = &s;
-    }
+void FillRankPhases(const attribution::Phases& phases, const Timelines& timelines, RankRow& row) {
+  row.phase_peaks.clear();
+  const DeviceTimeline* timeline = nullptr;
+  for (const DeviceTimeline& t : timelines.devices) {
+    if (t.device == row.device) timeline = &t;
   }
-  std::vector<RankStepSpread> out;
-  for (auto& [step, peaks] : by_step) {
-    RankStepSpread spread;
-    spread.step = step;
-    spread.ranks = peaks.size();
-    std::vector<int64_t> values;
-    const std::pair<int64_t, const RankRow*>* highest = &peaks.front();
-    spread.lowest = peaks.front().first;
-    for (const auto& p : peaks) {
-      values.push_back(p.first);
-      spread.lowest = std::min(spread.lowest, p.first);
-      if (p.first > highest->first) highest = &p;
+  if (timeline == nullptr || timeline->allocated.empty()) return;
+  std::map<std::pair<int32_t, int>, int64_t> peaks;
+  for (const attribution::PhaseSpan& span : phases.spans) {
+    if (span.device != row.device || span.step < 1) continue;
+    int64_t peak = 0;
+    for (size_t e = std::max<size_t>(span.first_event, timeline->begin);
+         e <= span.last_event && e < timeline->end; ++e) {
+      peak = std::max(peak, timeline->allocated[e - timeline->begin]);
     }
-    spread.median = Median(std::move(values));
-    spread.highest = highest->first;
-    spread.highest_label = highest->second->label;
-    spread.highest_phase = steps[{step, highest->second}]->peak_phase;
+    int64_t& slot = peaks[{span.step, static_cast<int>(span.phase)}];
+    slot = std::max(slot, peak);
+  }
+  for (const auto& [key, peak] : peaks) {
+    row.phase_peaks.push_back(
+        {key.first, attribution::PhaseName(static_cast<attribution::Phase>(key.second)), peak});
+  }
+}
+
+namespace {
+
+// Spreads over the ranks of values keyed by (step, phase); the phase empty for whole steps.
+std::vector<RankStepSpread> Spreads(
+    const std::map<std::pair<int32_t, int>,
+                   std::vector<std::tuple<int64_t, const RankRow*, std::string>>>& by_key,
+    const std::map<std::pair<int32_t, int>, std::string>& names) {
+  std::vector<RankStepSpread> out;
+  for (const auto& [key, values] : by_key) {
+    RankStepSpread spread;
+    spread.step = key.first;
+    spread.phase = names.at(key);
+    spread.ranks = values.size();
+    std::vector<int64_t> peaks;
+    const auto* highest = &values.front();
+    spread.lowest = std::get<0>(values.front());
+    for (const auto& v : values) {
+      peaks.push_back(std::get<0>(v));
+      spread.lowest = std::min(spread.lowest, std::get<0>(v));
+      if (std::get<0>(v) > std::get<0>(*highest)) highest = &v;
+    }
+    spread.median = Median(std::move(peaks));
+    spread.highest = std::get<0>(*highest);
+    spread.highest_label = std::get<1>(*highest)->label;
+    spread.highest_phase = std::get<2>(*highest);
     out.push_back(std::move(spread));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<RankStepSpread> AlignRanksByPhase(const std::vector<RankRow>& rows) {
+  std::map<std::pair<int32_t, int>, std::vector<std::tuple<int64_t, const RankRow*, std::string>>>
+      by_key;
+  std::map<std::pair<int32_t, int>, std::string> names;
+  for (const RankRow& r : rows) {
+    for (const RankPhase& p : r.phase_peaks) {
+      const auto phase =
+          static_cast<int>(model::ParsePhase(p.phase).value_or(model::Phase::kUnknown));
+      by_key[{p.step, phase}].emplace_back(p.peak_allocated, &r, p.phase);
+      names[{p.step, phase}] = p.phase;
+    }
+  }
+  return Spreads(by_key, names);
+}
+
+std::vector<RankStepSpread> AlignRanksByStep(const std::vector<RankRow>& rows) {
+  std::map<std::pair<int32_t, int>, std::vector<std::tuple<int64_t, const RankRow*, std::string>>>
+      by_key;
+  std::map<std::pair<int32_t, int>, std::string> names;
+  for (const RankRow& r : rows) {
+    for (const RankStep& st : r.step_peaks) {
+      by_key[{st.step, -1}].emplace_back(st.peak_allocated, &r, st.peak_phase);
+      names[{st.step, -1}] = "";
+    }
+  }
+  return Spreads(by_key, names);
 }
 
 RankContrast ContrastBoundingRank(const std::vector<RankRow>& rows, size_t bounding) {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "analysis/summary.h"
+#include "analysis/timeline.h"
+#include "attribution/phases.h"
 
 namespace vramscope::analysis {
 
@@ -19,6 +21,13 @@ struct RankStep {
   int32_t step = 0;
   int64_t peak_allocated = 0;
   std::string peak_phase;
+};
+
+// One phase of one step of one rank: the highest allocated memory inside it.
+struct RankPhase {
+  int32_t step = 0;
+  std::string phase;
+  int64_t peak_allocated = 0;
 };
 
 // What was live at a rank's peak, grouped by owner (OwnerNamer's labels).
@@ -43,19 +52,21 @@ struct RankRow {
   int64_t peak_reserved = 0;
   int32_t peak_step = 0;
   std::string peak_phase;
-  int64_t steps = 0;                 // iterations the trace holds
-  std::string end_reason;            // exit, steps, oom, exception, signal (empty: unknown)
-  bool oom = false;                  // an allocation failed
-  bool reported = false;             // the rank whose full report follows
-  std::vector<RankStep> step_peaks;  // in step order
+  int64_t steps = 0;                   // iterations the trace holds
+  std::string end_reason;              // exit, steps, oom, exception, signal (empty: unknown)
+  bool oom = false;                    // an allocation failed
+  bool reported = false;               // the rank whose full report follows
+  std::vector<RankStep> step_peaks;    // in step order
+  std::vector<RankPhase> phase_peaks;  // in step, then phase order
   std::vector<std::pair<std::string, int64_t>> at_peak;  // bytes by category, fixed order
   std::vector<RankOwner> owners_at_peak;                 // largest first, kRankOwnersKept
 };
 
-// One step across the ranks (those whose trace holds it): the lowest, median and highest peak,
-// and where the highest fell.
+// One step (or one phase of a step) across the ranks whose trace holds it: the lowest, median
+// and highest peak, and where the highest fell.
 struct RankStepSpread {
   int32_t step = 0;
+  std::string phase;  // empty: the whole step
   size_t ranks = 0;
   int64_t lowest = 0, median = 0, highest = 0;
   std::string highest_label, highest_phase;
@@ -75,6 +86,9 @@ struct RankContrast {
 
 // The figures of a rank's row from its summary: the device with the highest reserved peak.
 void FillRankFigures(const Summary& summary, RankRow& row);
+// Each phase's peak in each step (step 1 on) of the row's device, from the phases the attribution
+// found and the allocated curve.
+void FillRankPhases(const attribution::Phases& phases, const Timelines& timelines, RankRow& row);
 
 // The index of the rank that bounds the job: the highest reserved peak (ties: allocated, then the
 // lowest rank).
@@ -83,6 +97,8 @@ size_t BoundingRank(const std::vector<RankRow>& rows);
 // The ranks aligned by step (the steps the captures mark: `vramscope run` counts them the same
 // way on every rank).
 std::vector<RankStepSpread> AlignRanksByStep(const std::vector<RankRow>& rows);
+// The same per (step, phase), in step order and then the order of a training step's phases.
+std::vector<RankStepSpread> AlignRanksByPhase(const std::vector<RankRow>& rows);
 
 RankContrast ContrastBoundingRank(const std::vector<RankRow>& rows, size_t bounding);
 

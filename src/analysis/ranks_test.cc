@@ -57,6 +57,26 @@ TEST(Ranks, AlignedByStepGivesEachStepsSpreadAndWhereTheHighestFell) {
   EXPECT_EQ(steps[2].highest_label, "rank3");
 }
 
+TEST(Ranks, AlignedByPhaseKeepsEachStepsPhasesApart) {
+  std::vector<RankRow> rows = Ranks();
+  rows[0].phase_peaks = {{1, "forward", 300 * kMiB}, {1, "backward", 700 * kMiB}};
+  rows[1].phase_peaks = {{1, "forward", 350 * kMiB}, {1, "backward", 500 * kMiB}};
+  rows[3].phase_peaks = {{1, "backward", 650 * kMiB}, {1, "optimizer", 400 * kMiB}};
+  const auto phases = AlignRanksByPhase(rows);
+  ASSERT_EQ(phases.size(), 3u);
+  // In a step's order: forward, backward, optimizer.
+  EXPECT_EQ(phases[0].phase, "forward");
+  EXPECT_EQ(phases[0].ranks, 2u);
+  EXPECT_EQ(phases[0].highest_label, "rank1");
+  EXPECT_EQ(phases[1].phase, "backward");
+  EXPECT_EQ(phases[1].ranks, 3u);
+  EXPECT_EQ(phases[1].lowest, 500 * kMiB);
+  EXPECT_EQ(phases[1].median, 650 * kMiB);
+  EXPECT_EQ(phases[1].highest_label, "rank0");
+  EXPECT_EQ(phases[2].phase, "optimizer");
+  EXPECT_EQ(phases[2].ranks, 1u);
+}
+
 TEST(Ranks, ContrastNamesTheExcessAndWhatTheBoundingRankHoldsAlone) {
   const auto rows = Ranks();
   const RankContrast c = ContrastBoundingRank(rows, 0);

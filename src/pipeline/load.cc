@@ -119,6 +119,7 @@ Result<analysis::RankRow> RankRowOf(const Input& folder, const sources::Capture&
                  .lexically_relative(folder.path)
                  .string();
   analysis::FillRankFigures(analysis->summary, row);
+  analysis::FillRankPhases(analysis->attribution.phases, analysis->timelines, row);
   if (sidecar) {
     row.local_rank = sidecar->local_rank;
     row.host = sidecar->hostname;

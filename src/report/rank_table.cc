@@ -23,13 +23,20 @@ std::string RenderComparison(const std::vector<RankRow>& rows) {
   std::string out;
   const std::vector<analysis::RankStepSpread> steps = analysis::AlignRanksByStep(rows);
   if (!steps.empty()) {
-    out += "  aligned by step (each rank's peak in that step):\n";
+    out += "  aligned by step and phase (each rank's peak in it):\n";
     out += fmt::format("    {:<6} {:>6} {:>16} {:>16} {:>16}  {}\n", "step", "ranks", "lowest",
                        "median", "highest", "highest on");
+    const std::vector<analysis::RankStepSpread> phases = analysis::AlignRanksByPhase(rows);
     for (const analysis::RankStepSpread& s : steps) {
       out += fmt::format("    {:<6} {:>6} {:>16} {:>16} {:>16}  {} ({})\n", s.step, s.ranks,
                          FormatBytes(s.lowest), FormatBytes(s.median), FormatBytes(s.highest),
                          s.highest_label, s.highest_phase);
+      for (const analysis::RankStepSpread& ph : phases) {
+        if (ph.step != s.step) continue;
+        out += fmt::format("      {:<14} {:>6} {:>16} {:>16} {:>16}  {}\n", ph.phase, ph.ranks,
+                           FormatBytes(ph.lowest), FormatBytes(ph.median), FormatBytes(ph.highest),
+                           ph.highest_label);
+      }
     }
   }
   const analysis::RankContrast c = analysis::ContrastBoundingRank(rows, BoundingIndex(rows));
@@ -140,22 +147,28 @@ nlohmann::json RankTableJson(const std::vector<RankRow>& rows) {
 }
 
 nlohmann::json RankComparisonJson(const std::vector<RankRow>& rows) {
-  nlohmann::json by_step = nlohmann::json::array();
-  for (const analysis::RankStepSpread& s : analysis::AlignRanksByStep(rows)) {
-    by_step.push_back({{"step", s.step},
-                       {"ranks", s.ranks},
-                       {"lowest_bytes", s.lowest},
-                       {"median_bytes", s.median},
-                       {"highest_bytes", s.highest},
-                       {"highest_label", s.highest_label},
-                       {"highest_phase", s.highest_phase}});
-  }
+  auto spreads = [](const std::vector<analysis::RankStepSpread>& list, bool phases) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const analysis::RankStepSpread& s : list) {
+      out.push_back({{"step", s.step},
+                     {"ranks", s.ranks},
+                     {"lowest_bytes", s.lowest},
+                     {"median_bytes", s.median},
+                     {"highest_bytes", s.highest},
+                     {"highest_label", s.highest_label}});
+      out.back()[phases ? "phase" : "highest_phase"] = phases ? s.phase : s.highest_phase;
+    }
+    return out;
+  };
+  nlohmann::json by_step = spreads(analysis::AlignRanksByStep(rows), false);
+  nlohmann::json by_phase = spreads(analysis::AlignRanksByPhase(rows), true);
   const analysis::RankContrast c = analysis::ContrastBoundingRank(rows, BoundingIndex(rows));
   nlohmann::json excess = nlohmann::json::object();
   for (const auto& [category, bytes] : c.category_excess) excess[category] = bytes;
   nlohmann::json alone = nlohmann::json::array();
   for (const analysis::RankOwner& o : c.held_alone) alone.push_back(OwnerJson(o));
   return {{"by_step", std::move(by_step)},
+          {"by_phase", std::move(by_phase)},
           {"bounding",
            {{"label", c.label},
             {"peak_allocated_bytes", c.peak_allocated},
@@ -186,18 +199,26 @@ Status WriteRankTable(Db& db, const std::vector<RankRow>& rows) {
       db.Exec("CREATE TABLE vramscope_rank_steps (label TEXT NOT NULL, step INTEGER NOT NULL, "
               "peak_allocated_bytes INTEGER NOT NULL, peak_phase TEXT, PRIMARY KEY (label, "
               "step));"
+              "CREATE TABLE vramscope_rank_phases (label TEXT NOT NULL, step INTEGER NOT NULL, "
+              "phase TEXT NOT NULL, peak_allocated_bytes INTEGER NOT NULL, PRIMARY KEY (label, "
+              "step, phase));"
               "CREATE TABLE vramscope_rank_categories (label TEXT NOT NULL, category TEXT NOT "
               "NULL, bytes INTEGER NOT NULL, PRIMARY KEY (label, category));"
               "CREATE TABLE vramscope_rank_owners (label TEXT NOT NULL, position INTEGER NOT "
               "NULL, category TEXT NOT NULL, owner TEXT NOT NULL, bytes INTEGER NOT NULL, "
               "PRIMARY KEY (label, position));"));
   Insert step(db, "INSERT INTO vramscope_rank_steps VALUES (?,?,?,?)");
+  Insert phase(db, "INSERT INTO vramscope_rank_phases VALUES (?,?,?,?)");
   Insert category(db, "INSERT INTO vramscope_rank_categories VALUES (?,?,?)");
   Insert owner(db, "INSERT INTO vramscope_rank_owners VALUES (?,?,?,?,?)");
   for (const RankRow& r : rows) {
     for (const analysis::RankStep& s : r.step_peaks) {
       RETURN_IF_ERROR(
           step.Row(r.label, static_cast<int64_t>(s.step), s.peak_allocated, s.peak_phase));
+    }
+    for (const analysis::RankPhase& ph : r.phase_peaks) {
+      RETURN_IF_ERROR(
+          phase.Row(r.label, static_cast<int64_t>(ph.step), ph.phase, ph.peak_allocated));
     }
     for (const auto& [name, bytes] : r.at_peak) RETURN_IF_ERROR(category.Row(r.label, name, bytes));
     for (size_t i = 0; i < r.owners_at_peak.size(); ++i) {

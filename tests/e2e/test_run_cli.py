@@ -160,8 +160,19 @@ def test_a_folder_of_ranks_gets_a_per_rank_table(tmp_path):
     for s in steps.values():
         assert s["ranks"] == 2 and s["highest_label"] == "rank1"
         assert s["highest_bytes"] == golden("mlp_adam_fp32")["max_memory_allocated"]
+    # Aligned by phase too: in every step the optimizer's peak is rank 1's alone (SGD's step
+    # allocates nothing), and both ranks run the same forward in step 1.
+    phases = {(p["step"], p["phase"]): p for p in compared["by_phase"]}
+    for step in (1, 2, 3):
+        assert phases[(step, "optimizer")]["ranks"] == 1
+        assert phases[(step, "optimizer")]["highest_label"] == "rank1"
+        assert phases[(step, "backward")]["ranks"] == 2
+    assert phases[(1, "forward")]["lowest_bytes"] == phases[(1, "forward")]["highest_bytes"]
     db = sqlite3.connect(tmp_path / "r.sqlite")
     assert db.execute("SELECT count(*) FROM vramscope_rank_steps").fetchone() == (6,)
+    assert db.execute("SELECT peak_allocated_bytes FROM vramscope_rank_phases WHERE label = "
+                      "'rank1' AND step = 1 AND phase = 'optimizer'").fetchone() == (
+        golden("mlp_adam_fp32")["max_memory_allocated"],)
     assert db.execute("SELECT bytes FROM vramscope_rank_categories WHERE label = 'rank1' AND "
                       "category = 'optimizer_state'").fetchone() == (67_149_824,)
     assert db.execute("SELECT owner FROM vramscope_rank_owners WHERE label = 'rank1' AND "
