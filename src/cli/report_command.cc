@@ -22,7 +22,9 @@ void RegisterReportCommand(CLI::App& app, ReportOptions& o) {
   cmd->add_option("-o,--output", o.out.output,
                   "report database to write (default: the input's name with .sqlite, in the "
                   "current directory; report.sqlite inside a capture folder; "
-                  "vramscope-example.sqlite for the built-in example)");
+                  "vramscope-example.sqlite for the built-in example; a default-named report "
+                  "replaces the one an earlier run wrote, never another file; none with --json "
+                  "or --summary-only)");
   cmd->add_option("--project-root", o.project_root,
                   "stack frames under this folder are the user's code: they name allocation "
                   "sites and fill Skyline's stack_frames, relative to it (default: the current "

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "cli/output_target.h"
 #include "common/peak_memory.h"
 #include "common/units.h"
 #include "pipeline/load.h"
@@ -28,11 +29,16 @@ double Seconds(Clock::time_point from, Clock::time_point to) {
 
 void AddReportOutputFlags(CLI::App& cmd, ReportOutputOptions& o, bool with_summary_only,
                           bool with_timings) {
-  cmd.add_flag("--force", o.force, "overwrite outputs that exist");
-  cmd.add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
+  cmd.add_flag("--force", o.force,
+               "overwrite the outputs -o and --html name if they exist (a default-named report "
+               "replaces an earlier vramscope report without it, and nothing else)");
+  cmd.add_flag("--json", o.json,
+               "print the summary as JSON on stdout instead of text; writes no database unless "
+               "-o names one");
   cmd.add_flag("-q,--quiet", o.quiet, "print nothing but errors (and JSON with --json)");
   if (with_summary_only) {
-    cmd.add_flag("--summary-only", o.summary_only, "print the summary and write no database");
+    cmd.add_flag("--summary-only", o.summary_only,
+                 "print the summary; write no database unless -o names one");
   }
   cmd.add_option("--html", o.html,
                  "also write the interactive HTML viewer to this file (as 'vramscope view')");
@@ -46,13 +52,16 @@ void AddReportOutputFlags(CLI::App& cmd, ReportOutputOptions& o, bool with_summa
 Result<PreparedOutputs> PrepareReportOutputs(const pipeline::Input& input,
                                              const ReportOutputOptions& options) {
   PreparedOutputs out;
-  const bool database =
-      !options.summary_only && (!options.output.empty() || options.database_by_default);
-  if (database) {
+  const bool named = !options.output.empty();
+  const bool summary_asked = options.summary_only || options.json;
+  if (named || (options.database_by_default && !summary_asked)) {
     const std::string target =
-        options.output.empty() ? pipeline::DefaultOutputName(input, "sqlite") : options.output;
-    ASSIGN_OR_RETURN(AtomicOutput prepared, AtomicOutput::Prepare(target, options.force));
-    out.database.emplace(std::move(prepared));
+        named ? options.output : pipeline::DefaultOutputName(input, "sqlite");
+    ASSIGN_OR_RETURN(
+        PreparedOutput prepared,
+        PrepareOutput(target, named, report::OutputKind::kReportDatabase, options.force));
+    out.database.emplace(std::move(prepared.file));
+    out.database_replaces_earlier = prepared.replaces_earlier;
   }
   // The viewer reads a report database; without one it gets a temporary one.
   if (!options.html.empty()) {
@@ -102,11 +111,13 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions&
 
   if (options.json) {
     nlohmann::json json = report::RenderJsonSummary(input, options.top);
-    json["report"] = outputs.database ? nlohmann::json{{"path", outputs.database->target()},
-                                                       {"skyline_tables", info.skyline_tables},
-                                                       {"vramscope_tables", info.vramscope_tables},
-                                                       {"rows", info.rows}}
-                                      : nlohmann::json(nullptr);
+    json["report"] = outputs.database
+                         ? nlohmann::json{{"path", outputs.database->target()},
+                                          {"skyline_tables", info.skyline_tables},
+                                          {"vramscope_tables", info.vramscope_tables},
+                                          {"rows", info.rows},
+                                          {"replaced_earlier", outputs.database_replaces_earlier}}
+                         : nlohmann::json(nullptr);
     if (!ranks.empty()) {
       json["ranks"] = report::RankTableJson(ranks);
       json["ranks_compared"] = report::RankComparisonJson(ranks);
@@ -149,8 +160,9 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions&
     }
   }
   if (outputs.database) {
-    fmt::print("\nreport written to {} ({} Skyline tables + {} vramscope_ tables, {} rows)\n",
-               outputs.database->target(), info.skyline_tables, info.vramscope_tables, info.rows);
+    fmt::print("\nreport written to {} ({} Skyline tables + {} vramscope_ tables, {} rows){}\n",
+               outputs.database->target(), info.skyline_tables, info.vramscope_tables, info.rows,
+               ReplacedNote(outputs.database_replaces_earlier));
   }
   if (!options.html.empty()) fmt::print("viewer written to {}\n", options.html);
   if (options.timings) {

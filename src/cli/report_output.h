@@ -15,8 +15,10 @@
 namespace vramscope::cli {
 
 struct ReportOutputOptions {
-  std::string output;  // -o; empty: DefaultOutputName of the input, unless !database_by_default
-  bool summary_only = false;        // --summary-only: no database
+  // -o; empty: DefaultOutputName of the input, unless !database_by_default or the summary is all
+  // that was asked for (--json, --summary-only): then no database.
+  std::string output;
+  bool summary_only = false;        // --summary-only: no database unless -o names one
   bool database_by_default = true;  // predict writes a database only when -o names one
   std::string html;                 // --html: also the viewer page
   bool force = false;
@@ -32,9 +34,14 @@ struct ReportOutputOptions {
 void AddReportOutputFlags(CLI::App& cmd, ReportOutputOptions& o, bool with_summary_only,
                           bool with_timings);
 
-// The outputs, checked before any heavy work so that "already exists" comes at once.
+// The outputs, checked before any heavy work so that "already exists" comes at once. The
+// database: the one -o names (an existing file replaced only with --force); without -o, the
+// input's default name, unless only a summary was asked for (--json, --summary-only) or the verb
+// writes none by default; a default-named database replaces an earlier vramscope report there and
+// nothing else (cli/output_target.h). --html is always named by the user.
 struct PreparedOutputs {
   std::optional<AtomicOutput> database;
+  bool database_replaces_earlier = false;  // default-named, over vramscope's own earlier report
   std::optional<AtomicOutput> viewer_database;  // --html without a database: a temporary one
 };
 Result<PreparedOutputs> PrepareReportOutputs(const pipeline::Input& input,

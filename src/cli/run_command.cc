@@ -82,34 +82,46 @@ std::optional<std::string> FindCuptiLibrary() {
   return std::nullopt;
 }
 
-// `shown`: the folder as the user spelled it, for messages.
-Status PrepareOutputFolder(const fs::path& dir, const std::string& shown, bool force) {
+// Makes the captures' folder ready. `shown`: the folder as the user spelled it, for messages;
+// `named`: -o gave it. An earlier run's captures in it are removed when the folder is the default
+// one or with --force (and said so), else refused. Returns whether the folder was created.
+Result<bool> PrepareOutputFolder(const fs::path& dir, const std::string& shown, bool named,
+                                 bool force, bool quiet) {
   std::error_code ec;
+  bool created = false;
   if (fs::exists(dir, ec)) {
     if (!fs::is_directory(dir, ec)) {
-      return InvalidInput(fmt::format("-o {}: is a file; give a folder for the captures", shown));
+      return InvalidInput(
+          named ? fmt::format("-o {}: is a file; give a folder for the captures", shown)
+                : fmt::format("{}: is a file, and run writes its captures into a folder of that "
+                              "name by default; give another folder with -o",
+                              shown));
     }
     const std::vector<fs::path> old = sources::CaptureFilesIn(dir);
     if (!old.empty()) {
-      if (!force) {
+      if (named && !force) {
         return InvalidInput(fmt::format(
             "-o {}: holds the captures of an earlier run ({}); pass --force to replace them or "
             "choose another folder",
             shown, old.front().filename().string()));
+      }
+      if (!quiet) {
+        fmt::print(stderr, "vramscope: replacing the captures of an earlier run in {} ({} files)\n",
+                   shown, old.size());
       }
       for (const fs::path& p : old) fs::remove(p, ec);
     }
   } else {
     fs::create_directories(dir, ec);
     if (ec) {
-      return InvalidInput(fmt::format("-o {}: the folder cannot be made: {}", shown, ec.message()));
+      return InvalidInput(fmt::format("{}: the folder cannot be made: {}", shown, ec.message()));
     }
+    created = true;
   }
   if (access(dir.c_str(), W_OK) != 0) {
-    return InvalidInput(
-        fmt::format("-o {}: cannot write into it: {}", shown, std::strerror(errno)));
+    return InvalidInput(fmt::format("{}: cannot write into it: {}", shown, std::strerror(errno)));
   }
-  return Status::Ok();
+  return created;
 }
 
 struct ChildOutcome {
@@ -203,8 +215,11 @@ CLI::App* RegisterRunCommand(CLI::App& app, RunOptions& o) {
       "'vramscope report FOLDER'). Example: vramscope run --steps 3 -- python train.py");
   cmd->add_option("-o,--output", o.output,
                   "folder for the captures (<rank>.pickle snapshot, <rank>.sidecar.json, "
-                  "report.sqlite; default: vramscope-run)");
-  cmd->add_flag("--force", o.force, "replace the captures of an earlier run in that folder");
+                  "report.sqlite; default: vramscope-run, where an earlier run's captures are "
+                  "replaced)");
+  cmd->add_flag("--force", o.force,
+                "replace the captures of an earlier run in the folder -o names, and the --html "
+                "page if it exists");
   cmd->add_option("--steps", o.steps,
                   "write the capture after this many training steps (optimizer steps) and stop "
                   "the program; 0 (default): capture until the program exits")
@@ -229,7 +244,8 @@ CLI::App* RegisterRunCommand(CLI::App& app, RunOptions& o) {
   cmd->add_flag("--no-python", o.no_python,
                 "do not inject the PyTorch bootstrap (with --native: native capture only)");
   cmd->add_flag("--no-report", o.no_report, "write the captures only; no report afterwards");
-  cmd->add_flag("--json", o.json, "print the report's summary as JSON on stdout");
+  cmd->add_flag("--json", o.json,
+                "print the report's summary as JSON on stdout (and write no report.sqlite)");
   cmd->add_flag("-q,--quiet", o.quiet, "print nothing of vramscope's but errors");
   cmd->add_option("--html", o.html, "also write the interactive HTML viewer to this file");
   cmd->add_option("--project-root", o.project_root,
@@ -237,7 +253,8 @@ CLI::App* RegisterRunCommand(CLI::App& app, RunOptions& o) {
                   "directory)");
   cmd->footer(
       "The command goes after '--' (or after the options). Exit status: the program's own when "
-      "it failed; else 0, or 1 when nothing was captured or the report failed.");
+      "it failed; else 0, also when it used no CUDA and nothing was captured (a line on stderr "
+      "says so), or 1 when the report failed; 2 for bad flags, before the program starts.");
   return cmd;
 }
 
@@ -278,8 +295,11 @@ int RunRunCommand(RunOptions o) {
     return ReportError(UsageError("--keep-running needs --steps N"));
   }
   std::error_code ec;
-  const fs::path out_dir = fs::absolute(o.output, ec);
-  if (Status s = PrepareOutputFolder(out_dir, o.output, o.force); !s.ok()) return ReportError(s);
+  const bool named = !o.output.empty();
+  const std::string shown = named ? o.output : kDefaultRunFolder;
+  const fs::path out_dir = fs::absolute(shown, ec);
+  const Result<bool> created = PrepareOutputFolder(out_dir, shown, named, o.force, o.quiet);
+  if (!created.ok()) return ReportError(created.status());
 
   std::vector<std::pair<std::string, std::string>> env = {
       {"VRAMSCOPE_CAPTURE_DIR", out_dir.string()},
@@ -334,28 +354,33 @@ int RunRunCommand(RunOptions o) {
     sidecars += name.ends_with(".sidecar.json") ? 1 : 0;
   }
   if (!any_capture) {
+    // Not an error of the program's: its status stands (README, "Exit status"), and the line
+    // says what was not captured. A folder made for this run and left empty is removed.
     if (sidecars > 0) {
       // The bootstrap's CPU test mode (VRAMSCOPE_CAPTURE_CPU) writes sidecars only.
       fmt::print(stderr,
-                 "vramscope: error: nothing was captured: the bootstrap wrote {} sidecar(s) to {} "
-                 "but no snapshot, because no process initialized CUDA\n",
-                 sidecars, o.output);
+                 "vramscope: nothing was captured: the bootstrap wrote {} sidecar(s) to {} but no "
+                 "snapshot, because no process initialized CUDA; no report\n",
+                 sidecars, shown);
     } else {
       fmt::print(stderr,
-                 "vramscope: error: nothing was captured: no process of '{}' used CUDA{}; check "
-                 "that it trains on a GPU{}\n",
+                 "vramscope: nothing was captured: no process of '{}' used CUDA{}, so there is "
+                 "no snapshot and no report; check that it trains on a GPU{}\n",
                  o.command.front(), o.no_python ? "" : " through PyTorch",
                  o.native ? "" : " (for JAX, TensorFlow or plain CUDA programs add --native)");
+      if (*created) fs::remove(out_dir, ec);  // only when empty: remove() refuses otherwise
     }
-    return program_code != 0 ? program_code : kExitBadInput;
+    return program_code;
   }
   if (o.no_report) {
     if (!o.quiet) fmt::print("captures written to {}\n", out_dir.string());
     return program_code;
   }
   // The folder is reported as `vramscope report FOLDER` does; its report.sqlite is this run's.
+  // Its report.sqlite is default-named: it replaces the one of an earlier run (already removed with
+  // that run's captures); --html is the user's and keeps the --force rule.
   ReportOutputOptions report;
-  report.force = true;
+  report.force = o.force;
   report.json = o.json;
   report.quiet = o.quiet;
   report.html = o.html;

@@ -10,9 +10,13 @@
 
 namespace vramscope::cli {
 
+// The captures' folder when -o names none. An earlier run's captures there are replaced (they are
+// vramscope's own, recognised by their names); in a folder -o names, only with --force.
+inline constexpr const char* kDefaultRunFolder = "vramscope-run";
+
 struct RunOptions {
   std::vector<std::string> command;  // the program and its arguments
-  std::string output = "vramscope-run";
+  std::string output;                // -o; empty: kDefaultRunFolder
   bool force = false;
   int64_t steps = 0;  // 0: until the program exits
   bool keep_running = false;

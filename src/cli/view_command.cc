@@ -11,6 +11,7 @@
 
 #include "cli/exit_codes.h"
 #include "cli/input_flags.h"
+#include "cli/output_target.h"
 #include "common/atomic_output.h"
 #include "common/units.h"
 #include "pipeline/analyze.h"
@@ -71,10 +72,16 @@ class TemporaryReport {
 
 Status Run(const ViewOptions& options) {
   const pipeline::Input first = pipeline::ClassifyInput(options.input);
-  const std::string target =
-      options.output.empty() ? pipeline::DefaultOutputName(first, "html") : options.output;
-  // Refuse an existing output before any work.
-  { ASSIGN_OR_RETURN(AtomicOutput check, AtomicOutput::Prepare(target, options.force)); }
+  const bool named = !options.output.empty();
+  const std::string target = named ? options.output : pipeline::DefaultOutputName(first, "html");
+  // Refuse an existing output before any work; a default-named page replaces only an earlier
+  // vramscope page.
+  bool replaces_earlier = false;
+  {
+    ASSIGN_OR_RETURN(PreparedOutput check,
+                     PrepareOutput(target, named, report::OutputKind::kViewerPage, options.force));
+    replaces_earlier = check.replaces_earlier;
+  }
   ASSIGN_OR_RETURN(const std::string project_root,
                    pipeline::ResolveProjectRoot(options.project_root));
   std::vector<std::string> inputs{options.input};
@@ -91,12 +98,13 @@ Status Run(const ViewOptions& options) {
     RETURN_IF_ERROR(temp->Make(input, project_root, options.limits, options.quiet));
     databases.push_back(temp->path());
   }
-  RETURN_IF_ERROR(report::WriteViewerPage(databases, target, options.force, options.title));
+  RETURN_IF_ERROR(
+      report::WriteViewerPage(databases, target, options.force || replaces_earlier, options.title));
   if (!options.quiet) {
     std::error_code ec;
     const auto bytes = static_cast<int64_t>(std::filesystem::file_size(target, ec));
-    fmt::print("viewer written to {} ({}); open it in a browser\n", target,
-               FormatBytes(ec ? 0 : bytes));
+    fmt::print("viewer written to {} ({}){}; open it in a browser\n", target,
+               FormatBytes(ec ? 0 : bytes), ReplacedNote(replaces_earlier));
   }
   return Status::Ok();
 }
@@ -120,9 +128,10 @@ void RegisterViewCommand(CLI::App& app, ViewOptions& o) {
   cmd->add_option("-o,--output", o.output,
                   "page to write (default: the input's name with .html, in the current "
                   "directory; report.html inside a capture folder; vramscope-example.html for the "
-                  "built-in example)");
+                  "built-in example; a default-named page replaces the one an earlier run "
+                  "wrote, never another file)");
   cmd->add_option("--title", o.title, "the page's title (default: the inputs' names)");
-  cmd->add_flag("--force", o.force, "overwrite the output if it exists");
+  cmd->add_flag("--force", o.force, "overwrite the page -o names if it exists");
   cmd->add_flag("-q,--quiet", o.quiet, "print nothing but errors");
   cmd->add_option("--project-root", o.project_root,
                   "stack frames under this folder are the user's code (for inputs that are not "

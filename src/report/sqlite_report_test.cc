@@ -16,6 +16,8 @@
 #include "common/gzip.h"
 #include "pipeline/analyze.h"
 #include "pipeline/load.h"
+#include "report/earlier_output.h"
+#include "report/html_viewer.h"
 #include "report/json_summary.h"
 #include "report/terminal_summary.h"
 #include "report/viewer_data.h"
@@ -122,6 +124,46 @@ TEST_F(ExampleReport, SkylineSchemaIsVerbatim) {
     EXPECT_TRUE(skyline || name.rfind("vramscope_", 0) == 0) << name;
   }
   EXPECT_EQ(info_.vramscope_tables, 32);
+}
+
+// A default-named output may replace only what vramscope wrote (report/earlier_output.h): its
+// report and its page are recognised; another SQLite database, an HTML page of someone else's, a
+// text file, a truncated report and a folder are not.
+TEST_F(ExampleReport, OnlyVramscopesOwnOutputsAreRecognisedAsEarlierOutputs) {
+  EXPECT_TRUE(IsEarlierOutput(path_, OutputKind::kReportDatabase));
+  EXPECT_FALSE(IsEarlierOutput(path_, OutputKind::kViewerPage));
+  const std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+  const std::string page = path_ + ".html";
+  ASSERT_TRUE(WriteViewerPage({path_}, page, /*overwrite=*/true, "").ok());
+  EXPECT_TRUE(IsEarlierOutput(page, OutputKind::kViewerPage));
+  EXPECT_FALSE(IsEarlierOutput(page, OutputKind::kReportDatabase));
+
+  const std::string other_db = path_ + ".other.sqlite";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(other_db.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE weight_entries (name TEXT)", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_FALSE(IsEarlierOutput(other_db, OutputKind::kReportDatabase));
+
+  const std::string other_page = path_ + ".other.html";
+  std::ofstream(other_page) << "<!doctype html><html><head><meta name=\"generator\" "
+                               "content=\"Hugo\"></head></html>";
+  EXPECT_FALSE(IsEarlierOutput(other_page, OutputKind::kViewerPage));
+
+  // The first 4 KiB of a real report: the header says SQLite, the schema cannot be read.
+  const std::string truncated = path_ + ".truncated.sqlite";
+  {
+    std::ifstream in(path_, std::ios::binary);
+    std::string head(4096, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    std::ofstream(truncated, std::ios::binary) << head;
+  }
+  EXPECT_FALSE(IsEarlierOutput(truncated, OutputKind::kReportDatabase));
+  EXPECT_FALSE(IsEarlierOutput(other_page, OutputKind::kReportDatabase));
+  EXPECT_FALSE(IsEarlierOutput(dir.string(), OutputKind::kReportDatabase));
+  EXPECT_FALSE(IsEarlierOutput(path_ + ".absent", OutputKind::kReportDatabase));
+  for (const std::string& p : {page, other_db, other_page, truncated}) std::filesystem::remove(p);
 }
 
 TEST_F(ExampleReport, SegmentTimelineHoldsEverySegmentAndEveryAllocationsSegment) {

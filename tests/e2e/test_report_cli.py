@@ -376,15 +376,16 @@ def test_built_in_example(run, out_dir):
     assert "report written to vramscope-example.sqlite" in out
     assert list_dir(out_dir) == ["vramscope-example.sqlite"]
     assert _is_report(out_dir / "vramscope-example.sqlite")
-    first = (out_dir / "vramscope-example.sqlite").read_bytes()
 
+    # The second time, the default-named report replaces the first (it is vramscope's own), and
+    # says so; the same input gives the same database.
     rc, out, err = run("report", cwd=out_dir)
-    assert rc == 1
-    assert out == ""
-    line = assert_one_error_line(err)
-    assert "vramscope-example.sqlite" in line and "--force" in line
-    assert (out_dir / "vramscope-example.sqlite").read_bytes() == first
+    assert rc == 0, err
+    assert err == ""
+    assert "report written to vramscope-example.sqlite (6 Skyline tables" in out
+    assert out.rstrip().endswith("rows), replacing the earlier one"), out
     assert list_dir(out_dir) == ["vramscope-example.sqlite"]
+    assert _is_report(out_dir / "vramscope-example.sqlite")
 
     rc, out, err = run("report", "--force", cwd=out_dir)
     assert rc == 0, err
@@ -493,15 +494,15 @@ def check_json_summary(doc: dict, report_path: str | None, peaks: tuple[int, int
 
 
 def test_json_built_in_example(run, out_dir):
+    # Only JSON was asked for: nothing is written.
     rc, out, err = run("report", "--json", cwd=out_dir)
     assert rc == 0, err
     doc = json.loads(out)
-    check_json_summary(doc, "vramscope-example.sqlite",
-                       (BUILT_IN_PEAK_ALLOCATED, BUILT_IN_PEAK_RESERVED))
+    check_json_summary(doc, None, (BUILT_IN_PEAK_ALLOCATED, BUILT_IN_PEAK_RESERVED))
     assert doc["source"]["built_in_example"] is True
     assert doc["source"]["path"] == BUILT_IN_NAME
     assert "timings_s" not in doc
-    assert list_dir(out_dir) == ["vramscope-example.sqlite"]
+    assert list_dir(out_dir) == []
 
 
 def test_json_quiet_still_prints_json(run, small_snapshot, out_dir):

@@ -86,7 +86,8 @@ def test_one_capture_gets_recorded_phases_and_real_names(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
     make_capture(runs, "mlp_adam_fp32", "pid4242", None)
-    code, out, err = run_binary("report", "--json", runs, cwd=tmp_path)
+    code, out, err = run_binary("report", "--json", runs, "-o", runs / "report.sqlite",
+                                cwd=tmp_path)
     assert code == 0, err
     report = json.loads(out)
     (device,) = report["devices"]
@@ -252,13 +253,43 @@ def test_run_usage_errors(tmp_path, args, code, message):
     assert_failure(got, out, err, code, message)
 
 
-def test_run_of_a_program_without_cuda_captures_nothing_and_says_so(tmp_path):
-    code, out, err = run_binary("run", "-o", "out", "--", sys.executable, "-c", "print('hello')",
+@pytest.mark.parametrize("folder", [None, "out"])
+def test_run_of_a_program_without_cuda_captures_nothing_and_says_so(tmp_path, folder):
+    """The program succeeded, so run does too (its status is kept); one line says what was not
+    captured, and the folder made for the captures, left empty, is removed."""
+    args = ["-o", folder] if folder else []
+    for _ in range(2):
+        code, out, err = run_binary("run", *args, "--", sys.executable, "-c", "print('hello')",
+                                    cwd=tmp_path)
+        assert code == 0, err
+        assert out == "hello\n"  # the program's own output passes through, and nothing else
+        (line,) = err.splitlines()
+        assert line.startswith("vramscope: nothing was captured: no process of "), line
+        assert "no snapshot and no report" in line
+        assert list(tmp_path.iterdir()) == []
+    # A failing program's status is kept the same way.
+    code, out, err = run_binary("run", *args, "--", sys.executable, "-c", "raise SystemExit(4)",
                                 cwd=tmp_path)
-    assert code == 1
-    assert "hello" in out  # the program's own output passes through
-    assert "nothing was captured: no process of" in err
-    assert (tmp_path / "out").is_dir()
+    assert code == 4
+    assert "the program exited with status 4" in err and "nothing was captured" in err
+
+
+def test_run_without_o_replaces_an_earlier_runs_captures(tmp_path):
+    """The default folder is vramscope's own: a second run replaces the captures of the first
+    (and says so); a file of the user's in it stays."""
+    default = tmp_path / "vramscope-run"
+    default.mkdir()
+    (default / "rank0.pickle").write_bytes(b"old")
+    (default / "rank0.sidecar.json").write_text("{}")
+    (default / "notes.txt").write_text("mine")
+    code, out, err = run_binary("run", "--", "true", cwd=tmp_path)
+    assert code == 0, err
+    assert "replacing the captures of an earlier run in vramscope-run (2 files)" in err
+    assert sorted(p.name for p in default.iterdir()) == ["notes.txt"]
+    # -q silences the note, not the error-free outcome.
+    (default / "rank0.pickle").write_bytes(b"old")
+    code, out, err = run_binary("run", "-q", "--", "true", cwd=tmp_path)
+    assert code == 0 and "replacing" not in err
 
 
 def test_run_keeps_the_program_exit_code_and_its_arguments(tmp_path):
@@ -280,7 +311,7 @@ def test_run_refuses_to_mix_with_an_earlier_capture(tmp_path):
     assert (out_dir / "rank0.pickle").read_bytes() == b"old"
     # --force clears them first.
     code, out, err = run_binary("run", "--force", "-o", out_dir, "--", "true", cwd=tmp_path)
-    assert code == 1 and "nothing was captured" in err
+    assert code == 0 and "nothing was captured" in err
     assert not (out_dir / "rank0.pickle").exists()
 
 
@@ -288,6 +319,10 @@ def test_run_output_must_be_a_folder(tmp_path):
     (tmp_path / "file").write_text("x")
     code, out, err = run_binary("run", "-o", "file", "--", "true", cwd=tmp_path)
     assert_failure(code, out, err, 1, "-o file: is a file; give a folder for the captures")
+    (tmp_path / "vramscope-run").write_text("x")
+    code, out, err = run_binary("run", "--", "true", cwd=tmp_path)
+    assert_failure(code, out, err, 1, "vramscope-run: is a file, and run writes its captures into "
+                   "a folder of that name by default; give another folder with -o")
 
 
 def nvml_record(reserved: int) -> dict:

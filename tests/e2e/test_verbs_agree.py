@@ -161,7 +161,8 @@ def test_capture_folder_agrees_across_verbs(tmp_path):
     folder.mkdir()
     make_capture(folder, "mlp_adam_fp32", "rank0", 0, 2)
     make_capture(folder, "gpt_adamw_fp32", "rank1", 1, 2)
-    report_json = json.loads(run_ok("report", folder, "--json", cwd=tmp_path))
+    report_json = json.loads(run_ok("report", folder, "--json", "-o", folder / "report.sqlite",
+                                    cwd=tmp_path))
     assert (folder / "report.sqlite").is_file()
     simulated = json.loads(run_ok("simulate", folder, "--json", "-o", "s.sqlite", cwd=tmp_path))
     peaks = json_peaks(report_json)

@@ -1,0 +1,29 @@
+// How every verb prepares a file it writes (`report`'s database, `view`'s page, the viewer page
+// of `--html`, `simulate -o`, `predict -o`): an output the user named keeps the rule "never
+// overwrite without --force"; an output whose name the tool chose itself (the input's name with
+// .sqlite or .html) replaces the output an earlier vramscope run wrote there, so that the same
+// command works the second time, and never anything else.
+#pragma once
+
+#include <string>
+
+#include "common/atomic_output.h"
+#include "common/status.h"
+#include "report/earlier_output.h"
+
+namespace vramscope::cli {
+
+struct PreparedOutput {
+  AtomicOutput file;
+  bool replaces_earlier = false;  // a default-named output replacing vramscope's own earlier one
+};
+
+// `named_by_user`: the path came from -o/--html. Checked before any heavy work, so that a refusal
+// comes at once; nothing is created yet.
+Result<PreparedOutput> PrepareOutput(const std::string& path, bool named_by_user,
+                                     report::OutputKind kind, bool force);
+
+// ", replacing the earlier one" when `replaces_earlier`, else "": appended to "... written to X".
+std::string ReplacedNote(bool replaces_earlier);
+
+}  // namespace vramscope::cli
