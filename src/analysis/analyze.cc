@@ -1,12 +1,19 @@
 #include "analysis/analyze.h"
 
+#include <fmt/format.h>
+
+#include "common/units.h"
+
 namespace vramscope::analysis {
 
 std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoot& root,
-                                  const Simulations* replay) {
+                                  const Simulations* replay, Progress* progress) {
   const model::Trace& trace = view.trace;
   auto a = std::make_unique<Analysis>();
+  ProgressStage(progress, fmt::format("attributing {} allocations",
+                                      FormatCount(static_cast<int64_t>(trace.allocations.size()))));
   a->attribution = attribution::Attribute(view);
+  ProgressStage(progress, "analysing: curves, peaks, owners, regions, out-of-memory points");
   a->timelines = ComputeTimelines(view);
   a->sites = std::make_unique<SiteNamer>(trace, root);
   a->owners = std::make_unique<OwnerNamer>(view, a->attribution, *a->sites);

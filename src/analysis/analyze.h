@@ -17,6 +17,7 @@
 #include "analysis/summary.h"
 #include "analysis/timeline.h"
 #include "attribution/attribution.h"
+#include "common/progress.h"
 #include "model/interpretation.h"
 #include "model/trace.h"
 
@@ -51,8 +52,9 @@ inline constexpr size_t kCategoryTimelinePoints = 20000;
 
 // The trace and interpretation behind `view`, and `root`, must outlive the result. `replay`: the
 // allocator model's replay (Loaded::simulations), whose segments stand in for recorded ones where
-// the source has none; may be null.
+// the source has none; may be null. `progress`: the stages are named on it; may be null.
 std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoot& root,
-                                  const Simulations* replay = nullptr);
+                                  const Simulations* replay = nullptr,
+                                  Progress* progress = nullptr);
 
 }  // namespace vramscope::analysis

@@ -414,6 +414,7 @@ Status Run(const PredictOptions& o) {
         "compiled)");
   }
   ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(model_source));
+  Progress progress(!o.quiet);
   std::optional<predict::FitResult> fit;
   if (!o.fit.empty()) {
     predict::FitDimension dim = predict::FitDimension::kBatch;
@@ -422,8 +423,11 @@ Status Run(const PredictOptions& o) {
     } else if (o.fit_dim != "batch") {
       return UsageError(fmt::format("--fit-dim {}: use batch, seq or layout", o.fit_dim));
     }
-    ASSIGN_OR_RETURN(fit, predict::Fit(model, request, dim, o.fit_max));
     const char* what = dim == predict::FitDimension::kBatch ? "batch" : "sequence length";
+    progress.Stage(
+        fmt::format("finding the largest {} that fits (a simulation per size tried)", what));
+    ASSIGN_OR_RETURN(fit, predict::Fit(model, request, dim, o.fit_max));
+    progress.Finish();
     if (fit->largest == 0) {
       const predict::NoFitAdvice advice = predict::ExplainNoFit(*model.spec, request, *fit);
       if (o.json) {
@@ -455,10 +459,12 @@ Status Run(const PredictOptions& o) {
     }
   }
   // The stream once: written when asked for, then run through the allocator.
+  progress.Stage("predicting the step's tensors");
   ASSIGN_OR_RETURN(predict::TensorStream stream, predict::PredictStream(model, request));
   if (!o.emit_stream.empty()) {
     RETURN_IF_ERROR(predict::WriteTensorStream(stream, o.emit_stream, o.force));
   }
+  progress.Stage("placing the step's tensors with the allocator model");
   ASSIGN_OR_RETURN(predict::BuiltTrace built, predict::BuildPrediction(std::move(stream), request));
   if (fit) {
     built.trace.prediction->facts.emplace_back(
@@ -479,12 +485,12 @@ Status Run(const PredictOptions& o) {
                    PrepareReportOutputs({pipeline::InputKind::kFile, o.model}, out));
   ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(""));
   pipeline::LoadOptions load;
-  load.progress = false;
+  load.progress = &progress;
   load.project_root = project_root;
   ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::FromTrace(std::move(built.trace), load));
   ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,
-                   pipeline::Analyze(std::move(loaded), {project_root, std::nullopt}));
-  return EmitReport(*analyzed, out, outputs, {});
+                   pipeline::Analyze(std::move(loaded), {project_root, std::nullopt, &progress}));
+  return EmitReport(*analyzed, out, outputs, {}, &progress);
 }
 
 }  // namespace

@@ -88,22 +88,26 @@ Status CheckDevice(const pipeline::Analyzed& analyzed, std::optional<int32_t> de
 }
 
 Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions& options,
-                  PreparedOutputs& outputs, const StageTimes& times) {
+                  PreparedOutputs& outputs, const StageTimes& times, Progress* progress) {
   const report::ReportInput input = report::ReportInput::From(analyzed);
   const auto t_write = Clock::now();
   report::SqliteReportInfo info;
   if (outputs.database) {
+    ProgressStage(progress, fmt::format("writing {}", outputs.database->target()));
     RETURN_IF_ERROR(report::WriteSqliteReport(outputs.database->temp_path(), input, &info));
     RETURN_IF_ERROR(outputs.database->Commit());
   }
   if (!options.html.empty()) {
     if (outputs.viewer_database) {
+      ProgressStage(progress, "writing the report for the viewer page");
       RETURN_IF_ERROR(report::WriteSqliteReport(outputs.viewer_database->temp_path(), input));
     }
+    ProgressStage(progress, fmt::format("building the viewer page {}", options.html));
     RETURN_IF_ERROR(report::WriteViewerPage(
         {outputs.database ? outputs.database->target() : outputs.viewer_database->temp_path()},
         options.html, options.force, ""));
   }
+  ProgressFinish(progress);
   const double write_s = Seconds(t_write, Clock::now());
   const double total_s = times.start_to_analyzed_s + write_s;
   const std::vector<analysis::RankRow>& ranks = analyzed.loaded.ranks;
@@ -181,19 +185,21 @@ Status ReportOnInput(const pipeline::Input& input, const std::string& project_ro
   const auto t_start = Clock::now();
   ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(project_root_flag));
   ASSIGN_OR_RETURN(PreparedOutputs outputs, PrepareReportOutputs(input, options));
+  Progress progress(!options.quiet);
   pipeline::LoadOptions load;
-  load.progress = !options.quiet;
+  load.progress = &progress;
   load.project_root = project_root;
   load.limits = limits;
   ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::Load(input, load));
   const auto t_loaded = Clock::now();
   ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,
-                   pipeline::Analyze(std::move(loaded), {project_root, std::nullopt}));
+                   pipeline::Analyze(std::move(loaded), {project_root, std::nullopt, &progress}));
   const auto t_analyzed = Clock::now();
   RETURN_IF_ERROR(CheckDevice(*analyzed, options.device));
   return EmitReport(
       *analyzed, options, outputs,
-      {Seconds(t_start, t_loaded), Seconds(t_loaded, t_analyzed), Seconds(t_start, t_analyzed)});
+      {Seconds(t_start, t_loaded), Seconds(t_loaded, t_analyzed), Seconds(t_start, t_analyzed)},
+      &progress);
 }
 
 }  // namespace vramscope::cli

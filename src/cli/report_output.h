@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/atomic_output.h"
+#include "common/progress.h"
 #include "common/status.h"
 #include "pipeline/analyze.h"
 #include "pipeline/input.h"
@@ -52,9 +53,11 @@ struct StageTimes {
   double load_s = 0, analyze_s = 0, start_to_analyzed_s = 0;
 };
 
-// Writes the database and the viewer, then prints the summary (or JSON).
+// Writes the database and the viewer, then prints the summary (or JSON). `progress`: the verb's
+// progress line (writing and building the page are stages on it; it is erased before anything
+// is printed); may be null.
 Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputOptions& options,
-                  PreparedOutputs& outputs, const StageTimes& times);
+                  PreparedOutputs& outputs, const StageTimes& times, Progress* progress = nullptr);
 
 // What `report` does, and `run` after its capture: load `input` through the pipeline, analyse
 // it, and emit the report. `project_root`: the --project-root flag ("" = the current directory);

@@ -118,21 +118,24 @@ Status Run(const SimulateOptions& o) {
     ASSIGN_OR_RETURN(AtomicOutput prepared, AtomicOutput::Prepare(o.output, o.force));
     output.emplace(std::move(prepared));
   }
+  Progress progress(!o.quiet);
   pipeline::LoadOptions load;
-  load.progress = !o.quiet;
+  load.progress = &progress;
   load.project_root = project_root;
   load.limits = o.limits;
   load.recorded_conf = o.recorded_conf;
   load.require_replay = true;
   ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::Load(input, load));
   ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,
-                   pipeline::Analyze(std::move(loaded), {project_root, what_if}));
+                   pipeline::Analyze(std::move(loaded), {project_root, what_if, &progress}));
   const report::ReportInput in = report::ReportInput::From(*analyzed);
   report::SqliteReportInfo info;
   if (output) {
+    progress.Stage(fmt::format("writing {}", output->target()));
     RETURN_IF_ERROR(report::WriteSqliteReport(output->temp_path(), in, &info));
     RETURN_IF_ERROR(output->Commit());
   }
+  progress.Finish();
   if (o.json) {
     nlohmann::json json = report::RenderSimulationJson(in, o.device);
     json["report"] = output ? nlohmann::json{{"path", output->target()}, {"rows", info.rows}}

@@ -42,7 +42,7 @@ class TemporaryReport {
     if (!path_.empty()) std::remove(path_.c_str());
   }
   Status Make(const pipeline::Input& input, const std::string& project_root,
-              const pipeline::InputLimits& limits, bool quiet) {
+              const pipeline::InputLimits& limits, Progress& progress) {
     const char* tmp = std::getenv("TMPDIR");
     std::string pattern =
         std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/vramscope-view-XXXXXX";
@@ -56,12 +56,13 @@ class TemporaryReport {
     close(fd);
     path_ = name.data();
     pipeline::LoadOptions load;
-    load.progress = !quiet;
+    load.progress = &progress;
     load.project_root = project_root;
     load.limits = limits;
     ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::Load(input, load));
     ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,
-                     pipeline::Analyze(std::move(loaded), {project_root, std::nullopt}));
+                     pipeline::Analyze(std::move(loaded), {project_root, std::nullopt, &progress}));
+    progress.Stage("writing the report for the page");
     return report::WriteSqliteReport(path_, report::ReportInput::From(*analyzed));
   }
   const std::string& path() const { return path_; }
@@ -86,6 +87,7 @@ Status Run(const ViewOptions& options) {
                    pipeline::ResolveProjectRoot(options.project_root));
   std::vector<std::string> inputs{options.input};
   if (!options.compare.empty()) inputs.push_back(options.compare);
+  Progress progress(!options.quiet);
   std::vector<std::unique_ptr<TemporaryReport>> temporaries;
   std::vector<std::string> databases;
   for (const std::string& path : inputs) {
@@ -95,11 +97,13 @@ Status Run(const ViewOptions& options) {
       continue;
     }
     auto& temp = temporaries.emplace_back(std::make_unique<TemporaryReport>());
-    RETURN_IF_ERROR(temp->Make(input, project_root, options.limits, options.quiet));
+    RETURN_IF_ERROR(temp->Make(input, project_root, options.limits, progress));
     databases.push_back(temp->path());
   }
+  progress.Stage(fmt::format("building the viewer page {}", target));
   RETURN_IF_ERROR(
       report::WriteViewerPage(databases, target, options.force || replaces_earlier, options.title));
+  progress.Finish();
   if (!options.quiet) {
     std::error_code ec;
     const auto bytes = static_cast<int64_t>(std::filesystem::file_size(target, ec));

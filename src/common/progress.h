@@ -1,27 +1,66 @@
-// A progress line on stderr for inputs that take more than a moment: shown only when stderr is a
-// terminal, not before half a second has passed, and erased when done, so scripts and pipes see
-// nothing of it.
+// One progress line on stderr for the stages of a verb that can take more than a moment (read,
+// replay, attribute, analyse, write, build the page). The contract:
+// - shown only when `enabled` (-q turns it off) and stderr is a terminal, so scripts and pipes see
+//   nothing of it;
+// - the line appears once the stages have run half a second together (VRAMSCOPE_PROGRESS_DELAY_MS
+//   overrides, for tests), as one line updated in place: its label, its fraction when the stage can
+//   count its work (Update), and how long it has run; a ticker thread redraws it, so a stage that
+//   cannot count still shows it is alive;
+// - Finish() erases the line before the verb prints its results (and the destructor does).
+// Thread-safe: workers of one stage may call Update concurrently.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace vramscope {
 
 class Progress {
  public:
-  Progress(std::string label, bool enabled);
+  enum class Unit { kBytes, kItems };
+
+  explicit Progress(bool enabled);
   ~Progress();
-  void Update(uint64_t done, uint64_t total);
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  // A stage begins (the previous one, if any, ends): the line names it.
+  void Stage(std::string label);
+  // How far the current stage is: `done` of `total` bytes or items.
+  void Update(uint64_t done, uint64_t total, Unit unit = Unit::kBytes);
+  // The stages are over for now: erases the line. A later Stage() shows it again.
   void Finish();
 
  private:
-  std::string label_;
-  bool enabled_;
-  bool shown_ = false;
-  std::chrono::steady_clock::time_point start_;
-  std::chrono::steady_clock::time_point last_;
+  void Tick();         // the ticker thread's loop
+  void DrawLocked();   // with mutex_ held
+  void EraseLocked();  // with mutex_ held
+
+  const bool enabled_;
+  std::chrono::milliseconds delay_{500};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::thread ticker_;
+  bool stopping_ = false;
+  std::string label_;                                 // empty: no stage running
+  std::chrono::steady_clock::time_point line_start_;  // the first stage since Finish()
+  std::chrono::steady_clock::time_point stage_start_;
+  uint64_t done_ = 0, total_ = 0;
+  Unit unit_ = Unit::kBytes;
+  bool counted_ = false;  // Update() was called in this stage
+  bool shown_ = false;    // the line is on the terminal
 };
+
+// Null-safe helpers for stages whose caller may have no progress line.
+inline void ProgressStage(Progress* p, std::string label) {
+  if (p != nullptr) p->Stage(std::move(label));
+}
+inline void ProgressFinish(Progress* p) {
+  if (p != nullptr) p->Finish();
+}
 
 }  // namespace vramscope

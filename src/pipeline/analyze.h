@@ -19,6 +19,8 @@ struct AnalyzeOptions {
   std::string project_root;  // absolute (ResolveProjectRoot)
   // What-if runs of the allocator model (`simulate --capacity/--alloc-conf/--compare`).
   std::optional<analysis::WhatIfRequest> what_if;
+  // The verb's progress line: attribution, analysis and what-if runs are stages on it. Null: none.
+  Progress* progress = nullptr;
 };
 
 // Not movable: the analysis refers to the loaded trace and the project root it holds.

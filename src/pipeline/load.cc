@@ -14,6 +14,7 @@
 #include "analysis/analyze.h"
 #include "common/mapped_file.h"
 #include "common/progress.h"
+#include "common/units.h"
 #include "pipeline/built_in_example.h"
 #include "sources/load_source.h"
 #include "sources/run_output/capture_folder.h"
@@ -35,12 +36,15 @@ Result<Loaded> ReadFile(const Input& input, const std::string& path, const LoadO
   }
   Loaded out;
   out.input = input;
-  Progress progress(fmt::format("reading {}", file->path()), options.progress);
+  ProgressStage(options.progress, fmt::format("reading {}", file->path()));
   sources::SourceOptions source_options;
-  source_options.progress = [&](uint64_t done, uint64_t total) { progress.Update(done, total); };
+  if (Progress* progress = options.progress) {
+    source_options.progress = [progress](uint64_t done, uint64_t total) {
+      progress->Update(done, total);
+    };
+  }
   source_options.limits = options.limits;
   ASSIGN_OR_RETURN(out.trace, sources::LoadTrace(*file, source_options, &out.timings));
-  progress.Finish();
   out.trace.source.built_in_example = input.kind == InputKind::kBuiltInExample;
   return out;
 }
@@ -57,6 +61,9 @@ Status Replay(Loaded& loaded, const LoadOptions& options) {
         "with torch.cuda.memory._record_memory_history() before the step you want to see",
         loaded.input.Name()));
   }
+  ProgressStage(options.progress,
+                fmt::format("replaying {} events through the allocator model",
+                            FormatCount(static_cast<int64_t>(trace.events.count()))));
   const auto start = std::chrono::steady_clock::now();
   Result<analysis::Simulations> replayed = analysis::ReplayRecording(trace, options.recorded_conf);
   loaded.replay_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -107,7 +114,7 @@ Result<Loaded> LoadCapture(const Input& folder, const sources::Capture& capture,
 Result<analysis::RankRow> RankRowOf(const Input& folder, const sources::Capture& capture,
                                     const LoadOptions& options) {
   LoadOptions quiet = options;
-  quiet.progress = false;
+  quiet.progress = nullptr;  // the folder's stage counts the ranks
   std::optional<sources::CaptureSidecar> sidecar;
   ASSIGN_OR_RETURN(const Loaded loaded, LoadCapture(folder, capture, quiet, &sidecar));
   const analysis::ProjectRoot root(options.project_root);
@@ -148,22 +155,21 @@ Result<Loaded> LoadCaptureFolder(const Input& input, const LoadOptions& options)
   std::vector<std::optional<Result<analysis::RankRow>>> results(captures.size());
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  std::mutex progress_mutex;
-  size_t done = 0;
-  Progress progress(fmt::format("reading {} ranks", captures.size()), options.progress);
+  std::atomic<size_t> done{0};
+  ProgressStage(options.progress, fmt::format("reading {} ranks", captures.size()));
   auto work = [&] {
     for (size_t i = next++; i < captures.size() && !failed; i = next++) {
       results[i] = RankRowOf(input, captures[i], options);
       if (!results[i]->ok()) failed = true;
-      const std::lock_guard<std::mutex> lock(progress_mutex);
-      progress.Update(++done, captures.size());
+      if (options.progress != nullptr) {
+        options.progress->Update(++done, captures.size(), Progress::Unit::kItems);
+      }
     }
   };
   std::vector<std::thread> workers;
   for (size_t j = 1; j < jobs; ++j) workers.emplace_back(work);
   work();
   for (std::thread& w : workers) w.join();
-  progress.Finish();
   std::vector<analysis::RankRow> rows;
   rows.reserve(captures.size());
   for (size_t i = 0; i < captures.size(); ++i) {

@@ -12,6 +12,7 @@
 
 #include "analysis/ranks.h"
 #include "analysis/simulation.h"
+#include "common/progress.h"
 #include "common/status.h"
 #include "model/interpretation.h"
 #include "model/trace.h"
@@ -22,7 +23,8 @@
 namespace vramscope::pipeline {
 
 struct LoadOptions {
-  bool progress = true;  // a progress line on stderr while reading (only on a terminal)
+  // The verb's progress line: reading and replaying are stages on it. Null: none.
+  Progress* progress = nullptr;
   // The PYTORCH_CUDA_ALLOC_CONF the recorded run used, for snapshots that do not record their
   // settings (before torch 2.3); it decides the replay, hence the block sizes the report adopts.
   std::optional<std::string> recorded_conf;

@@ -80,7 +80,6 @@ class ExampleReport : public ::testing::Test {
     const std::string example =
         std::string(VRAMSCOPE_SOURCE_DIR) + "/examples/synthetic_mlp_adam_step.pickle";
     pipeline::LoadOptions load;
-    load.progress = false;
     auto loaded = pipeline::Load(pipeline::ClassifyInput(example), load);
     ASSERT_TRUE(loaded.ok()) << loaded.status().message();
     // The replay against the recording and one what-if run under a capacity too small for the

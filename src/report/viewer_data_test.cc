@@ -25,7 +25,6 @@ class Reported {
  public:
   explicit Reported(const std::string& input) {
     pipeline::LoadOptions load;
-    load.progress = false;
     auto loaded = pipeline::Load(pipeline::ClassifyInput(input), load);
     if (!loaded.ok()) {
       error_ = loaded.status().message();
