@@ -192,6 +192,7 @@ EXIT_STATUSES = [
     (0, ["predict", "--model", "gpt2", "--batch", "512", "--seq", "1024", "--gpu", "t4", "-q"]),
     (1, ["predict", "--model", "absent.json"]),
     (2, ["predict", "--model", "gpt2", "--batch", "0"]),
+    (1, ["predict", "--model", "llama2-7b", "--seq", "4096", "--fit", "t4"]),  # not even 1 fits
     (0, ["explain", "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total "
                     "capacity; 14.50 GiB already allocated; 5.00 MiB free; 14.70 GiB reserved in "
                     "total by PyTorch)"]),
@@ -199,6 +200,7 @@ EXIT_STATUSES = [
     (2, ["explain", "--no-such-flag"]),
     (0, ["run", "--", "true"]),
     (7, ["run", "--", "sh", "-c", "exit 7"]),
+    (1, ["run", "-o", "s.pickle", "--", "true"]),  # the capture folder cannot be used
     (2, ["run", "--steps", "-3", "--", "true"]),
 ]
 
@@ -208,5 +210,7 @@ def test_exit_status(folder, expected, args):
     (folder / "s.sqlite.txt").write_text("not a snapshot\n")
     code, out, err = run_binary(*args, cwd=folder)
     assert code == expected, (args, out[-500:], err)
-    if expected in (1, 2) and args[0] != "run":
+    if expected in (1, 2):
         assert_one_error_line(err)
+    if expected != 0:
+        assert sorted(p.name for p in folder.iterdir()) == ["s.pickle", "s.sqlite.txt"]
