@@ -481,10 +481,12 @@ def fx_runs(ctx):
 OOM_MESSAGES = REPO / "tests/data/oom_messages"
 
 
+TRACEBACK = OOM_MESSAGES / "03-torch1-cached-traceback-pytorch-18853.txt"
+
+
 def fx_train_log(ctx):
     """train.log: a real out-of-memory traceback (tests/data/oom_messages/03-...)."""
-    shutil.copy(OOM_MESSAGES / "03-torch1-cached-traceback-pytorch-18853.txt",
-                ctx.work / "train.log")
+    shutil.copy(TRACEBACK, ctx.work / "train.log")
 
 
 def fx_train_py(ctx):
@@ -492,8 +494,7 @@ def fx_train_py(ctx):
     (ctx.work / "train.py").write_text(
         "import sys\n"
         "print('epoch 1: step 1 loss 2.3026')\n"
-        f"sys.stderr.write(open({str(OOM_MESSAGES / '03-torch1-cached-traceback-pytorch-18853.txt')!r})"
-        ".read())\n"
+        f"sys.stderr.write(open({str(TRACEBACK)!r}).read())\n"
         "sys.exit(1)\n")
 
 
