@@ -14,6 +14,7 @@
 
 #include "analysis/sites.h"
 #include "common/gzip.h"
+#include "report/rank_table.h"
 #include "report/report_input.h"
 
 namespace vramscope::report {
@@ -563,6 +564,84 @@ Status LoadPrediction(ReportDb& db, const std::map<std::string, std::string>& me
   return Status::Ok();
 }
 
+// The ranks of a capture folder (vramscope_ranks and the tables beside it), read back into the
+// rows `report FOLDER` compared, so that the page shows the same table and the same contrast as
+// the terminal and --json (RankTableJson, RankComparisonJson). Null when the report has no ranks.
+Status LoadRanks(ReportDb& db, ViewerReport& r) {
+  if (!db.HasTable("vramscope_ranks")) return Status::Ok();
+  std::vector<analysis::RankRow> rows;
+  std::map<std::string, size_t> index;
+  RETURN_IF_ERROR(db.Query(
+      "SELECT label, rank, local_rank, host, device, device_name, file, peak_allocated_bytes, "
+      "peak_reserved_bytes, peak_step, peak_phase, steps, end_reason, oom, reported FROM "
+      "vramscope_ranks ORDER BY rowid",
+      [&](sqlite3_stmt* s) {
+        analysis::RankRow row;
+        row.label = Text(s, 0);
+        if (!IsNull(s, 1)) row.rank = Int(s, 1);
+        if (!IsNull(s, 2)) row.local_rank = Int(s, 2);
+        row.host = Text(s, 3);
+        row.device = static_cast<int32_t>(Int(s, 4));
+        row.device_name = Text(s, 5);
+        row.file = Text(s, 6);
+        row.peak_allocated = Int(s, 7);
+        row.peak_reserved = Int(s, 8);
+        row.peak_step = static_cast<int32_t>(Int(s, 9));
+        row.peak_phase = Text(s, 10);
+        row.steps = Int(s, 11);
+        row.end_reason = Text(s, 12);
+        row.oom = Int(s, 13) != 0;
+        row.reported = Int(s, 14) != 0;
+        if (index.emplace(row.label, rows.size()).second) rows.push_back(std::move(row));
+      }));
+  if (rows.empty()) return Status::Ok();
+  // Rows of the other tables name their rank by label; a label no rank has is ignored.
+  const auto rank_of = [&](sqlite3_stmt* s) -> analysis::RankRow* {
+    const auto it = index.find(Text(s, 0));
+    return it == index.end() ? nullptr : &rows[it->second];
+  };
+  if (db.HasTable("vramscope_rank_steps")) {
+    RETURN_IF_ERROR(db.Query(
+        "SELECT label, step, peak_allocated_bytes, peak_phase FROM vramscope_rank_steps ORDER BY "
+        "label, step",
+        [&](sqlite3_stmt* s) {
+          if (analysis::RankRow* row = rank_of(s)) {
+            row->step_peaks.push_back({static_cast<int32_t>(Int(s, 1)), Int(s, 2), Text(s, 3)});
+          }
+        }));
+  }
+  if (db.HasTable("vramscope_rank_phases")) {
+    RETURN_IF_ERROR(db.Query(
+        "SELECT label, step, phase, peak_allocated_bytes FROM vramscope_rank_phases ORDER BY "
+        "rowid",
+        [&](sqlite3_stmt* s) {
+          if (analysis::RankRow* row = rank_of(s)) {
+            row->phase_peaks.push_back({static_cast<int32_t>(Int(s, 1)), Text(s, 2), Int(s, 3)});
+          }
+        }));
+  }
+  if (db.HasTable("vramscope_rank_categories")) {
+    RETURN_IF_ERROR(
+        db.Query("SELECT label, category, bytes FROM vramscope_rank_categories ORDER BY rowid",
+                 [&](sqlite3_stmt* s) {
+                   if (analysis::RankRow* row = rank_of(s))
+                     row->at_peak.emplace_back(Text(s, 1), Int(s, 2));
+                 }));
+  }
+  if (db.HasTable("vramscope_rank_owners")) {
+    RETURN_IF_ERROR(db.Query(
+        "SELECT label, category, owner, bytes FROM vramscope_rank_owners ORDER BY label, position",
+        [&](sqlite3_stmt* s) {
+          if (analysis::RankRow* row = rank_of(s)) {
+            row->owners_at_peak.push_back({Text(s, 1), Text(s, 2), Int(s, 3)});
+          }
+        }));
+  }
+  r.ranks = {{"table", RankTableJson(rows)},
+             {"compared", rows.size() > 1 ? RankComparisonJson(rows) : nlohmann::json(nullptr)}};
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ViewerReport> LoadViewerReport(const std::string& path, const std::string& title) {
@@ -585,6 +664,7 @@ Result<ViewerReport> LoadViewerReport(const std::string& path, const std::string
   r.source = meta["source_format"];
   if (meta.count("kind") != 0) r.kind = meta["kind"];
   RETURN_IF_ERROR(LoadPrediction(db, meta, r));
+  RETURN_IF_ERROR(LoadRanks(db, r));
   const std::string model =
       r.prediction.is_object() ? r.prediction.value("model", std::string()) : std::string();
   if (!title.empty()) {
@@ -895,6 +975,7 @@ std::string EncodeViewerBlob(const std::vector<const ViewerReport*>& reports) {
     j["source"] = r.source;
     j["predicted"] = r.predicted;
     j["prediction"] = r.prediction;  // null unless the report holds vramscope_prediction
+    j["ranks"] = r.ranks;            // null unless the report is of a capture folder's ranks
     nlohmann::json categories = nlohmann::json::array();
     for (const char* name : kCategoryNames) categories.push_back(name);
     j["categories"] = categories;

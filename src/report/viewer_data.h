@@ -94,6 +94,9 @@ struct ViewerReport {
   // (vramscope_prediction read back; null when the report has no such table).
   bool predicted = false;
   nlohmann::json prediction;
+  // The ranks of a capture folder, as `report --json` gives them: {"table": its "ranks",
+  // "compared": its "ranks_compared" (null for one rank)}. Null when the report has no ranks.
+  nlohmann::json ranks;
   std::vector<std::string> phases{"unknown"};
   std::vector<std::string> strings{""};
   std::vector<std::string> owners{""};

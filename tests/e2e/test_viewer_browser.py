@@ -7,6 +7,7 @@ tests skip, unless VRAMSCOPE_REQUIRE_BROWSER=1 (as scripts/test.sh sets), when t
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -220,4 +221,53 @@ def test_region_bands_under_the_axis_name_their_bytes_on_hover(browser, tmp_path
     text = tooltip.inner_text()
     assert region["name"] in text
     assert "live at peak" in text and "over the trace" in text
+    assert errors == []
+
+
+def test_ranks_side_by_side(browser, tmp_path):
+    """A capture folder of three ranks (real H200 goldens laid out as `vramscope run` writes
+    them): the page shows every rank with its peaks, each step's peak, and why the bounding rank
+    bounds the job, with the same figures as `report FOLDER --json`."""
+    from test_run_cli import make_capture
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    make_capture(runs, "mlp_sgd_fp32", "rank0", 0, 3)
+    make_capture(runs, "mlp_adam_fp32", "rank1", 1, 3)
+    make_capture(runs, "mlp_sgd_fp32", "rank2", 2, 3)
+    code, out, err = run_binary("report", "runs", "--json", cwd=tmp_path)
+    assert code == 0, err
+    summary = json.loads(out)
+    page, errors = open_page(browser, page_for(tmp_path, runs))
+    view = page.locator("#ranks-view")
+    assert view.is_visible() and page.locator("#nav-ranks").is_visible()
+    # The page holds what --json gives, and draws it.
+    ranks = page.evaluate("window.vramscopeApp.data.reports[0].ranks")
+    assert ranks["table"] == summary["ranks"]
+    assert ranks["compared"] == summary["ranks_compared"]
+    rows = view.locator("table.ranks tbody tr")
+    assert rows.count() == 3
+    assert [rows.nth(i).get_attribute("data-label") for i in range(3)] == ["rank0", "rank1",
+                                                                          "rank2"]
+    bounding = view.locator("tr.bounding")
+    assert bounding.get_attribute("data-label") == "rank1"
+    assert "226.10 MiB" in bounding.inner_text() and "230.00 MiB" in bounding.inner_text()
+    # Three steps each; rank1 holds every step's highest peak.
+    assert view.locator("tr[data-label=rank0] .cell").count() == 3
+    assert view.locator("tr[data-label=rank1] .cell.top").count() == 3
+    why = view.locator(".why").inner_text()
+    assert "Why rank1 bounds the job" in why
+    assert "95.06 MiB above the median of the 2 other rank(s) (131.04 MiB)" in why
+    assert "optimizer_state +64.04 MiB, temporary +31.52 MiB" in why
+    assert "fc1.weight.exp_avg_sq" in why
+    assert errors == []
+
+
+def test_a_single_report_has_no_ranks_view(browser, tmp_path):
+    code, _, err = run_binary("view", "-q", "-o", "example.html", cwd=tmp_path)
+    assert code == 0, err
+    page, errors = open_page(browser, tmp_path / "example.html")
+    assert page.locator("#ranks-view").is_hidden()
+    assert page.locator("#nav-ranks").is_hidden()
+    assert page.evaluate("window.vramscopeApp.data.reports[0].ranks") is None
     assert errors == []

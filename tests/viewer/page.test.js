@@ -33,7 +33,7 @@ test("page.html holds each marker once, alone on its line", () => {
 
 test("the scripts and stylesheet cannot break out of their inline elements", () => {
   const names = scripts();
-  assert.deepEqual(names, ["format.js", "decode.js", "model.js", "analysis.js", "timeline.js", "views.js", "app.js"]);
+  assert.deepEqual(names, ["format.js", "decode.js", "model.js", "analysis.js", "timeline.js", "views.js", "ranks.js", "app.js"]);
   for (const name of names) {
     const code = fs.readFileSync(path.join(DIR, name), "utf8");
     assert.doesNotMatch(code, /<\/script/i, name);

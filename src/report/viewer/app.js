@@ -230,6 +230,14 @@
     });
   }
 
+  // The ranks of a capture folder (the shown report's), side by side.
+  function renderRanks() {
+    const html = ns.ranks.ranksHtml(app.data.reports[state.report].ranks);
+    $("#ranks-body").innerHTML = html;
+    $("#ranks-view").hidden = html === "";
+    $("#nav-ranks").hidden = html === "";
+  }
+
   function renderCompare() {
     const reports = app.data.reports;
     const view = $("#compare-view");
@@ -377,6 +385,7 @@
     state.report = r;
     state.device = 0;
     showModel();
+    renderRanks();
     renderCompare();
   };
   app.setDevice = function (d) {
@@ -421,6 +430,7 @@
       $("#loading").hidden = true;
       $("#app").hidden = false;
       showModel();
+      renderRanks();
       const t4 = root.performance.now();
       renderCompare();
       app.timings.compare = root.performance.now() - t4;
