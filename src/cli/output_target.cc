@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <filesystem>
+
 namespace vramscope::cli {
 
 Result<PreparedOutput> PrepareOutput(const std::string& path, bool named_by_user,
@@ -21,6 +23,34 @@ Result<PreparedOutput> PrepareOutput(const std::string& path, bool named_by_user
   }
   ASSIGN_OR_RETURN(AtomicOutput file, AtomicOutput::Prepare(path, force || replaces_earlier));
   return PreparedOutput{std::move(file), replaces_earlier};
+}
+
+namespace {
+
+bool SameFile(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  std::error_code ec;
+  if (std::filesystem::equivalent(a, b, ec) && !ec) return true;
+  return std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec);
+}
+
+}  // namespace
+
+Status CheckOutputIsItsOwn(const std::string& output, const std::vector<std::string>& inputs,
+                           const std::vector<std::string>& other_outputs) {
+  for (const std::string& input : inputs) {
+    if (SameFile(output, input)) {
+      return UsageError(fmt::format(
+          "{}: is the input; name another output, so that the input is not overwritten", output));
+    }
+  }
+  for (const std::string& other : other_outputs) {
+    if (SameFile(output, other)) {
+      return UsageError(
+          fmt::format("{}: named for two outputs of this run; give each its own file", output));
+    }
+  }
+  return Status::Ok();
 }
 
 std::string ReplacedNote(bool replaces_earlier) {

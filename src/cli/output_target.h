@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/atomic_output.h"
 #include "common/status.h"
@@ -22,6 +23,12 @@ struct PreparedOutput {
 // comes at once; nothing is created yet.
 Result<PreparedOutput> PrepareOutput(const std::string& path, bool named_by_user,
                                      report::OutputKind kind, bool force);
+
+// A usage error when `output` names one of `inputs` (the same file, however spelled) or one of
+// `other_outputs`: --force must never turn a typo into a lost snapshot, and two outputs of one
+// run cannot share a file. Empty paths are ignored.
+Status CheckOutputIsItsOwn(const std::string& output, const std::vector<std::string>& inputs,
+                           const std::vector<std::string>& other_outputs = {});
 
 // ", replacing the earlier one" when `replaces_earlier`, else "": appended to "... written to X".
 std::string ReplacedNote(bool replaces_earlier);

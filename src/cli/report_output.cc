@@ -57,6 +57,7 @@ Result<PreparedOutputs> PrepareReportOutputs(const pipeline::Input& input,
   if (named || (options.database_by_default && !summary_asked)) {
     const std::string target =
         named ? options.output : pipeline::DefaultOutputName(input, "sqlite");
+    RETURN_IF_ERROR(CheckOutputIsItsOwn(target, {input.path}, {options.html}));
     ASSIGN_OR_RETURN(
         PreparedOutput prepared,
         PrepareOutput(target, named, report::OutputKind::kReportDatabase, options.force));
@@ -65,6 +66,7 @@ Result<PreparedOutputs> PrepareReportOutputs(const pipeline::Input& input,
   }
   // The viewer reads a report database; without one it gets a temporary one.
   if (!options.html.empty()) {
+    RETURN_IF_ERROR(CheckOutputIsItsOwn(options.html, {input.path}));
     { ASSIGN_OR_RETURN(AtomicOutput check, AtomicOutput::Prepare(options.html, options.force)); }
     if (!out.database) {
       ASSIGN_OR_RETURN(AtomicOutput temp,

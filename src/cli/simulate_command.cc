@@ -8,6 +8,7 @@
 #include "analysis/simulation.h"
 #include "cli/exit_codes.h"
 #include "cli/input_flags.h"
+#include "cli/output_target.h"
 #include "common/atomic_output.h"
 #include "common/units.h"
 #include "device/non_pytorch_memory.h"
@@ -115,6 +116,7 @@ Status Run(const SimulateOptions& o) {
   ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(o.project_root));
   std::optional<AtomicOutput> output;
   if (!o.output.empty()) {
+    RETURN_IF_ERROR(CheckOutputIsItsOwn(o.output, {o.input}));
     ASSIGN_OR_RETURN(AtomicOutput prepared, AtomicOutput::Prepare(o.output, o.force));
     output.emplace(std::move(prepared));
   }

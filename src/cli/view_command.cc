@@ -77,6 +77,7 @@ Status Run(const ViewOptions& options) {
   const std::string target = named ? options.output : pipeline::DefaultOutputName(first, "html");
   // Refuse an existing output before any work; a default-named page replaces only an earlier
   // vramscope page.
+  RETURN_IF_ERROR(CheckOutputIsItsOwn(target, {options.input, options.compare}));
   bool replaces_earlier = false;
   {
     ASSIGN_OR_RETURN(PreparedOutput check,

@@ -214,3 +214,29 @@ def test_exit_status(folder, expected, args):
         assert_one_error_line(err)
     if expected != 0:
         assert sorted(p.name for p in folder.iterdir()) == ["s.pickle", "s.sqlite.txt"]
+
+
+@pytest.mark.parametrize("args,line", [
+    (["view", "s.pickle", "-o", "s.pickle", "--force"],
+     "s.pickle: is the input; name another output, so that the input is not overwritten"),
+    (["view", "s.pickle", "-o", "./s.pickle", "--force"],
+     "./s.pickle: is the input; name another output, so that the input is not overwritten"),
+    (["report", "s.pickle", "-o", "s.pickle", "--force"],
+     "s.pickle: is the input; name another output, so that the input is not overwritten"),
+    (["report", "s.pickle", "--summary-only", "--html", "s.pickle", "--force"],
+     "s.pickle: is the input; name another output, so that the input is not overwritten"),
+    (["simulate", "s.pickle", "-o", "s.pickle", "--force"],
+     "s.pickle: is the input; name another output, so that the input is not overwritten"),
+    (["report", "s.pickle", "--html", "s.sqlite"],
+     "s.sqlite: named for two outputs of this run; give each its own file"),
+    (["report", "s.pickle", "-o", "r.sqlite", "--html", "r.sqlite"],
+     "r.sqlite: named for two outputs of this run; give each its own file"),
+])
+def test_an_output_never_overwrites_the_input_or_another_output(folder, args, line):
+    """Even with --force: a typo must not cost the snapshot, and a failure leaves nothing."""
+    before = (folder / "s.pickle").read_bytes()
+    code, out, err = run_binary(*args, cwd=folder)
+    assert (code, out) == (2, "")
+    assert assert_one_error_line(err) == "vramscope: error: " + line
+    assert (folder / "s.pickle").read_bytes() == before
+    assert list_dir(folder) == ["s.pickle"]
