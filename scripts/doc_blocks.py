@@ -855,6 +855,18 @@ def check_block(block: Block, write: bool = False) -> Result:
     """Checks one block (or, with write, also regenerates an output block from one run)."""
     result = Result(block)
     if block.kind == "not-run":
+        # Not run here, but its reason must name what does check it, and that must exist: a
+        # reason naming a test or script that was renamed or removed fails.
+        named = [p for p in re.findall(r"(?:tests|scripts|src|bench|goldens)/[\w./-]*", block.note)
+                 if (REPO / p.rstrip(".")).exists()]
+        missing = [p for p in re.findall(r"(?:tests|scripts|src|bench|goldens)/[\w./-]*",
+                                         block.note) if not (REPO / p.rstrip(".")).exists()]
+        if missing:
+            result.errors.append(f"{_where(block, block.fence_line)}: the reason names "
+                                 f"{', '.join(missing)}, which does not exist")
+        elif not named:
+            result.errors.append(f"{_where(block, block.fence_line)}: the reason names no test or "
+                                 "script of this repository that checks the block instead")
         result.skipped = f"not run: {block.note}"
         return result
     if block.kind == "code":
