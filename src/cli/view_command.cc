@@ -121,8 +121,9 @@ void RegisterViewCommand(CLI::App& app, ViewOptions& o) {
       "view",
       "Write an interactive, self-contained HTML viewer (no network needed) of a report: memory "
       "over time by category or owner with zoom and hover, the allocator's segments at any "
-      "moment, the breakdown and icicle graph at the peak, and two reports side by side with "
-      "--compare. With no INPUT, shows the built-in example.");
+      "moment, the breakdown and icicle graph at the peak, two reports side by side with "
+      "--compare, and the ranks of a capture folder side by side. With no INPUT, shows the "
+      "built-in example.");
   cmd->add_option("input", o.input,
                   "a report database from 'vramscope report', or any input 'report' reads "
                   "(snapshot pickle, profiler trace, memory timeline, native trace, gzipped or "
