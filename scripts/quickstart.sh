@@ -8,4 +8,4 @@ scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVRAMSCOPE_BUILD_TESTS=OFF >/dev/null
 cmake --build build --target vramscope
 echo
-exec build/vramscope report --force
+exec build/vramscope report  # a second run replaces the vramscope-example.sqlite of the first
