@@ -17,7 +17,7 @@ namespace vramscope::testing {
 
 inline std::unique_ptr<pipeline::Analyzed> ThroughPipeline(model::Trace trace) {
   const size_t allocations = trace.allocations.size();
-  auto loaded = pipeline::FromTrace(std::move(trace), {.progress = false});
+  auto loaded = pipeline::FromTrace(std::move(trace), {});
   if (!loaded.ok()) std::abort();  // a trace a source accepted always loads
   auto analyzed = pipeline::Analyze(std::move(*loaded), {"/proj", std::nullopt});
   if (!analyzed.ok()) std::abort();
