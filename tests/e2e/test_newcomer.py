@@ -20,7 +20,7 @@ import pytest
 
 from conftest import BUILT_IN_PATH, BUILT_IN_PEAK_ALLOCATED, assert_one_error_line, list_dir, \
     run_binary
-from test_run_cli import make_capture, needs_goldens
+from test_run_cli import make_capture
 
 REPLACED = ", replacing the earlier one"
 OOM_MESSAGE = Path(__file__).resolve().parents[1] / "data" / "oom_messages"
@@ -158,7 +158,6 @@ def test_run_twice_keeps_the_programs_status(folder):
     assert list_dir(folder) == ["s.pickle"]
 
 
-@needs_goldens
 def test_report_of_a_capture_folder_twice(folder):
     runs = folder / "vramscope-run"
     runs.mkdir()
