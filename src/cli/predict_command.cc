@@ -258,7 +258,7 @@ class TempFile {
 bool WantsParallel(const PredictOptions& o) {
   return o.tp > 1 || o.pp > 1 || o.cp > 1 || o.ep > 1 || o.etp > 0 || o.sequence_parallel ||
          o.selective_recompute || o.micro_batches > 1 || o.schedule != "1f1b" ||
-         o.virtual_stages > 1 || o.dp > 0 || o.fit_dim == "layout";
+         o.virtual_stages > 1 || o.dp > 0 || o.dp_shard > 0 || o.fit_dim == "layout";
 }
 
 // --tp/--pp/--cp/--ep...: the memory of each rank role, from predict/parallel_layout.h.
@@ -289,6 +289,7 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   l.cp = o.cp;
   l.ep = o.ep;
   l.etp = o.etp;
+  l.dp_shard = o.dp_shard;
   l.sequence_parallel = o.sequence_parallel;
   l.selective_recompute = o.selective_recompute;
   l.micro_batches = o.micro_batches;
@@ -320,11 +321,17 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   predict::TrainingSetup setup = request.setup;
   // The setup line names ZeRO's group (the data-parallel x context-parallel ranks); the layout
   // line says the rest (DDP's buckets are not in the per-rank estimate).
+  if (l.dp_shard > 0 && setup.zero == predict::ZeroMode::kNone) {
+    return UsageError("--dp-shard is the group --zero shards over (HSDP): give --zero too");
+  }
+  const uint64_t zero_group = (l.dp_shard > 0 ? l.dp_shard : l.dp) * l.cp;
   setup.world_size = setup.zero == predict::ZeroMode::kNone
                          ? 1
-                         : static_cast<int>(std::min<uint64_t>(l.dp * l.cp, 1 << 20));
-  if (setup.zero != predict::ZeroMode::kNone && l.dp * l.cp < 2) {
-    return UsageError("--zero shards over data parallelism: give --dp 2 or more (or --world-size)");
+                         : static_cast<int>(std::min<uint64_t>(zero_group, 1 << 20));
+  if (setup.zero != predict::ZeroMode::kNone && zero_group < 2) {
+    return UsageError(
+        "--zero shards over data parallelism: give --dp 2 or more (or --world-size), and a "
+        "--dp-shard of 2 or more");
   }
   report::ParallelCapacity capacity;
   const uint64_t total =
@@ -569,6 +576,10 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   cmd->add_option("--dp", o.dp,
                   "data-parallel ranks of the layout (default: --world-size / (TP x PP x CP))")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  cmd->add_option("--dp-shard", o.dp_shard,
+                  "HSDP: --zero shards over groups of this many data-parallel ranks (times "
+                  "--cp), replicated --dp / --dp-shard times (default: all of --dp)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
   cmd->add_option("--ep", o.ep, "expert parallelism: the experts split over this many ranks")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));

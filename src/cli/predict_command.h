@@ -38,6 +38,7 @@ struct PredictOptions {
   double ddp_bucket_mb = 25;  // DDP(bucket_cap_mb): MiB
   // A parallel layout (predict/parallel_layout.h): memory per rank role.
   uint64_t tp = 1, pp = 1, cp = 1, dp = 0, ep = 1, etp = 0;  // dp 0: from --world-size
+  uint64_t dp_shard = 0;  // HSDP: ZeRO/FSDP over groups of this many DP ranks; 0: all of DP
   bool sequence_parallel = false;
   bool selective_recompute = false;
   uint64_t micro_batches = 1;

@@ -12,6 +12,10 @@ enum class PipelineSchedule : uint8_t { k1F1B, kInterleaved };
 
 struct ParallelLayout {
   uint64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 0;  // etp 0: as tp
+  // HSDP (hybrid sharding): ZeRO/FSDP shards over groups of dp_shard data-parallel ranks (times
+  // CP), replicated dp / dp_shard times, as torchtitan's dp_shard x dp_replicate. 0: over all of
+  // DP.
+  uint64_t dp_shard = 0;
   bool sequence_parallel = false;
   uint64_t micro_batches = 1;  // per optimizer step and data-parallel rank
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
@@ -20,6 +24,7 @@ struct ParallelLayout {
 
   uint64_t World() const { return tp * pp * dp * cp; }
   uint64_t Etp() const { return etp == 0 ? tp : etp; }
+  uint64_t DpShard() const { return dp_shard == 0 ? dp : dp_shard; }
 };
 
 // One distinct role: the stages that share its figures, and those figures per rank.

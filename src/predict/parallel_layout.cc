@@ -151,6 +151,18 @@ Status CheckLayout(const ModelSpec& m, const TrainingSetup& s, const ParallelLay
           "--ep {} x --etp {} must divide --dp x --cp x --tp = {} (the ranks of a stage)", l.ep,
           l.Etp(), l.dp * l.cp * l.tp));
     }
+    if ((l.DpShard() * l.cp * l.tp) % (l.ep * l.Etp()) != 0) {
+      return UsageError(fmt::format(
+          "--ep {} x --etp {} must divide --dp-shard x --cp x --tp = {} (the ranks one shard "
+          "group spans)",
+          l.ep, l.Etp(), l.DpShard() * l.cp * l.tp));
+    }
+  }
+  if (l.dp_shard > 0 && l.dp % l.dp_shard != 0) {
+    return UsageError(
+        fmt::format("--dp-shard {} does not divide --dp {}: HSDP shards over groups of that many "
+                    "data-parallel ranks, replicated --dp / --dp-shard times",
+                    l.dp_shard, l.dp));
   }
   if (m.layers < l.pp) {
     return UsageError(
@@ -198,8 +210,10 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
   const uint64_t seq = (s.seq ? s.seq : m.default_seq) / l.cp;
   const uint64_t e = ElementSize(s.precision.param);
   const uint64_t opt_per_element = OptimizerBytesPerElement(s);
-  const uint64_t zero_group = l.dp * l.cp;
-  const uint64_t expert_group = l.dp * l.cp * l.tp / (l.ep * l.Etp());
+  // ZeRO's group: the data-parallel ranks it shards over (all of DP, or HSDP's shard group),
+  // times CP; the experts' is the ranks of that group holding the same experts.
+  const uint64_t zero_group = l.DpShard() * l.cp;
+  const uint64_t expert_group = l.DpShard() * l.cp * l.tp / (l.ep * l.Etp());
   const Held layer = LayerParameters(m, l);
   const double layer_activation = LayerActivationBytes(m, s, l, seq);
   const bool interleaved = l.schedule == PipelineSchedule::kInterleaved;

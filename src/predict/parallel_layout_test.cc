@@ -142,6 +142,55 @@ TEST(ParallelLayout, ExpertParallelSplitsTheExperts) {
   EXPECT_EQ(z->roles[0].optimizer_bytes, 4 * ((dense + 7) / 8 + 32 * expert));
 }
 
+// HSDP: ZeRO shards over groups of dp_shard data-parallel ranks (times CP) and replicates over
+// the rest; the experts' state over the ranks of a shard group holding the same experts.
+TEST(ParallelLayout, HsdpShardsOverTheShardGroupOnly) {
+  TrainingSetup s = Bf16Adam(1, 4096);
+  s.zero = ZeroMode::kZero3;
+  ParallelLayout full;
+  full.tp = 2;
+  full.dp = 8;
+  ParallelLayout hybrid = full;
+  hybrid.dp_shard = 4;
+  auto f = PredictParallel(Preset("llama2-7b"), s, full);
+  auto h = PredictParallel(Preset("llama2-7b"), s, hybrid);
+  ASSERT_TRUE(f.ok() && h.ok());
+  // Both hold llama2-7b's half (TP 2): 3,369,340,928 elements (the hand count above).
+  const uint64_t held = 3'369'340'928u;
+  EXPECT_EQ(h->roles[0].parameters, held);
+  // bf16 weights and gradients, 2 bytes each; AdamW's two moments in the parameters' dtype (as
+  // torch.optim keeps them), 4 bytes.
+  EXPECT_EQ(f->roles[0].weight_bytes, 2 * (held / 8));
+  EXPECT_EQ(h->roles[0].weight_bytes, 2 * (held / 4));
+  EXPECT_EQ(h->roles[0].gradient_bytes, 2 * (held / 4));
+  EXPECT_EQ(h->roles[0].optimizer_bytes, 4 * (held / 4));
+  EXPECT_EQ(h->roles[0].activation_bytes, f->roles[0].activation_bytes);  // no effect on them
+  // With CP 2 the shard group is dp_shard x CP = 8 ranks.
+  hybrid.cp = 2;
+  auto c = PredictParallel(Preset("llama2-7b"), s, hybrid);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->roles[0].weight_bytes, 2 * (held / 8));
+  // Mixtral at EP 8 in shard groups of dp_shard 8 (x TP 2 = 16 ranks): the dense state over the 8
+  // shard ranks, the experts' over the 16 / (EP 8 x ETP 2) = 1 rank holding the same experts.
+  ParallelLayout moe;
+  moe.tp = 2;
+  moe.dp = 16;
+  moe.dp_shard = 8;
+  moe.ep = 8;
+  TrainingSetup z1 = Bf16Adam(1, 4096);
+  z1.zero = ZeroMode::kZero1;
+  auto m = PredictParallel(Preset("mixtral-8x7b"), z1, moe);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const uint64_t dense = m->roles[0].parameters - m->roles[0].expert_parameters;
+  EXPECT_EQ(m->roles[0].optimizer_bytes, 4 * ((dense + 7) / 8 + m->roles[0].expert_parameters));
+  // A shard group that does not divide DP is refused, as one that cannot hold the experts.
+  ParallelLayout odd = full;
+  odd.dp_shard = 3;
+  EXPECT_FALSE(PredictParallel(Preset("llama2-7b"), s, odd).ok());
+  moe.dp_shard = 2;  // 2 x 2 ranks cannot hold EP 8 x ETP 2
+  EXPECT_FALSE(PredictParallel(Preset("mixtral-8x7b"), z1, moe).ok());
+}
+
 // Llama 3.1 405B's 126 layers on 16 stages: 7 on the first and the last, 8 on the others.
 TEST(ParallelLayout, UnevenStagesGiveTheOutermostFewerLayers) {
   ParallelLayout l;

@@ -212,9 +212,12 @@ void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h)
     l.schedule = PipelineSchedule::kInterleaved;
     l.virtual_stages = 1 + (h >> 43) % 3;
   }
+  // HSDP: a shard group of 1 .. 3 DP ranks (one that does not divide DP must be refused).
+  if (((h >> 45) & 1) != 0) l.dp_shard = 1 + (h >> 46) % 3;
   TrainingSetup s = setup;
   if (s.zero != ZeroMode::kNone && l.dp * l.cp < 2) l.dp = 2;
   auto p = PredictParallel(spec, s, l);
+  if (p.ok() && l.dp_shard > 0) Check(l.dp % l.dp_shard == 0);
   if (!p.ok()) {
     Check(p.status().code() == StatusCode::kUsage);
     return;

@@ -13,6 +13,10 @@ std::string LayoutText(const model::ParallelPrediction& p) {
   const model::ParallelLayout& l = p.layout;
   std::string text = fmt::format("TP {} x PP {} x CP {} x DP {} = {} ranks", l.tp, l.pp, l.cp, l.dp,
                                  FormatCount(static_cast<int64_t>(p.world)));
+  if (l.dp_shard > 0 && l.dp_shard < l.dp) {
+    text +=
+        fmt::format("; HSDP: sharded over {} DP ranks, {} replicas", l.dp_shard, l.dp / l.dp_shard);
+  }
   if (l.ep > 1 || l.etp > 0) text += fmt::format("; experts: EP {}, ETP {}", l.ep, l.Etp());
   if (l.sequence_parallel) text += "; sequence parallel";
   if (l.selective_recompute) text += "; selective recomputation";
@@ -109,6 +113,7 @@ nlohmann::json ParallelRolesJson(const model::ParallelPrediction& p, const std::
               {"pp", l.pp},
               {"cp", l.cp},
               {"dp", l.dp},
+              {"dp_shard", l.DpShard()},
               {"ep", l.ep},
               {"etp", l.Etp()},
               {"sequence_parallel", l.sequence_parallel},

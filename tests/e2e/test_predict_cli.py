@@ -308,6 +308,27 @@ def test_a_mixture_of_experts_preset_is_predicted_per_rank(run, out_dir):
     assert any("experts' activations" in a for a in doc["parallel"]["assumptions"])
 
 
+def test_hsdp_shards_model_states_over_the_shard_group(run, out_dir):
+    """--dp-shard (HSDP, torchtitan's dp_shard x dp_replicate): ZeRO-3 over 4 of the 8
+    data-parallel ranks holds twice the model states of ZeRO-3 over all 8, and the same
+    activations; the layout line says it."""
+    args = ["--model", "llama2-7b", "--tp", "2", "--dp", "8", "--zero", "3", "--dtype", "bf16",
+            "--seq", "4096"]
+    full = predict_json(run, *args, cwd=out_dir)["parallel"]
+    hybrid = predict_json(run, *args, "--dp-shard", "4", cwd=out_dir)["parallel"]
+    held = 3_369_340_928  # llama2-7b's half at TP 2
+    assert full["roles"][0]["weight_bytes"] == 2 * (held // 8)
+    assert hybrid["roles"][0]["weight_bytes"] == 2 * (held // 4)
+    assert hybrid["roles"][0]["activation_bytes"] == full["roles"][0]["activation_bytes"]
+    assert (hybrid["layout"]["dp"], hybrid["layout"]["dp_shard"]) == (8, 4)
+    assert full["layout"]["dp_shard"] == 8
+    rc, out, err = run("predict", *args, "--dp-shard", "4", cwd=out_dir)
+    assert rc == 0, err
+    assert ("TP 2 x PP 1 x CP 1 x DP 8 = 16 ranks; HSDP: sharded over 4 DP ranks, 2 replicas"
+            in out)
+    assert "ZeRO-3 over 4 GPUs" in out
+
+
 def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     """Llama 3 70B on 64 H100s (bf16, fp32 master weights, ZeRO-1, SP, seq 8192): TP 4 x PP 1
     leaves a rank over the 80 GB less what the allocator cannot have; TP 8 x PP 1 fits, and no
@@ -354,6 +375,11 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     (["--model", "llama2-7b", "--pp", "2", "--virtual-stages", "2"],
      "needs --schedule interleaved"),
     (["--model", "resnet50", "--tp", "2"], "GPT-2 and LLaMA families"),
+    (["--model", "llama2-7b", "--dp", "8", "--dp-shard", "3", "--zero", "3"],
+     "--dp-shard 3 does not divide --dp 8"),
+    (["--model", "llama2-7b", "--dp", "8", "--dp-shard", "4"], "give --zero too"),
+    (["--model", "mixtral-8x7b", "--tp", "2", "--ep", "8", "--dp", "8", "--dp-shard", "2",
+      "--zero", "1"], "must divide --dp-shard x --cp x --tp = 4"),
 ])
 def test_parallel_layout_errors(args, message, run, out_dir):
     rc, out, err = run("predict", *args, cwd=out_dir)
