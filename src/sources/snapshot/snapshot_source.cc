@@ -993,7 +993,16 @@ class SnapshotSink : public pickle::ListSink {
                  std::span<const Value> items) override {
     converter_.SetDocument(doc);
     const auto device = converter_.TraceListDevice(context);
-    if (!device) return InternalError("a trace list lost its place while streaming");
+    // Wants() placed this list in device_traces; a pickle that rebuilds the lists around it
+    // before it closes (PyTorch's never does) moves it out of its place, or past the devices a
+    // GPU can have. Found by input_file_fuzzer
+    // (src/sources/pickle/fuzz_corpus/regression_trace_list_moved.pickle).
+    if (!device) {
+      return InvalidInput(
+          "device_traces: a device's trace list is no longer where it started when it ends (the "
+          "lists around it were rebuilt while it was read); this is not a snapshot PyTorch "
+          "wrote, or it is corrupt");
+    }
     return converter_.ConsumeEntries(*device, list, items);
   }
   void Reclaimed(uint64_t first, std::span<const std::pair<uint64_t, uint64_t>> moved) override {

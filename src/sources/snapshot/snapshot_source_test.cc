@@ -749,6 +749,22 @@ TEST(Streaming, FramesThatAreTheTraceListAreRefused) {
   EXPECT_THAT(streamed.status().message(), HasSubstr("'frames' refers to a trace list"));
 }
 
+// Found by input_file_fuzzer in a CI run: the device_traces around a streamed trace list are
+// rebuilt before that list closes, so when it ends it is no longer a device's trace list. Bad
+// input, refused in one line (it was an internal error, "a bug in vramscope").
+TEST(Streaming, ATraceListThatMovesWhileReadIsRefused) {
+  const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
+                           "/src/sources/pickle/fuzz_corpus/regression_trace_list_moved.pickle";
+  auto file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto streamed = LoadSnapshot(**file);
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), StatusCode::kInvalidInput);
+  EXPECT_THAT(streamed.status().message(),
+              HasSubstr("a device's trace list is no longer where it started when it ends"));
+  EXPECT_EQ(streamed.status().message().find('\n'), std::string::npos);
+}
+
 TEST(Streaming, EntriesOutsideTheRootAreRefused) {
   const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
                            "/src/sources/pickle/fuzz_corpus/"
