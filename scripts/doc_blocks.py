@@ -857,10 +857,9 @@ def check_block(block: Block, write: bool = False) -> Result:
     if block.kind == "not-run":
         # Not run here, but its reason must name what does check it, and that must exist: a
         # reason naming a test or script that was renamed or removed fails.
-        named = [p for p in re.findall(r"(?:tests|scripts|src|bench|goldens)/[\w./-]*", block.note)
-                 if (REPO / p.rstrip(".")).exists()]
-        missing = [p for p in re.findall(r"(?:tests|scripts|src|bench|goldens)/[\w./-]*",
-                                         block.note) if not (REPO / p.rstrip(".")).exists()]
+        paths = re.findall(r"(?:tests|scripts|src|bench|goldens)/[\w./-]*", block.note)
+        named = [p for p in paths if (REPO / p.rstrip(".")).exists()]
+        missing = [p for p in paths if p not in named]
         if missing:
             result.errors.append(f"{_where(block, block.fence_line)}: the reason names "
                                  f"{', '.join(missing)}, which does not exist")
