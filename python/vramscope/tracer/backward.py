@@ -69,6 +69,16 @@ class BackwardExecutor:
         self._graph_ids = itertools.count(1)
         self._graph_id = -1
         self._storage_baseline = None           # storage use count of a tensor nothing shares
+        # hooks registered on non-leaf tensors (Tensor.register_hook, which FSDP2's pre-backward
+        # and register_multi_grad_hook use): (id(grad_fn), its sequence number, output nr) ->
+        # hooks, run on the gradient of that output before the node runs, as the engine's tensor
+        # pre-hooks are. A node cannot be weakly referenced; its id with its sequence number
+        # names it uniquely while it lives, and entries go when their graph has run.
+        self._tensor_hooks: dict = {}
+        self._hook_ids = itertools.count()
+        # Variable._execution_engine.queue_callback: run when the outermost backward ends
+        self._final_callbacks: list = []
+        self._depth = 0
 
     # what torch._C._current_graph_task_id answers during the trace (torch.utils.checkpoint keys
     # its recomputation by it)
@@ -164,6 +174,55 @@ class BackwardExecutor:
         self._run(roots, keep_graph=bool(retain_graph))
         del root_grads
 
+    # -- hooks the engine would run
+    def register_tensor_hook(self, original, tensor, hook):
+        """``Tensor.register_hook`` during the trace: leaf tensors keep PyTorch's own (the
+        executor reads ``_backward_hooks`` when it accumulates); a non-leaf tensor's hook is kept
+        here, for its grad_fn's output."""
+        fn = tensor.grad_fn
+        if fn is None:
+            return original(tensor, hook)
+        if not tensor.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        key = (id(fn), fn._sequence_nr(), tensor.output_nr)
+        number = next(self._hook_ids)
+        self._tensor_hooks.setdefault(key, {})[number] = hook
+        hooks = self._tensor_hooks
+
+        class _Handle:
+            def remove(self):
+                entry = hooks.get(key)
+                if entry is not None:
+                    entry.pop(number, None)
+                    if not entry:
+                        hooks.pop(key, None)
+
+        return _Handle()
+
+    def queue_callback(self, callback) -> None:
+        """``Variable._execution_engine.queue_callback``: FSDP2's root post-backward (the last
+        reduce-scatter, the resharding) runs when the backward that queued it ends."""
+        if self._depth == 0:
+            raise RuntimeError("Final callbacks can only be installed during backward pass.")
+        self._final_callbacks.append(callback)
+
+    def _run_tensor_hooks(self, fn, inputs: list) -> None:
+        if not self._tensor_hooks:
+            return
+        seq = fn._sequence_nr()
+        for nr in range(len(inputs)):
+            hooks = self._tensor_hooks.pop((id(fn), seq, nr), None)
+            if not hooks or inputs[nr] is None:
+                continue
+            for hook in list(hooks.values()):
+                result = hook(inputs[nr])
+                if result is not None:
+                    inputs[nr] = result
+
+    def _forget_tensor_hooks(self, low: int, high: int) -> None:
+        for key in [k for k in self._tensor_hooks if low <= k[1] <= high]:
+            del self._tensor_hooks[key]
+
     # -- the engine
     def _run(self, roots: list, keep_graph: bool, capture: dict | None = None,
              results: list | None = None) -> None:
@@ -176,6 +235,7 @@ class BackwardExecutor:
         tracker.thread = "backward"
         self._metadata: dict = {}
         low, high = None, None
+        self._depth += 1
         try:
             with torch.no_grad():
                 deps = self._dependencies([fn for (fn, _), _ in roots])
@@ -193,6 +253,7 @@ class BackwardExecutor:
                 while heap:
                     _, _, fn = heapq.heappop(heap)
                     inputs = buffers.pop(fn)
+                    self._run_tensor_hooks(fn, inputs)
                     if capture is not None:
                         for nr, index in capture.get(fn, ()):
                             results[index] = inputs[nr]
@@ -223,11 +284,18 @@ class BackwardExecutor:
                         if deps[nxt] == 0:
                             heapq.heappush(heap, (-nxt._sequence_nr(), next(order), nxt))
                     del outputs, fn
+                if self._depth == 1:
+                    while self._final_callbacks:
+                        self._final_callbacks.pop(0)()
         finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._final_callbacks.clear()
             self._graph_id, tracker.thread, tracker.backward_module = saved_state
             self._metadata = {}
         if not keep_graph and low is not None:
             self.saved.release_range(low, high)
+            self._forget_tensor_hooks(low, high)
 
     @staticmethod
     def _dependencies(root_fns) -> dict:

@@ -66,12 +66,23 @@ def parse_args(argv=None) -> Setup:
     p.add_argument("--cuda-graphs", action="store_true",
                    help="torch.compile(model, mode=\"reduce-overhead\"): --compile, with the "
                         "compiled graphs' memory in a CUDA graph pool held for their lifetime")
+    p.add_argument("--world-size", type=int, default=1, metavar="N",
+                   help="trace one rank of a torch.distributed job of N ranks, on a fake process "
+                        "group: the model function sets up its parallelism itself "
+                        "(init_device_mesh, parallelize_module, fully_shard)")
+    p.add_argument("--rank", type=int, default=0, help="the rank traced (default: 0)")
     p.add_argument("-o", "--output", required=True, help="the stream to write (JSON Lines)")
     a = p.parse_args(argv)
     for name in ("batch", "seq", "steps", "grad_accum"):
         if getattr(a, name) < 1:
             raise TracerError(f"--{name.replace('_', '-')} must be at least 1",
                               "the command line", "pass a positive number")
+    if a.world_size < 1:
+        raise TracerError("--world-size must be at least 1", "the command line",
+                          "pass the number of ranks of the job")
+    if not 0 <= a.rank < a.world_size:
+        raise TracerError(f"--rank {a.rank} is not a rank of --world-size {a.world_size}",
+                          "the command line", f"pass a rank from 0 to {a.world_size - 1}")
     if a.image_size is not None and a.image_size < 1:
         raise TracerError("--image-size must be at least 1", "the command line",
                           "pass a positive number")
@@ -82,7 +93,7 @@ def parse_args(argv=None) -> Setup:
                  optimizer_impl=a.optimizer_impl, zero_grad=a.zero_grad, steps=a.steps,
                  grad_accum=a.grad_accum, checkpointing=a.checkpointing, lora=a.lora,
                  freeze=list(a.freeze), sdpa=a.sdpa, compile=a.compile or a.cuda_graphs,
-                 cuda_graphs=a.cuda_graphs)
+                 cuda_graphs=a.cuda_graphs, world_size=a.world_size, rank=a.rank)
 
 
 def _check_output(path: str) -> str:

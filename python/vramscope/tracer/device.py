@@ -20,9 +20,15 @@ def materialize_on_device(model, tracker: StorageTracker, dtype) -> None:
 
     def convert(t, category, name):
         target = dtype if (t.is_floating_point() and dtype is not None) else t.dtype
+        local = _local_of(t)
         with tracker.label(category, name, module=name.rpartition(".")[0] or root):
-            return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=target,
+            made = torch.empty_strided(tuple(local.shape), tuple(local.stride()), dtype=target,
                                        device=DEVICE)
+        if local is t:
+            return made
+        from torch.distributed.tensor import DTensor
+        return DTensor.from_local(made, t.device_mesh, t.placements, run_check=False,
+                                  shape=t.shape, stride=t.stride())
 
     for module in model.modules():
         for key, p in list(module._parameters.items()):
@@ -45,13 +51,21 @@ def materialize_on_device(model, tracker: StorageTracker, dtype) -> None:
                 setattr(module, key, memo[id(value)])
 
 
+def _local_of(t):
+    """A DTensor's local shard (what this rank holds), else the tensor itself."""
+    local = getattr(t, "_local_tensor", None)
+    return local if local is not None else t
+
+
 def parameter_summary(model) -> dict:
+    """Parameter counts of the whole model (a sharded parameter counts all its elements) and the
+    bytes this rank holds (its shards)."""
     params = list(model.parameters())
 
     def storage_bytes(tensors) -> int:
         seen, total = set(), 0
         for t in tensors:
-            st = t.untyped_storage()
+            st = _local_of(t).untyped_storage()  # a sharded parameter: this rank's shard
             if id(st) not in seen:
                 seen.add(id(st))
                 total += st.nbytes()

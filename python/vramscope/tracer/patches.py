@@ -49,10 +49,101 @@ def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool, compiling
         (torch.autograd, "grad", executor.grad if compiling else executor.grad_unsupported),
         (torch._C, "_current_graph_task_id", executor.current_graph_task_id),
     ]
+    patches.extend(_dtensor_patches(executor.tracker))
+    patches.extend(_hook_patches(executor))
     hf_utils = sys.modules.get("transformers.utils.import_utils")
     if not hf_sees_fakes and hf_utils is not None and hasattr(hf_utils, "is_fake_tensor"):
         patches.append((hf_utils, "is_fake_tensor", lambda x: False))
     return _patched(patches)
+
+
+class _EngineProxy:
+    """``Variable._execution_engine`` whose ``queue_callback`` is the executor's."""
+
+    def __init__(self, engine, executor: BackwardExecutor):
+        self._engine, self._executor = engine, executor
+
+    def queue_callback(self, callback):
+        self._executor.queue_callback(callback)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+def _hook_patches(executor: BackwardExecutor) -> list:
+    """What the engine does that Python code asks of it, routed to the executor: hooks on
+    non-leaf tensors (``Tensor.register_hook``; FSDP2's pre-backward all-gather hangs on them),
+    final callbacks (``queue_callback``; FSDP2's last reduce-scatter), and the storage resizes
+    with which FSDP2 frees and re-allocates gathered parameters (``UntypedStorage.resize_``,
+    which is no aten op and so unseen by the dispatch mode)."""
+    from torch.autograd.variable import Variable
+    register_hook = torch.Tensor.register_hook
+    resize = torch.UntypedStorage.resize_
+    tracker = executor.tracker
+
+    def tensor_register_hook(self, hook):
+        return executor.register_tensor_hook(register_hook, self, hook)
+
+    def storage_resize(self, size):
+        result = resize(self, size)
+        tracker.storage_resized(self)
+        return result
+
+    return [(torch.Tensor, "register_hook", tensor_register_hook),
+            (Variable, "_execution_engine", _EngineProxy(Variable._execution_engine, executor)),
+            (torch.UntypedStorage, "resize_", storage_resize)]
+
+
+def _dtensor_patches(tracker) -> list:
+    """Under ``--world-size`` (a fake process group), DTensor (tensor parallelism, FSDP2) works
+    out each op's output shape by running the op on fake tensors of the *global* shape
+    (``ShardingPropagator._propagate_tensor_meta_non_cached``): those are no allocation on the
+    GPU, so the trace stops recording for their duration. And FSDP2's buffers are labelled."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return []
+    try:
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    except ImportError:
+        return []
+    propagate = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    def unrecorded(self, op_schema):
+        recording, tracker.recording = tracker.recording, False
+        try:
+            return propagate(self, op_schema)
+        finally:
+            tracker.recording = recording
+
+    patches = [(ShardingPropagator, "_propagate_tensor_meta_non_cached", unrecorded)]
+    patches.extend(_fsdp_label_patches(tracker))
+    return patches
+
+
+def _fsdp_label_patches(tracker) -> list:
+    """FSDP2's buffers named for what they hold: the all-gather (its output, and the unsharded
+    parameters copied out of it, which FSDP2 frees and re-allocates by resizing their storage)
+    as weights, and the reduce-scatter (its input, the flat unsharded gradients, and its output,
+    the sharded gradients) as gradients, each with its FSDP unit's module path."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+    except ImportError:
+        return []
+
+    def labelled(method, category, what):
+        def wrapper(self, *args, **kwargs):
+            unit = getattr(self, "_module_fqn", None) or "(root)"
+            with tracker.label(category, f"{unit} ({what})"):
+                return method(self, *args, **kwargs)
+        return wrapper
+
+    patches = []
+    for name, category, what in (("unshard", "weight", "FSDP2 all-gathered parameters"),
+                                 ("wait_for_unshard", "weight", "FSDP2 all-gathered parameters"),
+                                 ("post_backward", "gradient", "FSDP2 reduce-scatter")):
+        method = getattr(FSDPParamGroup, name, None)
+        if method is not None:
+            patches.append((FSDPParamGroup, name, labelled(method, category, what)))
+    return patches
 
 
 class GradScalerEmulation:

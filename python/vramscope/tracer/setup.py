@@ -26,6 +26,8 @@ class Setup:
     sdpa: str = "auto"
     compile: bool = False       # torch.compile (Inductor's graphs and partitioner)
     cuda_graphs: bool = False   # mode="reduce-overhead": CUDA graphs, their private pool
+    world_size: int = 1         # --world-size: one rank of a job on a fake process group
+    rank: int = 0
 
     def as_header(self) -> dict:
         d = dict(self.__dict__)

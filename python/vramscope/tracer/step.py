@@ -13,6 +13,7 @@ from .common import (DEVICE, DTYPES, DataDependentError, FORMAT, TracerError, VE
                      VERSION_COMPILED, _one_line,
                      torch)
 from .device import materialize_on_device, parameter_summary
+from .distributed import fake_job
 from .models import ModelSpec, apply_freeze, apply_lora, load_file_model, load_hf_model
 from .optimizer import build_optimizer
 from .patches import GradScalerEmulation, emulation_patches
@@ -132,9 +133,22 @@ def _data_dependent_error(e, tracker) -> TracerError:
 def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
     """Run the trace; the events go to ``events_path``; returns the header. ``hf_sees_fakes``: let
     transformers know its tensors are fake (see ``emulation_patches``)."""
+    if setup.world_size > 1:
+        with fake_job(setup.world_size, setup.rank):
+            fake_mode = _fake_mode()
+            # FSDP2 makes small device tensors when it wraps a module: fake ones
+            with fake_mode:
+                spec = (load_hf_model(setup) if setup.model.startswith("hf:")
+                        else load_file_model(setup))
+            return _trace(setup, events_path, hf_sees_fakes, spec, fake_mode)
+    spec = load_hf_model(setup) if setup.model.startswith("hf:") else load_file_model(setup)
+    return _trace(setup, events_path, hf_sees_fakes, spec, _fake_mode())
+
+
+def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
+           fake_mode) -> dict:
     from torch._subclasses import fake_tensor as ft
 
-    spec = load_hf_model(setup) if setup.model.startswith("hf:") else load_file_model(setup)
     base_class = spec.model_class
     if setup.lora is not None:
         apply_lora(spec, setup)
@@ -145,7 +159,6 @@ def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
 
     writer = EventWriter(events_path)
     tracker = StorageTracker(writer)
-    fake_mode = _fake_mode()
     tracker.fake_mode = fake_mode
     sdpa = SdpaRouting(setup.sdpa)
     saved = SavedTensors(tracker)
@@ -157,9 +170,16 @@ def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
         "workspaces: see the matmul and conv markers; sort buffers of embedding backward, "
         "reductions), the CUDA context, and anything the model allocates outside PyTorch",
         "backward runs in the tracer's own executor that follows PyTorch's autograd engine "
-        "(its C++ engine cannot run fake CUDA tensors without a GPU); module backward hooks and "
-        "hooks on non-leaf tensors are not run",
+        "(its C++ engine cannot run fake CUDA tensors without a GPU); module backward hooks are "
+        "not run",
     ]
+    if setup.world_size > 1:
+        notes.append(
+            f"rank {setup.rank} of {setup.world_size}, on a fake process group (collectives "
+            "return at once, their outputs allocated as on a GPU); parameters counts the whole "
+            "model, parameter bytes this rank's shards; one stream: FSDP2's all-gather and "
+            "reduce-scatter streams are not told apart, so the allocator model may reserve less "
+            "than a GPU does")
     notes.extend(spec.notes)
     if spec.is_hf and hf_sees_fakes:
         notes.append("transformers was let see fake tensors (its export-safe paths: causal masks "

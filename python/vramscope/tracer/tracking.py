@@ -283,6 +283,22 @@ def _all_modes_off():
         return torch._C._DisableTorchDispatch()
 
 
+def _wait_tensor_op():
+    """``_c10d_functional.wait_tensor`` (tensor parallelism's collectives end in it), if any."""
+    try:
+        return torch.ops._c10d_functional.wait_tensor.default
+    except (AttributeError, RuntimeError):
+        return None
+
+
+_WAIT_TENSOR = _wait_tensor_op() if torch is not None else None
+
+
+def _is_distributed(cls) -> bool:
+    """Is ``cls`` torch.distributed's DTensor (a wrapper whose storage is its local shard's)?"""
+    return cls.__name__ == "DTensor" and cls.__module__.startswith("torch.distributed")
+
+
 class StorageTracker(TorchDispatchMode):
     """Sees every aten op (below autograd, above the fake kernels) and turns each new storage on the
     fake device into an ``alloc`` event, and its garbage collection into a ``free``."""
@@ -375,6 +391,10 @@ class StorageTracker(TorchDispatchMode):
         from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                                    DynamicOutputShapeException)
         kwargs = kwargs or {}
+        if any(_is_distributed(t) for t in types):
+            # A DTensor op: let DTensor run it (its sharding rules, its collectives); the ops on
+            # the local shards it runs come back through this mode, and those are what allocate.
+            return NotImplemented
         args = self.shadows.integer_indices(func, args, self._index_tensor)
         try:
             out = func(*args, **kwargs)
@@ -387,6 +407,10 @@ class StorageTracker(TorchDispatchMode):
         except Exception:
             self._note_failure(func)
             raise
+        if func is _WAIT_TENSOR and args and isinstance(args[0], torch.Tensor):
+            # On a GPU, wait_tensor returns the collective's output itself (it waits for the
+            # collective's stream); the fake kernel makes a new tensor, which is no allocation.
+            out = args[0]
         if self.recording:
             self._record(func, out)
         if self.phase != "setup":  # parameters and buffers must never have values
@@ -449,6 +473,29 @@ class StorageTracker(TorchDispatchMode):
         if key not in self._weakrefs:
             self._weakrefs[key] = weakref.ref(st, functools.partial(self._on_collect, key))
 
+    def storage_resized(self, st) -> None:
+        """``UntypedStorage.resize_`` (FSDP2 frees a gathered parameter by resizing its storage
+        to 0 and allocates it again by resizing it back): on a GPU each is a free and an
+        allocation of the caching allocator."""
+        key = id(st)
+        # only storages the trace made (a fake tensor's storage is on the meta device)
+        if not self.recording or key not in self._weakrefs:
+            return
+        nbytes = st.nbytes()
+        rec = self.live.get(key)
+        if rec is not None:
+            if rec.nbytes == nbytes:
+                return
+            self._emit_free(rec)
+            del self.live[key]
+            category, name = rec.category, rec.name
+        else:
+            category, name = self._labels[-1][:2] if self._labels else ("temporary", "")
+        if nbytes > 0:
+            self.live[key] = self._emit_alloc(nbytes, category, name, "aten::resize_")
+            if key not in self._weakrefs:
+                self._weakrefs[key] = weakref.ref(st, functools.partial(self._on_collect, key))
+
     def _emit_alloc(self, nbytes, category, name, op) -> _Storage:
         rec = _Storage(self._next_id, nbytes, category, name, op)
         self._next_id += 1
@@ -483,6 +530,7 @@ class StorageTracker(TorchDispatchMode):
 
     # -- labels
     def record_of(self, t) -> _Storage | None:
+        t = getattr(t, "_local_tensor", t)  # a DTensor's storage is its local shard's
         if not isinstance(t, torch.Tensor) or t.device.type != DEVICE:
             return None
         try:

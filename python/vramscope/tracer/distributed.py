@@ -1,0 +1,176 @@
+"""``--world-size N --rank R``: the step as one rank of a torch.distributed job, on a fake process
+group (no GPU, no other process), as torchtitan's memory estimator runs it.
+
+The user's model function sets the parallelism up itself, as a training script does:
+``init_device_mesh("cuda", ...)``, then ``parallelize_module`` (tensor and sequence parallelism,
+DTensor) and/or ``fully_shard`` (FSDP2). The tracer provides what those need on a CPU-only
+machine:
+
+- the process group: ``torch.distributed`` initialised with the ``fake`` backend
+  (``torch.testing._internal.distributed.fake_pg``) for this rank of ``world_size``; every
+  collective returns at once, its output tensors made as on a GPU (their bytes are traced);
+- the CUDA device queries FSDP2 and DeviceMesh ask (``current_device``, ``device_count``,
+  ``set_device``) answered for this rank, and CUDA streams and events emulated as objects that
+  order nothing: the trace is one sequence of allocations, so FSDP2's all-gather and
+  reduce-scatter streams are not told apart (the allocator model sees one stream; on a GPU the
+  caching allocator keeps their blocks apart, which costs some reserved memory);
+- the model built inside fake-tensor mode (FSDP2 makes small device tensors when it wraps a
+  module), on the meta device as always.
+
+Not supported, refused with one line: ``DistributedDataParallel`` (its reducer hooks the C++
+autograd engine, which the tracer's executor replaces) and ``torch.distributed.pipelining``
+(its schedules exchange real tensors between stage processes)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from .common import TracerError, torch
+
+
+class _Stream:
+    """``torch.cuda.Stream`` on a machine without a GPU: every wait is already satisfied."""
+
+    def __init__(self, device=None, priority=0, **_kwargs):
+        self.device = torch.device("cuda", 0) if device is None else torch.device(device)
+        self.priority = priority
+        self.cuda_stream = 0
+        # what torch.Stream carries (FSDP2 passes them to its ops)
+        self.stream_id = 0
+        self.device_index = self.device.index or 0
+        self.device_type = 1  # c10::DeviceType::CUDA
+
+    def wait_stream(self, _stream):
+        pass
+
+    def wait_event(self, _event):
+        pass
+
+    def record_event(self, event=None):
+        return event if event is not None else _Event()
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+    def __eq__(self, other):
+        return self is other
+
+    def __hash__(self):
+        return id(self)
+
+
+class _Event:
+    """``torch.cuda.Event``: recorded and waited on at once."""
+
+    def __init__(self, *_args, **_kwargs):
+        pass
+
+    def record(self, _stream=None):
+        pass
+
+    def wait(self, _stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+
+@contextlib.contextmanager
+def _stream_context(_stream):
+    yield
+
+
+def _refuse_ddp(*_args, **_kwargs):
+    raise TracerError("the model is wrapped in DistributedDataParallel", "the model function",
+                      "the tracer cannot run DDP's reducer (it hooks PyTorch's C++ autograd "
+                      "engine); trace the unwrapped model with --world-size, or predict a built-in "
+                      "family with `vramscope predict --world-size N` (its DDP buckets are "
+                      "modelled)")
+
+
+def _refuse_pipelining(*_args, **_kwargs):
+    raise TracerError("the step uses torch.distributed.pipelining", "the model function",
+                      "the tracer runs one rank alone, and a pipeline schedule exchanges real "
+                      "tensors between stages; predict a built-in family with --pp instead")
+
+
+def _outside_fake_mode(function):
+    """``function`` run with fake-tensor mode off: a DeviceMesh is made of real CPU tensors
+    (its ranks), whose values it reads."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def wrapper(*args, **kwargs):
+        with unset_fake_temporarily():
+            return function(*args, **kwargs)
+
+    wrapper.__wrapped__ = function
+    return wrapper
+
+
+def _patches(rank: int, world_size: int) -> list:
+    cuda = torch.cuda
+    default = _Stream()
+    devices = max(1, min(world_size, 8))  # the GPUs of this rank's machine (8 per node)
+    patches = [
+        (cuda, "current_device", lambda: rank % devices),
+        (cuda, "device_count", lambda: devices),
+        (cuda, "set_device", lambda _device: None),
+        (cuda, "Stream", _Stream),
+        (cuda, "Event", _Event),
+        (cuda, "current_stream", lambda device=None: default),
+        (cuda, "default_stream", lambda device=None: default),
+        (cuda, "stream", _stream_context),
+        (cuda, "synchronize", lambda device=None: None),
+        (torch.nn.parallel, "DistributedDataParallel", _refuse_ddp),
+    ]
+    import torch.distributed.device_mesh as device_mesh
+    patches.append((device_mesh.DeviceMesh, "__init__",
+                    _outside_fake_mode(device_mesh.DeviceMesh.__init__)))
+    for module in (device_mesh, torch.distributed):
+        if hasattr(module, "init_device_mesh"):
+            patches.append((module, "init_device_mesh",
+                            _outside_fake_mode(module.init_device_mesh)))
+    try:
+        import torch.distributed.pipelining as pipelining
+        for name in ("PipelineStage", "pipeline", "ScheduleGPipe", "Schedule1F1B",
+                     "ScheduleInterleaved1F1B", "ScheduleLoopedBFS"):
+            if hasattr(pipelining, name):
+                patches.append((pipelining, name, _refuse_pipelining))
+    except ImportError:
+        pass
+    return patches
+
+
+@contextlib.contextmanager
+def fake_job(world_size: int, rank: int):
+    """The fake process group of ``world_size`` ranks, as ``rank``, and the CUDA emulation around
+    it, for the duration."""
+    import torch.distributed as dist
+    if not dist.is_available():
+        raise TracerError("this PyTorch has no torch.distributed", f"torch {torch.__version__}",
+                          "install a build with distributed support (the PyPI wheels have it)")
+    try:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+    except ImportError as e:
+        raise TracerError("this PyTorch has no fake process group",
+                          f"torch {torch.__version__}", "use torch 2.2 or newer") from e
+    if dist.is_initialized():
+        raise TracerError("torch.distributed is already initialised", "the tracer's process",
+                          "run the tracer in a process of its own")
+    saved = []
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    try:
+        for obj, name, value in _patches(rank, world_size):
+            saved.append((obj, name, getattr(obj, name)))
+            setattr(obj, name, value)
+        yield
+    finally:
+        for obj, name, value in reversed(saved):
+            setattr(obj, name, value)
+        dist.destroy_process_group()

@@ -1,0 +1,194 @@
+"""The tracer under a fake process group (``--world-size N --rank R``): one rank of a tensor-,
+sequence- and FSDP2-parallel job traced on the CPU, its shards counted by hand, and the FSDP2
+rank checked against the real two-rank H100 capture in goldens/h100/run.
+
+Each trace runs in a process of its own, as ``vramscope predict`` runs it (the process group is
+process-wide state)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_tracer import Stream, check_invariants  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "distributed"
+BIN = str(Path(os.environ.get("VRAMSCOPE_BIN", str(REPO / "build" / "vramscope"))).resolve())
+GOLDEN = REPO / "goldens" / "h100" / "run" / "ranks2_fsdp2_gpt_adamw_fp32.rank0.sidecar.json"
+
+
+def trace(tmp_path: Path, *args) -> Stream:
+    out = tmp_path / "trace.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+    done = subprocess.run([sys.executable, "-m", "vramscope.tracer", *map(str, args), "-o",
+                           str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    stream = Stream(out)
+    check_invariants(stream)
+    return stream
+
+
+def trace_fails(tmp_path: Path, *args) -> str:
+    out = tmp_path / "out" / "trace.jsonl"
+    out.parent.mkdir(exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+    done = subprocess.run([sys.executable, "-m", "vramscope.tracer", *map(str, args), "-o",
+                           str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vramscope tracer: error: "), done.stderr
+    assert list(out.parent.iterdir()) == [], "a failed trace left files behind"
+    return lines[0]
+
+
+def load_example(name: str):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def setup_weights(s: Stream) -> dict[str, int]:
+    return {a["name"]: a["bytes"] for a in s.allocated(step=0, phase="setup", category="weight")}
+
+
+# ------------------------------------------------------------------------ tensor + sequence
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_tensor_and_sequence_parallel_rank_holds_its_shards(tmp_path, rank):
+    m = load_example("tp_llama")
+    tp, batch, seq = 2, 2, 128
+    s = trace(tmp_path, "--model", f"{EXAMPLES / 'tp_llama.py'}:build", "--world-size", tp,
+              "--rank", rank, "--batch", batch, "--seq", seq, "--steps", 2)
+    assert s.header["setup"]["world_size"] == tp and s.header["setup"]["rank"] == rank
+    assert f"rank {rank} of {tp}, on a fake process group" in s.notes()
+    # Hand counts (fp32): column-parallel q/k/v, w1/w3 split their outputs, row-parallel wo/w2
+    # their inputs, the embedding and head the vocabulary; the norms are replicated.
+    h, f, v = m.HIDDEN, m.FFN, m.VOCAB
+    expected = {"tok_embeddings.weight": v // tp * h * 4, "output.weight": v // tp * h * 4,
+                "norm.weight": h * 4}
+    for i in range(m.LAYERS):
+        p = f"layers.{i}."
+        expected.update({p + "attention_norm.weight": h * 4, p + "ffn_norm.weight": h * 4})
+        for w in ("wq", "wk", "wv", "wo"):
+            expected[f"{p}attention.{w}.weight"] = h * h // tp * 4
+        for w in ("w1", "w2", "w3"):
+            expected[f"{p}feed_forward.{w}.weight"] = h * f // tp * 4
+    assert setup_weights(s) == expected
+    total = sum(expected.values())
+    assert s.header["parameters"]["bytes"] == total
+    # the whole model's count: every weight unsharded
+    assert s.header["parameters"]["total"] == (2 * v * h + h + m.LAYERS * (
+        2 * h + 4 * h * h + 3 * h * f))
+    # Each rank's gradients and Adam's two states are its shards, but one: DTensor's embedding
+    # backward has no vocabulary-sharded strategy, so the row-parallel embedding's gradient is
+    # computed for the whole vocabulary on every rank (a Partial sum, reduced at the optimizer
+    # step): twice the shard. That is DTensor's own code at work, not a model of it.
+    grads = {a["name"]: a["bytes"] for a in s.allocated(step=1, category="gradient")}
+    expected_grads = {n + ".grad": b for n, b in expected.items()}
+    expected_grads["tok_embeddings.weight.grad"] = v * h * 4
+    assert grads == expected_grads
+    states = sum(a["bytes"] for a in s.allocated(step=1, category="optimizer_state"))
+    assert states == 2 * total
+    # Sequence parallelism: before each block's attention and MLP, and before the head, the
+    # sequence-sharded activations are all-gathered into the full sequence; after wo and w2, and
+    # after the embedding, the partial sums are reduce-scattered back to a shard of it.
+    full, shard = batch * seq * h * 4, batch * seq // tp * h * 4
+    forward = s.allocated(step=1, phase="forward")
+    gathers = [a["bytes"] for a in forward
+               if a["op"] == "_c10d_functional::all_gather_into_tensor"]
+    scatters = [a["bytes"] for a in forward
+                if a["op"] == "_c10d_functional::reduce_scatter_tensor"]
+    # ... and the head's logits, gathered from its vocabulary shards (output_layouts=Replicate)
+    assert gathers == [full] * (2 * m.LAYERS + 1) + [batch * seq * v * 4]
+    assert scatters == [shard] * (2 * m.LAYERS + 1)
+    # the residual stream between blocks is a shard of the sequence
+    adds = [a for a in forward if a["op"] == "aten::add" and a["module"].startswith("layers.")]
+    assert adds and all(a["bytes"] == shard for a in adds)
+
+
+# -------------------------------------------------------------------------------------- FSDP2
+
+
+def test_fsdp2_rank_shards_and_gathers_per_unit(tmp_path):
+    s = trace(tmp_path, "--model", f"{EXAMPLES / 'fsdp2_gpt.py'}:build", "--world-size", 2,
+              "--batch", 2, "--seq", 64, "--steps", 2)
+    m = load_example("fsdp2_gpt")
+    model = m.GPT(**m._GPT)
+    # Every parameter sharded over the two ranks along dim 0 (all these dims are even).
+    params = {n: p.numel() * 4 for n, p in model.named_parameters()}
+    assert setup_weights(s) == {n: b // 2 for n, b in params.items()}
+    # Each block's all-gather output holds the block's whole parameters, once in forward and
+    # once in backward (step 2: step 1's forward also warms FSDP2 up).
+    for i in range(m._GPT["layers"]):
+        unit = sum(b for n, b in params.items() if n.startswith(f"blocks.{i}."))
+        gathered = [a for a in s.allocated(step=2)
+                    if a["name"] == f"blocks.{i} (FSDP2 all-gathered parameters)"
+                    and a["op"] == "aten::empty"]
+        assert [(a["phase"], a["bytes"]) for a in gathered] == [("forward", unit),
+                                                                ("backward", unit)]
+        # the reduce-scatter's input is the block's unsharded gradients, its output their shard
+        reduced = [a["bytes"] for a in s.allocated(step=2, phase="backward")
+                   if a["name"] == f"blocks.{i} (FSDP2 reduce-scatter)"]
+        assert sorted(reduced) == [unit // 2, unit]
+    # Resharded after forward: the blocks' unsharded parameters (re-allocated by resizing
+    # their storage) are freed in the forward that gathered them.
+    copied_out = [a for a in s.allocated(step=2, phase="forward")
+                  if a["name"].startswith("blocks.") and a["op"] == "aten::resize_"]
+    assert copied_out and all(a["freed"] == (2, "forward") for a in copied_out)
+
+
+def test_fsdp2_prediction_matches_the_h100_capture(tmp_path):
+    """examples/distributed/fsdp2_gpt.py is train.py --model gpt --parallel fsdp2; its rank 0 was
+    captured on an H100 (2 ranks, gloo, torch 2.11). The predicted peak allocated must stay
+    within 2% of the measured one (measured: +0.25%; reserved is not asserted: one stream,
+    docs/accuracy.md)."""
+    if not Path(BIN).exists():
+        pytest.skip(f"no vramscope binary at {BIN}")
+    sidecar = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    measured = max(p["memory"]["max_allocated"] for p in sidecar["phases"])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the embedded tracer
+    done = subprocess.run([BIN, "predict", "--model", f"{EXAMPLES / 'fsdp2_gpt.py'}:build",
+                           "--world-size", "2", "--batch", "8", "--seq", "256", "--steps", "3",
+                           "--gpu", "h100-80gb", "--json", "--python", sys.executable],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    predicted = report["devices"][0]["peak_allocated"]["bytes"]
+    assert abs(predicted - measured) / measured < 0.02, (predicted, measured)
+    facts = report["prediction"]["facts"]
+    assert facts["process group"] == "rank 0 of 2 (traced on a fake process group)"
+    # NCCL's buffers are outside the allocator for a job of several ranks
+    assert "NCCL (outside the allocator)" in facts
+
+
+# ------------------------------------------------------------------------------------- errors
+
+
+def test_ddp_is_refused_in_one_line(tmp_path):
+    model = tmp_path / "ddp.py"
+    model.write_text(
+        "import torch\n"
+        "from torch.nn.parallel import DistributedDataParallel\n"
+        "def build():\n"
+        "    return DistributedDataParallel(torch.nn.Linear(8, 8))\n"
+        "def vramscope_inputs(batch_size, seq_len, image_size):\n"
+        "    return torch.randn(batch_size, 8)\n", encoding="utf-8")
+    line = trace_fails(tmp_path, "--model", f"{model}:build", "--world-size", 2)
+    assert "DistributedDataParallel" in line and "--world-size" in line
+
+
+def test_rank_outside_the_world_is_refused(tmp_path):
+    line = trace_fails(tmp_path, "--model", f"{EXAMPLES / 'fsdp2_gpt.py'}:build",
+                       "--world-size", 2, "--rank", 2)
+    assert "--rank 2 is not a rank of --world-size 2" in line
