@@ -209,6 +209,23 @@ Result<std::vector<std::string>> TracerArgs(const PredictOptions& o) {
         "defaults)");
   }
   std::vector<std::string> a = {"--model", o.model, "--batch", std::to_string(o.batch)};
+  if (o.world_size > 1) {
+    if (o.model.rfind("hf:", 0) == 0) {
+      return UsageError(
+          "--world-size with hf:config.json: the tracer runs a Hugging Face model as it is, "
+          "unsharded; for one rank of a job, give a FILE.py:FUNCTION that shards the model itself "
+          "(fully_shard, parallelize_module), as examples/distributed/ does");
+    }
+    const int rank = std::max(o.rank, 0);
+    if (rank >= o.world_size) {
+      return UsageError(fmt::format("--rank {} is not a rank of --world-size {}: give 0 to {}",
+                                    rank, o.world_size, o.world_size - 1));
+    }
+    a.insert(a.end(),
+             {"--world-size", std::to_string(o.world_size), "--rank", std::to_string(rank)});
+  } else if (o.rank >= 0) {
+    return UsageError("--rank picks the rank of --world-size N that the tracer runs: give both");
+  }
   if (o.seq > 0) a.insert(a.end(), {"--seq", std::to_string(o.seq)});
   if (o.image_size > 0) a.insert(a.end(), {"--image-size", std::to_string(o.image_size)});
   if (o.dtype == "bf16-amp" || o.dtype == "fp16-amp") {
@@ -385,6 +402,11 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
 }
 
 Status Run(const PredictOptions& o) {
+  if (o.rank >= 0 && !NeedsTracer(o.model)) {
+    return UsageError(
+        "--rank is the rank the tracer runs of your own model (FILE.py:FUNCTION) under "
+        "--world-size; the built-in families' ranks are predicted by role (--tp, --pp, ...)");
+  }
   ASSIGN_OR_RETURN(predict::PredictRequest request, BuildRequest(o));
   // A parallel layout, or a mixture of experts: the per-rank estimate of the built-in families.
   if (!NeedsTracer(o.model) && !predict::IsTracerStreamFile(o.model)) {
@@ -395,7 +417,9 @@ Status Run(const PredictOptions& o) {
   } else if (WantsParallel(o)) {
     return UsageError(
         "--tp/--pp/--cp/--ep/--sp predict the built-in families (presets and Hugging Face "
-        "configs); the tracer does not run a model under a fake process group yet");
+        "configs); your own model sets its parallelism up itself (init_device_mesh, "
+        "fully_shard, parallelize_module): give --world-size N (and --rank) and the tracer runs "
+        "one rank of it on a fake process group");
   }
   // Your own model: the tracer runs its step on fake tensors, then its stream is the model.
   TempFile traced;
@@ -563,8 +587,14 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   cmd->add_flag("--fsdp", o.fsdp, "FSDP full sharding over --world-size GPUs");
   cmd->add_option("--world-size", o.world_size,
                   "data-parallel GPUs (default: 1); 2 or more without --zero/--fsdp is "
-                  "DistributedDataParallel, whose gradient buckets are predicted")
+                  "DistributedDataParallel, whose gradient buckets are predicted. Your own model "
+                  "(FILE.py:FUNCTION): the ranks of the job, one of which the tracer runs on a "
+                  "fake process group (the function shards the model itself: fully_shard, "
+                  "parallelize_module)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--rank", o.rank,
+                  "your own model under --world-size: the rank the tracer runs (default: 0)")
+      ->check(CLI::Range(0, (1 << 20) - 1));
   cmd->add_option("--tp", o.tp,
                   "tensor parallelism: memory per rank role of the layout (GPT-2 and LLaMA "
                   "families, MoE included; model states counted per tensor, activations by "

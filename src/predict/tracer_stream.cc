@@ -97,7 +97,19 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
       info.trainable_parameters = HeaderCount(j, "parameters", "trainable");
       info.parameter_bytes = HeaderCount(j, "parameters", "bytes");
       info.buffer_bytes = HeaderCount(j, "parameters", "buffers_bytes");
-      if (j.contains("setup") && j["setup"].is_object()) info.setup = j["setup"].dump();
+      if (j.contains("setup") && j["setup"].is_object()) {
+        const json& setup = j["setup"];
+        info.setup = setup.dump();
+        // One rank of a job traced on a fake process group (tracer --world-size).
+        const auto world = setup.find("world_size");
+        const auto rank = setup.find("rank");
+        if (world != setup.end() && world->is_number_unsigned() && world->get<uint64_t>() > 1 &&
+            rank != setup.end() && rank->is_number_unsigned()) {
+          info.facts.emplace_back("process group",
+                                  fmt::format("rank {} of {} (traced on a fake process group)",
+                                              rank->get<uint64_t>(), world->get<uint64_t>()));
+        }
+      }
       info.facts.emplace_back("producer", HeaderText(j, "producer"));
       info.facts.emplace_back("device_emulation", HeaderText(j, "device_emulation"));
       if (j.contains("notes") && j["notes"].is_array()) {

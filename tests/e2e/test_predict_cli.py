@@ -380,6 +380,13 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     (["--model", "llama2-7b", "--dp", "8", "--dp-shard", "4"], "give --zero too"),
     (["--model", "mixtral-8x7b", "--tp", "2", "--ep", "8", "--dp", "8", "--dp-shard", "2",
       "--zero", "1"], "must divide --dp-shard x --cp x --tp = 4"),
+    # your own model sets its parallelism up itself; the tracer runs one rank of --world-size
+    (["--model", "train.py:build", "--tp", "2"], "give --world-size N (and --rank)"),
+    (["--model", "train.py:build", "--rank", "1"], "give both"),
+    (["--model", "train.py:build", "--world-size", "2", "--rank", "2"],
+     "--rank 2 is not a rank of --world-size 2"),
+    (["--model", "hf:config.json", "--world-size", "2"], "runs a Hugging Face model as it is"),
+    (["--model", "llama2-7b", "--rank", "1"], "the built-in families' ranks are predicted by role"),
 ])
 def test_parallel_layout_errors(args, message, run, out_dir):
     rc, out, err = run("predict", *args, cwd=out_dir)
