@@ -411,7 +411,7 @@ Status Run(const PredictOptions& o) {
   // A parallel layout, or a mixture of experts: the per-rank estimate of the built-in families.
   if (!NeedsTracer(o.model) && !predict::IsTracerStreamFile(o.model)) {
     ASSIGN_OR_RETURN(const predict::LoadedModel loaded, predict::LoadModel(o.model));
-    if (loaded.spec && (WantsParallel(o) || loaded.spec->experts > 0)) {
+    if (loaded.spec && (WantsParallel(o) || loaded.spec->experts > 0 || loaded.spec->Mla())) {
       return RunParallel(o, request, *loaded.spec);
     }
   } else if (WantsParallel(o)) {
@@ -541,7 +541,8 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
       "batch that fits a GPU.");
   cmd->add_option("--model", o.model,
                   fmt::format("a preset ({}), a Hugging Face config.json (gpt2, llama, mistral, "
-                              "qwen2, bert, roberta, vit, resnet), a layer list .json "
+                              "qwen2, mixtral, qwen2_moe, deepseek_v2/v3, bert, roberta, vit, "
+                              "resnet), a layer list .json "
                               "(docs/predict-models.md), your own model as FILE.py:FUNCTION or "
                               "hf:config.json (run by the tracer on fake tensors with --python), "
                               "or a tracer .jsonl",

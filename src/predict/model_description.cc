@@ -52,6 +52,23 @@ ModelSpec Llama(uint64_t vocab, uint64_t hidden, uint64_t inter, uint64_t layers
   return m;
 }
 
+// DeepSeek-V3's shape with its published MoE and MLA dimensions; the HF config sets its own.
+ModelSpec DeepseekV3(uint64_t vocab, uint64_t hidden, uint64_t inter, uint64_t layers,
+                     uint64_t heads, uint64_t seq, std::string_view label) {
+  ModelSpec m = Llama(vocab, hidden, inter, layers, heads, heads, seq, false, false, label);
+  m.experts = 256;
+  m.experts_per_token = 8;
+  m.expert_intermediate = 2048;
+  m.shared_expert_intermediate = 2048;  // one shared expert of moe_intermediate_size
+  m.first_dense_layers = 3;
+  m.q_lora_rank = 1536;
+  m.kv_lora_rank = 512;
+  m.qk_nope_head_dim = 128;
+  m.qk_rope_head_dim = 64;
+  m.v_head_dim = 128;
+  return m;
+}
+
 ModelSpec Bert(uint64_t layers, uint64_t hidden, uint64_t heads, uint64_t vocab, uint64_t pos,
                uint64_t types, std::string_view label) {
   ModelSpec m;
@@ -126,6 +143,12 @@ const std::map<std::string, ModelSpec>& Presets() {
     qwen_moe.shared_expert_intermediate = 5632;
     qwen_moe.shared_expert_gate = true;
     p["qwen1.5-moe-a2.7b"] = qwen_moe;
+    // DeepSeek-V3 (deepseek-ai/DeepSeek-V3's config.json, transformers' DeepseekV3Config): 61
+    // layers, the first 3 dense (MLP 18432), then 256 routed experts of 2048 (8 per token) and
+    // one shared expert; multi-head latent attention (q rank 1536, kv rank 512, 128 + 64 q/k
+    // head dims, 128 v). 671,026,404,352 parameters, as transformers counts them (the
+    // multi-token-prediction module of the published 685B checkpoint is not part of the model).
+    p["deepseek-v3"] = DeepseekV3(129280, 7168, 18432, 61, 128, 4096, "deepseek-v3");
     p["qwen2-0.5b"] = Llama(151936, 896, 4864, 24, 14, 2, 4096, true, true, "qwen2-0.5b");
     p["qwen2-7b"] = Llama(152064, 3584, 18944, 28, 28, 4, 4096, false, true, "qwen2-7b");
     p["bert-base"] = Bert(12, 768, 12, 30522, 512, 2, "bert-base (110M)");
@@ -182,6 +205,18 @@ class Fields {
       return fallback;
     }
     return it->get<bool>();
+  }
+  // A count that may be 0 (DeepSeek's first_k_dense_replace, n_shared_experts).
+  uint64_t CountOrZero(const char* key, uint64_t fallback) {
+    if (!status_.ok()) return fallback;
+    const auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) return fallback;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
+        it->get<int64_t>() > (int64_t{1} << 40)) {
+      Fail(fmt::format("/{} is {}; it must be 0 or a positive integer", key, Short(*it)));
+      return fallback;
+    }
+    return it->get<uint64_t>();
   }
   std::string Text(const char* key, std::string fallback) {
     if (!status_.ok()) return fallback;
@@ -242,6 +277,43 @@ Result<ModelSpec> FromHfConfig(const json& j, std::string_view where) {
                          m.experts_per_token, m.experts));
     }
     m.default_seq = std::min<uint64_t>(m.max_positions, 4096);
+  } else if (type == "deepseek_v3" || type == "deepseek_v2") {
+    // Latent attention and DeepSeek's MoE: dense MLPs in the first layers, then routed and
+    // shared experts in every layer.
+    const uint64_t heads = f.Count("num_attention_heads", 128, true);
+    m = DeepseekV3(f.Count("vocab_size", 129280, true), f.Count("hidden_size", 7168, true),
+                   f.Count("intermediate_size", 18432, true),
+                   f.Count("num_hidden_layers", 61, true), heads,
+                   std::min<uint64_t>(f.Count("max_position_embeddings", 4096), 4096), m.label);
+    m.max_positions = f.Count("max_position_embeddings", 4096);
+    m.tie_embeddings = f.Flag("tie_word_embeddings", false);
+    if (f.Flag("attention_bias", false)) {
+      f.Fail("/attention_bias true (biases on the latent attention's projections) is not modelled");
+    }
+    m.experts = f.Count("n_routed_experts", 256, true);
+    m.experts_per_token = f.Count("num_experts_per_tok", 8, true);
+    m.expert_intermediate = f.Count("moe_intermediate_size", 2048, true);
+    m.shared_expert_intermediate = f.CountOrZero("n_shared_experts", 1) * m.expert_intermediate;
+    m.first_dense_layers = f.CountOrZero("first_k_dense_replace", 3);
+    // null in DeepSeek-V2-Lite's config: q straight from the hidden states
+    m.q_lora_rank =
+        j.contains("q_lora_rank") && j["q_lora_rank"].is_null() ? 0 : f.Count("q_lora_rank", 1536);
+    m.kv_lora_rank = f.Count("kv_lora_rank", 512, true);
+    m.qk_nope_head_dim = f.Count("qk_nope_head_dim", 128, true);
+    m.qk_rope_head_dim = f.Count("qk_rope_head_dim", 64, true);
+    m.v_head_dim = f.Count("v_head_dim", 128, true);
+    if (f.Count("moe_layer_freq", 1) != 1) {
+      f.Fail("/moe_layer_freq other than 1 (MoE every layer after the dense ones) is not modelled");
+    }
+    if (m.experts_per_token > m.experts) {
+      f.Fail(fmt::format("/num_experts_per_tok is {}, more than the {} experts",
+                         m.experts_per_token, m.experts));
+    }
+    if (m.kv_lora_rank == 0 || m.qk_nope_head_dim + m.qk_rope_head_dim == 0 || m.v_head_dim == 0) {
+      f.Fail(
+          "/kv_lora_rank, /qk_nope_head_dim + /qk_rope_head_dim and /v_head_dim must be at "
+          "least 1 (latent attention)");
+    }
   } else if (type == "llama" || type == "mistral" || type == "qwen2") {
     const uint64_t heads = f.Count("num_attention_heads", 32, true);
     m = Llama(f.Count("vocab_size", 32000, true), f.Count("hidden_size", 4096, true),
@@ -324,8 +396,8 @@ Result<ModelSpec> FromHfConfig(const json& j, std::string_view where) {
   } else {
     f.Fail(fmt::format(
         "/model_type is \"{}\"; vramscope predicts gpt2, llama, mistral, qwen2, mixtral, "
-        "qwen2_moe, bert, roberta, vit and resnet configs (or use a preset, a layer list, or the "
-        "tracer for other models)",
+        "qwen2_moe, deepseek_v2, deepseek_v3, bert, roberta, vit and resnet configs (or use a "
+        "preset, a layer list, or the tracer for other models)",
         ForMessage(type)));
   }
   // transformers' attention implementation: "eager" writes attention out (an s x s tensor per

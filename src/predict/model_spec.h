@@ -49,6 +49,19 @@ struct ModelSpec {
   uint64_t experts = 0, experts_per_token = 0, expert_intermediate = 0;
   uint64_t shared_expert_intermediate = 0;
   bool shared_expert_gate = false;
+  // DeepSeek-V3: the first `first_dense_layers` layers keep a dense MLP of `intermediate`, the
+  // others are MoE layers (with experts > 0).
+  uint64_t first_dense_layers = 0;
+  // Multi-head latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0: q through a low-rank
+  // down projection (hidden x q_lora_rank, RMSNorm, then up to heads x (nope + rope); straight
+  // from hidden when q_lora_rank is 0), k and v from one down projection (hidden x (kv_lora_rank
+  // + rope), RMSNorm on its first kv_lora_rank) up to heads x (nope + v), the output projection
+  // from heads x v. Predicted per rank by predict/parallel_layout.h only.
+  uint64_t q_lora_rank = 0, kv_lora_rank = 0;
+  uint64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool Mla() const { return kv_lora_rank > 0; }
+  // Whether layer i (from 0) is a mixture-of-experts layer.
+  bool MoeLayer(uint64_t i) const { return experts > 0 && i >= first_dense_layers; }
   std::string attention = "sdpa";  // sdpa (fused kernels) or eager (written out)
   // Vision.
   uint64_t image_size = 224, patch = 16, channels = 3, num_labels = 1000;

@@ -20,8 +20,24 @@ struct Held {
   uint64_t dense = 0, experts = 0;
 };
 
-// One decoder layer on one TP rank (experts on one EP x ETP rank).
-Held LayerParameters(const ModelSpec& m, const ParallelLayout& l) {
+// Multi-head latent attention on one TP rank, as Megatron-Core's MLASelfAttention splits it:
+// the down projections (q's, and k/v's with the shared rotary key) and their RMSNorms
+// duplicated on every rank, the up projections column-parallel by heads, the output projection
+// row-parallel.
+uint64_t MlaParameters(const ModelSpec& m, uint64_t t) {
+  const uint64_t h = m.hidden, heads = m.heads / t;
+  const uint64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  uint64_t n = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank +    // kv down, its norm
+               m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim) +  // kv up
+               heads * m.v_head_dim * h;                                       // output
+  n += m.q_lora_rank > 0 ? h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * qk
+                         : h * heads * qk;
+  return n;
+}
+
+// One decoder layer on one TP rank (experts on one EP x ETP rank); `moe`: a mixture-of-experts
+// layer (DeepSeek-V3's first layers keep a dense MLP).
+Held LayerParameters(const ModelSpec& m, const ParallelLayout& l, bool moe) {
   const uint64_t t = l.tp, h = m.hidden;
   Held held;
   if (m.family == Family::kGpt2) {
@@ -32,13 +48,17 @@ Held LayerParameters(const ModelSpec& m, const ParallelLayout& l) {
         4 * h + (h * 3 * h + 3 * h) / t + (h * h) / t + h + (h * ffn + ffn) / t + (ffn * h) / t + h;
     return held;
   }
-  const uint64_t d = h / m.heads;
-  const uint64_t q = m.heads / t * d;
-  // KV heads split by TP; when TP exceeds them each rank keeps one (Megatron replicates them).
-  const uint64_t kv = std::max<uint64_t>(1, m.kv_heads / t) * d;
-  held.dense = h * q + 2 * h * kv + q * h + 2 * h;  // q, k, v, o and the two RMSNorms
-  if (m.qkv_bias) held.dense += q + 2 * kv;
-  if (m.experts == 0) {
+  if (m.Mla()) {
+    held.dense = MlaParameters(m, t) + 2 * h;  // and the two RMSNorms
+  } else {
+    const uint64_t d = h / m.heads;
+    const uint64_t q = m.heads / t * d;
+    // KV heads split by TP; when TP exceeds them each rank keeps one (Megatron replicates them).
+    const uint64_t kv = std::max<uint64_t>(1, m.kv_heads / t) * d;
+    held.dense = h * q + 2 * h * kv + q * h + 2 * h;  // q, k, v, o and the two RMSNorms
+    if (m.qkv_bias) held.dense += q + 2 * kv;
+  }
+  if (!moe) {
     const uint64_t ffn = m.intermediate / t;
     held.dense += 3 * h * ffn;
     if (m.mlp_bias) held.dense += 2 * ffn + h;
@@ -55,9 +75,10 @@ Held LayerParameters(const ModelSpec& m, const ParallelLayout& l) {
 
 uint64_t VocabShard(const ModelSpec& m, uint64_t tp) { return CeilDiv(m.vocab, tp); }
 
-// Activation bytes of one layer and micro-batch (Korthikanti et al.; see the header).
+// Activation bytes of one layer and micro-batch (Korthikanti et al.; see the header); `moe`: a
+// mixture-of-experts layer.
 double LayerActivationBytes(const ModelSpec& m, const TrainingSetup& s, const ParallelLayout& l,
-                            uint64_t seq) {
+                            uint64_t seq, bool moe) {
   const double t = static_cast<double>(l.tp), h = static_cast<double>(m.hidden);
   const double sbh = static_cast<double>(seq) * static_cast<double>(s.batch) * h;
   double bytes;
@@ -69,7 +90,7 @@ double LayerActivationBytes(const ModelSpec& m, const TrainingSetup& s, const Pa
                                                             : 5.0 * static_cast<double>(m.heads) *
                                                                   static_cast<double>(seq) / h;
     double mlp;  // the MLP's part, already divided as its shards are
-    if (m.experts == 0) {
+    if (!moe) {
       mlp = 4.0 * static_cast<double>(m.intermediate) / h / t;
     } else {
       const double k = static_cast<double>(m.experts_per_token);
@@ -79,8 +100,23 @@ double LayerActivationBytes(const ModelSpec& m, const TrainingSetup& s, const Pa
           // The router's fp32 logits, s x b x experts: 2 E / h in units of 16-bit s b h.
           2.0 * static_cast<double>(m.experts) / h / (l.sequence_parallel ? t : 1);
     }
-    bytes = l.sequence_parallel ? sbh * (18.0 / t + mlp + attention / t)
-                                : sbh * (10.0 + 8.0 / t + mlp + attention / t);
+    // What attention saves of its own, split by TP: q and k for the scores, v, and the output
+    // projection's input: 8 s b h for multi-head attention. With latent attention, q and k of
+    // heads x (nope + rope) and v and the output of heads x v, and what is not split: the
+    // RMSNorms' inputs and the up projections' inputs of the two low-rank latents, and the
+    // shared rotary key.
+    double split = 8.0, latent = 0;
+    if (m.Mla()) {
+      const double heads = static_cast<double>(m.heads);
+      split = (4.0 * heads * static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim) +
+               4.0 * heads * static_cast<double>(m.v_head_dim)) /
+              h;
+      latent = (4.0 * static_cast<double>(m.q_lora_rank + m.kv_lora_rank) +
+                2.0 * static_cast<double>(m.qk_rope_head_dim)) /
+               h;
+    }
+    bytes = l.sequence_parallel ? sbh * ((10.0 + split) / t + latent + mlp + attention / t)
+                                : sbh * (10.0 + split / t + latent + mlp + attention / t);
   }
   const bool sixteen_bit = s.precision.autocast.has_value() || ElementSize(s.precision.param) == 2;
   return sixteen_bit ? bytes : 2 * bytes;
@@ -129,7 +165,7 @@ Status CheckLayout(const ModelSpec& m, const TrainingSetup& s, const ParallelLay
     return UsageError(fmt::format("--tp {} and the model's {} KV heads: one must divide the other",
                                   l.tp, m.kv_heads));
   }
-  if (m.experts == 0 && m.intermediate % l.tp != 0) {
+  if ((m.experts == 0 || m.first_dense_layers > 0) && m.intermediate % l.tp != 0) {
     return UsageError(
         fmt::format("--tp {} does not divide the MLP's width {}", l.tp, m.intermediate));
   }
@@ -192,8 +228,11 @@ Status CheckLayout(const ModelSpec& m, const TrainingSetup& s, const ParallelLay
 
 uint64_t ModelParameters(const ModelSpec& m) {
   ParallelLayout one;
-  const Held layer = LayerParameters(m, one);
-  uint64_t total = m.layers * (layer.dense + layer.experts) + m.vocab * m.hidden;
+  const Held dense = LayerParameters(m, one, false), moe = LayerParameters(m, one, true);
+  const uint64_t moe_layers =
+      m.experts == 0 ? 0 : m.layers - std::min(m.layers, m.first_dense_layers);
+  uint64_t total = (m.layers - moe_layers) * (dense.dense + dense.experts) +
+                   moe_layers * (moe.dense + moe.experts) + m.vocab * m.hidden;
   if (m.family == Family::kGpt2) total += m.max_positions * m.hidden + 2 * m.hidden;
   if (m.family == Family::kLlama) total += m.hidden;
   if (!m.tie_embeddings) total += m.vocab * m.hidden;
@@ -214,8 +253,9 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
   // times CP; the experts' is the ranks of that group holding the same experts.
   const uint64_t zero_group = l.DpShard() * l.cp;
   const uint64_t expert_group = l.DpShard() * l.cp * l.tp / (l.ep * l.Etp());
-  const Held layer = LayerParameters(m, l);
-  const double layer_activation = LayerActivationBytes(m, s, l, seq);
+  const Held dense_layer = LayerParameters(m, l, false), moe_layer = LayerParameters(m, l, true);
+  const double dense_activation = LayerActivationBytes(m, s, l, seq, false);
+  const double moe_activation = m.experts > 0 ? LayerActivationBytes(m, s, l, seq, true) : 0;
   const bool interleaved = l.schedule == PipelineSchedule::kInterleaved;
   const uint64_t v = interleaved ? l.virtual_stages : 1;
   // Stages of ceil(L / p) layers; what that overshoots is taken one layer at a time from the
@@ -235,13 +275,24 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
     return zero >= from_stage ? CeilDiv(elements, group) : elements;
   };
   std::vector<RankRole> stages;
+  uint64_t first_layer = 0;  // of the stage
   for (uint64_t stage = 0; stage < l.pp; ++stage) {
     RankRole r;
     r.stages = {stage};
     r.layers = stage_layers[stage];
     r.embedding = stage == 0;
     r.head = stage == l.pp - 1;
-    Held held{layer.dense * r.layers, layer.experts * r.layers};
+    uint64_t moe_layers = 0;  // of the stage's layers (DeepSeek-V3's first are dense)
+    for (uint64_t i = first_layer; i < first_layer + r.layers; ++i) moe_layers += m.MoeLayer(i);
+    const uint64_t dense_layers = r.layers - moe_layers;
+    first_layer += r.layers;
+    Held held{dense_layer.dense * dense_layers + moe_layer.dense * moe_layers,
+              dense_layer.experts * dense_layers + moe_layer.experts * moe_layers};
+    const double layer_activation =
+        r.layers == 0 ? 0
+                      : (dense_activation * static_cast<double>(dense_layers) +
+                         moe_activation * static_cast<double>(moe_layers)) /
+                            static_cast<double>(r.layers);  // the stage's mean per layer
     if (r.embedding) {
       held.dense += vocab * m.hidden;
       if (m.family == Family::kGpt2) held.dense += m.max_positions * m.hidden;

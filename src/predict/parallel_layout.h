@@ -23,8 +23,11 @@
 //   fp32 training doubles them. The last stage adds the fp32 logits of its vocabulary shard and
 //   their gradient. In flight: stage i of p holds min(m, p - i) micro-batches under 1F1B; with v
 //   virtual stages (interleaved), (p - i - 1) x 2 + (v - 1) x p + 1 chunks of L / (p v) layers.
-// - Not yet: the allocator model per role (fragmentation, reserved memory), the tracer under a
-//   fake process group, and DeepSeek-V3's MLA attention.
+// - DeepSeek-V2/V3: latent attention (MLA) split as Megatron-Core's MLASelfAttention does (down
+//   projections and their norms duplicated, up projections column-parallel, the output
+//   row-parallel), the first layers' dense MLPs, then routed and shared experts.
+// - Not yet: the allocator model per role (fragmentation, reserved memory) and communication
+//   buffers (a model of your own runs on the tracer under a fake process group instead).
 #pragma once
 
 #include <cstdint>

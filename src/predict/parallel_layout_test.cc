@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "predict/model_description.h"
@@ -32,6 +33,73 @@ TEST(ParallelLayout, PresetsHaveTheirPublishedParameterCounts) {
   // Qwen1.5-MoE-A2.7B: "14.3B".
   EXPECT_EQ(ModelParameters(Preset("qwen1.5-moe-a2.7b")), 14'315'784'192u);
   EXPECT_EQ(ModelParameters(Preset("gpt2")), 124'439'808u);
+  // DeepSeek-V3: "671B" published; 671,026,404,352 is sum(p.numel()) of transformers'
+  // DeepseekV3ForCausalLM(DeepseekV3Config()) built on the meta device (the router's score
+  // correction bias is a buffer there, and the multi-token-prediction module not in the model).
+  EXPECT_EQ(ModelParameters(Preset("deepseek-v3")), 671'026'404'352u);
+}
+
+// DeepSeek-V3 at TP 2, EP 8 (ETP 1), PP 61 (a stage per layer): the first stage holds the
+// embedding's half and dense layer 0, stage 3 the first MoE layer. By hand, per TP rank:
+//   latent attention: q down 7168 x 1536 + its norm 1536, q up 1536 x (64 heads x 192),
+//     kv down 7168 x 576 + its norm 512, kv up 512 x (64 x 256), output (64 x 128) x 7168
+//     = 11,010,048 + 1,536 + 18,874,368 + 4,128,768 + 512 + 8,388,608 + 58,720,256
+//     = 101,124,096; the two RMSNorms 14,336
+//   dense MLP: 3 x 7168 x 9216 = 198,180,864
+//   MoE layer: the router 256 x 7168 = 1,835,008 (replicated), the shared expert split by TP
+//     3 x 7168 x 1024 = 22,020,096; 32 experts of 3 x 7168 x 2048 = 1,409,286,144
+//   the embedding's half: 64,640 x 7168 = 463,339,520
+TEST(ParallelLayout, DeepseekV3LatentAttentionAndDenseThenMoeLayers) {
+  ParallelLayout l;
+  l.tp = 2;
+  l.pp = 61;
+  l.ep = 8;
+  l.etp = 1;
+  l.dp = 4;
+  auto p = PredictParallel(Preset("deepseek-v3"), Bf16Adam(1, 4096), l);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const uint64_t attention = 101'124'096 + 14'336;
+  auto stage = [&](uint64_t index) -> const RankRole& {
+    for (const RankRole& r : p->roles) {
+      for (uint64_t s : r.stages) {
+        if (s == index) return r;
+      }
+    }
+    ADD_FAILURE() << "no role holds stage " << index;
+    return p->roles.front();
+  };
+  EXPECT_EQ(stage(0).parameters, 463'339'520u + attention + 198'180'864u);
+  EXPECT_EQ(stage(0).expert_parameters, 0u);
+  EXPECT_EQ(stage(2).parameters, attention + 198'180'864u);  // layer 2: the last dense one
+  EXPECT_EQ(stage(3).expert_parameters, 1'409'286'144u);
+  EXPECT_EQ(stage(3).parameters, attention + 1'835'008u + 22'020'096u + 1'409'286'144u);
+  // The last stage: layer 60 (MoE), the final norm and the head's half.
+  EXPECT_EQ(stage(60).parameters,
+            attention + 1'835'008u + 22'020'096u + 1'409'286'144u + 7'168u + 463'339'520u);
+  // A MoE layer saves more than a dense one (8 experts of 2048 and a shared one against one MLP
+  // of 18432, split by TP): per micro-batch, layer 3 against layer 2.
+  EXPECT_GT(stage(3).activation_bytes_per_micro_batch, 0u);
+  EXPECT_NE(stage(3).activation_bytes_per_micro_batch, stage(2).activation_bytes_per_micro_batch);
+}
+
+// Latent attention's activations by the per-layer formula, to the byte: a dense layer of
+// DeepSeek-V3 at TP 1, batch 1, seq 4096, bf16, fused attention:
+//   s b h (10 + [4 a (nope + rope) + 4 a v] / h + [4 (q rank + kv rank) + 2 rope] / h + 4 ffn / h)
+//   = 4096 x 7168 x (10 + (98,304 + 65,536) / 7168 + 8,320 / 7168 + 73,728 / 7168)
+//   = 29,360,128 x 10 + 4096 x (163,840 + 8,320 + 73,728) = 293,601,280 + 1,007,157,248
+TEST(ParallelLayout, DeepseekV3DenseLayerActivationsByFormula) {
+  ParallelLayout l;
+  l.pp = 61;
+  auto p = PredictParallel(Preset("deepseek-v3"), Bf16Adam(1, 4096), l);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  for (const RankRole& r : p->roles) {
+    if (std::find(r.stages.begin(), r.stages.end(), 1u) != r.stages.end()) {
+      EXPECT_EQ(r.layers, 1u);
+      EXPECT_EQ(r.activation_bytes_per_micro_batch, 293'601'280u + 1'007'157'248u);
+      return;
+    }
+  }
+  ADD_FAILURE() << "no role holds stage 1";
 }
 
 // llama2-7b at TP=2: each rank holds half of every matrix and all the norms.

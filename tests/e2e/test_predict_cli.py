@@ -544,6 +544,14 @@ TRUNCATED_TRACE = "\n".join([
 ]) + "\n"
 COMPLETE_TRACE = TRUNCATED_TRACE + '{"ev":"end"}\n'
 
+# A small DeepSeek-V3-style config (latent attention, a dense layer, then experts).
+SMALL_DEEPSEEK = {
+    "model_type": "deepseek_v3", "vocab_size": 1000, "hidden_size": 256,
+    "intermediate_size": 512, "moe_intermediate_size": 64, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 2,
+    "first_k_dense_replace": 1, "q_lora_rank": 96, "kv_lora_rank": 32, "qk_nope_head_dim": 32,
+    "qk_rope_head_dim": 16, "v_head_dim": 32}
+
 # name -> (writes the model file and returns its path, or None for a preset/literal;
 #          the arguments (MODEL stands for the path), the exit code, phrases the line must hold:
 #          what is wrong, where (the file or the flag), what to do). A line about a file names
@@ -562,6 +570,16 @@ ERRORS = {
                   ["--model", "MODEL"], 1,
                   ["config.json", '/model_type is "t5"', "vramscope predicts gpt2, llama",
                    "or use a preset, a layer list, or the tracer"]),
+    # DeepSeek's configs: what the per-rank estimate does not model is refused, not guessed
+    "deepseek-moe-every-other-layer": (_write("config.json", json.dumps(dict(
+        SMALL_DEEPSEEK, moe_layer_freq=2))), ["--model", "MODEL"], 1,
+        ["config.json", "/moe_layer_freq other than 1", "not modelled"]),
+    "deepseek-attention-bias": (_write("config.json", json.dumps(dict(
+        SMALL_DEEPSEEK, attention_bias=True))), ["--model", "MODEL"], 1,
+        ["config.json", "/attention_bias true", "not modelled"]),
+    "deepseek-negative-dense-layers": (_write("config.json", json.dumps(dict(
+        SMALL_DEEPSEEK, first_k_dense_replace=-1))), ["--model", "MODEL"], 1,
+        ["config.json", "/first_k_dense_replace is -1", "0 or a positive integer"]),
     "unknown-layer-type": (_write("layers.json", json.dumps({
         "input": [8], "layers": [{"type": "linear", "in": 8, "out": 8}, {"type": "conv3d"}]})),
         ["--model", "MODEL"], 1,

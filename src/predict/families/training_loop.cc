@@ -67,10 +67,11 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
         m.label, FormatCount(static_cast<int64_t>(m.layers)),
         FormatCount(static_cast<int64_t>(kMaxModelLayers))));
   }
-  if (m.experts > 0) {
+  if (m.experts > 0 || m.Mla()) {
     return UsageError(fmt::format(
-        "{} is a mixture of experts: the step simulator does not run experts yet; 'vramscope "
-        "predict --model {}' gives its memory per rank (--tp/--pp/--ep)",
+        "{} is a mixture of experts or has latent attention (MLA): the step simulator does not "
+        "run those yet; 'vramscope predict --model {}' gives its memory per rank "
+        "(--tp/--pp/--ep)",
         m.label, m.label));
   }
   if (m.family == Family::kVit && setup.image_size != 0 && setup.image_size < m.patch) {
