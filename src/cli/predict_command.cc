@@ -274,8 +274,9 @@ class TempFile {
 // per-rank estimate models).
 bool WantsParallel(const PredictOptions& o) {
   return o.tp > 1 || o.pp > 1 || o.cp > 1 || o.ep > 1 || o.etp > 0 || o.sequence_parallel ||
-         o.selective_recompute || o.micro_batches > 1 || o.schedule != "1f1b" ||
-         o.virtual_stages > 1 || o.dp > 0 || o.dp_shard > 0 || o.fit_dim == "layout";
+         o.selective_recompute || o.capacity_factor > 0 || o.micro_batches > 1 ||
+         o.schedule != "1f1b" || o.virtual_stages > 1 || o.dp > 0 || o.dp_shard > 0 ||
+         o.fit_dim == "layout";
 }
 
 // --tp/--pp/--cp/--ep...: the memory of each rank role, from predict/parallel_layout.h.
@@ -309,6 +310,7 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   l.dp_shard = o.dp_shard;
   l.sequence_parallel = o.sequence_parallel;
   l.selective_recompute = o.selective_recompute;
+  l.capacity_factor = o.capacity_factor;
   l.micro_batches = o.micro_batches;
   l.virtual_stages = o.virtual_stages;
   if (o.schedule == "interleaved") {
@@ -617,6 +619,11 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   cmd->add_option("--etp", o.etp, "tensor parallelism inside each expert (default: --tp)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   cmd->add_flag("--sp", o.sequence_parallel, "sequence parallelism (with --tp 2 or more)");
+  cmd->add_option("--capacity-factor", o.capacity_factor,
+                  "mixtures of experts: each expert's capacity as a multiple of its average "
+                  "load (Megatron's --moe-expert-capacity-factor; default: dropless, the "
+                  "average)")
+      ->check(CLI::Range(0.01, 64.0));
   cmd->add_flag("--selective-recompute", o.selective_recompute,
                 "recompute the attention core in backward (Megatron's selective recomputation)");
   cmd->add_option("--micro-batches", o.micro_batches,

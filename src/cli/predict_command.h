@@ -42,6 +42,7 @@ struct PredictOptions {
   uint64_t dp_shard = 0;  // HSDP: ZeRO/FSDP over groups of this many DP ranks; 0: all of DP
   bool sequence_parallel = false;
   bool selective_recompute = false;
+  double capacity_factor = 0;  // MoE: 0 dropless
   uint64_t micro_batches = 1;
   std::string schedule = "1f1b";
   uint64_t virtual_stages = 1;

@@ -21,6 +21,9 @@ struct ParallelLayout {
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   uint64_t virtual_stages = 1;  // interleaved: model chunks per stage
   bool selective_recompute = false;
+  // MoE: the experts' capacity, a multiple of the tokens routed to each on average (Megatron's
+  // --moe-expert-capacity-factor); 0: dropless, sized as the average (1).
+  double capacity_factor = 0;
 
   uint64_t World() const { return tp * pp * dp * cp; }
   uint64_t Etp() const { return etp == 0 ? tp : etp; }
@@ -41,6 +44,11 @@ struct RankRole {
   uint64_t in_flight = 0;  // micro-batches (interleaved: model chunks) whose activations it holds
   uint64_t activation_bytes = 0;
   uint64_t logits_bytes = 0;  // the last stage's fp32 logits and their gradient
+  // The largest communication buffer alive at once (they follow one another within a layer):
+  // sequence parallelism's all-gathered input, context parallelism's K/V chunks in flight, or
+  // the MoE all-to-all's dispatched tokens; `communication` names it ("" for none).
+  uint64_t communication_bytes = 0;
+  std::string communication;
   uint64_t total_bytes = 0;
 };
 

@@ -93,7 +93,8 @@ double LayerActivationBytes(const ModelSpec& m, const TrainingSetup& s, const Pa
     if (!moe) {
       mlp = 4.0 * static_cast<double>(m.intermediate) / h / t;
     } else {
-      const double k = static_cast<double>(m.experts_per_token);
+      const double k = static_cast<double>(m.experts_per_token) *
+                       (l.capacity_factor > 0 ? l.capacity_factor : 1.0);
       mlp =
           4.0 * k * static_cast<double>(m.expert_intermediate) / h / static_cast<double>(l.Etp()) +
           4.0 * static_cast<double>(m.shared_expert_intermediate) / h / t +
@@ -120,6 +121,49 @@ double LayerActivationBytes(const ModelSpec& m, const TrainingSetup& s, const Pa
   }
   const bool sixteen_bit = s.precision.autocast.has_value() || ElementSize(s.precision.param) == 2;
   return sixteen_bit ? bytes : 2 * bytes;
+}
+
+// The communication buffers of one layer, in the activations' dtype (s: the sequence on this
+// rank before SP, i.e. over CP). They follow one another within a layer, so the largest is what
+// a rank holds at once beside its activations:
+// - SP: the all-gathered input of the column-parallel linears, s b h (Megatron gathers into one
+//   global buffer, again in backward);
+// - CP: ring attention's K and V chunks, the one in use and the one arriving: 2 x 2 s b x the
+//   rank's K/V width;
+// - MoE with EP > 1: the all-to-all's dispatched tokens sent and received, 2 x s b k c h (/ t
+//   with SP: each rank routes its share of the sequence), c the capacity factor (1 dropless).
+struct Communication {
+  uint64_t bytes = 0;
+  std::string what;
+};
+Communication LargestCommunicationBuffer(const ModelSpec& m, const TrainingSetup& s,
+                                         const ParallelLayout& l, uint64_t seq, bool moe) {
+  const bool sixteen_bit = s.precision.autocast.has_value() || ElementSize(s.precision.param) == 2;
+  const uint64_t a = sixteen_bit ? 2 : 4, sb = seq * s.batch, t = l.tp;
+  Communication best;
+  auto consider = [&](uint64_t bytes, const char* what) {
+    if (bytes > best.bytes) best = {bytes, what};
+  };
+  if (l.sequence_parallel) consider(sb * m.hidden * a, "SP all-gather");
+  if (l.cp > 1) {
+    uint64_t k_width, v_width;
+    if (m.Mla()) {
+      k_width = m.heads / t * (m.qk_nope_head_dim + m.qk_rope_head_dim);
+      v_width = m.heads / t * m.v_head_dim;
+    } else {
+      k_width = v_width = std::max<uint64_t>(1, m.kv_heads / t) * (m.hidden / m.heads);
+    }
+    consider(2 * sb * (k_width + v_width) * a, "CP K/V chunks");
+  }
+  if (moe && l.ep > 1) {
+    const double c = l.capacity_factor > 0 ? l.capacity_factor : 1.0;
+    const double tokens = static_cast<double>(sb / (l.sequence_parallel ? t : 1)) *
+                          static_cast<double>(m.experts_per_token) * c;
+    consider(static_cast<uint64_t>(std::llround(2.0 * tokens * static_cast<double>(m.hidden) *
+                                                static_cast<double>(a))),
+             "MoE all-to-all");
+  }
+  return best;
 }
 
 uint64_t OptimizerBytesPerElement(const TrainingSetup& s) {
@@ -221,6 +265,10 @@ Status CheckLayout(const ModelSpec& m, const TrainingSetup& s, const ParallelLay
     return UsageError(fmt::format("--cp {} does not divide the sequence {}", l.cp, seq));
   }
   if (l.sequence_parallel && l.tp < 2) return UsageError("--sp needs --tp 2 or more");
+  if (l.capacity_factor > 0 && m.experts == 0) {
+    return UsageError(
+        fmt::format("--capacity-factor sizes experts; {} is not a mixture of experts", m.label));
+  }
   return Status::Ok();
 }
 
@@ -325,8 +373,11 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
     r.activation_bytes =
         static_cast<uint64_t>(std::llround(per_unit * static_cast<double>(r.in_flight)));
     if (r.head) r.logits_bytes = 2 * seq * s.batch * vocab * 4;
-    r.total_bytes =
-        r.weight_bytes + r.gradient_bytes + r.optimizer_bytes + r.activation_bytes + r.logits_bytes;
+    const Communication comm = LargestCommunicationBuffer(m, s, l, seq, moe_layers > 0);
+    r.communication_bytes = comm.bytes;
+    r.communication = comm.what;
+    r.total_bytes = r.weight_bytes + r.gradient_bytes + r.optimizer_bytes + r.activation_bytes +
+                    r.logits_bytes + r.communication_bytes;
     stages.push_back(std::move(r));
   }
   // Stages with the same figures are one role.
@@ -366,9 +417,16 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
       "generalised to the MLP's width as Megatron's theoretical memory does; the allocator "
       "model is not run per role yet (no fragmentation, no reserved memory)");
   if (m.experts > 0) {
+    out.assumptions.push_back(fmt::format(
+        "experts' activations: every token's top-k experts at {}, and the router's fp32 logits",
+        l.capacity_factor > 0 ? fmt::format("capacity factor {:g}", l.capacity_factor)
+                              : std::string("the average load (dropless)")));
+  }
+  if (l.sequence_parallel || l.cp > 1 || (m.experts > 0 && l.ep > 1)) {
     out.assumptions.push_back(
-        "experts' activations: every token's top-k experts at capacity factor 1, and the "
-        "router's fp32 logits (no all-to-all buffers counted)");
+        "communication: the largest buffer of a layer (SP's all-gathered input, CP's K/V chunks "
+        "in flight, MoE's all-to-all tokens sent and received), once; TP's all-reduces run in "
+        "place; NCCL's own buffers are outside the allocator (--nccl-memory)");
   }
   if (m.vocab % l.tp != 0) {
     out.assumptions.push_back(

@@ -317,5 +317,61 @@ TEST(ParallelLayout, LayoutsThatDoNotDivideTheModelAreRefused) {
   ASSERT_FALSE(r.ok());
 }
 
+// The largest communication buffer of a layer, by hand (bf16, batch 1, seq 4096):
+//   SP at TP 2: the all-gathered input, 4096 x 4096 x 2                      = 33,554,432
+//   CP 2 at TP 2: K and V chunks of 2048 tokens x 16 KV heads x 128, in use and arriving:
+//     2 x 2048 x (2048 + 2048) x 2                                           = 33,554,432
+//   Mixtral at EP 8, TP 2 with SP, capacity factor 1.25: 2048 tokens x 2 experts x 1.25 sent
+//     and received, 2 x 5120 x 4096 x 2                                      = 83,886,080
+TEST(ParallelLayout, CommunicationBuffersByHand) {
+  ParallelLayout sp;
+  sp.tp = 2;
+  sp.sequence_parallel = true;
+  auto a = PredictParallel(Preset("llama2-7b"), Bf16Adam(1, 4096), sp);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->roles[0].communication_bytes, 33'554'432u);
+  EXPECT_EQ(a->roles[0].communication, "SP all-gather");
+
+  ParallelLayout cp;
+  cp.tp = 2;
+  cp.cp = 2;
+  auto b = PredictParallel(Preset("llama2-7b"), Bf16Adam(1, 4096), cp);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->roles[0].communication_bytes, 33'554'432u);
+  EXPECT_EQ(b->roles[0].communication, "CP K/V chunks");
+
+  ParallelLayout ep;
+  ep.tp = 2;
+  ep.ep = 8;
+  ep.dp = 8;
+  ep.sequence_parallel = true;
+  ep.capacity_factor = 1.25;
+  auto c = PredictParallel(Preset("mixtral-8x7b"), Bf16Adam(1, 4096), ep);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->roles[0].communication_bytes, 83'886'080u);
+  EXPECT_EQ(c->roles[0].communication, "MoE all-to-all");
+  EXPECT_EQ(c->roles[0].total_bytes,
+            c->roles[0].weight_bytes + c->roles[0].gradient_bytes + c->roles[0].optimizer_bytes +
+                c->roles[0].activation_bytes + c->roles[0].logits_bytes + 83'886'080u);
+
+  // The capacity factor scales what the experts save: their part of a layer is
+  // 4 k c ffn_e / (h ETP) s b h, here 4 x 2 x 14336 / (4096 x 2) x 4096 x 4096 bytes =
+  // 234,881,024 at c = 1 (split by ETP, not by SP); c = 1.25 adds a quarter of it per layer.
+  ep.capacity_factor = 0;
+  auto d = PredictParallel(Preset("mixtral-8x7b"), Bf16Adam(1, 4096), ep);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(c->roles[0].activation_bytes_per_micro_batch -
+                d->roles[0].activation_bytes_per_micro_batch,
+            uint64_t{32} * 234'881'024u / 4u);
+  EXPECT_EQ(d->roles[0].communication_bytes, 2u * 4096u * 4096u * 2u);  // dropless: c = 1
+
+  // No buffer without SP, CP or EP: TP's all-reduces run in place.
+  ParallelLayout tp;
+  tp.tp = 2;
+  auto e = PredictParallel(Preset("llama2-7b"), Bf16Adam(1, 4096), tp);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(e->roles[0].communication_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace vramscope::predict

@@ -214,6 +214,8 @@ void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h)
   }
   // HSDP: a shard group of 1 .. 3 DP ranks (one that does not divide DP must be refused).
   if (((h >> 45) & 1) != 0) l.dp_shard = 1 + (h >> 46) % 3;
+  // MoE: a capacity factor of 0 (dropless), 1.0 or 1.5; a dense model must refuse one.
+  l.capacity_factor = static_cast<double>((h >> 48) % 3) * 0.5 + ((h >> 48) % 3 > 0 ? 0.5 : 0);
   TrainingSetup s = setup;
   if (s.zero != ZeroMode::kNone && l.dp * l.cp < 2) l.dp = 2;
   auto p = PredictParallel(spec, s, l);
@@ -227,7 +229,8 @@ void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h)
     Check(!r.stages.empty());
     layers += r.layers * r.stages.size();
     Check(r.total_bytes == r.weight_bytes + r.gradient_bytes + r.optimizer_bytes +
-                               r.activation_bytes + r.logits_bytes);
+                               r.activation_bytes + r.logits_bytes + r.communication_bytes);
+    Check((r.communication_bytes == 0) == r.communication.empty());
   }
   Check(layers == spec.layers);
   Check(p->bounding < p->roles.size());

@@ -51,10 +51,11 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
   }
   out += "\n";
   out += fmt::format(
-      "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} "
+      "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} "
       "{:>11}{}\n",
       "role", "stages", "ranks", "layers", "parameters", "weights", "gradients", "optimizer",
-      "activations", "in flight", "logits", "total", capacity.allocator_bytes > 0 ? "  fits" : "");
+      "activations", "in flight", "logits", "comm", "total",
+      capacity.allocator_bytes > 0 ? "  fits" : "");
   for (size_t i = 0; i < p.roles.size(); ++i) {
     const model::RankRole& r = p.roles[i];
     std::string fits;
@@ -62,7 +63,8 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
       fits = r.total_bytes <= capacity.allocator_bytes ? "  yes" : "  NO";
     }
     out += fmt::format(
-        "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11}{}{}\n",
+        "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} "
+        "{:>11}{}{}\n",
         r.name, StagesText(r), FormatCount(static_cast<int64_t>(r.ranks)), r.layers,
         FormatCount(static_cast<int64_t>(r.parameters)),
         FormatBytes(static_cast<int64_t>(r.weight_bytes)),
@@ -70,6 +72,7 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
         FormatBytes(static_cast<int64_t>(r.optimizer_bytes)),
         FormatBytes(static_cast<int64_t>(r.activation_bytes)), r.in_flight,
         FormatBytes(static_cast<int64_t>(r.logits_bytes)),
+        FormatBytes(static_cast<int64_t>(r.communication_bytes)),
         FormatBytes(static_cast<int64_t>(r.total_bytes)), fits,
         i == p.bounding && p.roles.size() > 1 ? "  <- bounds the job" : "");
   }
@@ -98,6 +101,8 @@ nlohmann::json ParallelRolesJson(const model::ParallelPrediction& p, const std::
                            {"in_flight", r.in_flight},
                            {"activation_bytes", r.activation_bytes},
                            {"logits_bytes", r.logits_bytes},
+                           {"communication_bytes", r.communication_bytes},
+                           {"communication", r.communication},
                            {"total_bytes", r.total_bytes}};
     if (capacity.allocator_bytes > 0) role["fits"] = r.total_bytes <= capacity.allocator_bytes;
     roles.push_back(std::move(role));
@@ -121,7 +126,8 @@ nlohmann::json ParallelRolesJson(const model::ParallelPrediction& p, const std::
               {"micro_batches", l.micro_batches},
               {"schedule",
                l.schedule == model::PipelineSchedule::kInterleaved ? "interleaved" : "1f1b"},
-              {"virtual_stages", l.virtual_stages}}},
+              {"virtual_stages", l.virtual_stages},
+              {"capacity_factor", l.capacity_factor}}},
             {"capacity_bytes", capacity.allocator_bytes},
             {"gpu", capacity.gpu},
             {"roles", std::move(roles)},

@@ -306,6 +306,17 @@ def test_a_mixture_of_experts_preset_is_predicted_per_rank(run, out_dir):
     role = doc["parallel"]["roles"][0]
     assert role["expert_parameters"] == 32 * 3 * 4096 * 14336
     assert any("experts' activations" in a for a in doc["parallel"]["assumptions"])
+    # EP 8: the all-to-all sends and receives each token's 2 experts' hidden states (bf16, seq
+    # 4096), at the capacity factor's load
+    assert (role["communication"], role["communication_bytes"]) == ("MoE all-to-all",
+                                                                    2 * 4096 * 2 * 4096 * 2)
+    assert role["total_bytes"] == sum(role[k] for k in (
+        "weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes", "logits_bytes",
+        "communication_bytes"))
+    doc = predict_json(run, "--model", "mixtral-8x7b", "--ep", "8", "--dp", "8", "--dtype",
+                       "bf16", "--capacity-factor", "1.5", cwd=out_dir)
+    assert doc["parallel"]["layout"]["capacity_factor"] == 1.5
+    assert doc["parallel"]["roles"][0]["communication_bytes"] == 3 * 4096 * 2 * 4096 * 2
 
 
 def test_hsdp_shards_model_states_over_the_shard_group(run, out_dir):
@@ -380,6 +391,8 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     (["--model", "llama2-7b", "--dp", "8", "--dp-shard", "4"], "give --zero too"),
     (["--model", "mixtral-8x7b", "--tp", "2", "--ep", "8", "--dp", "8", "--dp-shard", "2",
       "--zero", "1"], "must divide --dp-shard x --cp x --tp = 4"),
+    (["--model", "llama2-7b", "--tp", "2", "--capacity-factor", "1.25"],
+     "llama2-7b is not a mixture of experts"),
     # your own model sets its parallelism up itself; the tracer runs one rank of --world-size
     (["--model", "train.py:build", "--tp", "2"], "give --world-size N (and --rank)"),
     (["--model", "train.py:build", "--rank", "1"], "give both"),
