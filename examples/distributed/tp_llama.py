@@ -78,9 +78,8 @@ class Decoder(nn.Module):
         return self.output(self.norm(x))
 
 
-def build():
-    model = Decoder()
-    mesh = init_device_mesh("cuda", (torch.distributed.get_world_size(),))
+def apply_tensor_parallel(model, mesh):
+    """torchtitan's plan for this decoder over the 1-D tensor-parallel mesh ``mesh``."""
     parallelize_module(model, mesh, {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "norm": SequenceParallel(),
@@ -103,6 +102,12 @@ def build():
             "feed_forward.w3": ColwiseParallel(),
         })
     return model
+
+
+def build():
+    model = Decoder()
+    mesh = init_device_mesh("cuda", (torch.distributed.get_world_size(),))
+    return apply_tensor_parallel(model, mesh)
 
 
 def vramscope_inputs(batch_size, seq_len, image_size):

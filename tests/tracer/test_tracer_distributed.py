@@ -172,6 +172,35 @@ def test_fsdp2_prediction_matches_the_h100_capture(tmp_path):
     assert "NCCL (outside the allocator)" in facts
 
 
+def test_fsdp2_over_tensor_parallel_quarters_every_matrix(tmp_path):
+    """2-D (torchtitan's default for large models): TP 2 inside, FSDP2 over 2 data-parallel
+    ranks outside; each rank holds half of its TP shard, and both FSDP2's per-unit buffers and
+    the sequence-parallel collectives are in the stream."""
+    m = load_example("tp_llama")
+    s = trace(tmp_path, "--model", f"{EXAMPLES / 'fsdp2_tp_llama.py'}:build", "--world-size", 4,
+              "--rank", 3, "--batch", 2, "--seq", 128, "--steps", 2)
+    h, f, v = m.HIDDEN, m.FFN, m.VOCAB
+    tp_shards = {"tok_embeddings.weight": v // 2 * h * 4, "output.weight": v // 2 * h * 4,
+                 "norm.weight": h * 4}
+    for i in range(m.LAYERS):
+        p = f"layers.{i}."
+        tp_shards.update({p + "attention_norm.weight": h * 4, p + "ffn_norm.weight": h * 4})
+        tp_shards.update({f"{p}attention.{w}.weight": h * h // 2 * 4
+                          for w in ("wq", "wk", "wv", "wo")})
+        tp_shards.update({f"{p}feed_forward.{w}.weight": h * f // 2 * 4
+                          for w in ("w1", "w2", "w3")})
+    assert setup_weights(s) == {n: b // 2 for n, b in tp_shards.items()}
+    # each block is gathered over DP into its TP shard: once in forward, once in backward
+    block = sum(b for n, b in tp_shards.items() if n.startswith("layers.0."))
+    gathered = [(a["phase"], a["bytes"]) for a in s.allocated(step=2)
+                if a["name"] == "layers.0 (FSDP2 all-gathered parameters)"
+                and a["op"] == "aten::empty"]
+    assert gathered == [("forward", block), ("backward", block)]
+    ops = {a["op"] for a in s.allocated(step=2, phase="forward")}
+    assert {"_c10d_functional::all_gather_into_tensor",
+            "_c10d_functional::reduce_scatter_tensor"} <= ops
+
+
 # ------------------------------------------------------------------------------------- errors
 
 

@@ -10,10 +10,11 @@ machine:
   (``torch.testing._internal.distributed.fake_pg``) for this rank of ``world_size``; every
   collective returns at once, its output tensors made as on a GPU (their bytes are traced);
 - the CUDA device queries FSDP2 and DeviceMesh ask (``current_device``, ``device_count``,
-  ``set_device``) answered for this rank, and CUDA streams and events emulated as objects that
-  order nothing: the trace is one sequence of allocations, so FSDP2's all-gather and
-  reduce-scatter streams are not told apart (the allocator model sees one stream; on a GPU the
-  caching allocator keeps their blocks apart, which costs some reserved memory);
+  ``set_device``) answered for this rank (its GPU is the trace's one device, ``cuda:0``), and
+  CUDA streams and events emulated as objects that order nothing: the trace is one sequence of
+  allocations, so FSDP2's all-gather and reduce-scatter streams are not told apart (the
+  allocator model sees one stream; on a GPU the caching allocator keeps their blocks apart,
+  which costs some reserved memory);
 - the model built inside fake-tensor mode (FSDP2 makes small device tensors when it wraps a
   module), on the meta device as always.
 
@@ -113,12 +114,13 @@ def _outside_fake_mode(function):
     return wrapper
 
 
-def _patches(rank: int, world_size: int) -> list:
+def _patches(world_size: int) -> list:
     cuda = torch.cuda
     default = _Stream()
     devices = max(1, min(world_size, 8))  # the GPUs of this rank's machine (8 per node)
     patches = [
-        (cuda, "current_device", lambda: rank % devices),
+        # the traced rank's GPU is the one device of the trace, cuda:0 (its tensors are there)
+        (cuda, "current_device", lambda: 0),
         (cuda, "device_count", lambda: devices),
         (cuda, "set_device", lambda _device: None),
         (cuda, "Stream", _Stream),
@@ -166,7 +168,7 @@ def fake_job(world_size: int, rank: int):
     saved = []
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
-        for obj, name, value in _patches(rank, world_size):
+        for obj, name, value in _patches(world_size):
             saved.append((obj, name, getattr(obj, name)))
             setattr(obj, name, value)
         yield
