@@ -201,6 +201,30 @@ def test_fsdp2_over_tensor_parallel_quarters_every_matrix(tmp_path):
             "_c10d_functional::reduce_scatter_tensor"} <= ops
 
 
+def test_a_script_style_model_function_runs_as_under_torchrun(tmp_path):
+    """What a training script does before sharding: init_process_group (already there: the fake
+    group), the device from LOCAL_RANK, the rank from the environment."""
+    model = tmp_path / "script.py"
+    model.write_text(
+        "import os\n"
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "from torch.distributed.fsdp import fully_shard\n"
+        "def build():\n"
+        "    dist.init_process_group(backend='nccl')\n"
+        "    torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
+        "    assert dist.get_rank() == int(os.environ['RANK']) == 1\n"
+        "    assert dist.get_world_size() == int(os.environ['WORLD_SIZE']) == 2\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Linear(256, 64))\n"
+        "    return fully_shard(model)\n"
+        "def vramscope_inputs(batch_size, seq_len, image_size):\n"
+        "    return torch.randn(batch_size, 64)\n", encoding="utf-8")
+    s = trace(tmp_path, "--model", f"{model}:build", "--world-size", 2, "--rank", 1,
+              "--batch", 4, "--steps", 1)
+    assert setup_weights(s) == {"0.weight": 64 * 256 * 4 // 2, "0.bias": 256 * 4 // 2,
+                                "1.weight": 256 * 64 * 4 // 2, "1.bias": 64 * 4 // 2}
+
+
 # ------------------------------------------------------------------------------------- errors
 
 

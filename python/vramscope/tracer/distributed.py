@@ -16,7 +16,10 @@ machine:
   allocator model sees one stream; on a GPU the caching allocator keeps their blocks apart,
   which costs some reserved memory);
 - the model built inside fake-tensor mode (FSDP2 makes small device tensors when it wraps a
-  module), on the meta device as always.
+  module), on the meta device as always;
+- what torchrun gives a script: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``... in the environment,
+  and ``init_process_group``/``destroy_process_group`` calls of the script itself answered by
+  the fake group already in place.
 
 Not supported, refused with one line: ``DistributedDataParallel`` (its reducer hooks the C++
 autograd engine, which the tracer's executor replaces) and ``torch.distributed.pipelining``
@@ -25,6 +28,9 @@ autograd engine, which the tracer's executor replaces) and ``torch.distributed.p
 from __future__ import annotations
 
 import contextlib
+import importlib
+import os
+import sys
 
 from .common import TracerError, torch
 
@@ -101,6 +107,12 @@ def _refuse_pipelining(*_args, **_kwargs):
                       "tensors between stages; predict a built-in family with --pp instead")
 
 
+def _init_process_group_again(*_args, **_kwargs):
+    """A model function that initialises the process group itself, as training scripts do,
+    finds it initialised by the tracer (the fake one): nothing to do."""
+    return None
+
+
 def _outside_fake_mode(function):
     """``function`` run with fake-tensor mode off: a DeviceMesh is made of real CPU tensors
     (its ranks), whose values it reads."""
@@ -130,14 +142,26 @@ def _patches(world_size: int) -> list:
         (cuda, "stream", _stream_context),
         (cuda, "synchronize", lambda device=None: None),
         (torch.nn.parallel, "DistributedDataParallel", _refuse_ddp),
+        (torch.distributed, "init_process_group", _init_process_group_again),
+        (torch.distributed, "destroy_process_group", lambda *_a, **_k: None),
     ]
-    import torch.distributed.device_mesh as device_mesh
+    device_mesh = importlib.import_module("torch.distributed.device_mesh")
+    importlib.import_module("torch.distributed.fsdp")  # its default mesh: init_device_mesh by name
     patches.append((device_mesh.DeviceMesh, "__init__",
                     _outside_fake_mode(device_mesh.DeviceMesh.__init__)))
-    for module in (device_mesh, torch.distributed):
-        if hasattr(module, "init_device_mesh"):
-            patches.append((module, "init_device_mesh",
-                            _outside_fake_mode(module.init_device_mesh)))
+    # init_device_mesh wherever torch imported it by name (fully_shard's default mesh, ...)
+    original = device_mesh.init_device_mesh
+    outside = _outside_fake_mode(original)
+
+    def wrapped(device_type, *args, **kwargs):
+        # The job runs on GPUs: a mesh asked of the machine's accelerator, which a CPU-only
+        # machine answers "cpu" (fully_shard's default mesh), is a CUDA mesh.
+        return outside("cuda" if device_type == "cpu" else device_type, *args, **kwargs)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "init_device_mesh", None) is original and \
+                (module.__name__ or "").startswith("torch"):
+            patches.append((module, "init_device_mesh", wrapped))
     try:
         import torch.distributed.pipelining as pipelining
         for name in ("PipelineStage", "pipeline", "ScheduleGPipe", "Schedule1F1B",
@@ -166,7 +190,14 @@ def fake_job(world_size: int, rank: int):
         raise TracerError("torch.distributed is already initialised", "the tracer's process",
                           "run the tracer in a process of its own")
     saved = []
+    # what torchrun sets, for scripts that read it (LOCAL_RANK for their device, ...)
+    environment = {"RANK": str(rank), "WORLD_SIZE": str(world_size),
+                   "LOCAL_RANK": str(rank % 8), "LOCAL_WORLD_SIZE": str(min(world_size, 8)),
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    saved_environment = {key: os.environ.get(key) for key in environment}
+    os.environ.update(environment)
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    destroy = dist.destroy_process_group
     try:
         for obj, name, value in _patches(world_size):
             saved.append((obj, name, getattr(obj, name)))
@@ -175,4 +206,9 @@ def fake_job(world_size: int, rank: int):
     finally:
         for obj, name, value in reversed(saved):
             setattr(obj, name, value)
-        dist.destroy_process_group()
+        destroy()
+        for key, value in saved_environment.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
