@@ -202,20 +202,21 @@ Result<predict::PredictRequest> BuildRequest(const PredictOptions& o) {
 
 // The tracer's flags for the same set-up.
 Result<std::vector<std::string>> TracerArgs(const PredictOptions& o) {
-  if (o.zero != 0 || o.fsdp || o.master_weights || o.weight_decay != 0) {
+  if (o.zero != 0 || o.master_weights || o.weight_decay != 0) {
     return UsageError(
-        "--zero, --fsdp, --master-weights and --weight-decay are the built-in families' "
-        "options; the tracer runs your model's step as it is (on one GPU, with the optimizer's "
-        "defaults)");
+        "--zero, --master-weights and --weight-decay are the built-in families' options; the "
+        "tracer runs your model's step as it is (with the optimizer's defaults; --fsdp with "
+        "--world-size N shards it with FSDP2)");
   }
   std::vector<std::string> a = {"--model", o.model, "--batch", std::to_string(o.batch)};
   if (o.world_size > 1) {
-    if (o.model.rfind("hf:", 0) == 0) {
+    if (o.model.rfind("hf:", 0) == 0 && !o.fsdp) {
       return UsageError(
           "--world-size with hf:config.json: the tracer runs a Hugging Face model as it is, "
-          "unsharded; for one rank of a job, give a FILE.py:FUNCTION that shards the model itself "
-          "(fully_shard, parallelize_module), as examples/distributed/ does");
+          "unsharded; add --fsdp to shard it with FSDP2, or give a FILE.py:FUNCTION that shards "
+          "the model itself (fully_shard, parallelize_module), as examples/distributed/ does");
     }
+    if (o.fsdp) a.push_back("--fsdp");
     const int rank = std::max(o.rank, 0);
     if (rank >= o.world_size) {
       return UsageError(fmt::format("--rank {} is not a rank of --world-size {}: give 0 to {}",
@@ -587,7 +588,10 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "e.g. 'model.embed_tokens.*' or 'transformer.h.[0-5].*'");
   cmd->add_option("--zero", o.zero, "ZeRO stage 1, 2 or 3 over --world-size GPUs (per-GPU memory)")
       ->check(CLI::Range(0, 3));
-  cmd->add_flag("--fsdp", o.fsdp, "FSDP full sharding over --world-size GPUs");
+  cmd->add_flag("--fsdp", o.fsdp,
+                "FSDP full sharding over --world-size GPUs; your own model (FILE.py:FUNCTION, "
+                "hf:config.json): FSDP2's fully_shard on each block, then the root, run by the "
+                "tracer");
   cmd->add_option("--world-size", o.world_size,
                   "data-parallel GPUs (default: 1); 2 or more without --zero/--fsdp is "
                   "DistributedDataParallel, whose gradient buckets are predicted. Your own model "

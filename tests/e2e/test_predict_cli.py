@@ -398,7 +398,10 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     (["--model", "train.py:build", "--rank", "1"], "give both"),
     (["--model", "train.py:build", "--world-size", "2", "--rank", "2"],
      "--rank 2 is not a rank of --world-size 2"),
-    (["--model", "hf:config.json", "--world-size", "2"], "runs a Hugging Face model as it is"),
+    (["--model", "hf:config.json", "--world-size", "2"], "add --fsdp to shard it with FSDP2"),
+    (["--model", "train.py:build", "--fsdp"], "give --world-size N"),
+    (["--model", "train.py:build", "--world-size", "2", "--zero", "3"],
+     "--zero, --master-weights and --weight-decay are the built-in families' options"),
     (["--model", "llama2-7b", "--rank", "1"], "the built-in families' ranks are predicted by role"),
 ])
 def test_parallel_layout_errors(args, message, run, out_dir):

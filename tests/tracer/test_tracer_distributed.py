@@ -148,17 +148,36 @@ def test_fsdp2_rank_shards_and_gathers_per_unit(tmp_path):
     assert copied_out and all(a["freed"] == (2, "forward") for a in copied_out)
 
 
-def test_fsdp2_prediction_matches_the_h100_capture(tmp_path):
+PLAIN_GPT = f"""
+import sys
+sys.path.insert(0, {str(EXAMPLES)!r})
+from fsdp2_gpt import GPT, _GPT, vramscope_forward, vramscope_inputs, vramscope_loss
+
+
+def build():
+    return GPT(**_GPT)
+"""
+
+
+@pytest.mark.parametrize("sharded_by", ["the function", "--fsdp"])
+def test_fsdp2_prediction_matches_the_h100_capture(tmp_path, sharded_by):
     """examples/distributed/fsdp2_gpt.py is train.py --model gpt --parallel fsdp2; its rank 0 was
     captured on an H100 (2 ranks, gloo, torch 2.11). The predicted peak allocated must stay
     within 2% of the measured one (measured: +0.25%; reserved is not asserted: one stream,
-    docs/accuracy.md)."""
+    docs/accuracy.md). The same model unsharded, with --fsdp (the tracer applies fully_shard as
+    train.py does), must give the same."""
     if not Path(BIN).exists():
         pytest.skip(f"no vramscope binary at {BIN}")
     sidecar = json.loads(GOLDEN.read_text(encoding="utf-8"))
     measured = max(p["memory"]["max_allocated"] for p in sidecar["phases"])
+    if sharded_by == "--fsdp":
+        plain = tmp_path / "plain_gpt.py"
+        plain.write_text(PLAIN_GPT, encoding="utf-8")
+        model, extra = f"{plain}:build", ["--fsdp"]
+    else:
+        model, extra = f"{EXAMPLES / 'fsdp2_gpt.py'}:build", []
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the embedded tracer
-    done = subprocess.run([BIN, "predict", "--model", f"{EXAMPLES / 'fsdp2_gpt.py'}:build",
+    done = subprocess.run([BIN, "predict", "--model", model, *extra,
                            "--world-size", "2", "--batch", "8", "--seq", "256", "--steps", "3",
                            "--gpu", "h100-80gb", "--json", "--python", sys.executable],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -225,7 +244,33 @@ def test_a_script_style_model_function_runs_as_under_torchrun(tmp_path):
                                 "1.weight": 256 * 64 * 4 // 2, "1.bias": 64 * 4 // 2}
 
 
+def test_fsdp_shards_a_transformers_model_by_its_layers(tmp_path):
+    """--fsdp on hf:config.json: fully_shard on each decoder layer, then the root."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 1000,
+        "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}),
+        encoding="utf-8")
+    s = trace(tmp_path, "--model", f"hf:{config}", "--world-size", 4, "--fsdp", "--batch", 2,
+              "--seq", 64, "--steps", 2)
+    assert "--fsdp: FSDP2 (fully_shard) over the 4 ranks, 4 units: model.layers.0, " \
+        "model.layers.1, model.layers.2, (root)" in s.notes()
+    weights = setup_weights(s)
+    assert weights["model.layers.0.self_attn.q_proj.weight"] == 128 * 128 * 4 // 4
+    assert weights["model.embed_tokens.weight"] == 1000 * 128 * 4 // 4
+    units = {a["name"] for a in s.allocated(step=2) if "FSDP2 all-gathered" in a["name"]}
+    assert units == {f"model.layers.{i} (FSDP2 all-gathered parameters)" for i in range(3)} | {
+        "(root) (FSDP2 all-gathered parameters)"}
+
+
 # ------------------------------------------------------------------------------------- errors
+
+
+def test_fsdp_on_a_model_that_shards_itself_is_refused(tmp_path):
+    line = trace_fails(tmp_path, "--model", f"{EXAMPLES / 'fsdp2_gpt.py'}:build",
+                       "--world-size", 2, "--fsdp")
+    assert "--fsdp with a model the function already sharded" in line
 
 
 def test_ddp_is_refused_in_one_line(tmp_path):

@@ -71,6 +71,10 @@ def parse_args(argv=None) -> Setup:
                         "group: the model function sets up its parallelism itself "
                         "(init_device_mesh, parallelize_module, fully_shard)")
     p.add_argument("--rank", type=int, default=0, help="the rank traced (default: 0)")
+    p.add_argument("--fsdp", action="store_true",
+                   help="with --world-size: shard a model that does not shard itself with FSDP2, "
+                        "fully_shard on each block of its layer lists, then the root (as "
+                        "torchtitan does)")
     p.add_argument("-o", "--output", required=True, help="the stream to write (JSON Lines)")
     a = p.parse_args(argv)
     for name in ("batch", "seq", "steps", "grad_accum"):
@@ -83,6 +87,9 @@ def parse_args(argv=None) -> Setup:
     if not 0 <= a.rank < a.world_size:
         raise TracerError(f"--rank {a.rank} is not a rank of --world-size {a.world_size}",
                           "the command line", f"pass a rank from 0 to {a.world_size - 1}")
+    if a.fsdp and a.world_size < 2:
+        raise TracerError("--fsdp shards over the ranks of a job", "the command line",
+                          "give --world-size N (2 or more)")
     if a.image_size is not None and a.image_size < 1:
         raise TracerError("--image-size must be at least 1", "the command line",
                           "pass a positive number")
@@ -93,7 +100,8 @@ def parse_args(argv=None) -> Setup:
                  optimizer_impl=a.optimizer_impl, zero_grad=a.zero_grad, steps=a.steps,
                  grad_accum=a.grad_accum, checkpointing=a.checkpointing, lora=a.lora,
                  freeze=list(a.freeze), sdpa=a.sdpa, compile=a.compile or a.cuda_graphs,
-                 cuda_graphs=a.cuda_graphs, world_size=a.world_size, rank=a.rank)
+                 cuda_graphs=a.cuda_graphs, world_size=a.world_size, rank=a.rank,
+                 fsdp=a.fsdp)
 
 
 def _check_output(path: str) -> str:

@@ -3,6 +3,7 @@ the command line still parses, and says how to install it)."""
 
 from __future__ import annotations
 
+import contextlib
 
 try:
     import torch
@@ -64,3 +65,17 @@ class DataDependentError(TracerError):
 def _one_line(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@contextlib.contextmanager
+def patched(patches):
+    """Set attributes for the duration, restored in reverse order; each (object, name, value)."""
+    saved = []
+    try:
+        for obj, name, value in patches:
+            saved.append((obj, name, getattr(obj, name)))
+            setattr(obj, name, value)
+        yield
+    finally:
+        for obj, name, value in reversed(saved):
+            setattr(obj, name, value)

@@ -32,7 +32,7 @@ import importlib
 import os
 import sys
 
-from .common import TracerError, torch
+from .common import TracerError, patched, torch
 
 
 class _Stream:
@@ -189,7 +189,6 @@ def fake_job(world_size: int, rank: int):
     if dist.is_initialized():
         raise TracerError("torch.distributed is already initialised", "the tracer's process",
                           "run the tracer in a process of its own")
-    saved = []
     # what torchrun sets, for scripts that read it (LOCAL_RANK for their device, ...)
     environment = {"RANK": str(rank), "WORLD_SIZE": str(world_size),
                    "LOCAL_RANK": str(rank % 8), "LOCAL_WORLD_SIZE": str(min(world_size, 8)),
@@ -199,16 +198,37 @@ def fake_job(world_size: int, rank: int):
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     destroy = dist.destroy_process_group
     try:
-        for obj, name, value in _patches(world_size):
-            saved.append((obj, name, getattr(obj, name)))
-            setattr(obj, name, value)
-        yield
+        with patched(_patches(world_size)):
+            yield
     finally:
-        for obj, name, value in reversed(saved):
-            setattr(obj, name, value)
         destroy()
         for key, value in saved_environment.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def apply_fsdp(model) -> list[str]:
+    """``--fsdp``: FSDP2 as torchtitan and ``examples/training/train.py --parallel fsdp2`` apply
+    it to a model that does not shard itself: ``fully_shard`` on each block of the model's
+    outermost layer lists (a transformer's layers), then on the root (embeddings, final norm,
+    head). Returns the units' names, blocks first."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if any(type(p).__name__ == "DTensor" for p in model.parameters()):
+        raise TracerError("--fsdp with a model the function already sharded", "the model function",
+                          "drop --fsdp: the function's own fully_shard/parallelize_module apply")
+    mesh = init_device_mesh("cuda", (torch.distributed.get_world_size(),))
+    blocks: list[tuple[str, object]] = []
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.ModuleList):
+            continue
+        if any(name.startswith(block + ".") for block, _ in blocks):
+            continue  # a list inside a block: sharded with its block
+        blocks.extend((f"{name}.{i}", child) for i, child in enumerate(module))
+    for _, block in blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return [name for name, _ in blocks] + ["(root)"]

@@ -3,26 +3,12 @@ emulation."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections import defaultdict
 
 from .backward import BackwardExecutor
-from .common import DEVICE, torch
+from .common import DEVICE, patched, torch
 
-
-@contextlib.contextmanager
-def _patched(patches):
-    """Set attributes for the duration; each (object, name, value)."""
-    saved = []
-    try:
-        for obj, name, value in patches:
-            saved.append((obj, name, getattr(obj, name)))
-            setattr(obj, name, value)
-        yield
-    finally:
-        for obj, name, value in reversed(saved):
-            setattr(obj, name, value)
 
 
 def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool, compiling: bool = False):
@@ -54,7 +40,7 @@ def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool, compiling
     hf_utils = sys.modules.get("transformers.utils.import_utils")
     if not hf_sees_fakes and hf_utils is not None and hasattr(hf_utils, "is_fake_tensor"):
         patches.append((hf_utils, "is_fake_tensor", lambda x: False))
-    return _patched(patches)
+    return patched(patches)
 
 
 class _EngineProxy:

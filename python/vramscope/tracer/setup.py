@@ -28,6 +28,7 @@ class Setup:
     cuda_graphs: bool = False   # mode="reduce-overhead": CUDA graphs, their private pool
     world_size: int = 1         # --world-size: one rank of a job on a fake process group
     rank: int = 0
+    fsdp: bool = False          # --fsdp: FSDP2 applied by the tracer (blocks, then the root)
 
     def as_header(self) -> dict:
         d = dict(self.__dict__)

@@ -13,7 +13,7 @@ from .common import (DEVICE, DTYPES, DataDependentError, FORMAT, TracerError, VE
                      VERSION_COMPILED, _one_line,
                      torch)
 from .device import materialize_on_device, parameter_summary
-from .distributed import fake_job
+from .distributed import apply_fsdp, fake_job
 from .models import ModelSpec, apply_freeze, apply_lora, load_file_model, load_hf_model
 from .optimizer import build_optimizer
 from .patches import GradScalerEmulation, emulation_patches
@@ -154,6 +154,10 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
         apply_lora(spec, setup)
     if setup.freeze:
         apply_freeze(spec.model, setup.freeze)
+    fsdp_units = None
+    if setup.fsdp:
+        with fake_mode:  # FSDP2 makes small device tensors when it wraps a module
+            fsdp_units = apply_fsdp(spec.model)
     model = spec.model
     param_names = {id(p): n for n, p in model.named_parameters()}
 
@@ -180,6 +184,12 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
             "model, parameter bytes this rank's shards; one stream: FSDP2's all-gather and "
             "reduce-scatter streams are not told apart, so the allocator model may reserve less "
             "than a GPU does")
+    if fsdp_units is not None:
+        named = fsdp_units if len(fsdp_units) <= 4 else fsdp_units[:3] + ["..."] + fsdp_units[-1:]
+        shown = ", ".join(named)
+        notes.append(f"--fsdp: FSDP2 (fully_shard) over the {setup.world_size} ranks, "
+                     f"{len(fsdp_units)} units: {shown}; parameters all-gathered in their dtype "
+                     "(no MixedPrecisionPolicy)")
     notes.extend(spec.notes)
     if spec.is_hf and hf_sees_fakes:
         notes.append("transformers was let see fake tensors (its export-safe paths: causal masks "
