@@ -217,6 +217,14 @@ Result<std::vector<std::string>> TracerArgs(const PredictOptions& o) {
           "the model itself (fully_shard, parallelize_module), as examples/distributed/ does");
     }
     if (o.fsdp) a.push_back("--fsdp");
+    if (!o.fsdp_mp.empty()) {
+      if (!o.fsdp) {
+        return UsageError(
+            "--fsdp-mp is the mixed precision of the FSDP2 the tracer applies: add --fsdp (or "
+            "use --dtype bf16-amp for torch.autocast)");
+      }
+      a.insert(a.end(), {"--fsdp-mp", o.fsdp_mp});
+    }
     const int rank = std::max(o.rank, 0);
     if (rank >= o.world_size) {
       return UsageError(fmt::format("--rank {} is not a rank of --world-size {}: give 0 to {}",
@@ -226,6 +234,9 @@ Result<std::vector<std::string>> TracerArgs(const PredictOptions& o) {
              {"--world-size", std::to_string(o.world_size), "--rank", std::to_string(rank)});
   } else if (o.rank >= 0) {
     return UsageError("--rank picks the rank of --world-size N that the tracer runs: give both");
+  }
+  if (!o.fsdp_mp.empty() && o.world_size < 2) {
+    return UsageError("--fsdp-mp needs --fsdp and --world-size N (2 or more)");
   }
   if (o.seq > 0) a.insert(a.end(), {"--seq", std::to_string(o.seq)});
   if (o.image_size > 0) a.insert(a.end(), {"--image-size", std::to_string(o.image_size)});
@@ -405,6 +416,11 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
 }
 
 Status Run(const PredictOptions& o) {
+  if (!o.fsdp_mp.empty() && !NeedsTracer(o.model)) {
+    return UsageError(
+        "--fsdp-mp is for your own model (FILE.py:FUNCTION, hf:config.json) under --fsdp; the "
+        "built-in families' --fsdp takes its precision from --dtype");
+  }
   if (o.rank >= 0 && !NeedsTracer(o.model)) {
     return UsageError(
         "--rank is the rank the tracer runs of your own model (FILE.py:FUNCTION) under "
@@ -599,6 +615,11 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "fake process group (the function shards the model itself: fully_shard, "
                   "parallelize_module)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--fsdp-mp", o.fsdp_mp,
+                  "your own model with --fsdp: FSDP2's MixedPrecisionPolicy as torchtitan sets "
+                  "it, parameters gathered and computed in bf16 or fp16, gradients reduced in "
+                  "fp32")
+      ->check(CLI::IsMember({"bf16", "fp16"}));
   cmd->add_option("--rank", o.rank,
                   "your own model under --world-size: the rank the tracer runs (default: 0)")
       ->check(CLI::Range(0, (1 << 20) - 1));

@@ -264,6 +264,28 @@ def test_fsdp_shards_a_transformers_model_by_its_layers(tmp_path):
         "(root) (FSDP2 all-gathered parameters)"}
 
 
+def test_fsdp_mixed_precision_gathers_in_bf16_and_reduces_in_fp32(tmp_path):
+    """--fsdp-mp bf16: torchtitan's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)."""
+    plain = tmp_path / "plain_gpt.py"
+    plain.write_text(PLAIN_GPT, encoding="utf-8")
+    s = trace(tmp_path, "--model", f"{plain}:build", "--world-size", 2, "--fsdp", "--fsdp-mp",
+              "bf16", "--batch", 2, "--seq", 64, "--steps", 2)
+    assert "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" in s.notes()
+    m = load_example("fsdp2_gpt")
+    unit = sum(p.numel() for n, p in m.GPT(**m._GPT).named_parameters()
+               if n.startswith("blocks.0."))
+    gathered = [a["bytes"] for a in s.allocated(step=2, phase="forward")
+                if a["name"] == "blocks.0 (FSDP2 all-gathered parameters)"
+                and a["op"] == "aten::empty"]
+    # the fp32 shard cast to bf16 for the all-gather's input, then the bf16 all-gather output
+    assert gathered == [unit // 2 * 2, unit * 2]
+    reduced = sorted(a["bytes"] for a in s.allocated(step=2, phase="backward")
+                     if a["name"] == "blocks.0 (FSDP2 reduce-scatter)" and a["op"] == "aten::empty")
+    assert reduced[-2:] == [unit // 2 * 4, unit * 4]  # fp32: the shard out, the whole unit in
+    # the parameters and their optimizer state stay fp32 shards
+    assert setup_weights(s)["blocks.0.mlp.0.weight"] == 1024 * 256 * 4 // 2
+
+
 # ------------------------------------------------------------------------------------- errors
 
 

@@ -75,6 +75,10 @@ def parse_args(argv=None) -> Setup:
                    help="with --world-size: shard a model that does not shard itself with FSDP2, "
                         "fully_shard on each block of its layer lists, then the root (as "
                         "torchtitan does)")
+    p.add_argument("--fsdp-mp", choices=("bf16", "fp16"),
+                   help="with --fsdp: FSDP2's MixedPrecisionPolicy as torchtitan sets it, "
+                        "parameters gathered and computed in this dtype, gradients reduced in "
+                        "fp32 (the parameters stay in --dtype)")
     p.add_argument("-o", "--output", required=True, help="the stream to write (JSON Lines)")
     a = p.parse_args(argv)
     for name in ("batch", "seq", "steps", "grad_accum"):
@@ -90,6 +94,9 @@ def parse_args(argv=None) -> Setup:
     if a.fsdp and a.world_size < 2:
         raise TracerError("--fsdp shards over the ranks of a job", "the command line",
                           "give --world-size N (2 or more)")
+    if a.fsdp_mp is not None and not a.fsdp:
+        raise TracerError("--fsdp-mp is FSDP2's mixed precision", "the command line",
+                          "add --fsdp (or use --amp for torch.autocast)")
     if a.image_size is not None and a.image_size < 1:
         raise TracerError("--image-size must be at least 1", "the command line",
                           "pass a positive number")
@@ -101,7 +108,7 @@ def parse_args(argv=None) -> Setup:
                  grad_accum=a.grad_accum, checkpointing=a.checkpointing, lora=a.lora,
                  freeze=list(a.freeze), sdpa=a.sdpa, compile=a.compile or a.cuda_graphs,
                  cuda_graphs=a.cuda_graphs, world_size=a.world_size, rank=a.rank,
-                 fsdp=a.fsdp)
+                 fsdp=a.fsdp, fsdp_mp=a.fsdp_mp)
 
 
 def _check_output(path: str) -> str:

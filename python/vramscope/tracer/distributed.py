@@ -32,7 +32,7 @@ import importlib
 import os
 import sys
 
-from .common import TracerError, patched, torch
+from .common import DTYPES, TracerError, patched, torch
 
 
 class _Stream:
@@ -209,13 +209,15 @@ def fake_job(world_size: int, rank: int):
                 os.environ[key] = value
 
 
-def apply_fsdp(model) -> list[str]:
+def apply_fsdp(model, mixed_precision: str | None = None) -> list[str]:
     """``--fsdp``: FSDP2 as torchtitan and ``examples/training/train.py --parallel fsdp2`` apply
     it to a model that does not shard itself: ``fully_shard`` on each block of the model's
     outermost layer lists (a transformer's layers), then on the root (embeddings, final norm,
-    head). Returns the units' names, blocks first."""
+    head). ``mixed_precision`` ("bf16", "fp16"): FSDP2's ``MixedPrecisionPolicy`` as torchtitan
+    sets it, parameters all-gathered and computed in that dtype, gradients reduced in fp32.
+    Returns the units' names, blocks first."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     if any(type(p).__name__ == "DTensor" for p in model.parameters()):
         raise TracerError("--fsdp with a model the function already sharded", "the model function",
@@ -228,7 +230,11 @@ def apply_fsdp(model) -> list[str]:
         if any(name.startswith(block + ".") for block, _ in blocks):
             continue  # a list inside a block: sharded with its block
         blocks.extend((f"{name}.{i}", child) for i, child in enumerate(module))
+    policy = MixedPrecisionPolicy()
+    if mixed_precision is not None:
+        policy = MixedPrecisionPolicy(param_dtype=getattr(torch, DTYPES[mixed_precision]),
+                                      reduce_dtype=torch.float32)
     for _, block in blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     return [name for name, _ in blocks] + ["(root)"]

@@ -29,6 +29,7 @@ class Setup:
     world_size: int = 1         # --world-size: one rank of a job on a fake process group
     rank: int = 0
     fsdp: bool = False          # --fsdp: FSDP2 applied by the tracer (blocks, then the root)
+    fsdp_mp: str | None = None  # --fsdp-mp bf16|fp16: its MixedPrecisionPolicy
 
     def as_header(self) -> dict:
         d = dict(self.__dict__)

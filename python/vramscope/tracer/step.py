@@ -157,7 +157,7 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
     fsdp_units = None
     if setup.fsdp:
         with fake_mode:  # FSDP2 makes small device tensors when it wraps a module
-            fsdp_units = apply_fsdp(spec.model)
+            fsdp_units = apply_fsdp(spec.model, setup.fsdp_mp)
     model = spec.model
     param_names = {id(p): n for n, p in model.named_parameters()}
 
@@ -188,8 +188,10 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
         named = fsdp_units if len(fsdp_units) <= 4 else fsdp_units[:3] + ["..."] + fsdp_units[-1:]
         shown = ", ".join(named)
         notes.append(f"--fsdp: FSDP2 (fully_shard) over the {setup.world_size} ranks, "
-                     f"{len(fsdp_units)} units: {shown}; parameters all-gathered in their dtype "
-                     "(no MixedPrecisionPolicy)")
+                     f"{len(fsdp_units)} units: {shown}; " +
+                     (f"MixedPrecisionPolicy(param_dtype={setup.fsdp_mp}, reduce_dtype=fp32)"
+                      if setup.fsdp_mp else
+                      "parameters all-gathered in their dtype (no MixedPrecisionPolicy)"))
     notes.extend(spec.notes)
     if spec.is_hf and hf_sees_fakes:
         notes.append("transformers was let see fake tensors (its export-safe paths: causal masks "
