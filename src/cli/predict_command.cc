@@ -401,6 +401,11 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
           FormatBytes(static_cast<int64_t>(capacity.allocator_bytes)), fit.tried);
     }
     prediction = std::move(fit.best);
+    // The setup line names ZeRO's group of the layout found, not of the TP 1 x PP 1 start.
+    if (setup.zero != predict::ZeroMode::kNone) {
+      setup.world_size = static_cast<int>(std::min<uint64_t>(
+          prediction.layout.DpShard() * prediction.layout.cp, uint64_t{1} << 20));
+    }
   } else {
     ASSIGN_OR_RETURN(prediction, predict::PredictParallel(spec, setup, l));
   }

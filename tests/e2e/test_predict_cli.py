@@ -363,6 +363,9 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     assert rc == 0, err
     assert out.startswith("fit: the smallest layout that fits is TP 8 x PP 1 (8 GPUs per model "
                           "replica;"), out
+    # the setup line names ZeRO's group of the layout found (DP 8), not of TP 1 x PP 1's 64
+    assert "ZeRO-1 over 8 GPUs" in out and "over 64 GPUs" not in out, out
+    assert "ZeRO-1 over 8 GPUs" in p["setup"]
     # 2 GiB per rank: even one layer per stage at TP 64 keeps more activations than that.
     rc, out, err = run("predict", "--model", "llama3-405b", "--fit", "2GiB", "--fit-dim",
                        "layout", "--dp", "1", "--dtype", "fp32", "--seq", "8192", cwd=out_dir)
