@@ -79,3 +79,10 @@ def patched(patches):
     finally:
         for obj, name, value in reversed(saved):
             setattr(obj, name, value)
+
+
+def local_shard(t):
+    """A DTensor's local shard (what this rank holds, and whose storage is the DTensor's), else
+    the tensor itself."""
+    local = getattr(t, "_local_tensor", None)
+    return local if local is not None else t

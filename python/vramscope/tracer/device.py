@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .common import DEVICE, torch
+from .common import DEVICE, local_shard, torch
 from .tracking import StorageTracker
 
 
@@ -20,7 +20,7 @@ def materialize_on_device(model, tracker: StorageTracker, dtype) -> None:
 
     def convert(t, category, name):
         target = dtype if (t.is_floating_point() and dtype is not None) else t.dtype
-        local = _local_of(t)
+        local = local_shard(t)
         with tracker.label(category, name, module=name.rpartition(".")[0] or root):
             made = torch.empty_strided(tuple(local.shape), tuple(local.stride()), dtype=target,
                                        device=DEVICE)
@@ -51,12 +51,6 @@ def materialize_on_device(model, tracker: StorageTracker, dtype) -> None:
                 setattr(module, key, memo[id(value)])
 
 
-def _local_of(t):
-    """A DTensor's local shard (what this rank holds), else the tensor itself."""
-    local = getattr(t, "_local_tensor", None)
-    return local if local is not None else t
-
-
 def parameter_summary(model) -> dict:
     """Parameter counts of the whole model (a sharded parameter counts all its elements) and the
     bytes this rank holds (its shards)."""
@@ -65,7 +59,7 @@ def parameter_summary(model) -> dict:
     def storage_bytes(tensors) -> int:
         seen, total = set(), 0
         for t in tensors:
-            st = _local_of(t).untyped_storage()  # a sharded parameter: this rank's shard
+            st = local_shard(t).untyped_storage()  # a sharded parameter: this rank's shard
             if id(st) not in seen:
                 seen.add(id(st))
                 total += st.nbytes()

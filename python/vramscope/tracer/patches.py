@@ -10,7 +10,6 @@ from .backward import BackwardExecutor
 from .common import DEVICE, patched, torch
 
 
-
 def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool, compiling: bool = False):
     """What the trace changes in torch for its duration, and why:
 

@@ -133,16 +133,16 @@ def _data_dependent_error(e, tracker) -> TracerError:
 def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
     """Run the trace; the events go to ``events_path``; returns the header. ``hf_sees_fakes``: let
     transformers know its tensors are fake (see ``emulation_patches``)."""
+    def load():
+        return load_hf_model(setup) if setup.model.startswith("hf:") else load_file_model(setup)
+
     if setup.world_size > 1:
         with fake_job(setup.world_size, setup.rank):
             fake_mode = _fake_mode()
-            # FSDP2 makes small device tensors when it wraps a module: fake ones
-            with fake_mode:
-                spec = (load_hf_model(setup) if setup.model.startswith("hf:")
-                        else load_file_model(setup))
+            with fake_mode:  # FSDP2 makes small device tensors when it wraps a module: fake ones
+                spec = load()
             return _trace(setup, events_path, hf_sees_fakes, spec, fake_mode)
-    spec = load_hf_model(setup) if setup.model.startswith("hf:") else load_file_model(setup)
-    return _trace(setup, events_path, hf_sees_fakes, spec, _fake_mode())
+    return _trace(setup, events_path, hf_sees_fakes, load(), _fake_mode())
 
 
 def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,

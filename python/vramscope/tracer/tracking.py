@@ -7,7 +7,7 @@ import contextlib
 import functools
 import weakref
 
-from .common import CONV_OPS, DEVICE, MATMUL_OPS, TorchDispatchMode, torch
+from .common import CONV_OPS, DEVICE, MATMUL_OPS, TorchDispatchMode, local_shard, torch
 from .stream import EventWriter
 
 
@@ -456,12 +456,7 @@ class StorageTracker(TorchDispatchMode):
         nbytes = st.nbytes()
         rec = self.live.get(key)
         if rec is not None:
-            if rec.nbytes != nbytes:  # resized in place: the allocator frees and allocates
-                self._emit_free(rec)
-                if nbytes > 0:
-                    self.live[key] = self._emit_alloc(nbytes, rec.category, rec.name, op)
-                else:
-                    del self.live[key]
+            self._reallocate(key, rec, nbytes, op)
             return
         if nbytes == 0:
             return
@@ -484,17 +479,21 @@ class StorageTracker(TorchDispatchMode):
         nbytes = st.nbytes()
         rec = self.live.get(key)
         if rec is not None:
-            if rec.nbytes == nbytes:
-                return
-            self._emit_free(rec)
-            del self.live[key]
-            category, name = rec.category, rec.name
-        else:
+            self._reallocate(key, rec, nbytes, "aten::resize_")
+        elif nbytes > 0:  # resized back from 0: labelled by what allocates it now
             category, name = self._labels[-1][:2] if self._labels else ("temporary", "")
-        if nbytes > 0:
             self.live[key] = self._emit_alloc(nbytes, category, name, "aten::resize_")
-            if key not in self._weakrefs:
-                self._weakrefs[key] = weakref.ref(st, functools.partial(self._on_collect, key))
+
+    def _reallocate(self, key, rec: _Storage, nbytes: int, op: str) -> None:
+        """A live storage resized in place: the allocator frees the old block and, unless the
+        new size is 0, allocates one of the new size under the same labels."""
+        if rec.nbytes == nbytes:
+            return
+        self._emit_free(rec)
+        if nbytes > 0:
+            self.live[key] = self._emit_alloc(nbytes, rec.category, rec.name, op)
+        else:
+            del self.live[key]
 
     def _emit_alloc(self, nbytes, category, name, op) -> _Storage:
         rec = _Storage(self._next_id, nbytes, category, name, op)
@@ -530,7 +529,7 @@ class StorageTracker(TorchDispatchMode):
 
     # -- labels
     def record_of(self, t) -> _Storage | None:
-        t = getattr(t, "_local_tensor", t)  # a DTensor's storage is its local shard's
+        t = local_shard(t)  # a DTensor's storage is its local shard's
         if not isinstance(t, torch.Tensor) or t.device.type != DEVICE:
             return None
         try:
