@@ -16,3 +16,16 @@ if os.environ.get("VRAMSCOPE_REQUIRE_TORCH") == "1":
 
     for _module in ("torch", "transformers", "peft"):
         importlib.import_module(_module)
+
+
+def require_binary(path: str) -> None:
+    """Skips the caller when the vramscope binary is absent, except in CI
+    (VRAMSCOPE_REQUIRE_TORCH=1, which CTest sets with VRAMSCOPE_BIN): there it fails."""
+    import pytest
+    from pathlib import Path
+
+    if Path(path).exists():
+        return
+    if os.environ.get("VRAMSCOPE_REQUIRE_TORCH") == "1":
+        pytest.fail(f"no vramscope binary at {path}, where CI built it (VRAMSCOPE_BIN)")
+    pytest.skip(f"no vramscope binary at {path} (set VRAMSCOPE_BIN)")

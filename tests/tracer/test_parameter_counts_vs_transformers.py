@@ -16,10 +16,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from conftest import require_binary  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = str(Path(os.environ.get("VRAMSCOPE_BIN", str(REPO / "build" / "vramscope"))).resolve())
-if not Path(BIN).exists():
-    pytest.skip(f"no vramscope binary at {BIN}", allow_module_level=True)
 
 SMALL_DEEPSEEK_V3 = {
     "model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 1000,
@@ -49,6 +49,7 @@ CONFIGS = {
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_parameter_count_matches_transformers(name, tmp_path):
+    require_binary(BIN)
     config = CONFIGS[name]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")

@@ -18,6 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import require_binary  # noqa: E402
 from test_tracer import Stream, check_invariants  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,8 +167,7 @@ def test_fsdp2_prediction_matches_the_h100_capture(tmp_path, sharded_by):
     within 2% of the measured one (measured: +0.25%; reserved is not asserted: one stream,
     docs/accuracy.md). The same model unsharded, with --fsdp (the tracer applies fully_shard as
     train.py does), must give the same."""
-    if not Path(BIN).exists():
-        pytest.skip(f"no vramscope binary at {BIN}")
+    require_binary(BIN)
     sidecar = json.loads(GOLDEN.read_text(encoding="utf-8"))
     measured = max(p["memory"]["max_allocated"] for p in sidecar["phases"])
     if sharded_by == "--fsdp":
