@@ -1,0 +1,257 @@
+#include "predict/parallel_terms.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vramscope::predict::parallel_terms {
+
+namespace {
+
+// Multi-head latent attention on one TP rank, as Megatron-Core's MLASelfAttention splits it:
+// the down projections (q's, and k/v's with the shared rotary key) and their RMSNorms
+// duplicated on every rank, the up projections column-parallel by heads, the output projection
+// row-parallel.
+uint64_t MlaParameters(const ModelSpec& m, uint64_t t) {
+  const uint64_t h = m.hidden, heads = m.heads / t;
+  const uint64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  uint64_t n = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank +    // kv down, its norm
+               m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim) +  // kv up
+               heads * m.v_head_dim * h;                                       // output
+  n += m.q_lora_rank > 0 ? h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * qk
+                         : h * heads * qk;
+  return n;
+}
+
+}  // namespace
+
+Held LayerParameters(const ModelSpec& m, const ParallelLayout& l, bool moe) {
+  const uint64_t t = l.tp, h = m.hidden;
+  Held held;
+  if (m.family == Family::kGpt2) {
+    // ln_1, ln_2 (weight and bias, replicated); c_attn [h, 3h] and c_fc [h, ffn] column-parallel
+    // with their biases; the two c_proj row-parallel, their biases replicated.
+    const uint64_t ffn = m.intermediate;
+    held.dense =
+        4 * h + (h * 3 * h + 3 * h) / t + (h * h) / t + h + (h * ffn + ffn) / t + (ffn * h) / t + h;
+    return held;
+  }
+  if (m.Mla()) {
+    held.dense = MlaParameters(m, t) + 2 * h;  // and the two RMSNorms
+  } else {
+    const uint64_t d = h / m.heads;
+    const uint64_t q = m.heads / t * d;
+    // KV heads split by TP; when TP exceeds them each rank keeps one (Megatron replicates them).
+    const uint64_t kv = std::max<uint64_t>(1, m.kv_heads / t) * d;
+    held.dense = h * q + 2 * h * kv + q * h + 2 * h;  // q, k, v, o and the two RMSNorms
+    if (m.qkv_bias) held.dense += q + 2 * kv;
+  }
+  if (!moe) {
+    const uint64_t ffn = m.intermediate / t;
+    held.dense += 3 * h * ffn;
+    if (m.mlp_bias) held.dense += 2 * ffn + h;
+    return held;
+  }
+  held.dense += h * m.experts;  // the router, replicated
+  if (m.shared_expert_intermediate > 0) {
+    held.dense += 3 * h * (m.shared_expert_intermediate / t);
+    if (m.shared_expert_gate) held.dense += h;
+  }
+  held.experts = m.experts / l.ep * 3 * h * (m.expert_intermediate / l.Etp());
+  return held;
+}
+
+// Activation bytes of one layer and micro-batch (Korthikanti et al.; see the header); `moe`: a
+// mixture-of-experts layer.
+double LayerActivationBytes(const ModelSpec& m, const TrainingSetup& s, const ParallelLayout& l,
+                            uint64_t seq, bool moe) {
+  const double t = static_cast<double>(l.tp), h = static_cast<double>(m.hidden);
+  const double sbh = static_cast<double>(seq) * static_cast<double>(s.batch) * h;
+  double bytes;
+  if (s.checkpointing) {
+    bytes = 2 * sbh / (l.sequence_parallel ? t : 1);
+  } else {
+    const bool fused = m.attention != "eager";
+    const double attention = fused || l.selective_recompute ? 0
+                                                            : 5.0 * static_cast<double>(m.heads) *
+                                                                  static_cast<double>(seq) / h;
+    double mlp;  // the MLP's part, already divided as its shards are
+    if (!moe) {
+      mlp = 4.0 * static_cast<double>(m.intermediate) / h / t;
+    } else {
+      const double k = static_cast<double>(m.experts_per_token) *
+                       (l.capacity_factor > 0 ? l.capacity_factor : 1.0);
+      mlp =
+          4.0 * k * static_cast<double>(m.expert_intermediate) / h / static_cast<double>(l.Etp()) +
+          4.0 * static_cast<double>(m.shared_expert_intermediate) / h / t +
+          // The router's fp32 logits, s x b x experts: 2 E / h in units of 16-bit s b h.
+          2.0 * static_cast<double>(m.experts) / h / (l.sequence_parallel ? t : 1);
+    }
+    // What attention saves of its own, split by TP: q and k for the scores, v, and the output
+    // projection's input: 8 s b h for multi-head attention. With latent attention, q and k of
+    // heads x (nope + rope) and v and the output of heads x v, and what is not split: the
+    // RMSNorms' inputs and the up projections' inputs of the two low-rank latents, and the
+    // shared rotary key.
+    double split = 8.0, latent = 0;
+    if (m.Mla()) {
+      const double heads = static_cast<double>(m.heads);
+      split = (4.0 * heads * static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim) +
+               4.0 * heads * static_cast<double>(m.v_head_dim)) /
+              h;
+      latent = (4.0 * static_cast<double>(m.q_lora_rank + m.kv_lora_rank) +
+                2.0 * static_cast<double>(m.qk_rope_head_dim)) /
+               h;
+    }
+    bytes = l.sequence_parallel ? sbh * ((10.0 + split) / t + latent + mlp + attention / t)
+                                : sbh * (10.0 + split / t + latent + mlp + attention / t);
+  }
+  return SixteenBitActivations(s) ? bytes : 2 * bytes;
+}
+
+// The communication buffers of one layer, in the activations' dtype (s: the sequence on this
+// rank before SP, i.e. over CP). They follow one another within a layer, so the largest is what
+// a rank holds at once beside its activations:
+// - SP: the all-gathered input of the column-parallel linears, s b h (Megatron gathers into one
+//   global buffer, again in backward);
+// - CP: ring attention's K and V chunks, the one in use and the one arriving: 2 x 2 s b x the
+//   rank's K/V width;
+// - MoE with EP > 1: the all-to-all's dispatched tokens sent and received, 2 x s b k c h (/ t
+//   with SP: each rank routes its share of the sequence), c the capacity factor (1 dropless).
+Communication LargestCommunicationBuffer(const ModelSpec& m, const TrainingSetup& s,
+                                         const ParallelLayout& l, uint64_t seq, bool moe) {
+  const uint64_t a = SixteenBitActivations(s) ? 2 : 4, sb = seq * s.batch, t = l.tp;
+  Communication best;
+  auto consider = [&](uint64_t bytes, const char* what) {
+    if (bytes > best.bytes) best = {bytes, what};
+  };
+  if (l.sequence_parallel) consider(sb * m.hidden * a, "SP all-gather");
+  if (l.cp > 1) {
+    uint64_t k_width, v_width;
+    if (m.Mla()) {
+      k_width = m.heads / t * (m.qk_nope_head_dim + m.qk_rope_head_dim);
+      v_width = m.heads / t * m.v_head_dim;
+    } else {
+      k_width = v_width = std::max<uint64_t>(1, m.kv_heads / t) * (m.hidden / m.heads);
+    }
+    consider(2 * sb * (k_width + v_width) * a, "CP K/V chunks");
+  }
+  if (moe && l.ep > 1) {
+    const double c = l.capacity_factor > 0 ? l.capacity_factor : 1.0;
+    const double tokens = static_cast<double>(sb / (l.sequence_parallel ? t : 1)) *
+                          static_cast<double>(m.experts_per_token) * c;
+    consider(static_cast<uint64_t>(std::llround(2.0 * tokens * static_cast<double>(m.hidden) *
+                                                static_cast<double>(a))),
+             "MoE all-to-all");
+  }
+  return best;
+}
+
+uint64_t OptimizerBytesPerElement(const TrainingSetup& s) {
+  const uint64_t e = ElementSize(s.precision.param);
+  const uint64_t state = s.optimizer.master_weights ? 4 : e;
+  uint64_t moments = 0;
+  switch (s.optimizer.kind) {
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+      moments = 2;
+      break;
+    case OptimizerKind::kMomentum:
+      moments = 1;
+      break;
+    case OptimizerKind::kSgd:
+    case OptimizerKind::kNone:
+      break;
+  }
+  return moments * state + (s.optimizer.master_weights ? 4 : 0);
+}
+
+bool SixteenBitActivations(const TrainingSetup& s) {
+  return s.precision.autocast.has_value() || ElementSize(s.precision.param) == 2;
+}
+
+std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const TrainingSetup& s,
+                                                 const ParallelLayout& l, uint64_t seq, bool moe) {
+  // The same coefficients as LayerActivationBytes (units of 16-bit s b h), one tensor each.
+  const double t = static_cast<double>(l.tp), h = static_cast<double>(m.hidden);
+  const double unit = static_cast<double>(seq) * static_cast<double>(s.batch) * h *
+                      (SixteenBitActivations(s) ? 1.0 : 2.0);
+  const double q = l.sequence_parallel ? 1.0 / t : 1.0;  // what SP splits of the replicated part
+  std::vector<ActivationTerm> terms;
+  auto add = [&](const char* what, double coefficient) {
+    if (coefficient > 0) terms.push_back({what, coefficient * unit});
+  };
+  if (s.checkpointing) {
+    add("layer input (checkpointed)", 2 * q);
+    return terms;
+  }
+  const bool fused = m.attention != "eager";
+  const double attention = fused || l.selective_recompute ? 0
+                                                          : 5.0 * static_cast<double>(m.heads) *
+                                                                static_cast<double>(seq) / h / t;
+  double qk = 4.0 / t, vo = 4.0 / t, latent_q = 0, latent_kv = 0;
+  if (m.Mla()) {
+    const double heads = static_cast<double>(m.heads);
+    qk = 4.0 * heads * static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim) / h / t;
+    vo = 4.0 * heads * static_cast<double>(m.v_head_dim) / h / t;
+    latent_q = 4.0 * static_cast<double>(m.q_lora_rank) / h;
+    latent_kv = (4.0 * static_cast<double>(m.kv_lora_rank) +
+                 2.0 * static_cast<double>(m.qk_rope_head_dim)) /
+                h;
+  }
+  add("input norm's input", 2 * q);
+  add("attention's input (q/k/v projections)", 2 * q);
+  add("latent q (its norm and up projection's inputs)", latent_q);
+  add("latent k/v and the shared rotary key", latent_kv);
+  add("q and k", qk);
+  add("attention scores (softmax output)", attention * 2 / 5);
+  add("attention dropout mask", attention / 5);
+  add("attention probabilities after dropout", attention * 2 / 5);
+  add("v and the output projection's input", vo);
+  add("attention output's dropout mask", q);
+  add("post-attention norm's input", 2 * q);
+  add("MLP's input", 2 * q);
+  if (!moe) {
+    const double mlp = 4.0 * static_cast<double>(m.intermediate) / h / t;
+    add("MLP's up/gate outputs", mlp / 2);
+    add("MLP's activation output", mlp / 2);
+  } else {
+    const double k = static_cast<double>(m.experts_per_token) *
+                     (l.capacity_factor > 0 ? l.capacity_factor : 1.0);
+    add("router logits (fp32)", 2.0 * static_cast<double>(m.experts) / h * q);
+    const double experts =
+        4.0 * k * static_cast<double>(m.expert_intermediate) / h / static_cast<double>(l.Etp());
+    add("experts' up/gate outputs", experts / 2);
+    add("experts' activation outputs", experts / 2);
+    const double shared = 4.0 * static_cast<double>(m.shared_expert_intermediate) / h / t;
+    add("shared expert's up/gate outputs", shared / 2);
+    add("shared expert's activation output", shared / 2);
+  }
+  add("MLP output's dropout mask", q);
+  return terms;
+}
+
+int ZeroStage(const TrainingSetup& s) {
+  switch (s.zero) {
+    case ZeroMode::kNone:
+      return 0;
+    case ZeroMode::kZero1:
+      return 1;
+    case ZeroMode::kZero2:
+      return 2;
+    case ZeroMode::kZero3:
+    case ZeroMode::kFsdp:
+      return 3;
+  }
+  return 0;
+}
+
+std::vector<uint64_t> StageLayers(const ModelSpec& m, const ParallelLayout& l) {
+  // As Llama 3 trained its 126 layers on 16 stages: 7 on the first and last, 8 on the others.
+  std::vector<uint64_t> stage_layers(l.pp, CeilDiv(m.layers, l.pp));
+  for (uint64_t excess = l.pp * stage_layers[0] - m.layers, k = 0; excess > 0; --excess, ++k) {
+    const uint64_t stage = k % 2 == 0 ? k / 2 : l.pp - 1 - k / 2;
+    --stage_layers[stage];
+  }
+  return stage_layers;
+}
+
+}  // namespace vramscope::predict::parallel_terms
