@@ -282,6 +282,52 @@ class TempFile {
   std::string path_;
 };
 
+// A predicted trace reported like any input: through the pipeline, to the terminal and to
+// -o/--html as the options ask.
+Status EmitPredictedReport(predict::BuiltTrace built, const PredictOptions& o, Progress& progress) {
+  ReportOutputOptions out;
+  out.output = o.output;
+  out.database_by_default = false;
+  out.html = o.html;
+  out.force = o.force;
+  out.json = o.json;
+  out.quiet = o.quiet;
+  out.top = o.top;
+  ASSIGN_OR_RETURN(PreparedOutputs outputs,
+                   PrepareReportOutputs({pipeline::InputKind::kFile, o.model}, out));
+  ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(""));
+  pipeline::LoadOptions load;
+  load.progress = &progress;
+  load.project_root = project_root;
+  ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::FromTrace(std::move(built.trace), load));
+  ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,
+                   pipeline::Analyze(std::move(loaded), {project_root, std::nullopt, &progress}));
+  return EmitReport(*analyzed, out, outputs, {}, &progress);
+}
+
+// The role -o/--html report: --role's name or stage number, else the bounding role.
+Result<size_t> ChooseRole(const model::ParallelPrediction& p, const std::string& role) {
+  if (role.empty()) return p.bounding;
+  for (size_t i = 0; i < p.roles.size(); ++i) {
+    if (p.roles[i].name == role) return i;
+  }
+  if (!role.empty() && std::all_of(role.begin(), role.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c)) != 0;
+      })) {
+    const uint64_t stage = role.size() > 9 ? UINT64_MAX : std::stoull(role);
+    for (size_t i = 0; i < p.roles.size(); ++i) {
+      const std::vector<uint64_t>& st = p.roles[i].stages;
+      if (std::find(st.begin(), st.end(), stage) != st.end()) return i;
+    }
+    return UsageError(
+        fmt::format("--role {}: the layout has stages 0 to {}", role, p.layout.pp - 1));
+  }
+  std::vector<std::string> names;
+  for (const model::RankRole& r : p.roles) names.push_back("'" + r.name + "'");
+  return UsageError(fmt::format("--role {}: the layout's roles are {} (or give a stage number)",
+                                role, fmt::join(names, ", ")));
+}
+
 // Whether the flags ask for a parallel layout (or the model has experts, which only the
 // per-rank estimate models).
 bool WantsParallel(const PredictOptions& o) {
@@ -301,15 +347,12 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   if (fit_layout && (o.tp > 1 || o.pp > 1)) {
     return UsageError("--fit-dim layout chooses --tp and --pp: leave them out");
   }
-  for (const auto& [given, flag] : {std::pair{!o.output.empty(), "-o"},
-                                    {!o.html.empty(), "--html"},
-                                    {!o.fit.empty() && !fit_layout, "--fit (use --fit-dim layout)"},
-                                    {!o.emit_stream.empty(), "--emit-stream"},
-                                    {o.fsdp, "--fsdp (use --zero 3)"}}) {
+  for (const auto& [given, flag] :
+       {std::pair{!o.fit.empty() && !fit_layout, "--fit (use --fit-dim layout)"},
+        {o.fsdp, "--fsdp (use --zero 3)"}}) {
     if (given) {
       return UsageError(fmt::format(
-          "{} with a parallel layout (--tp/--pp/--cp/--ep/--sp, or a mixture-of-experts model): "
-          "the per-rank estimate prints its table (or --json) and writes no report yet",
+          "{} with a parallel layout (--tp/--pp/--cp/--ep/--sp, or a mixture-of-experts model)",
           flag));
     }
   }
@@ -409,6 +452,29 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   } else {
     ASSIGN_OR_RETURN(prediction, predict::PredictParallel(spec, setup, l));
   }
+  // Each role's step placed by the allocator model, without a capacity: what it would reserve.
+  predict::PredictRequest role_request = request;
+  role_request.setup = setup;
+  predict::PredictRequest unlimited = role_request;
+  unlimited.capacity = 0;
+  unlimited.gpu.reset();
+  ASSIGN_OR_RETURN(allocator::AllocatorSettings settings, predict::SettingsFor(unlimited));
+  for (size_t i = 0; i < prediction.roles.size(); ++i) {
+    ASSIGN_OR_RETURN(predict::TensorStream stream,
+                     predict::PredictRoleStream(spec, role_request, prediction, i));
+    ASSIGN_OR_RETURN(const predict::PeakOnly peaks, predict::SimulatePeaks(stream, settings));
+    predict::RankRole& r = prediction.roles[i];
+    r.placed = true;
+    r.peak_allocated = peaks.peak_allocated;
+    r.peak_reserved = peaks.peak_reserved;
+  }
+  prediction.bounding = 0;
+  for (size_t i = 1; i < prediction.roles.size(); ++i) {
+    if (prediction.roles[i].peak_reserved > prediction.roles[prediction.bounding].peak_reserved) {
+      prediction.bounding = i;
+    }
+  }
+  ASSIGN_OR_RETURN(const size_t chosen, ChooseRole(prediction, o.role));
   const std::string model =
       fmt::format("{} (built-in family: {})", spec.label, predict::FamilyName(spec.family));
   const std::string setup_text = predict::SetupText(spec, setup);
@@ -417,7 +483,33 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   } else {
     fmt::print("{}", report::RenderParallelRoles(prediction, model, setup_text, capacity));
   }
-  return Status::Ok();
+  if (o.output.empty() && o.html.empty() && o.emit_stream.empty()) return Status::Ok();
+  // The chosen role's step as a report: the same pipeline as any prediction.
+  ASSIGN_OR_RETURN(predict::TensorStream stream,
+                   predict::PredictRoleStream(spec, role_request, prediction, chosen));
+  const model::ParallelLayout& pl = prediction.layout;
+  stream.info.facts.emplace_back(
+      "parallel layout",
+      fmt::format("TP {} x PP {} x CP {} x DP {}; this report: {} (stages {}), one of {} ranks",
+                  pl.tp, pl.pp, pl.cp, pl.dp, prediction.roles[chosen].name,
+                  fmt::join(prediction.roles[chosen].stages, ","), prediction.roles[chosen].ranks));
+  if (!o.emit_stream.empty()) {
+    RETURN_IF_ERROR(predict::WriteTensorStream(stream, o.emit_stream, o.force));
+  }
+  if (o.output.empty() && o.html.empty()) return Status::Ok();
+  Progress progress(!o.quiet && !o.json);
+  ASSIGN_OR_RETURN(predict::BuiltTrace built,
+                   predict::BuildPrediction(std::move(stream), role_request));
+  PredictOptions quiet_summary = o;
+  if (o.json) {
+    // The roles' JSON is stdout's one document; the role's report goes to its files only.
+    quiet_summary.json = false;
+    quiet_summary.quiet = true;
+  } else {
+    fmt::print("\n{} (written below; -o/--html hold it whole)\n\n",
+               fmt::format("THE STEP OF ONE RANK OF THE {}", prediction.roles[chosen].name));
+  }
+  return EmitPredictedReport(std::move(built), quiet_summary, progress);
 }
 
 Status Run(const PredictOptions& o) {
@@ -444,6 +536,11 @@ Status Run(const PredictOptions& o) {
         "configs); your own model sets its parallelism up itself (init_device_mesh, "
         "fully_shard, parallelize_module): give --world-size N (and --rank) and the tracer runs "
         "one rank of it on a fake process group");
+  }
+  if (!o.role.empty()) {
+    return UsageError(
+        "--role picks a rank role of a parallel layout (--tp/--pp/--cp/--ep/--dp of a built-in "
+        "family); this prediction has one rank");
   }
   // Your own model: the tracer runs its step on fake tensors, then its stream is the model.
   TempFile traced;
@@ -527,25 +624,7 @@ Status Run(const PredictOptions& o) {
                            fit->dimension == predict::FitDimension::kBatch ? "batch" : "seq",
                            fit->largest));
   }
-  // The prediction is reported like any input: through the pipeline.
-  ReportOutputOptions out;
-  out.output = o.output;
-  out.database_by_default = false;
-  out.html = o.html;
-  out.force = o.force;
-  out.json = o.json;
-  out.quiet = o.quiet;
-  out.top = o.top;
-  ASSIGN_OR_RETURN(PreparedOutputs outputs,
-                   PrepareReportOutputs({pipeline::InputKind::kFile, o.model}, out));
-  ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(""));
-  pipeline::LoadOptions load;
-  load.progress = &progress;
-  load.project_root = project_root;
-  ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::FromTrace(std::move(built.trace), load));
-  ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,
-                   pipeline::Analyze(std::move(loaded), {project_root, std::nullopt, &progress}));
-  return EmitReport(*analyzed, out, outputs, {}, &progress);
+  return EmitPredictedReport(std::move(built), o, progress);
 }
 
 }  // namespace
@@ -661,6 +740,10 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "bound; default 1)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   cmd->add_option("--schedule", o.schedule, "pipeline schedule: 1f1b (default) or interleaved");
+  cmd->add_option("--role", o.role,
+                  "with a parallel layout: the rank role -o, --html and --emit-stream report, by "
+                  "name ('last stage') or a stage's number (default: the role that bounds the "
+                  "job)");
   cmd->add_option("--virtual-stages", o.virtual_stages,
                   "model chunks per stage under --schedule interleaved")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 10));

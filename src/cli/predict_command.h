@@ -47,6 +47,9 @@ struct PredictOptions {
   uint64_t micro_batches = 1;
   std::string schedule = "1f1b";
   uint64_t virtual_stages = 1;
+  // The role -o/--html/--emit-stream report: its name ("last stage") or a stage's number;
+  // empty: the role that bounds the job.
+  std::string role;
   std::string gpu;
   std::string capacity;
   std::string fit;

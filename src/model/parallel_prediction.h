@@ -49,7 +49,15 @@ struct RankRole {
   // the MoE all-to-all's dispatched tokens; `communication` names it ("" for none).
   uint64_t communication_bytes = 0;
   std::string communication;
-  uint64_t total_bytes = 0;
+  // Data parallelism's buffers beside the model states (ZeRO-2's reduce-scatter input, ZeRO-3's
+  // all-gathered units); `data_parallel` names them ("" for none).
+  uint64_t data_parallel_bytes = 0;
+  std::string data_parallel;
+  uint64_t total_bytes = 0;  // the sum of the above: every term at once
+  // The role's step placed by the allocator model (predict/role_stream.h), when it was run:
+  // the peaks of what is allocated and of what the allocator reserves for it.
+  bool placed = false;
+  uint64_t peak_allocated = 0, peak_reserved = 0;
 };
 
 struct ParallelPrediction {

@@ -136,10 +136,8 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
   const uint64_t seq = (s.seq ? s.seq : m.default_seq) / l.cp;
   const uint64_t e = ElementSize(s.precision.param);
   const uint64_t opt_per_element = OptimizerBytesPerElement(s);
-  // ZeRO's group: the data-parallel ranks it shards over (all of DP, or HSDP's shard group),
-  // times CP; the experts' is the ranks of that group holding the same experts.
-  const uint64_t zero_group = l.DpShard() * l.cp;
-  const uint64_t expert_group = l.DpShard() * l.cp * l.tp / (l.ep * l.Etp());
+  const parallel_terms::ZeroGroups groups = parallel_terms::ZeroGroupsOf(l);
+  const uint64_t zero_group = groups.dense, expert_group = groups.experts;
   const Held dense_layer = LayerParameters(m, l, false), moe_layer = LayerParameters(m, l, true);
   const double dense_activation = LayerActivationBytes(m, s, l, seq, false);
   const double moe_activation = m.experts > 0 ? LayerActivationBytes(m, s, l, seq, true) : 0;
@@ -149,7 +147,7 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
   const uint64_t vocab = VocabShard(m, l.tp);
   const int zero = ZeroStage(s);
   auto sharded = [&](uint64_t elements, uint64_t group, int from_stage) {
-    return zero >= from_stage ? CeilDiv(elements, group) : elements;
+    return parallel_terms::Sharded(elements, group, zero, from_stage);
   };
   std::vector<RankRole> stages;
   uint64_t first_layer = 0;  // of the stage
@@ -170,15 +168,8 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
                       : (dense_activation * static_cast<double>(dense_layers) +
                          moe_activation * static_cast<double>(moe_layers)) /
                             static_cast<double>(r.layers);  // the stage's mean per layer
-    if (r.embedding) {
-      held.dense += vocab * m.hidden;
-      if (m.family == Family::kGpt2) held.dense += m.max_positions * m.hidden;
-    }
-    if (r.head) {
-      held.dense += m.family == Family::kGpt2 ? 2 * m.hidden : m.hidden;  // the final norm
-      // The head: its own weight, or the tied embedding held again when it is on another stage.
-      if (!m.tie_embeddings || l.pp > 1) held.dense += vocab * m.hidden;
-    }
+    if (r.embedding) held.dense += parallel_terms::EmbeddingElements(m, l);
+    if (r.head) held.dense += parallel_terms::HeadElements(m, l);
     r.parameters = held.dense + held.experts;
     r.expert_parameters = held.experts;
     r.weight_bytes =
@@ -205,8 +196,13 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
     const Communication comm = LargestCommunicationBuffer(m, s, l, seq, moe_layers > 0);
     r.communication_bytes = comm.bytes;
     r.communication = comm.what;
+    const parallel_terms::DataParallelBuffers dp_buffers = parallel_terms::DataParallelBuffersOf(
+        s, parallel_terms::StageUnits(m, l, first_layer - r.layers, r.layers, r.embedding, r.head),
+        zero_group);
+    r.data_parallel_bytes = dp_buffers.bytes;
+    r.data_parallel = dp_buffers.what;
     r.total_bytes = r.weight_bytes + r.gradient_bytes + r.optimizer_bytes + r.activation_bytes +
-                    r.logits_bytes + r.communication_bytes;
+                    r.logits_bytes + r.communication_bytes + r.data_parallel_bytes;
     stages.push_back(std::move(r));
   }
   // Stages with the same figures are one role.
@@ -243,13 +239,26 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
   }
   out.assumptions.push_back(
       "activations by Korthikanti et al.'s per-layer formulas (16-bit; doubled in fp32), "
-      "generalised to the MLP's width as Megatron's theoretical memory does; the allocator "
-      "model is not run per role yet (no fragmentation, no reserved memory)");
+      "generalised to the MLP's width as Megatron's theoretical memory does, one tensor per "
+      "term");
+  out.assumptions.push_back(
+      "each role's step placed by the allocator model: weights per layer, gradients in one "
+      "contiguous buffer per model chunk (Megatron-Core's), optimizer state from the first step, "
+      "the schedule's micro-batches in order; not modelled: backward's and the optimizer's "
+      "temporaries, NCCL's streams");
   if (m.experts > 0) {
     out.assumptions.push_back(fmt::format(
         "experts' activations: every token's top-k experts at {}, and the router's fp32 logits",
         l.capacity_factor > 0 ? fmt::format("capacity factor {:g}", l.capacity_factor)
                               : std::string("the average load (dropless)")));
+  }
+  if (zero >= 2 && zero_group >= 2) {
+    out.assumptions.push_back(
+        zero == 2 ? "ZeRO-2: each unit's gradients unsharded for its reduce-scatter in backward "
+                    "(a layer, the embedding or the head, as FSDP2 wraps them)"
+                  : "ZeRO-3 as FSDP2: each unit (a layer, the embedding, the head) all-gathered "
+                    "in forward and again in backward with the next one prefetched, its "
+                    "gradients unsharded for the reduce-scatter");
   }
   if (l.sequence_parallel || l.cp > 1 || (m.experts > 0 && l.ep > 1)) {
     out.assumptions.push_back(

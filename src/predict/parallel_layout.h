@@ -26,8 +26,10 @@
 // - DeepSeek-V2/V3: latent attention (MLA) split as Megatron-Core's MLASelfAttention does (down
 //   projections and their norms duplicated, up projections column-parallel, the output
 //   row-parallel), the first layers' dense MLPs, then routed and shared experts.
-// - Not yet: the allocator model per role (fragmentation, reserved memory) and communication
-//   buffers (a model of your own runs on the tracer under a fake process group instead).
+// - Communication: the largest buffer of a layer (SP, CP, MoE all-to-all); data parallelism's
+//   buffers under ZeRO-2/3 (parallel_terms.h's DataParallelBuffersOf). The sum of every term is
+//   `total_bytes`; role_stream.h places each role's step with the allocator model for its
+//   reserved memory.
 #pragma once
 
 #include <cstdint>

@@ -360,9 +360,9 @@ TEST(ParallelLayout, CommunicationBuffersByHand) {
   ep.capacity_factor = 0;
   auto d = PredictParallel(Preset("mixtral-8x7b"), Bf16Adam(1, 4096), ep);
   ASSERT_TRUE(d.ok()) << d.status().message();
-  EXPECT_EQ(c->roles[0].activation_bytes_per_micro_batch -
-                d->roles[0].activation_bytes_per_micro_batch,
-            uint64_t{32} * 234'881'024u / 4u);
+  EXPECT_EQ(
+      c->roles[0].activation_bytes_per_micro_batch - d->roles[0].activation_bytes_per_micro_batch,
+      uint64_t{32} * 234'881'024u / 4u);
   EXPECT_EQ(d->roles[0].communication_bytes, 2u * 4096u * 4096u * 2u);  // dropless: c = 1
 
   // No buffer without SP, CP or EP: TP's all-reduces run in place.

@@ -244,6 +244,55 @@ int ZeroStage(const TrainingSetup& s) {
   return 0;
 }
 
+ZeroGroups ZeroGroupsOf(const ParallelLayout& l) {
+  return {l.DpShard() * l.cp, l.DpShard() * l.cp * l.tp / (l.ep * l.Etp())};
+}
+
+uint64_t EmbeddingElements(const ModelSpec& m, const ParallelLayout& l) {
+  uint64_t n = VocabShard(m, l.tp) * m.hidden;
+  if (m.family == Family::kGpt2) n += m.max_positions * m.hidden;
+  return n;
+}
+
+uint64_t HeadElements(const ModelSpec& m, const ParallelLayout& l) {
+  uint64_t n = m.family == Family::kGpt2 ? 2 * m.hidden : m.hidden;  // the final norm
+  if (!m.tie_embeddings || l.pp > 1) n += VocabShard(m, l.tp) * m.hidden;
+  return n;
+}
+
+std::vector<uint64_t> StageUnits(const ModelSpec& m, const ParallelLayout& l, uint64_t first_layer,
+                                 uint64_t layers, bool embedding, bool head) {
+  std::vector<uint64_t> units;
+  if (embedding) units.push_back(EmbeddingElements(m, l));
+  const Held dense = LayerParameters(m, l, false), moe = LayerParameters(m, l, true);
+  for (uint64_t i = first_layer; i < first_layer + layers; ++i) {
+    units.push_back(m.MoeLayer(i) ? moe.dense + moe.experts : dense.dense + dense.experts);
+  }
+  if (head) units.push_back(HeadElements(m, l));
+  return units;
+}
+
+DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s,
+                                          const std::vector<uint64_t>& units, uint64_t zero_group) {
+  const int zero = ZeroStage(s);
+  if (zero < 2 || zero_group < 2 || units.empty()) return {};
+  uint64_t most = 0;  // elements
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (zero == 2) {
+      most = std::max(most, units[i]);
+      continue;
+    }
+    // Forward: unit i gathered, unit i + 1 prefetched. Backward: unit i gathered again, unit
+    // i - 1 prefetched, and unit i's gradients unsharded for the reduce-scatter.
+    const uint64_t next = i + 1 < units.size() ? units[i + 1] : 0;
+    const uint64_t previous = i > 0 ? units[i - 1] : 0;
+    most = std::max({most, units[i] + next, 2 * units[i] + previous});
+  }
+  const uint64_t bytes = most * ElementSize(s.precision.param);
+  if (zero == 2) return {bytes, "ZeRO-2 reduce-scatter input"};
+  return {bytes, "ZeRO-3 all-gathers (unit and prefetch) and reduce-scatter input"};
+}
+
 std::vector<uint64_t> StageLayers(const ModelSpec& m, const ParallelLayout& l) {
   // As Llama 3 trained its 126 layers on 16 stages: 7 on the first and last, 8 on the others.
   std::vector<uint64_t> stage_layers(l.pp, CeilDiv(m.layers, l.pp));

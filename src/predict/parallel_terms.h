@@ -56,6 +56,41 @@ uint64_t OptimizerBytesPerElement(const TrainingSetup& s);
 // 0 (none) to 3.
 int ZeroStage(const TrainingSetup& s);
 
+// ZeRO's groups: the data-parallel ranks it shards over (all of DP, or HSDP's shard group) times
+// CP, and the experts' group, the ranks of that group holding the same experts.
+struct ZeroGroups {
+  uint64_t dense = 1, experts = 1;
+};
+ZeroGroups ZeroGroupsOf(const ParallelLayout& l);
+// `elements` as one rank holds them: sharded over `group` once ZeRO's stage `zero` reaches
+// `from_stage` (1: optimizer state, 2: gradients, 3: weights).
+inline uint64_t Sharded(uint64_t elements, uint64_t group, int zero, int from_stage) {
+  return zero >= from_stage ? CeilDiv(elements, group) : elements;
+}
+
+// The units ZeRO-2/3 reduce-scatter (and ZeRO-3 all-gathers) one at a time, in forward order,
+// as FSDP2 wraps a model: the embedding, each decoder layer [first_layer, first_layer + layers),
+// the head with the final norm. Elements of one rank's model-parallel shard, before ZeRO.
+std::vector<uint64_t> StageUnits(const ModelSpec& m, const ParallelLayout& l, uint64_t first_layer,
+                                 uint64_t layers, bool embedding, bool head);
+// Elements of the embedding (and GPT-2's position embedding) on one TP rank, and of the head
+// with the final norm (the tied embedding again when it is on another stage).
+uint64_t EmbeddingElements(const ModelSpec& m, const ParallelLayout& l);
+uint64_t HeadElements(const ModelSpec& m, const ParallelLayout& l);
+
+// The most a rank holds at once of data parallelism's buffers beside its model states, as the
+// role's step (role_stream.h) allocates them: ZeRO-2's reduce-scatter input (a unit's unsharded
+// gradients, in its backward); ZeRO-3's all-gathered weights of the unit in use and of the next
+// one, prefetched (FSDP2's default, in forward and backward order), with that reduce-scatter
+// input in backward. None without ZeRO-2/3: DDP and ZeRO-1 reduce in the gradients' own buffer
+// (Megatron-Core's contiguous one).
+struct DataParallelBuffers {
+  uint64_t bytes = 0;
+  std::string what;
+};
+DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s,
+                                          const std::vector<uint64_t>& units, uint64_t zero_group);
+
 // The decoder layers of each pipeline stage: ceil(L / p), what that overshoots taken one layer
 // at a time from the outermost stages, first then last.
 std::vector<uint64_t> StageLayers(const ModelSpec& m, const ParallelLayout& l);

@@ -4,6 +4,7 @@
 
 #include "common/units.h"
 #include "predict/model_description.h"
+#include "predict/role_stream.h"
 #include "predict/tracer_stream.h"
 
 namespace vramscope::predict {
@@ -99,22 +100,16 @@ Result<allocator::AllocatorSettings> SettingsFor(const PredictRequest& request) 
   return settings;
 }
 
-Result<TensorStream> PredictStream(const LoadedModel& model, const PredictRequest& request) {
+namespace {
+
+// What every predicted stream carries beside its tensors: the torch version, the GPU and its
+// capacity, the workspaces and what is outside the allocator, as facts and assumptions; and the
+// workspaces themselves, from the stream's matmul markers.
+Status DescribeAndAddWorkspaces(TensorStream& stream, const PredictRequest& request,
+                                const ModelSpec* spec) {
   const int sm = request.gpu ? request.gpu->sm : 90;
   const device::Vendor vendor = request.gpu ? request.gpu->vendor : device::Vendor::kNvidia;
   ASSIGN_OR_RETURN(DeviceRules rules, RulesFor(sm, request.torch_version, vendor));
-  TensorStream stream;
-  if (!model.traced.empty()) {
-    ASSIGN_OR_RETURN(stream, ReadTracerStream(model.traced));
-  } else {
-    const ModelSpec& m = *model.spec;
-    ASSIGN_OR_RETURN(stream, SimulateTraining(m, request.setup));
-    model::PredictionInfo& info = stream.info;
-    info.model = m.family == Family::kLayerList
-                     ? m.label
-                     : fmt::format("{} (built-in family: {})", m.label, FamilyName(m.family));
-    info.setup = SetupText(m, request.setup);
-  }
   model::PredictionInfo& info = stream.info;
   info.torch_version = rules.torch_version;
   const uint64_t total =
@@ -157,12 +152,46 @@ Result<TensorStream> PredictStream(const LoadedModel& model, const PredictReques
                   vendor == device::Vendor::kAmd ? "hipBLAS" : "cuBLAS",
                   FormatBytes(static_cast<int64_t>(rules.cublas_workspace)), rules.torch_version,
                   vendor == device::Vendor::kAmd ? "gfx" : "sm_", sm));
-  if (model.spec && model.spec->family == Family::kResnet) {
+  if (spec != nullptr && spec->family == Family::kResnet) {
     info.assumptions.push_back(
         "cuDNN's per-call convolution workspaces depend on the algorithm cuDNN picks at run "
         "time and are not predicted");
   }
   AddWorkspaces(stream, rules);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TensorStream> PredictStream(const LoadedModel& model, const PredictRequest& request) {
+  // The rules are checked first: an unknown torch version is refused before any simulation.
+  const int sm = request.gpu ? request.gpu->sm : 90;
+  const device::Vendor vendor = request.gpu ? request.gpu->vendor : device::Vendor::kNvidia;
+  RETURN_IF_ERROR(RulesFor(sm, request.torch_version, vendor).status());
+  TensorStream stream;
+  if (!model.traced.empty()) {
+    ASSIGN_OR_RETURN(stream, ReadTracerStream(model.traced));
+  } else {
+    const ModelSpec& m = *model.spec;
+    ASSIGN_OR_RETURN(stream, SimulateTraining(m, request.setup));
+    model::PredictionInfo& info = stream.info;
+    info.model = m.family == Family::kLayerList
+                     ? m.label
+                     : fmt::format("{} (built-in family: {})", m.label, FamilyName(m.family));
+    info.setup = SetupText(m, request.setup);
+  }
+  RETURN_IF_ERROR(DescribeAndAddWorkspaces(stream, request, model.spec ? &*model.spec : nullptr));
+  return stream;
+}
+
+Result<TensorStream> PredictRoleStream(const ModelSpec& model, const PredictRequest& request,
+                                       const model::ParallelPrediction& prediction, size_t role) {
+  ASSIGN_OR_RETURN(TensorStream stream, RoleStream(model, request.setup, prediction, role));
+  stream.info.model =
+      fmt::format("{} (built-in family: {}), {} of the parallel layout", model.label,
+                  FamilyName(model.family), prediction.roles[role].name);
+  stream.info.setup = SetupText(model, request.setup);
+  RETURN_IF_ERROR(DescribeAndAddWorkspaces(stream, request, &model));
   return stream;
 }
 

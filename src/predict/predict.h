@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "device/non_pytorch_memory.h"
+#include "model/parallel_prediction.h"
 #include "predict/build_trace.h"
 #include "predict/device_rules.h"
 #include "predict/model_spec.h"
@@ -41,6 +42,12 @@ std::string SetupText(const ModelSpec& model, const TrainingSetup& setup);
 
 // The stream of the request (with workspaces) and its description; no allocator yet.
 Result<TensorStream> PredictStream(const LoadedModel& model, const PredictRequest& request);
+
+// The stream of one rank role of a parallel layout (predict/role_stream.h) with its workspaces
+// and description, for the allocator model to place; `prediction` is PredictParallel's for
+// `model` and request.setup.
+Result<TensorStream> PredictRoleStream(const ModelSpec& model, const PredictRequest& request,
+                                       const model::ParallelPrediction& prediction, size_t role);
 
 // The allocator settings of the request, with the capacity the allocator may reserve.
 Result<allocator::AllocatorSettings> SettingsFor(const PredictRequest& request);

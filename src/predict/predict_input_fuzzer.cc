@@ -25,6 +25,7 @@
 #include "predict/model_description.h"
 #include "predict/model_spec.h"
 #include "predict/parallel_layout.h"
+#include "predict/role_stream.h"
 #include "predict/tracer_stream.h"
 
 namespace {
@@ -229,8 +230,21 @@ void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h)
     Check(!r.stages.empty());
     layers += r.layers * r.stages.size();
     Check(r.total_bytes == r.weight_bytes + r.gradient_bytes + r.optimizer_bytes +
-                               r.activation_bytes + r.logits_bytes + r.communication_bytes);
+                               r.activation_bytes + r.logits_bytes + r.communication_bytes +
+                               r.data_parallel_bytes);
     Check((r.communication_bytes == 0) == r.communication.empty());
+    Check((r.data_parallel_bytes == 0) == r.data_parallel.empty());
+  }
+  // Each role's step is a valid stream the allocator model places, whose second step holds the
+  // model states the row counts all at once.
+  for (size_t i = 0; i < p->roles.size(); ++i) {
+    auto stream = RoleStream(spec, s, *p, i);
+    Check(stream.ok());
+    auto peaks = SimulatePeaks(*stream, vramscope::allocator::AllocatorSettings{});
+    Check(peaks.ok());
+    const RankRole& r = p->roles[i];
+    Check(peaks->peak_allocated >= r.weight_bytes + r.gradient_bytes + r.optimizer_bytes);
+    Check(peaks->peak_reserved >= peaks->peak_allocated);
   }
   Check(layers == spec.layers);
   Check(p->bounding < p->roles.size());

@@ -29,6 +29,20 @@ std::string LayoutText(const model::ParallelPrediction& p) {
   return text;
 }
 
+// What must fit: the reserved peak once the allocator model placed the role, else the sum.
+bool RoleFits(const model::RankRole& r, const ParallelCapacity& capacity) {
+  return (r.placed ? r.peak_reserved : r.total_bytes) <= capacity.allocator_bytes;
+}
+
+// The share of the reserved peak no tensor uses, as the two peaks give it: (reserved -
+// allocated) / reserved. A lower bound of the fragmentation at the reserved peak (what is
+// allocated then is at most the allocated peak).
+std::string Fragmentation(const model::RankRole& r) {
+  if (r.peak_reserved == 0 || r.peak_allocated >= r.peak_reserved) return "0%";
+  return fmt::format("{:.1f}%", 100.0 * static_cast<double>(r.peak_reserved - r.peak_allocated) /
+                                    static_cast<double>(r.peak_reserved));
+}
+
 std::string StagesText(const model::RankRole& r) {
   if (r.stages.size() <= 4) return fmt::format("{}", fmt::join(r.stages, ","));
   return fmt::format("{}..{} ({})", r.stages.front(), r.stages.back(), r.stages.size());
@@ -38,9 +52,13 @@ std::string StagesText(const model::RankRole& r) {
 
 std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::string& model,
                                 const std::string& setup, const ParallelCapacity& capacity) {
-  std::string out =
-      "PREDICTED PER RANK (vramscope predict: model states counted tensor by tensor, "
-      "activations by formula; the allocator model is not run per role yet)\n";
+  const bool placed = !p.roles.empty() && p.roles.front().placed;
+  std::string out = placed
+                        ? "PREDICTED PER RANK (vramscope predict: model states counted tensor by "
+                          "tensor, activations by formula, each role's step placed by the "
+                          "allocator model)\n"
+                        : "PREDICTED PER RANK (vramscope predict: model states counted tensor by "
+                          "tensor, activations by formula)\n";
   out += fmt::format("  {:<10} {}, {} parameters\n", "model", model,
                      FormatCount(static_cast<int64_t>(p.parameters)));
   out += fmt::format("  {:<10} {}\n", "layout", LayoutText(p));
@@ -52,19 +70,24 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
   out += "\n";
   out += fmt::format(
       "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} "
-      "{:>11}{}\n",
+      "{:>11} {:>11}{}{}\n",
       "role", "stages", "ranks", "layers", "parameters", "weights", "gradients", "optimizer",
-      "activations", "in flight", "logits", "comm", "total",
+      "activations", "in flight", "logits", "comm", "dp buffers", "total",
+      placed ? fmt::format(" {:>11} {:>11} {:>6}", "peak alloc", "reserved", "frag") : "",
       capacity.allocator_bytes > 0 ? "  fits" : "");
   for (size_t i = 0; i < p.roles.size(); ++i) {
     const model::RankRole& r = p.roles[i];
     std::string fits;
-    if (capacity.allocator_bytes > 0) {
-      fits = r.total_bytes <= capacity.allocator_bytes ? "  yes" : "  NO";
+    if (capacity.allocator_bytes > 0) fits = RoleFits(r, capacity) ? "  yes" : "  NO";
+    std::string peaks;
+    if (placed) {
+      peaks =
+          fmt::format(" {:>11} {:>11} {:>6}", FormatBytes(static_cast<int64_t>(r.peak_allocated)),
+                      FormatBytes(static_cast<int64_t>(r.peak_reserved)), Fragmentation(r));
     }
     out += fmt::format(
         "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} "
-        "{:>11}{}{}\n",
+        "{:>11} {:>11}{}{}{}\n",
         r.name, StagesText(r), FormatCount(static_cast<int64_t>(r.ranks)), r.layers,
         FormatCount(static_cast<int64_t>(r.parameters)),
         FormatBytes(static_cast<int64_t>(r.weight_bytes)),
@@ -73,8 +96,15 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
         FormatBytes(static_cast<int64_t>(r.activation_bytes)), r.in_flight,
         FormatBytes(static_cast<int64_t>(r.logits_bytes)),
         FormatBytes(static_cast<int64_t>(r.communication_bytes)),
-        FormatBytes(static_cast<int64_t>(r.total_bytes)), fits,
+        FormatBytes(static_cast<int64_t>(r.data_parallel_bytes)),
+        FormatBytes(static_cast<int64_t>(r.total_bytes)), peaks, fits,
         i == p.bounding && p.roles.size() > 1 ? "  <- bounds the job" : "");
+  }
+  if (placed) {
+    out +=
+        "  total: every term at once; peak alloc and reserved: the role's step placed by the "
+        "allocator model, with cuBLAS's workspaces; frag: (reserved - allocated) / reserved of "
+        "the two peaks; fits compares reserved\n";
   }
   out += "  assumptions:\n";
   for (const std::string& a : p.assumptions) out += fmt::format("    - {}\n", a);
@@ -103,8 +133,14 @@ nlohmann::json ParallelRolesJson(const model::ParallelPrediction& p, const std::
                            {"logits_bytes", r.logits_bytes},
                            {"communication_bytes", r.communication_bytes},
                            {"communication", r.communication},
+                           {"data_parallel_bytes", r.data_parallel_bytes},
+                           {"data_parallel", r.data_parallel},
                            {"total_bytes", r.total_bytes}};
-    if (capacity.allocator_bytes > 0) role["fits"] = r.total_bytes <= capacity.allocator_bytes;
+    if (r.placed) {
+      role["peak_allocated_bytes"] = r.peak_allocated;
+      role["peak_reserved_bytes"] = r.peak_reserved;
+    }
+    if (capacity.allocator_bytes > 0) role["fits"] = RoleFits(r, capacity);
     roles.push_back(std::move(role));
   }
   return {{"predicted", true},

@@ -286,7 +286,11 @@ def test_parallel_layout_gives_one_row_per_rank_role(run, out_dir):
         assert r["total_bytes"] == (r["weight_bytes"] + r["gradient_bytes"] + r["optimizer_bytes"]
                                     + r["activation_bytes"] + r["logits_bytes"])
         assert r["fits"] is True
+        # Each role's step placed by the allocator model: it reserves what it allocates and more.
+        assert r["peak_reserved_bytes"] >= r["peak_allocated_bytes"] > r["weight_bytes"]
     assert p["bounding_role"] == "first stage"
+    assert [r["peak_reserved_bytes"] for r in roles] == sorted(
+        (r["peak_reserved_bytes"] for r in roles), reverse=True)
     rc, out, err = run("predict", "--model", "llama2-7b", "--tp", "2", "--pp", "4", "--dp", "2",
                        "--micro-batches", "8", "--dtype", "bf16", "--seq", "4096", cwd=out_dir)
     assert rc == 0, err
@@ -312,7 +316,7 @@ def test_a_mixture_of_experts_preset_is_predicted_per_rank(run, out_dir):
                                                                     2 * 4096 * 2 * 4096 * 2)
     assert role["total_bytes"] == sum(role[k] for k in (
         "weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes", "logits_bytes",
-        "communication_bytes"))
+        "communication_bytes", "data_parallel_bytes"))
     doc = predict_json(run, "--model", "mixtral-8x7b", "--ep", "8", "--dp", "8", "--dtype",
                        "bf16", "--capacity-factor", "1.5", cwd=out_dir)
     assert doc["parallel"]["layout"]["capacity_factor"] == 1.5
@@ -338,6 +342,44 @@ def test_hsdp_shards_model_states_over_the_shard_group(run, out_dir):
     assert ("TP 2 x PP 1 x CP 1 x DP 8 = 16 ranks; HSDP: sharded over 4 DP ranks, 2 replicas"
             in out)
     assert "ZeRO-3 over 4 GPUs" in out
+
+
+def test_a_role_of_a_layout_is_reported_with_the_allocator_model(run, out_dir):
+    """-o/--html with a layout: the table, then the step of one rank of the role asked for
+    (--role, by name or stage; default the bounding one), placed by the allocator model, as a
+    report database and viewer like any prediction's."""
+    args = ["--model", "llama2-7b", "--tp", "2", "--pp", "4", "--dp", "2", "--micro-batches",
+            "8", "--dtype", "bf16", "--seq", "4096", "--zero", "3", "--gpu", "h100-80gb"]
+    doc = predict_json(run, *args, cwd=out_dir)["parallel"]
+    rc, out, err = run("predict", *args, "--role", "last stage", "-o", "last.sqlite", "--html",
+                       "last.html", cwd=out_dir)
+    assert rc == 0, err
+    assert "PREDICTED PER RANK" in out and "THE STEP OF ONE RANK OF THE last stage" in out
+    assert sorted(list_dir(out_dir)) == ["last.html", "last.sqlite"]
+    last = doc["roles"][3]
+    with open_db(out_dir / "last.sqlite") as db:
+        rows = dict(db.execute("SELECT key, value FROM vramscope_prediction"))
+        assert "last stage of the parallel layout" in rows["model"]
+        # The report's peaks are the table's for that role.
+        assert int(rows["peak_reserved_bytes"]) == last["peak_reserved_bytes"]
+        owners = {r[0] for r in db.execute("SELECT label FROM vramscope_owners")}
+    assert {"backward @ logits' gradient (fp32)", "head (ZeRO-3 all-gathered)", "gradient buffer",
+            "layers.31 (ZeRO reduce-scatter input)", "layers.31 (exp_avg_sq)"} <= owners, owners
+    # The role by stage number, and the default (the bounding role, the first stage) quietly.
+    rc, _, err = run("predict", *args, "--role", "0", "-o", "first.sqlite", "-q", cwd=out_dir)
+    assert rc == 0, err
+    rc, _, err = run("predict", *args, "-o", "bounding.sqlite", "-q", cwd=out_dir)
+    assert rc == 0, err
+    with open_db(out_dir / "first.sqlite") as a, open_db(out_dir / "bounding.sqlite") as b:
+        assert dict(a.execute("SELECT key, value FROM vramscope_prediction"))["model"] == dict(
+            b.execute("SELECT key, value FROM vramscope_prediction"))["model"]
+    assert doc["bounding_role"] == "first stage"
+    assert last["data_parallel"].startswith("ZeRO-3 all-gathers")
+    # --json with -o: stdout stays one JSON document.
+    rc, out, err = run("predict", *args, "--json", "-o", "j.sqlite", cwd=out_dir)
+    assert rc == 0, err
+    assert json.loads(out)["parallel"]["roles"][0]["name"] == "first stage"
+    assert (out_dir / "j.sqlite").exists()
 
 
 def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
@@ -379,7 +421,11 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
      "chooses --tp and --pp"),
     (["--model", "llama2-7b", "--tp", "3"], "does not divide the model's 32 attention heads"),
     (["--model", "llama2-7b", "--ep", "2"], "need a mixture-of-experts model"),
-    (["--model", "llama2-7b", "--pp", "2", "-o", "x.sqlite"], "writes no report yet"),
+    (["--model", "llama2-7b", "--pp", "2", "--role", "middle", "-o", "x.sqlite"],
+     "the layout's roles are 'first stage', 'last stage' (or give a stage number)"),
+    (["--model", "llama2-7b", "--pp", "2", "--role", "7", "--html", "x.html"],
+     "--role 7: the layout has stages 0 to 1"),
+    (["--model", "llama2-7b", "--role", "0"], "--role picks a rank role of a parallel layout"),
     (["--model", "llama2-7b", "--pp", "2", "--fit", "h100-80gb"], "use --fit-dim layout"),
     (["--model", "llama2-7b", "--tp", "2", "--world-size", "3"], "not a multiple of --tp 2"),
     (["--model", "llama2-7b", "--tp", "4", "--world-size", "6"], "not a multiple of --tp 4"),

@@ -1,0 +1,415 @@
+#include "predict/role_stream.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "predict/parallel_terms.h"
+#include "predict/step_simulator.h"
+
+namespace vramscope::predict {
+
+namespace {
+
+using model::Category;
+using model::ParallelLayout;
+using model::Phase;
+using model::PipelineSchedule;
+using model::RankRole;
+using parallel_terms::Held;
+
+// One unit of a model chunk as the rank holds it: a decoder layer, the embedding or the head.
+struct Unit {
+  std::string name;       // "layers.12", "embedding", "head"
+  uint64_t elements = 0;  // this rank's model-parallel shard, before ZeRO (dense + experts)
+  uint64_t expert_elements = 0;
+  int64_t layer = -1;  // the decoder layer, -1 for the embedding and the head
+  bool head = false;
+  // Per micro-batch: what its forward saves (bytes, summing to the formula's) and the largest
+  // communication buffer around it.
+  std::vector<std::pair<std::string, uint64_t>> saved;
+  uint64_t communication = 0;
+  std::string communication_what;
+};
+
+// The saved tensors of one micro-batch's pass through a chunk, freed by its backward.
+struct Pass {
+  std::vector<std::vector<uint64_t>> saved;  // per unit, stream ids
+};
+
+class RoleStepBuilder {
+ public:
+  RoleStepBuilder(const ModelSpec& m, const TrainingSetup& s, const model::ParallelPrediction& p,
+                  const RankRole& r, TensorStream& out)
+      : m_(m), s_(s), l_(p.layout), r_(r), out_(out) {}
+
+  Status Build();
+
+ private:
+  uint64_t Alloc(uint64_t bytes, Category category, std::string_view name, std::string_view op) {
+    StreamEvent e;
+    e.kind = StreamEvent::Kind::kAlloc;
+    e.thread = thread_;
+    e.category = category;
+    e.id = next_id_++;
+    e.bytes = bytes;
+    e.name = out_.strings.Intern(name);
+    e.op = out_.strings.Intern(op);
+    out_.events.push_back(e);
+    return e.id;
+  }
+  void Free(uint64_t id) {
+    StreamEvent e;
+    e.kind = StreamEvent::Kind::kFree;
+    e.thread = thread_;
+    e.id = id;
+    out_.events.push_back(e);
+  }
+  void Matmul() {
+    StreamEvent e;
+    e.kind = StreamEvent::Kind::kMatmul;
+    e.thread = thread_;
+    e.op = out_.strings.Intern("aten::mm");
+    out_.events.push_back(e);
+  }
+  void MarkPhase(int32_t step, Phase phase, std::string_view label) {
+    if (phase == phase_ && step == step_) return;
+    phase_ = phase;
+    step_ = step;
+    out_.Phase(step, phase, label);
+  }
+
+  void MakeChunks();
+  void Construct();
+  void Forward(size_t chunk, uint64_t micro_batch);
+  void Backward(size_t chunk);
+  void OptimizerState();
+
+  const ModelSpec& m_;
+  const TrainingSetup& s_;
+  const ParallelLayout& l_;
+  const RankRole& r_;
+  TensorStream& out_;
+  std::vector<std::vector<Unit>> chunks_;    // the stage's model chunks, units in forward order
+  std::vector<std::deque<Pass>> in_flight_;  // per chunk, oldest first
+  uint64_t next_id_ = 1;
+  Thread thread_ = Thread::kMain;
+  Phase phase_ = Phase::kUnknown;
+  int32_t step_ = -1;
+  int zero_ = 0;
+  parallel_terms::ZeroGroups groups_;
+  uint64_t element_size_ = 4;
+  bool data_parallel_buffers_ = false;
+};
+
+// Sizes that must add up to `total`: the last takes what rounding left (never below zero).
+void AdjustLast(std::vector<uint64_t>& sizes, uint64_t total) {
+  if (sizes.empty()) return;
+  uint64_t sum = 0;
+  for (uint64_t b : sizes) sum += b;
+  if (sum > total && sizes.back() >= sum - total) {
+    sizes.back() -= sum - total;
+  } else if (sum < total) {
+    sizes.back() += total - sum;
+  }
+}
+
+void RoleStepBuilder::MakeChunks() {
+  const uint64_t stage = r_.stages.front();
+  const bool interleaved = l_.schedule == PipelineSchedule::kInterleaved;
+  const uint64_t v = interleaved ? l_.virtual_stages : 1;
+  const std::vector<uint64_t> stage_layers = parallel_terms::StageLayers(m_, l_);
+  const uint64_t seq = (s_.seq ? s_.seq : m_.default_seq) / l_.cp;
+  const Held dense = parallel_terms::LayerParameters(m_, l_, false);
+  const Held moe = parallel_terms::LayerParameters(m_, l_, true);
+  chunks_.resize(v);
+  for (uint64_t c = 0; c < v; ++c) {
+    uint64_t first = 0, count = 0;
+    if (interleaved) {
+      count = m_.layers / (l_.pp * v);
+      first = (c * l_.pp + stage) * count;
+    } else {
+      for (uint64_t i = 0; i < stage; ++i) first += stage_layers[i];
+      count = stage_layers[stage];
+    }
+    std::vector<Unit>& units = chunks_[c];
+    if (stage == 0 && c == 0) {
+      Unit embedding;
+      embedding.name = "embedding";
+      embedding.elements = parallel_terms::EmbeddingElements(m_, l_);
+      units.push_back(std::move(embedding));
+    }
+    for (uint64_t i = first; i < first + count; ++i) {
+      const bool is_moe = m_.MoeLayer(i);
+      const Held& held = is_moe ? moe : dense;
+      Unit u;
+      u.name = fmt::format("layers.{}", i);
+      u.elements = held.dense + held.experts;
+      u.expert_elements = held.experts;
+      u.layer = static_cast<int64_t>(i);
+      const double layer_bytes = parallel_terms::LayerActivationBytes(m_, s_, l_, seq, is_moe);
+      std::vector<uint64_t> sizes;
+      for (const parallel_terms::ActivationTerm& t :
+           parallel_terms::LayerActivationTerms(m_, s_, l_, seq, is_moe)) {
+        u.saved.emplace_back(t.what, 0);
+        sizes.push_back(static_cast<uint64_t>(std::llround(t.bytes)));
+      }
+      AdjustLast(sizes, static_cast<uint64_t>(std::llround(layer_bytes)));
+      for (size_t k = 0; k < sizes.size(); ++k) u.saved[k].second = sizes[k];
+      const parallel_terms::Communication comm =
+          parallel_terms::LargestCommunicationBuffer(m_, s_, l_, seq, is_moe);
+      u.communication = comm.bytes;
+      u.communication_what = comm.what;
+      units.push_back(std::move(u));
+    }
+    if (stage == l_.pp - 1 && c == v - 1) {
+      Unit head;
+      head.name = "head";
+      head.elements = parallel_terms::HeadElements(m_, l_);
+      head.head = true;
+      // The fp32 logits of the vocabulary shard; their gradient comes in backward.
+      head.saved.emplace_back("logits (fp32)", r_.logits_bytes / 2);
+      units.push_back(std::move(head));
+    }
+  }
+  in_flight_.resize(v);
+}
+
+void RoleStepBuilder::Construct() {
+  MarkPhase(0, Phase::kSetup, "setup");
+  // The weights: each unit's dense part and its experts apart (they shard over other groups).
+  std::vector<std::pair<std::string, uint64_t>> weights;
+  for (const std::vector<Unit>& chunk : chunks_) {
+    for (const Unit& u : chunk) {
+      weights.emplace_back(u.name,
+                           element_size_ * parallel_terms::Sharded(u.elements - u.expert_elements,
+                                                                   groups_.dense, zero_, 3));
+      if (u.expert_elements > 0) {
+        weights.emplace_back(
+            u.name + ".experts",
+            element_size_ * parallel_terms::Sharded(u.expert_elements, groups_.experts, zero_, 3));
+      }
+    }
+  }
+  std::vector<uint64_t> sizes;
+  for (const auto& w : weights) sizes.push_back(w.second);
+  AdjustLast(sizes, r_.weight_bytes);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    Alloc(sizes[i], Category::kWeight, weights[i].first, "model construction");
+  }
+  // The gradients: one contiguous buffer per model chunk (Megatron-Core's), alive throughout.
+  sizes.clear();
+  for (const std::vector<Unit>& chunk : chunks_) {
+    uint64_t bytes = 0;
+    for (const Unit& u : chunk) {
+      bytes += element_size_ *
+               (parallel_terms::Sharded(u.elements - u.expert_elements, groups_.dense, zero_, 2) +
+                parallel_terms::Sharded(u.expert_elements, groups_.experts, zero_, 2));
+    }
+    sizes.push_back(bytes);
+  }
+  AdjustLast(sizes, r_.gradient_bytes);
+  for (size_t c = 0; c < sizes.size(); ++c) {
+    if (sizes[c] == 0) continue;
+    Alloc(sizes[c], Category::kGradient,
+          chunks_.size() == 1 ? std::string("gradient buffer")
+                              : fmt::format("gradient buffer (model chunk {})", c),
+          "DistributedDataParallel");
+  }
+}
+
+void RoleStepBuilder::Forward(size_t chunk, uint64_t micro_batch) {
+  thread_ = Thread::kMain;
+  Matmul();
+  const std::vector<Unit>& units = chunks_[chunk];
+  Pass pass;
+  pass.saved.resize(units.size());
+  const bool gather = data_parallel_buffers_ && zero_ >= 3;
+  std::vector<uint64_t> gathered(units.size(), 0);
+  auto gather_unit = [&](size_t i) {
+    if (gathered[i] == 0) {
+      gathered[i] = Alloc(units[i].elements * element_size_, Category::kWeight,
+                          units[i].name + " (ZeRO-3 all-gathered)", "all_gather");
+    }
+  };
+  for (size_t i = 0; i < units.size(); ++i) {
+    const Unit& u = units[i];
+    if (gather) {
+      gather_unit(i);
+      if (i + 1 < units.size()) gather_unit(i + 1);  // prefetched
+    }
+    uint64_t comm = 0;
+    if (u.communication > 0) {
+      comm = Alloc(u.communication, Category::kTemporary,
+                   fmt::format("{} {} (forward)", u.name, u.communication_what), "collective");
+    }
+    for (const auto& [what, bytes] : u.saved) {
+      if (bytes == 0) continue;
+      pass.saved[i].push_back(
+          Alloc(bytes, Category::kActivation,
+                fmt::format("{}: {} (micro-batch {})", u.name, what, micro_batch), "forward"));
+    }
+    if (comm != 0) Free(comm);
+    if (gather) {
+      Free(gathered[i]);
+      gathered[i] = 0;
+    }
+  }
+  in_flight_[chunk].push_back(std::move(pass));
+}
+
+void RoleStepBuilder::Backward(size_t chunk) {
+  // The chunk Megatron's schedule names; should it hold nothing (a schedule the layout does
+  // not divide evenly), the oldest pass of any chunk.
+  if (in_flight_[chunk].empty()) {
+    for (size_t c = 0; c < in_flight_.size(); ++c) {
+      if (!in_flight_[c].empty()) {
+        chunk = c;
+        break;
+      }
+    }
+    if (in_flight_[chunk].empty()) return;
+  }
+  thread_ = Thread::kBackward;
+  Matmul();
+  Pass pass = std::move(in_flight_[chunk].front());
+  in_flight_[chunk].pop_front();
+  const std::vector<Unit>& units = chunks_[chunk];
+  const bool gather = data_parallel_buffers_ && zero_ >= 3;
+  const bool reduce_scatter = data_parallel_buffers_ && zero_ >= 2;
+  std::vector<uint64_t> gathered(units.size(), 0);
+  for (size_t i = units.size(); i-- > 0;) {
+    const Unit& u = units[i];
+    if (gather) {
+      for (size_t k : {i, i - 1}) {  // the unit, and the next in backward order (prefetched)
+        if (k < units.size() && gathered[k] == 0) {
+          gathered[k] = Alloc(units[k].elements * element_size_, Category::kWeight,
+                              units[k].name + " (ZeRO-3 all-gathered)", "all_gather");
+        }
+      }
+    }
+    uint64_t logits_grad = 0;
+    if (u.head && !u.saved.empty() && u.saved.front().second > 0) {
+      logits_grad = Alloc(u.saved.front().second, Category::kTemporary, "logits' gradient (fp32)",
+                          "backward");
+    }
+    uint64_t comm = 0;
+    if (u.communication > 0) {
+      comm = Alloc(u.communication, Category::kTemporary,
+                   fmt::format("{} {} (backward)", u.name, u.communication_what), "collective");
+    }
+    uint64_t rs = 0;
+    if (reduce_scatter) {
+      rs = Alloc(u.elements * element_size_, Category::kGradient,
+                 u.name + " (ZeRO reduce-scatter input)", "reduce_scatter");
+    }
+    if (comm != 0) Free(comm);
+    for (auto it = pass.saved[i].rbegin(); it != pass.saved[i].rend(); ++it) Free(*it);
+    if (logits_grad != 0) Free(logits_grad);
+    if (gather) {
+      Free(gathered[i]);
+      gathered[i] = 0;
+    }
+    if (rs != 0) Free(rs);
+  }
+}
+
+void RoleStepBuilder::OptimizerState() {
+  const uint64_t per_element = parallel_terms::OptimizerBytesPerElement(s_);
+  if (per_element == 0) return;
+  const bool master = s_.optimizer.master_weights;
+  const uint64_t state = master ? 4 : element_size_;
+  const uint64_t moments = (per_element - (master ? 4 : 0)) / state;
+  std::vector<std::pair<std::string, uint64_t>> tensors;
+  for (const std::vector<Unit>& chunk : chunks_) {
+    for (const Unit& u : chunk) {
+      const uint64_t n =
+          parallel_terms::Sharded(u.elements - u.expert_elements, groups_.dense, zero_, 1) +
+          parallel_terms::Sharded(u.expert_elements, groups_.experts, zero_, 1);
+      if (master) tensors.emplace_back(u.name + " (fp32 master weights)", 4 * n);
+      static constexpr const char* kMoments[] = {"exp_avg", "exp_avg_sq"};
+      for (uint64_t k = 0; k < moments; ++k) {
+        tensors.emplace_back(
+            fmt::format("{} ({})", u.name, moments == 1 ? "momentum_buffer" : kMoments[k % 2]),
+            state * n);
+      }
+    }
+  }
+  std::vector<uint64_t> sizes;
+  for (const auto& t : tensors) sizes.push_back(t.second);
+  AdjustLast(sizes, r_.optimizer_bytes);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Alloc(sizes[i], Category::kOptimizerState, tensors[i].first, "optimizer.step");
+  }
+}
+
+Status RoleStepBuilder::Build() {
+  zero_ = parallel_terms::ZeroStage(s_);
+  groups_ = parallel_terms::ZeroGroupsOf(l_);
+  element_size_ = ElementSize(s_.precision.param);
+  data_parallel_buffers_ = r_.data_parallel_bytes > 0;
+  MakeChunks();
+  Construct();
+  const bool interleaved = l_.schedule == PipelineSchedule::kInterleaved;
+  const uint64_t p = l_.pp, v = interleaved ? l_.virtual_stages : 1;
+  const uint64_t stage = r_.stages.front();
+  const uint64_t total = l_.micro_batches * v;  // chunk forwards per step
+  const uint64_t warmup =
+      std::min(total, interleaved ? (p - stage - 1) * 2 + (v - 1) * p : p - stage - 1);
+  // After the warm-up and two rounds of the pipeline the schedule repeats itself.
+  const uint64_t forwards = std::min(total, warmup + 1 + 2 * p * v);
+  auto forward_chunk = [&](uint64_t k) { return interleaved ? (k / p) % v : 0; };
+  auto backward_chunk = [&](uint64_t k) { return interleaved ? v - 1 - (k / p) % v : 0; };
+  // The micro-batch a chunk forward belongs to (interleaved: groups of p per chunk).
+  auto micro_batch = [&](uint64_t k) { return interleaved ? (k / (p * v)) * p + k % p : k; };
+  for (int32_t step = 0; step < 2; ++step) {
+    uint64_t next_backward = 0;
+    for (uint64_t k = 0; k < forwards; ++k) {
+      MarkPhase(step, Phase::kForward, "forward");
+      Forward(forward_chunk(k), micro_batch(k));
+      if (k >= warmup) {
+        MarkPhase(step, Phase::kBackward, "backward");
+        Backward(backward_chunk(next_backward++));
+      }
+    }
+    while (next_backward < forwards) {
+      MarkPhase(step, Phase::kBackward, "backward");
+      Backward(backward_chunk(next_backward++));
+    }
+    thread_ = Thread::kMain;
+    MarkPhase(step, Phase::kOptimizer, "optimizer");
+    if (step == 0) OptimizerState();
+  }
+  out_.info.facts.emplace_back(
+      "schedule simulated",
+      forwards == total
+          ? fmt::format("every one of the {} micro-batch forwards of a step", total)
+          : fmt::format("the first {} of {} micro-batch forwards of a step (the rest repeat the "
+                        "steady state)",
+                        forwards, total));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TensorStream> RoleStream(const ModelSpec& m, const TrainingSetup& s,
+                                const model::ParallelPrediction& prediction, size_t role) {
+  if (role >= prediction.roles.size()) {
+    return UsageError(
+        fmt::format("role {} of a layout with {} roles", role, prediction.roles.size()));
+  }
+  const RankRole& r = prediction.roles[role];
+  TensorStream out;
+  RoleStepBuilder builder(m, s, prediction, r, out);
+  RETURN_IF_ERROR(builder.Build());
+  out.info.parameters = r.parameters;
+  out.info.trainable_parameters = r.parameters;
+  out.info.parameter_bytes = r.weight_bytes;
+  return out;
+}
+
+}  // namespace vramscope::predict

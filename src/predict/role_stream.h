@@ -1,0 +1,38 @@
+// One rank role's training step as a tensor stream, so the allocator model places it: what the
+// per-rank table (parallel_layout.h) counts, tensor by tensor and in the order the rank makes
+// and frees them, under its pipeline schedule.
+//
+// The contract (docs/design/parallel.md, "The allocator model per role"):
+// - Construction (step 0, setup): the rank's weights, one tensor per layer (its dense and expert
+//   parts apart), the embedding and the head; its gradients in one contiguous buffer per model
+//   chunk, live for the whole run (Megatron-Core's gradient buffer, zeroed between steps).
+// - Each step runs the role's schedule: 1F1B (warm-up forwards, one forward and one backward in
+//   turn, cool-down backwards) or Megatron's interleaved 1F1B over the stage's model chunks. A
+//   forward saves each layer's activations tensor by tensor (parallel_terms.h's
+//   LayerActivationTerms: the table's figures), the layer's communication buffer around it, the
+//   head's fp32 logits; its backward frees them in reverse, with the logits' gradient and ZeRO's
+//   gathered units and reduce-scatter inputs (DataParallelBuffersOf) around each unit.
+// - The optimizer's state is made at the first step's optimizer phase, one tensor per layer and
+//   kind of state; the second step is the steady state.
+// - Long schedules are cut: after the warm-up and two rounds of the pipeline the schedule only
+//   repeats, so a step runs at most in flight + 2 x PP x V micro-batch forwards (the facts say
+//   how many of how many).
+// - Not modelled: the optimizer step's temporaries, backward's own temporaries (the activations'
+//   gradients), and streams other than the default one (NCCL's collectives run on their own).
+#pragma once
+
+#include <cstddef>
+
+#include "common/status.h"
+#include "model/parallel_prediction.h"
+#include "predict/model_spec.h"
+#include "predict/tensor_stream.h"
+
+namespace vramscope::predict {
+
+// The stream of role `role` of `prediction` (PredictParallel's, for this model and set-up), two
+// steps, without workspaces (PredictRoleStream in predict.h adds them and the report's facts).
+Result<TensorStream> RoleStream(const ModelSpec& m, const TrainingSetup& s,
+                                const model::ParallelPrediction& prediction, size_t role);
+
+}  // namespace vramscope::predict

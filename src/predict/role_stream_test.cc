@@ -1,0 +1,212 @@
+#include "predict/role_stream.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "predict/build_trace.h"
+#include "predict/model_description.h"
+#include "predict/parallel_layout.h"
+
+namespace vramscope::predict {
+namespace {
+
+ModelSpec Preset(const char* name) {
+  auto m = LoadModelSpec(name);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return *m;
+}
+
+TrainingSetup Bf16Adam(uint64_t batch, uint64_t seq) {
+  TrainingSetup s;
+  s.batch = batch;
+  s.seq = seq;
+  s.precision.param = DType::kBF16;
+  s.optimizer.kind = OptimizerKind::kAdamW;
+  return s;
+}
+
+// What a stream allocates and holds at most, by category and by a part of the name.
+struct Tally {
+  std::map<model::Category, uint64_t> allocated;  // every allocation, summed
+  std::map<model::Category, uint64_t> most_live;  // the most alive at once
+  uint64_t most_live_named = 0;                   // of the tensors whose name holds `part`
+  uint64_t most_passes = 0;                       // micro-batch passes with activations alive
+};
+
+Tally Count(const TensorStream& stream, const std::string& part = "") {
+  Tally t;
+  std::map<uint64_t, const StreamEvent*> live;
+  std::map<model::Category, uint64_t> now;
+  uint64_t named = 0;
+  std::map<std::string, int> passes;  // "layers.3 ... (micro-batch 2)" -> its pass, by suffix
+  for (const StreamEvent& e : stream.events) {
+    if (e.kind == StreamEvent::Kind::kAlloc) {
+      live[e.id] = &e;
+      t.allocated[e.category] += e.bytes;
+      now[e.category] += e.bytes;
+      t.most_live[e.category] = std::max(t.most_live[e.category], now[e.category]);
+      const std::string name(stream.strings.Get(e.name));
+      if (!part.empty() && name.find(part) != std::string::npos) named += e.bytes;
+      t.most_live_named = std::max(t.most_live_named, named);
+    } else if (e.kind == StreamEvent::Kind::kFree) {
+      const StreamEvent* a = live.at(e.id);
+      now[a->category] -= a->bytes;
+      const std::string name(stream.strings.Get(a->name));
+      if (!part.empty() && name.find(part) != std::string::npos) named -= a->bytes;
+      live.erase(e.id);
+    }
+  }
+  return t;
+}
+
+Result<TensorStream> Stream(const ModelSpec& m, const TrainingSetup& s, const ParallelLayout& l,
+                            size_t role, ParallelPrediction* out = nullptr) {
+  auto p = PredictParallel(m, s, l);
+  if (!p.ok()) return p.status();
+  if (out != nullptr) *out = *p;
+  return RoleStream(m, s, *p, role);
+}
+
+// Every role's stream allocates exactly the weights, gradients and optimizer state the table
+// counts, and holds at most the activations of the micro-batches the schedule keeps in flight
+// (to the byte per layer and micro-batch: the table rounds a stage's mean once).
+TEST(RoleStream, EachRoleHoldsWhatItsRowCounts) {
+  ParallelLayout l;
+  l.tp = 2;
+  l.pp = 4;
+  l.dp = 2;
+  l.micro_batches = 8;
+  TrainingSetup s = Bf16Adam(1, 4096);
+  s.zero = ZeroMode::kZero1;
+  ParallelPrediction p;
+  for (size_t role = 0; role < 4; ++role) {
+    auto stream = Stream(Preset("llama2-7b"), s, l, role, &p);
+    ASSERT_TRUE(stream.ok()) << stream.status().message();
+    ASSERT_EQ(p.roles.size(), 4u);
+    const RankRole& r = p.roles[role];
+    const Tally t = Count(*stream, "logits");
+    EXPECT_EQ(t.allocated.at(model::Category::kWeight), r.weight_bytes) << r.name;
+    EXPECT_EQ(t.allocated.at(model::Category::kGradient), r.gradient_bytes) << r.name;
+    EXPECT_EQ(t.allocated.at(model::Category::kOptimizerState), r.optimizer_bytes) << r.name;
+    const uint64_t activations =
+        t.most_live.at(model::Category::kActivation) - (r.head ? r.logits_bytes / 2 : 0);
+    EXPECT_NEAR(static_cast<double>(activations), static_cast<double>(r.activation_bytes),
+                static_cast<double>(r.layers * r.in_flight))
+        << r.name;
+    // The last stage: the logits and their gradient at once, in its backward.
+    EXPECT_EQ(t.most_live_named, r.head ? r.logits_bytes : 0) << r.name;
+  }
+  // 1F1B: stage i of 4 keeps 4 - i micro-batches in flight.
+  EXPECT_EQ(p.roles[0].in_flight, 4u);
+  EXPECT_EQ(p.roles[3].in_flight, 1u);
+}
+
+// Interleaved 1F1B: stage 0 of 4 with 2 chunks holds (4 - 0 - 1) x 2 + (2 - 1) x 4 + 1 = 11
+// chunks of 4 layers.
+TEST(RoleStream, InterleavedScheduleKeepsItsChunksInFlight) {
+  ParallelLayout l;
+  l.pp = 4;
+  l.virtual_stages = 2;
+  l.schedule = PipelineSchedule::kInterleaved;
+  l.micro_batches = 16;
+  ParallelPrediction p;
+  auto stream = Stream(Preset("llama2-7b"), Bf16Adam(1, 2048), l, 0, &p);
+  ASSERT_TRUE(stream.ok()) << stream.status().message();
+  const RankRole& r = p.roles[0];
+  ASSERT_EQ(r.in_flight, 11u);
+  const Tally t = Count(*stream);
+  EXPECT_NEAR(static_cast<double>(t.most_live.at(model::Category::kActivation)),
+              static_cast<double>(r.activation_bytes), static_cast<double>(4 * r.in_flight));
+}
+
+// ZeRO-3 on llama2-7b at TP 2, DP 4, by hand per TP rank: a layer is q, k, v, o of 4096 x 2048,
+// the MLP's 3 x 4096 x 5504 and two norms: 101,195,776 elements; the embedding 16,000 x 4096 =
+// 65,536,000. In a layer's backward a rank holds it gathered, the next one prefetched and its
+// gradients unsharded: 3 x 101,195,776 x 2 B = 607,174,656 B.
+TEST(RoleStream, ZeroThreeGathersAUnitAndPrefetchesTheNext) {
+  ParallelLayout l;
+  l.tp = 2;
+  l.dp = 4;
+  TrainingSetup s = Bf16Adam(1, 4096);
+  s.zero = ZeroMode::kZero3;
+  ParallelPrediction p;
+  auto stream = Stream(Preset("llama2-7b"), s, l, 0, &p);
+  ASSERT_TRUE(stream.ok()) << stream.status().message();
+  EXPECT_EQ(p.roles[0].data_parallel_bytes, 607'174'656u);
+  EXPECT_EQ(p.roles[0].data_parallel,
+            "ZeRO-3 all-gathers (unit and prefetch) and reduce-scatter input");
+  // The stream's gathered units and reduce-scatter inputs, at most at once.
+  const Tally gathered = Count(*stream, "(ZeRO");
+  EXPECT_EQ(gathered.most_live_named, 607'174'656u);
+  // ZeRO-2: one unit's gradients (the largest, a layer's).
+  s.zero = ZeroMode::kZero2;
+  auto two = Stream(Preset("llama2-7b"), s, l, 0, &p);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(p.roles[0].data_parallel_bytes, 101'195'776u * 2);
+  EXPECT_EQ(Count(*two, "(ZeRO").most_live_named, 101'195'776u * 2);
+  // Without a data-parallel group to shard over, or with ZeRO-1, none.
+  s.zero = ZeroMode::kZero1;
+  ASSERT_TRUE(Stream(Preset("llama2-7b"), s, l, 0, &p).ok());
+  EXPECT_EQ(p.roles[0].data_parallel_bytes, 0u);
+}
+
+// Sequence parallelism's all-gathered input is alive around each layer, never two at once.
+TEST(RoleStream, CommunicationBufferAroundEachLayer) {
+  ParallelLayout l;
+  l.tp = 4;
+  l.sequence_parallel = true;
+  ParallelPrediction p;
+  auto stream = Stream(Preset("llama2-7b"), Bf16Adam(2, 4096), l, 0, &p);
+  ASSERT_TRUE(stream.ok());
+  ASSERT_EQ(p.roles[0].communication_bytes, 2u * 4096 * 2 * 4096);
+  EXPECT_EQ(Count(*stream, "SP all-gather").most_live_named, p.roles[0].communication_bytes);
+}
+
+// A long schedule is cut after its warm-up and two rounds: the stream stays small, and says so.
+TEST(RoleStream, LongSchedulesAreCutAndSaySo) {
+  ParallelLayout l;
+  l.pp = 4;
+  l.micro_batches = 100000;
+  ParallelPrediction p;
+  auto stream = Stream(Preset("gpt2"), Bf16Adam(1, 1024), l, 0, &p);
+  ASSERT_TRUE(stream.ok());
+  EXPECT_LT(stream->events.size(), 100000u);
+  bool said = false;
+  for (const auto& [key, value] : stream->info.facts) {
+    said |= key == "schedule simulated" && value.find("first 12 of 100000") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+}
+
+// The allocator model places every role's stream: reserved covers allocated, and the first
+// stage (four micro-batches in flight) needs the most.
+TEST(RoleStream, TheAllocatorModelPlacesEveryRole) {
+  ParallelLayout l;
+  l.pp = 4;
+  l.micro_batches = 8;
+  ParallelPrediction p;
+  allocator::AllocatorSettings settings;
+  uint64_t first = 0;
+  for (size_t role = 0; role < 4; ++role) {
+    auto stream = Stream(Preset("llama2-7b"), Bf16Adam(1, 4096), l, role, &p);
+    ASSERT_TRUE(stream.ok());
+    auto peaks = SimulatePeaks(*stream, settings);
+    ASSERT_TRUE(peaks.ok()) << peaks.status().message();
+    EXPECT_GE(peaks->peak_reserved, peaks->peak_allocated);
+    EXPECT_FALSE(peaks->oom);
+    if (role == 0) first = peaks->peak_reserved;
+    if (role > 0) EXPECT_LT(peaks->peak_reserved, first) << p.roles[role].name;
+  }
+}
+
+TEST(RoleStream, ARoleOutsideThePredictionIsRefused) {
+  ParallelPrediction p;
+  auto stream = RoleStream(Preset("gpt2"), Bf16Adam(1, 1024), p, 0);
+  EXPECT_FALSE(stream.ok());
+}
+
+}  // namespace
+}  // namespace vramscope::predict
