@@ -238,9 +238,15 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
     if (out.roles[i].total_bytes > out.roles[out.bounding].total_bytes) out.bounding = i;
   }
   out.assumptions.push_back(
-      "activations by Korthikanti et al.'s per-layer formulas (16-bit; doubled in fp32), "
-      "generalised to the MLP's width as Megatron's theoretical memory does, one tensor per "
-      "term");
+      m.family == Family::kGpt2
+          ? "activations by Korthikanti et al.'s per-layer formulas (16-bit; doubled in fp32), "
+            "one tensor per term, with a fused GELU (Hugging Face's gelu_new keeps 3 more "
+            "ffn-wide tensors per layer: the single-GPU prediction counts them)"
+          : "activations by Korthikanti et al.'s per-layer count for a LLaMA-style layer (16-bit; "
+            "doubled in fp32): the norms' and projections' inputs, q, k, v (grouped KV heads as "
+            "wide as they are) and the attention output, SwiGLU's four ffn-wide tensors, no "
+            "dropout; one tensor per term (Hugging Face's LlamaRMSNorm keeps an fp32 copy of "
+            "each norm's input too, 8 s b h per layer: the single-GPU prediction counts it)");
   out.assumptions.push_back(
       "each role's step placed by the allocator model: weights per layer, gradients in one "
       "contiguous buffer per model chunk (Megatron-Core's), optimizer state from the first step, "

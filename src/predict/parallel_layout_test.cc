@@ -83,10 +83,10 @@ TEST(ParallelLayout, DeepseekV3LatentAttentionAndDenseThenMoeLayers) {
 }
 
 // Latent attention's activations by the per-layer formula, to the byte: a dense layer of
-// DeepSeek-V3 at TP 1, batch 1, seq 4096, bf16, fused attention:
-//   s b h (10 + [4 a (nope + rope) + 4 a v] / h + [4 (q rank + kv rank) + 2 rope] / h + 4 ffn / h)
-//   = 4096 x 7168 x (10 + (98,304 + 65,536) / 7168 + 8,320 / 7168 + 73,728 / 7168)
-//   = 29,360,128 x 10 + 4096 x (163,840 + 8,320 + 73,728) = 293,601,280 + 1,007,157,248
+// DeepSeek-V3 at TP 1, batch 1, seq 4096, bf16, fused attention, no dropout:
+//   s b h (8 + [4 a (nope + rope) + 4 a v] / h + [4 (q rank + kv rank) + 2 rope] / h + 8 ffn / h)
+//   = 4096 x 7168 x (8 + (98,304 + 65,536) / 7168 + 8,320 / 7168 + 147,456 / 7168)
+//   = 29,360,128 x 8 + 4096 x (163,840 + 8,320 + 147,456) = 234,881,024 + 1,309,147,136
 TEST(ParallelLayout, DeepseekV3DenseLayerActivationsByFormula) {
   ParallelLayout l;
   l.pp = 61;
@@ -95,7 +95,7 @@ TEST(ParallelLayout, DeepseekV3DenseLayerActivationsByFormula) {
   for (const RankRole& r : p->roles) {
     if (std::find(r.stages.begin(), r.stages.end(), 1u) != r.stages.end()) {
       EXPECT_EQ(r.layers, 1u);
-      EXPECT_EQ(r.activation_bytes_per_micro_batch, 293'601'280u + 1'007'157'248u);
+      EXPECT_EQ(r.activation_bytes_per_micro_batch, 234'881'024u + 1'309'147'136u);
       return;
     }
   }
@@ -143,8 +143,10 @@ TEST(ParallelLayout, PipelineStagesDifferByEmbeddingHeadAndMicroBatchesInFlight)
   EXPECT_EQ(p->roles[3].name, "last stage");
   EXPECT_EQ(p->roles[3].parameters, 8 * layer + 4096 + 32000ull * 4096);
   for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(p->roles[i].in_flight, 4 - i);
-  // Korthikanti et al. with fused attention, no TP, 16-bit: s b h (10 + 8 + 4 ffn / h) per layer.
-  const double per_layer = 4096.0 * 1 * 4096 * (18 + 4.0 * 11008 / 4096);
+  // Korthikanti et al.'s count for a LLaMA layer with fused attention, no TP, 16-bit: the two
+  // norms' inputs, the q/k/v and MLP inputs (8), q, k, v and the output projection's input (8),
+  // and SwiGLU's four ffn-wide tensors: s b h (8 + 8 + 8 ffn / h) per layer (no dropout).
+  const double per_layer = 4096.0 * 1 * 4096 * (16 + 8.0 * 11008 / 4096);
   EXPECT_EQ(p->roles[1].activation_bytes_per_micro_batch,
             static_cast<uint64_t>(std::llround(8 * per_layer)));
   EXPECT_EQ(p->roles[1].activation_bytes, static_cast<uint64_t>(std::llround(3 * 8 * per_layer)));
@@ -354,15 +356,15 @@ TEST(ParallelLayout, CommunicationBuffersByHand) {
             c->roles[0].weight_bytes + c->roles[0].gradient_bytes + c->roles[0].optimizer_bytes +
                 c->roles[0].activation_bytes + c->roles[0].logits_bytes + 83'886'080u);
 
-  // The capacity factor scales what the experts save: their part of a layer is
-  // 4 k c ffn_e / (h ETP) s b h, here 4 x 2 x 14336 / (4096 x 2) x 4096 x 4096 bytes =
-  // 234,881,024 at c = 1 (split by ETP, not by SP); c = 1.25 adds a quarter of it per layer.
+  // The capacity factor scales what the experts save: their part of a layer is (SwiGLU's four
+  // tensors) 8 k c ffn_e / (h ETP) s b h, here 8 x 2 x 14336 / (4096 x 2) x 4096 x 4096 bytes =
+  // 469,762,048 at c = 1 (split by ETP, not by SP); c = 1.25 adds a quarter of it per layer.
   ep.capacity_factor = 0;
   auto d = PredictParallel(Preset("mixtral-8x7b"), Bf16Adam(1, 4096), ep);
   ASSERT_TRUE(d.ok()) << d.status().message();
   EXPECT_EQ(
       c->roles[0].activation_bytes_per_micro_batch - d->roles[0].activation_bytes_per_micro_batch,
-      uint64_t{32} * 234'881'024u / 4u);
+      uint64_t{32} * 469'762'048u / 4u);
   EXPECT_EQ(d->roles[0].communication_bytes, 2u * 4096u * 4096u * 2u);  // dropless: c = 1
 
   // No buffer without SP, CP or EP: TP's all-reduces run in place.

@@ -64,47 +64,9 @@ Held LayerParameters(const ModelSpec& m, const ParallelLayout& l, bool moe) {
 // mixture-of-experts layer.
 double LayerActivationBytes(const ModelSpec& m, const TrainingSetup& s, const ParallelLayout& l,
                             uint64_t seq, bool moe) {
-  const double t = static_cast<double>(l.tp), h = static_cast<double>(m.hidden);
-  const double sbh = static_cast<double>(seq) * static_cast<double>(s.batch) * h;
-  double bytes;
-  if (s.checkpointing) {
-    bytes = 2 * sbh / (l.sequence_parallel ? t : 1);
-  } else {
-    const bool fused = m.attention != "eager";
-    const double attention = fused || l.selective_recompute ? 0
-                                                            : 5.0 * static_cast<double>(m.heads) *
-                                                                  static_cast<double>(seq) / h;
-    double mlp;  // the MLP's part, already divided as its shards are
-    if (!moe) {
-      mlp = 4.0 * static_cast<double>(m.intermediate) / h / t;
-    } else {
-      const double k = static_cast<double>(m.experts_per_token) *
-                       (l.capacity_factor > 0 ? l.capacity_factor : 1.0);
-      mlp =
-          4.0 * k * static_cast<double>(m.expert_intermediate) / h / static_cast<double>(l.Etp()) +
-          4.0 * static_cast<double>(m.shared_expert_intermediate) / h / t +
-          // The router's fp32 logits, s x b x experts: 2 E / h in units of 16-bit s b h.
-          2.0 * static_cast<double>(m.experts) / h / (l.sequence_parallel ? t : 1);
-    }
-    // What attention saves of its own, split by TP: q and k for the scores, v, and the output
-    // projection's input: 8 s b h for multi-head attention. With latent attention, q and k of
-    // heads x (nope + rope) and v and the output of heads x v, and what is not split: the
-    // RMSNorms' inputs and the up projections' inputs of the two low-rank latents, and the
-    // shared rotary key.
-    double split = 8.0, latent = 0;
-    if (m.Mla()) {
-      const double heads = static_cast<double>(m.heads);
-      split = (4.0 * heads * static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim) +
-               4.0 * heads * static_cast<double>(m.v_head_dim)) /
-              h;
-      latent = (4.0 * static_cast<double>(m.q_lora_rank + m.kv_lora_rank) +
-                2.0 * static_cast<double>(m.qk_rope_head_dim)) /
-               h;
-    }
-    bytes = l.sequence_parallel ? sbh * ((10.0 + split) / t + latent + mlp + attention / t)
-                                : sbh * (10.0 + split / t + latent + mlp + attention / t);
-  }
-  return SixteenBitActivations(s) ? bytes : 2 * bytes;
+  double bytes = 0;
+  for (const ActivationTerm& t : LayerActivationTerms(m, s, l, seq, moe)) bytes += t.bytes;
+  return bytes;
 }
 
 // The communication buffers of one layer, in the activations' dtype (s: the sequence on this
@@ -170,7 +132,7 @@ bool SixteenBitActivations(const TrainingSetup& s) {
 
 std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const TrainingSetup& s,
                                                  const ParallelLayout& l, uint64_t seq, bool moe) {
-  // The same coefficients as LayerActivationBytes (units of 16-bit s b h), one tensor each.
+  // Units of 16-bit s b h (fp32 activations double them); s is the sequence over CP.
   const double t = static_cast<double>(l.tp), h = static_cast<double>(m.hidden);
   const double unit = static_cast<double>(seq) * static_cast<double>(s.batch) * h *
                       (SixteenBitActivations(s) ? 1.0 : 2.0);
@@ -183,20 +145,44 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
     add("layer input (checkpointed)", 2 * q);
     return terms;
   }
+  const bool gpt2 = m.family == Family::kGpt2;
+  // GPT-2 keeps a dropout mask after attention and after the MLP (1 byte each); LLaMA-style
+  // decoders train without dropout.
+  const double dropout_mask = gpt2 ? q : 0;
   const bool fused = m.attention != "eager";
-  const double attention = fused || l.selective_recompute ? 0
-                                                          : 5.0 * static_cast<double>(m.heads) *
-                                                                static_cast<double>(seq) / h / t;
-  double qk = 4.0 / t, vo = 4.0 / t, latent_q = 0, latent_kv = 0;
+  const double heads = static_cast<double>(m.heads);
+  // The scores' 5 a s / h (softmax output 2, its dropout mask 1, the dropped-out probabilities
+  // 2), a = this rank's heads; gone with fused attention (SDPA, flash) or selective
+  // recomputation.
+  const double attention =
+      fused || l.selective_recompute ? 0 : 5.0 * heads / t * static_cast<double>(seq) / h;
+  // What attention saves of its own, per rank: q and k for the scores (after the rotary
+  // embedding), v, and the output projection's input. Multi-head attention: 2 x 4 h / t. With
+  // grouped KV heads, k and v are the rank's KV heads wide (one each when TP exceeds them). With
+  // latent attention, q and k of heads x (nope + rope) and v and the output of heads x v, and
+  // what is not split: the RMSNorms' inputs and the up projections' inputs of the two low-rank
+  // latents, and the shared rotary key.
+  double qk, vo, latent_q = 0, latent_kv = 0;
   if (m.Mla()) {
-    const double heads = static_cast<double>(m.heads);
     qk = 4.0 * heads * static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim) / h / t;
     vo = 4.0 * heads * static_cast<double>(m.v_head_dim) / h / t;
     latent_q = 4.0 * static_cast<double>(m.q_lora_rank) / h;
     latent_kv = (4.0 * static_cast<double>(m.kv_lora_rank) +
                  2.0 * static_cast<double>(m.qk_rope_head_dim)) /
                 h;
+  } else {
+    const double d = h / heads;
+    const double q_width = heads / t * d;
+    const double kv_width = static_cast<double>(std::max<uint64_t>(1, m.kv_heads / l.tp)) * d;
+    qk = 2.0 * (q_width + kv_width) / h;
+    vo = 2.0 * (kv_width + q_width) / h;
   }
+  // The MLP's saved tensors, per rank. GPT-2's GELU MLP (Korthikanti's count): the activation's
+  // input and the second linear's input, 2 x 2 ffn / h. A SwiGLU MLP (LLaMA, the experts):
+  // the gate's and the up projection's outputs, the activation's output and its product with
+  // the up projection (the down projection's input), 4 x 2 ffn / h, as PyTorch's eager autograd
+  // saves them.
+  const double mlp_tensors = gpt2 ? 2.0 : 4.0;
   add("input norm's input", 2 * q);
   add("attention's input (q/k/v projections)", 2 * q);
   add("latent q (its norm and up projection's inputs)", latent_q);
@@ -206,26 +192,28 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
   add("attention dropout mask", attention / 5);
   add("attention probabilities after dropout", attention * 2 / 5);
   add("v and the output projection's input", vo);
-  add("attention output's dropout mask", q);
+  add("attention output's dropout mask", dropout_mask);
   add("post-attention norm's input", 2 * q);
   add("MLP's input", 2 * q);
   if (!moe) {
-    const double mlp = 4.0 * static_cast<double>(m.intermediate) / h / t;
-    add("MLP's up/gate outputs", mlp / 2);
-    add("MLP's activation output", mlp / 2);
+    const double mlp = mlp_tensors * 2.0 * static_cast<double>(m.intermediate) / h / t;
+    add(gpt2 ? "MLP's up projection output" : "MLP's gate and up outputs", mlp / 2);
+    add(gpt2 ? "MLP's activation output" : "MLP's activation output and its product", mlp / 2);
   } else {
     const double k = static_cast<double>(m.experts_per_token) *
                      (l.capacity_factor > 0 ? l.capacity_factor : 1.0);
+    // The router's fp32 logits, s x b x experts: 2 E / h in units of 16-bit s b h.
     add("router logits (fp32)", 2.0 * static_cast<double>(m.experts) / h * q);
-    const double experts =
-        4.0 * k * static_cast<double>(m.expert_intermediate) / h / static_cast<double>(l.Etp());
-    add("experts' up/gate outputs", experts / 2);
-    add("experts' activation outputs", experts / 2);
-    const double shared = 4.0 * static_cast<double>(m.shared_expert_intermediate) / h / t;
-    add("shared expert's up/gate outputs", shared / 2);
-    add("shared expert's activation output", shared / 2);
+    const double experts = mlp_tensors * 2.0 * k * static_cast<double>(m.expert_intermediate) / h /
+                           static_cast<double>(l.Etp());
+    add("experts' gate and up outputs", experts / 2);
+    add("experts' activation outputs and products", experts / 2);
+    const double shared =
+        mlp_tensors * 2.0 * static_cast<double>(m.shared_expert_intermediate) / h / t;
+    add("shared expert's gate and up outputs", shared / 2);
+    add("shared expert's activation output and product", shared / 2);
   }
-  add("MLP output's dropout mask", q);
+  add("MLP output's dropout mask", dropout_mask);
   return terms;
 }
 

@@ -8,6 +8,7 @@
 
 #include "predict/build_trace.h"
 #include "predict/model_description.h"
+#include "predict/model_spec.h"
 #include "predict/parallel_layout.h"
 
 namespace vramscope::predict {
@@ -199,6 +200,53 @@ TEST(RoleStream, TheAllocatorModelPlacesEveryRole) {
     EXPECT_FALSE(peaks->oom);
     if (role == 0) first = peaks->peak_reserved;
     if (role > 0) EXPECT_LT(peaks->peak_reserved, first) << p.roles[role].name;
+  }
+}
+
+// What one layer saves per micro-batch, by the per-rank formula (TP 1) and by the step simulator
+// (which runs Hugging Face's eager code, byte-exact against real runs): the second layer's
+// saved tensors of the first forward, in units of s b h. They differ by what Hugging Face's
+// modules keep beyond the formulas' count, and by nothing else:
+// - LLaMA-style (llama2-7b, llama3-8b with grouped KV heads, qwen2-0.5b with q/k/v biases):
+//   LlamaRMSNorm's fp32 copy of each norm's input, 2 x 4; and 0.03 to 0.07 of small tensors
+//   (the norms' fp32 rsqrt, SDPA's log-sum-exp);
+// - GPT-2: gelu_new's composite tanh approximation keeps three more ffn-wide intermediates (a
+//   product, the tanh's output and 1 + tanh: 3 x 2 x 4 = 24 at ffn = 4 h) where Korthikanti et
+//   al. count a fused GELU.
+TEST(RoleStream, LayerActivationsAgainstTheStepSimulator) {
+  struct Case {
+    const char* model;
+    double hf_extra_low, hf_extra_high;
+  };
+  for (const Case& c : {Case{"llama2-7b", 8.0, 8.05}, Case{"llama3-8b", 8.0, 8.05},
+                        Case{"qwen2-0.5b", 8.0, 8.1}, Case{"gpt2", 24.0, 24.1}}) {
+    ModelSpec m = Preset(c.model);
+    m.layers = 2;
+    TrainingSetup s = Bf16Adam(1, 2048);
+    s.steps = 1;
+    auto stream = SimulateTraining(m, s);
+    ASSERT_TRUE(stream.ok()) << stream.status().message();
+    double simulated = 0;
+    bool backward = false;
+    for (const StreamEvent& e : stream->events) {
+      if (e.kind == StreamEvent::Kind::kPhase && e.phase == model::Phase::kBackward) {
+        backward = true;
+      }
+      if (backward || e.kind != StreamEvent::Kind::kAlloc ||
+          e.category != model::Category::kActivation) {
+        continue;
+      }
+      const std::string name(stream->strings.Get(e.name));
+      for (const char* layer : {"model.layers.1", "transformer.h.1"}) {
+        if (name == layer || name.rfind(std::string(layer) + ".", 0) == 0) simulated += e.bytes;
+      }
+    }
+    auto p = PredictParallel(m, s, ParallelLayout{});
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    const double sbh = 2048.0 * static_cast<double>(m.hidden);
+    const double formula = static_cast<double>(p->roles[0].activation_bytes_per_micro_batch) / 2;
+    EXPECT_GE((simulated - formula) / sbh, c.hf_extra_low) << c.model;
+    EXPECT_LE((simulated - formula) / sbh, c.hf_extra_high) << c.model;
   }
 }
 
