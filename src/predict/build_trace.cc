@@ -78,6 +78,7 @@ Result<BuiltTrace> BuildPredictedTrace(TensorStream stream, const BuildOptions& 
 
   struct Live {
     BlockId block;
+    uint32_t cuda_stream;  // the stream it was allocated on (its free is recorded on it)
   };
   std::unordered_map<uint64_t, Live> live;
   std::unordered_map<uint64_t, bool> seen;  // ids ever allocated
@@ -130,7 +131,7 @@ Result<BuiltTrace> BuildPredictedTrace(TensorStream stream, const BuildOptions& 
           }
         }
         const allocator::MallocResult r =
-            alloc.Malloc(e.bytes, /*stream=*/0,
+            alloc.Malloc(e.bytes, e.cuda_stream,
                          graph_pool != nullptr ? graph_pool->index : allocator::kDefaultPool);
         if (graph_pool != nullptr && r.ok()) {
           ++graph_pool->allocations;
@@ -142,19 +143,21 @@ Result<BuiltTrace> BuildPredictedTrace(TensorStream stream, const BuildOptions& 
           const uint64_t allowed = options.settings.AllowedMaximum();
           const uint64_t reserved = alloc.stats().reserved;
           const auto oom_index = static_cast<uint32_t>(ev.count());
-          ev.Push(model::Action::kOom, dev, 0, e.bytes, 0, model::kNoTime, model::kEmptyStack);
+          ev.Push(model::Action::kOom, dev, 0, e.bytes, e.cuda_stream, model::kNoTime,
+                  model::kEmptyStack);
           ev.oom_device_free[oom_index] = allowed > reserved ? allowed - reserved : 0;
           out.oom_at = i;
           i = stream.events.size();  // the run dies here
           break;
         }
         const auto index = static_cast<uint32_t>(ev.count());
-        ev.Push(model::Action::kAlloc, dev, r.addr, e.bytes, 0, model::kNoTime, model::kEmptyStack);
+        ev.Push(model::Action::kAlloc, dev, r.addr, e.bytes, e.cuda_stream, model::kNoTime,
+                model::kEmptyStack);
         ev.category[index] = e.category;
         if (e.name != model::kEmptyString) ev.tensor_name[index] = e.name;
         if (e.op != model::kEmptyString) ev.operation[index] = e.op;
         block_size_of_event[index] = r.size;
-        live.emplace(e.id, Live{r.block});
+        live.emplace(e.id, Live{r.block, e.cuda_stream});
         break;
       }
       case StreamEvent::Kind::kFree: {
@@ -167,11 +170,12 @@ Result<BuiltTrace> BuildPredictedTrace(TensorStream stream, const BuildOptions& 
         const uint64_t addr = alloc.BlockAddress(it->second.block);
         const uint64_t size = alloc.BlockSize(it->second.block);
         alloc.FreeRequested(it->second.block);
-        ev.Push(model::Action::kFreeRequested, dev, addr, size, 0, model::kNoTime,
+        const uint32_t cuda_stream = it->second.cuda_stream;
+        ev.Push(model::Action::kFreeRequested, dev, addr, size, cuda_stream, model::kNoTime,
                 model::kEmptyStack);
         alloc.FreeCompleted(it->second.block);
         drain_segments();
-        ev.Push(model::Action::kFreeCompleted, dev, addr, size, 0, model::kNoTime,
+        ev.Push(model::Action::kFreeCompleted, dev, addr, size, cuda_stream, model::kNoTime,
                 model::kEmptyStack);
         live.erase(it);
         break;
@@ -289,7 +293,7 @@ Result<PeakOnly> SimulatePeaks(const TensorStream& stream,
     const StreamEvent& e = stream.events[i];
     if (e.kind == StreamEvent::Kind::kAlloc) {
       if (e.bytes == 0) continue;
-      const allocator::MallocResult r = alloc.Malloc(e.bytes, 0);
+      const allocator::MallocResult r = alloc.Malloc(e.bytes, e.cuda_stream);
       alloc.segment_events().clear();
       if (!r.ok()) {
         out.oom = true;

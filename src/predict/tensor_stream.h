@@ -45,6 +45,11 @@ struct StreamEvent {
   // the caching allocator's default pools. BuildPredictedTrace serves it from that private pool
   // of the allocator model, held to the end (the graphs keep their pool for their lifetime).
   uint32_t pool = 0;
+  // kAlloc: the CUDA stream it was allocated on (tracer stream version 3): 0 the default stream,
+  // else the number of a stream the traced code made (FSDP2's all-gather copy-in and
+  // reduce-scatter streams). The allocator model keeps each stream's cached blocks apart, as
+  // the caching allocator does.
+  uint32_t cuda_stream = 0;
   // Added by device_rules (workspaces) rather than by the producer: a written stream leaves
   // them out, since its reader adds them again from the markers.
   bool derived = false;

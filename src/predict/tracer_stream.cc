@@ -20,8 +20,9 @@ using nlohmann::json;
 
 constexpr std::string_view kFormat = "vramscope-tensor-stream";
 // Version 2 adds, on allocs made by compiled graphs (the tracer's --compile/--cuda-graphs),
-// "graph" and "node" (informative) and "pool" (a CUDA graph pool id).
-constexpr int64_t kNewestVersion = 2;
+// "graph" and "node" (informative) and "pool" (a CUDA graph pool id). Version 3 adds "stream"
+// (the CUDA stream an alloc was made on, when not the default one; the tracer's --world-size).
+constexpr int64_t kNewestVersion = 3;
 
 std::optional<model::Phase> PhaseOf(std::string_view name) {
   if (name == "setup") return model::Phase::kSetup;
@@ -84,8 +85,7 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
       const auto v = j.find("version");
       if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() < 1 ||
           v->get<int64_t>() > kNewestVersion) {
-        return fail(
-            "unsupported version; this vramscope reads versions 1 and 2 (update vramscope)");
+        return fail("unsupported version; this vramscope reads versions 1 to 3 (update vramscope)");
       }
       header = true;
       model::PredictionInfo& info = out.info;
@@ -147,6 +147,13 @@ Result<TensorStream> ParseTracerStream(std::string_view text, std::string_view w
           return fail("\"pool\" must be a positive integer (a CUDA graph pool)");
         }
         e.pool = static_cast<uint32_t>(pool);
+      }
+      if (j.contains("stream")) {
+        uint64_t cuda_stream = 0;
+        if (!count("stream", cuda_stream) || cuda_stream > 1000000) {
+          return fail("\"stream\" must be a non-negative integer (a CUDA stream's number)");
+        }
+        e.cuda_stream = static_cast<uint32_t>(cuda_stream);
       }
       if (!alloc_index.emplace(e.id, out.events.size()).second) {
         return fail(fmt::format("id {} allocated twice", e.id));
@@ -249,11 +256,16 @@ Status WriteTensorStream(const TensorStream& stream, const std::string& path, bo
     std::ofstream out(output.temp_path(), std::ios::binary);
     if (!out) return InvalidInput(fmt::format("{}: cannot be written", path));
     const model::PredictionInfo& info = stream.info;
-    // Version 2 only when an allocation is in a CUDA graph pool (the field version 1 lacks).
+    // Version 2 only when an allocation is in a CUDA graph pool (the field version 1 lacks),
+    // 3 when one is on a stream other than the default one.
     const bool pools = std::any_of(stream.events.begin(), stream.events.end(),
                                    [](const StreamEvent& e) { return e.pool != 0; });
+    const bool streams = std::any_of(stream.events.begin(), stream.events.end(),
+                                     [](const StreamEvent& e) { return e.cuda_stream != 0; });
     json header = {{"format", kFormat},
-                   {"version", pools ? 2 : 1},
+                   {"version", streams ? 3
+                               : pools ? 2
+                                       : 1},
                    {"producer", "vramscope predict"},
                    {"model", info.model},
                    {"setup", info.setup},
@@ -278,6 +290,7 @@ Status WriteTensorStream(const TensorStream& stream, const std::string& path, bo
                {"name", std::string(stream.strings.Get(e.name))},
                {"op", std::string(stream.strings.Get(e.op))}};
           if (e.pool != 0) j["pool"] = e.pool;
+          if (e.cuda_stream != 0) j["stream"] = e.cuda_stream;
           ++allocs;
           break;
         case StreamEvent::Kind::kFree:

@@ -91,9 +91,9 @@ TEST(TracerStreamTest, WithoutPoolsNothingIsFolded) {
 TEST(TracerStreamTest, UnknownVersionsAndBadPoolsAreRefused) {
   const std::string end = R"({"ev":"end","allocs":0,"frees":0,"live_at_end":0})"
                           "\n";
-  auto v3 = ParseTracerStream(Header(3) + end, "t.jsonl");
-  ASSERT_FALSE(v3.ok());
-  EXPECT_NE(v3.status().message().find("reads versions 1 and 2"), std::string::npos);
+  auto v4 = ParseTracerStream(Header(4) + end, "t.jsonl");
+  ASSERT_FALSE(v4.ok());
+  EXPECT_NE(v4.status().message().find("reads versions 1 to 3"), std::string::npos);
   auto v0 = ParseTracerStream(Header(0) + end, "t.jsonl");
   EXPECT_FALSE(v0.ok());
   for (const char* pool : {"0", "-1", "\"a\""}) {
@@ -103,6 +103,39 @@ TEST(TracerStreamTest, UnknownVersionsAndBadPoolsAreRefused) {
     auto bad = ParseTracerStream(Header(2) + line + end, "t.jsonl");
     ASSERT_FALSE(bad.ok()) << pool;
     EXPECT_NE(bad.status().message().find("\"pool\" must be a positive integer"),
+              std::string::npos);
+  }
+}
+
+// Version 3: an allocation made on another CUDA stream (FSDP2's all-gather copy-in stream) is
+// served from that stream's blocks. A 12 MiB block freed on the default stream is cached (a
+// segment of its own: over 10 MiB), yet a 12 MiB request on stream 1 cannot take it: a second
+// segment, as the caching allocator does. The same request on the default stream reuses it.
+TEST(TracerStreamTest, EachStreamHasItsOwnCachedBlocks) {
+  auto events = [](const char* second) {
+    return std::string(R"({"ev":"phase","step":0,"phase":"setup"}
+{"ev":"alloc","id":1,"bytes":12582912,"category":"temporary","name":"a","op":"aten::empty"}
+{"ev":"free","id":1}
+{"ev":"alloc","id":2,"bytes":12582912,"category":"weight","name":"b","op":"aten::empty")") +
+           second + R"(}
+{"ev":"end","allocs":2,"frees":1,"live_at_end":1}
+)";
+  };
+  auto other = ParseTracerStream(Header(3) + events(R"(,"stream":1)"), "t.jsonl");
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  EXPECT_EQ(other->events[3].cuda_stream, 1u);
+  auto built = BuildPredictedTrace(std::move(other).value(), BuildOptions{});
+  ASSERT_TRUE(built.ok()) << built.status().message();
+  EXPECT_EQ(built->peak_reserved, uint64_t{24} << 20);
+  ASSERT_EQ(built->trace.segments.size(), 2u);
+  auto same = ParseTracerStream(Header(3) + events(""), "t.jsonl");
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(SimulatePeaks(*same, {})->peak_reserved, uint64_t{12} << 20);
+  for (const char* bad : {"-1", "\"x\"", "1000001"}) {
+    auto refused = ParseTracerStream(
+        Header(3) + events((std::string(R"(,"stream":)") + bad).c_str()), "t.jsonl");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("\"stream\" must be a non-negative integer"),
               std::string::npos);
   }
 }

@@ -19,6 +19,12 @@ PROG = "vramscope tracer"
 FORMAT = "vramscope-tensor-stream"
 VERSION = 1           # an eager trace
 VERSION_COMPILED = 2  # --compile/--cuda-graphs: allocs may carry "graph", "node" and "pool"
+VERSION_STREAMS = 3   # --world-size: allocs may also carry "stream"
+# The CUDA stream allocations are made on now: 0 the default stream, else the number of one the
+# traced code made (``torch.cuda.Stream`` under --world-size, distributed.py), set while its
+# ``torch.cuda.stream(...)`` context is open. The caching allocator keeps each stream's blocks
+# apart, so the allocator model must know.
+CURRENT_CUDA_STREAM = [0]
 DEVICE = "cuda"  # the device whose allocations are traced (faked)
 
 PHASES = ("setup", "zero_grad", "inputs", "forward", "backward", "optimizer", "step_end")

@@ -12,9 +12,9 @@ machine:
 - the CUDA device queries FSDP2 and DeviceMesh ask (``current_device``, ``device_count``,
   ``set_device``) answered for this rank (its GPU is the trace's one device, ``cuda:0``), and
   CUDA streams and events emulated as objects that order nothing: the trace is one sequence of
-  allocations, so FSDP2's all-gather and reduce-scatter streams are not told apart (the
-  allocator model sees one stream; on a GPU the caching allocator keeps their blocks apart,
-  which costs some reserved memory);
+  allocations, each marked with the stream whose ``torch.cuda.stream(...)`` context was open
+  when it was made (FSDP2's all-gather copy-in and reduce-scatter streams), because the caching
+  allocator keeps each stream's blocks apart and so must the allocator model;
 - the model built inside fake-tensor mode (FSDP2 makes small device tensors when it wraps a
   module), on the meta device as always;
 - what torchrun gives a script: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``... in the environment,
@@ -32,16 +32,24 @@ import importlib
 import os
 import sys
 
-from .common import DTYPES, TracerError, patched, torch
+from .common import CURRENT_CUDA_STREAM, DTYPES, TracerError, patched, torch
+
+_STREAMS_MADE = [0]  # streams the traced code made, numbered from 1 (0: the default stream)
 
 
 class _Stream:
-    """``torch.cuda.Stream`` on a machine without a GPU: every wait is already satisfied."""
+    """``torch.cuda.Stream`` on a machine without a GPU: every wait is already satisfied. Each
+    has a number (``number``; 0 the default stream) that allocations made under it carry."""
 
-    def __init__(self, device=None, priority=0, **_kwargs):
+    def __init__(self, device=None, priority=0, *, default=False, **_kwargs):
         self.device = torch.device("cuda", 0) if device is None else torch.device(device)
         self.priority = priority
-        self.cuda_stream = 0
+        if default:
+            self.number = 0
+        else:
+            _STREAMS_MADE[0] += 1
+            self.number = _STREAMS_MADE[0]
+        self.cuda_stream = self.number
         # what torch.Stream carries (FSDP2 passes them to its ops)
         self.stream_id = 0
         self.device_index = self.device.index or 0
@@ -88,9 +96,36 @@ class _Event:
         return True
 
 
-@contextlib.contextmanager
-def _stream_context(_stream):
-    yield
+class _StreamState:
+    """The current stream of the emulated device: ``torch.cuda.stream(s)`` makes ``s`` current
+    until its context closes; allocations carry its number (common.CURRENT_CUDA_STREAM)."""
+
+    def __init__(self):
+        self.default = _Stream(default=True)
+        self.current = self.default
+
+    def current_stream(self, device=None):
+        return self.current
+
+    def default_stream(self, device=None):
+        return self.default
+
+    def set_stream(self, stream):
+        if stream is not None:
+            self.current = stream
+            CURRENT_CUDA_STREAM[0] = getattr(stream, "number", 0)
+
+    @contextlib.contextmanager
+    def stream(self, stream):
+        if stream is None:  # torch.cuda.stream(None) is a no-op
+            yield
+            return
+        before = self.current
+        self.set_stream(stream)
+        try:
+            yield
+        finally:
+            self.set_stream(before)
 
 
 def _refuse_ddp(*_args, **_kwargs):
@@ -128,7 +163,9 @@ def _outside_fake_mode(function):
 
 def _patches(world_size: int) -> list:
     cuda = torch.cuda
-    default = _Stream()
+    _STREAMS_MADE[0] = 0
+    CURRENT_CUDA_STREAM[0] = 0
+    streams = _StreamState()
     devices = max(1, min(world_size, 8))  # the GPUs of this rank's machine (8 per node)
     patches = [
         # the traced rank's GPU is the one device of the trace, cuda:0 (its tensors are there)
@@ -137,9 +174,10 @@ def _patches(world_size: int) -> list:
         (cuda, "set_device", lambda _device: None),
         (cuda, "Stream", _Stream),
         (cuda, "Event", _Event),
-        (cuda, "current_stream", lambda device=None: default),
-        (cuda, "default_stream", lambda device=None: default),
-        (cuda, "stream", _stream_context),
+        (cuda, "current_stream", streams.current_stream),
+        (cuda, "default_stream", streams.default_stream),
+        (cuda, "set_stream", streams.set_stream),
+        (cuda, "stream", streams.stream),
         (cuda, "synchronize", lambda device=None: None),
         (torch.nn.parallel, "DistributedDataParallel", _refuse_ddp),
         (torch.distributed, "init_process_group", _init_process_group_again),

@@ -10,7 +10,7 @@ import traceback
 from .backward import BackwardExecutor
 from .compiled import CompileMode, explain_compile_failure
 from .common import (DEVICE, DTYPES, DataDependentError, FORMAT, TracerError, VERSION,
-                     VERSION_COMPILED, _one_line,
+                     VERSION_COMPILED, VERSION_STREAMS, _one_line,
                      torch)
 from .device import materialize_on_device, parameter_summary
 from .distributed import apply_fsdp, fake_job
@@ -181,9 +181,10 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
         notes.append(
             f"rank {setup.rank} of {setup.world_size}, on a fake process group (collectives "
             "return at once, their outputs allocated as on a GPU); parameters counts the whole "
-            "model, parameter bytes this rank's shards; one stream: FSDP2's all-gather and "
-            "reduce-scatter streams are not told apart, so the allocator model may reserve less "
-            "than a GPU does")
+            "model, parameter bytes this rank's shards; each allocation on the CUDA stream it was "
+            "made on (FSDP2's all-gather copy-in and reduce-scatter streams keep their own "
+            "blocks), but without the waits between streams: a block is free again when its "
+            "tensor dies, not when the stream that used it gets there")
     if fsdp_units is not None:
         named = fsdp_units if len(fsdp_units) <= 4 else fsdp_units[:3] + ["..."] + fsdp_units[-1:]
         shown = ", ".join(named)
@@ -275,7 +276,10 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
                  "no allocation traced")
     producer = f"vramscope tracer (torch {torch.__version__})"
     return {
-        "format": FORMAT, "version": VERSION_COMPILED if setup.compile else VERSION,
+        # streams (--world-size) add a field to version 2's, compiled graphs' to version 1's
+        "format": FORMAT,
+        "version": (VERSION_STREAMS if setup.world_size > 1
+                    else VERSION_COMPILED if setup.compile else VERSION),
         "producer": producer, "model": setup.model,
         "model_class": base_class, "setup": setup.as_header(),
         "device_emulation": "fake cuda", "parameters": header_params, "notes": notes,

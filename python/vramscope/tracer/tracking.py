@@ -7,7 +7,8 @@ import contextlib
 import functools
 import weakref
 
-from .common import CONV_OPS, DEVICE, MATMUL_OPS, TorchDispatchMode, local_shard, torch
+from .common import (CONV_OPS, CURRENT_CUDA_STREAM, DEVICE, MATMUL_OPS, TorchDispatchMode,
+                     local_shard, torch)
 from .stream import EventWriter
 
 
@@ -503,6 +504,8 @@ class StorageTracker(TorchDispatchMode):
             self.peak_bytes, self.peak_at = self.current_bytes, (self.step, self.phase)
         event = {"ev": "alloc", "id": rec.id, "bytes": nbytes, "category": category,
                  "name": name, "op": op, "module": self.current_module()}
+        if CURRENT_CUDA_STREAM[0]:  # made on a stream of its own (stream version 3)
+            event["stream"] = CURRENT_CUDA_STREAM[0]
         if self._graph is not None:  # made by a compiled graph (stream version 2)
             kind, number, pool = self._graph
             event["graph"] = number
