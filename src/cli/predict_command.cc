@@ -696,8 +696,8 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "data-parallel GPUs (default: 1); 2 or more without --zero/--fsdp is "
                   "DistributedDataParallel, whose gradient buckets are predicted. Your own model "
                   "(FILE.py:FUNCTION): the ranks of the job, one of which the tracer runs on a "
-                  "fake process group (the function shards the model itself: fully_shard, "
-                  "parallelize_module)")
+                  "fake process group (the function wraps or shards the model itself: "
+                  "DistributedDataParallel, fully_shard, parallelize_module)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--fsdp-mp", o.fsdp_mp,
                   "your own model with --fsdp: FSDP2's MixedPrecisionPolicy as torchtitan sets "

@@ -21,9 +21,16 @@ machine:
   and ``init_process_group``/``destroy_process_group`` calls of the script itself answered by
   the fake group already in place.
 
-Not supported, refused with one line: ``DistributedDataParallel`` (its reducer hooks the C++
-autograd engine, which the tracer's executor replaces) and ``torch.distributed.pipelining``
-(its schedules exchange real tensors between stage processes)."""
+``DistributedDataParallel`` is emulated (``TracedDDP``): its reducer hooks PyTorch's C++
+autograd engine, which the tracer's executor replaces, so the emulation allocates what the
+reducer allocates, as torch 2.11 does (goldens/h100/run/ranks2_ddp_*): at construction the
+module's states broadcast through flat copies of at most 250 MiB and one flat gradient bucket
+per dtype; in the second step's forward, buckets in the order the first backward made the
+gradients ready (the first closing at 1 MiB, the others at ``bucket_cap_mb``);
+``gradient_as_bucket_view=True`` makes each gradient a view of its bucket.
+
+Not supported, refused with one line: ``torch.distributed.pipelining`` (its schedules exchange
+real tensors between stage processes)."""
 
 from __future__ import annotations
 
@@ -128,12 +135,126 @@ class _StreamState:
             self.set_stream(before)
 
 
-def _refuse_ddp(*_args, **_kwargs):
-    raise TracerError("the model is wrapped in DistributedDataParallel", "the model function",
-                      "the tracer cannot run DDP's reducer (it hooks PyTorch's C++ autograd "
-                      "engine); trace the unwrapped model with --world-size, or predict a built-in "
-                      "family with `vramscope predict --world-size N` (its DDP buckets are "
-                      "modelled)")
+_BROADCAST_BUCKET = 250 << 20   # DDP's _sync_module_states: broadcast_coalesced's chunk
+_FIRST_BUCKET = 1 << 20         # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+_MIB = 1 << 20
+
+
+class TracedDDP(torch.nn.Module if torch is not None else object):
+    """``torch.nn.parallel.DistributedDataParallel`` under the tracer: the wrapped module as
+    ``self.module`` (its parameters named ``module.*``, as DDP's), and the reducer's memory
+    (the module docstring). Nothing is allocated until ``construct``, which the tracer calls
+    once the parameters are on the fake device (step 0)."""
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
+                 process_group=None, bucket_cap_mb=None, find_unused_parameters=False,
+                 check_reduction=False, gradient_as_bucket_view=False, static_graph=False,
+                 **_kwargs):
+        super().__init__()
+        self.module = module
+        self.bucket_cap_bytes = int((25 if bucket_cap_mb is None else bucket_cap_mb) * _MIB)
+        self.gradient_as_bucket_view = bool(gradient_as_bucket_view)
+        self.find_unused_parameters = find_unused_parameters
+        self._tracker = None
+        self._buckets: list = []           # flat gradient buffers, in order
+        self._views: dict[int, object] = {}  # id(param) -> its slice of a bucket
+        self._ready: list = []             # parameters in the order the first backward made them
+        self._ready_ids: set = set()
+        self._rebuilt = False
+
+    def forward(self, *args, **kwargs):
+        if not self._rebuilt and self._tracker is not None and self._ready:
+            self._rebuild_buckets()
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        yield
+
+    def register_comm_hook(self, state, hook):
+        pass
+
+    def _trainable(self) -> list:
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+    def construct(self, tracker) -> None:
+        """What DDP(model) allocates: the states' broadcast, then the initial buckets."""
+        self._tracker = tracker
+        states = list(self.module.parameters()) + list(self.module.buffers())
+        chunk, count = 0, 0
+        for t in states + [None]:
+            nbytes = 0 if t is None else t.untyped_storage().nbytes()
+            if count > 0 and (t is None or chunk + nbytes > _BROADCAST_BUCKET):
+                if count > 1:  # one tensor alone is broadcast in place
+                    with tracker.label("temporary", "DDP broadcast of the module's states"):
+                        flat = torch.empty(chunk, dtype=torch.uint8, device="cuda")
+                    del flat
+                chunk, count = 0, 0
+            chunk += nbytes
+            count += 1
+        by_dtype: dict = {}
+        for p in self._trainable():
+            by_dtype.setdefault(p.dtype, []).append(p)
+        self._allocate(list(by_dtype.values()), initial=True)
+        for p in self._trainable():
+            p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _allocate(self, groups: list, initial: bool) -> None:
+        self._buckets, self._views = [], {}
+        for i, params in enumerate(groups):
+            name = ("DDP gradient bucket (initial)" if initial else f"DDP gradient bucket {i}")
+            with self._tracker.label("gradient", name):
+                bucket = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype,
+                                     device="cuda")
+            self._buckets.append(bucket)
+            offset = 0
+            for p in params:
+                self._views[id(p)] = bucket[offset:offset + p.numel()].view(p.shape)
+                offset += p.numel()
+
+    def _grad_ready(self, param) -> None:
+        if not self._rebuilt and id(param) not in self._ready_ids:
+            self._ready_ids.add(id(param))
+            self._ready.append(param)
+        if self.gradient_as_bucket_view and id(param) in self._views:
+            view = self._views[id(param)]
+            if param.grad is not None and param.grad.untyped_storage() is not \
+                    view.untyped_storage():
+                view.copy_(param.grad)
+                param.grad = view  # the gradient lives in its bucket from now on
+
+    def _rebuild_buckets(self) -> None:
+        """The second forward: buckets in the order the first backward made the gradients ready
+        (dtype by dtype), the first closing at 1 MiB, the others at bucket_cap_mb."""
+        self._rebuilt = True
+        groups, open_group, open_bytes = [], [], 0
+        for p in self._ready:
+            open_group.append(p)
+            open_bytes += p.numel() * p.element_size()
+            if open_bytes >= (_FIRST_BUCKET if not groups else self.bucket_cap_bytes):
+                groups.append(open_group)
+                open_group, open_bytes = [], 0
+        if open_group:
+            groups.append(open_group)
+        old = self._buckets
+        self._buckets = []
+        del old
+        self._allocate(groups, initial=False)
+        if self.gradient_as_bucket_view:
+            for p in self._ready:
+                if p.grad is not None:
+                    self._views[id(p)].copy_(p.grad)
+                    p.grad = self._views[id(p)]
+
+
+def construct_ddp(model, tracker) -> bool:
+    """DDP wrappers in ``model`` allocate what DDP(model) does; whether there was one."""
+    found = False
+    for module in model.modules():
+        if isinstance(module, TracedDDP):
+            module.construct(tracker)
+            found = True
+    return found
 
 
 def _refuse_pipelining(*_args, **_kwargs):
@@ -179,7 +300,9 @@ def _patches(world_size: int) -> list:
         (cuda, "set_stream", streams.set_stream),
         (cuda, "stream", streams.stream),
         (cuda, "synchronize", lambda device=None: None),
-        (torch.nn.parallel, "DistributedDataParallel", _refuse_ddp),
+        (torch.nn.parallel, "DistributedDataParallel", TracedDDP),
+        (importlib.import_module("torch.nn.parallel.distributed"), "DistributedDataParallel",
+         TracedDDP),
         (torch.distributed, "init_process_group", _init_process_group_again),
         (torch.distributed, "destroy_process_group", lambda *_a, **_k: None),
     ]

@@ -13,7 +13,7 @@ from .common import (DEVICE, DTYPES, DataDependentError, FORMAT, TracerError, VE
                      VERSION_COMPILED, VERSION_STREAMS, _one_line,
                      torch)
 from .device import materialize_on_device, parameter_summary
-from .distributed import apply_fsdp, fake_job
+from .distributed import apply_fsdp, construct_ddp, fake_job
 from .models import ModelSpec, apply_freeze, apply_lora, load_file_model, load_hf_model
 from .optimizer import build_optimizer
 from .patches import GradScalerEmulation, emulation_patches
@@ -204,6 +204,12 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
         with fake_mode, tracker, sdpa:
             tracker.set_phase(0, "setup")
             materialize_on_device(model, tracker, dtype)
+            if setup.world_size > 1 and construct_ddp(model, tracker):
+                notes.append("DistributedDataParallel emulated: the module's states broadcast "
+                             "through flat copies of at most 250 MiB, one gradient bucket per "
+                             "dtype, rebuilt in the second forward in the order the gradients "
+                             "were ready (1 MiB, then bucket_cap_mb each), as torch 2.11's "
+                             "reducer allocates them; its all-reduces run in place")
             param_names = {id(p): n for n, p in model.named_parameters()}
             header_params = parameter_summary(model)
             optimizer = build_optimizer(setup, model, tracker, param_names)
