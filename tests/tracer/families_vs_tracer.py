@@ -326,7 +326,8 @@ class Known:
     title: str
     why: str
     counts: dict               # case name -> {"<category>/<side>": n, "lifetime": 1}
-    fixed: str = ""            # fixed since in the family: what changed (it accounts for nothing)
+    fixed: str = ""            # fixed since (in the family, or in the tracer for a tracer bug):
+    #                            what changed (it accounts for nothing)
     effect: str = ""           # a family bug not fixed: its measured effect on the goldens
     rule: Rule = field(default_factory=Rule)
 
@@ -1096,9 +1097,10 @@ def classes_section(results: list[Result]) -> list[str]:
     fixed = [k for k in KNOWN if k.fixed and not seen.get(k.key)]
     if fixed:
         lines += ["### Fixed since", "",
-                  "Classes that earlier runs found and the family has fixed since: each counts 0 "
-                  "in every case it applies to. They stay in the data with the cause as it "
-                  "was found; where the family's old behaviour had a signature of its own, the "
+                  "Classes that earlier runs found and the family (or, for a tracer bug, the "
+                  "tracer) has fixed since: each counts 0 in every case it applies to. They stay "
+                  "in the data with the cause as it was found; where the old behaviour had a "
+                  "signature of its own, the "
                   "class still matches it (a regression then shows under its name), otherwise "
                   "a regression shows as unexplained entries.", ""]
         for k in fixed:

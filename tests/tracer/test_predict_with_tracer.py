@@ -75,3 +75,28 @@ def test_tracer_errors_are_one_line(tmp_path: Path) -> None:
     assert out.returncode == 2 and "built-in families' options" in out.stderr
     out = run("--model", "x.py:build", "--fit", "h100-80gb", cwd=tmp_path)
     assert out.returncode == 2 and "--fit resizes the built-in families" in out.stderr
+
+
+def test_the_example_gpt_traced_is_exact_against_its_h100_run(tmp_path: Path) -> None:
+    """examples/training/train.py --model gpt --optimizer adamw (fp32, batch 8, seq 256, three
+    steps) was run on an H100 under `vramscope run` (goldens/h100/run/gpt_adamw_fp32): the same
+    model traced on fake tensors predicts its peak allocated and reserved to the byte, and each
+    step's peak. (The cuBLASLt workspace of the first addmm and the memory-efficient attention
+    kernel's host-side seed and offset were the last differences.)"""
+    sidecar = json.loads((ROOT / "goldens" / "h100" / "run" / "gpt_adamw_fp32.sidecar.json")
+                         .read_text(encoding="utf-8"))
+    model = tmp_path / "gpt.py"
+    model.write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'examples' / 'distributed')!r})\n"
+        "from ddp_gpt import GPT, _GPT, vramscope_forward, vramscope_inputs, vramscope_loss\n"
+        "def build():\n    return GPT(**_GPT)\n", encoding="utf-8")
+    out = run("--model", f"{model}:build", "--batch", "8", "--seq", "256", "--steps", "3",
+              "--gpu", "h100-80gb", "--json", "-q", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    device = json.loads(out.stdout)["devices"][0]
+    phases = sidecar["phases"]
+    assert device["peak_allocated"]["bytes"] == max(p["memory"]["max_allocated"] for p in phases)
+    assert device["peak_reserved"]["bytes"] == max(p["memory"]["max_reserved"] for p in phases)
+    measured_steps = [max(p["memory"]["max_allocated"] for p in phases if p["step"] == step)
+                      for step in (1, 2, 3)]
+    assert [i["peak_allocated_bytes"] for i in device["iterations"]] == measured_steps

@@ -30,6 +30,12 @@ def _tensors_in(value):
             yield from _tensors_in(v)
 
 
+# Results a kernel makes off the device, which the fake implementation puts on it: the
+# memory-efficient attention kernel's philox seed and offset (results 2 and 3) are CPU tensors
+# (the fp32 H100/H200 goldens, torch 2.11: only its output and log-sum-exp on the device).
+_HOST_RESULTS = {"_scaled_dot_product_efficient_attention": 2}
+
+
 def _op_name(func) -> str:
     schema = getattr(func, "_schema", None)
     return schema.name if schema is not None else str(func)
@@ -316,7 +322,8 @@ class StorageTracker(TorchDispatchMode):
         self.scope: ModuleScope | None = None
         self.thread = "forward"                  # "backward" inside the autograd executor
         self.backward_module: str | None = None  # module of the node being executed
-        self._matmul_threads: set[str] = set()   # threads with a matmul marker in this phase
+        # (thread, is addmm) with a matmul marker in this phase
+        self._matmul_threads: set[tuple[str, bool]] = set()
         self.step, self.phase = 0, None
         self.current_bytes = 0
         self.peak_bytes, self.peak_at = 0, None
@@ -434,15 +441,21 @@ class StorageTracker(TorchDispatchMode):
         op = self._op_names.get(func)
         if op is None:
             op = self._op_names[func] = _op_name(func)
+        packet = getattr(getattr(func, "_overloadpacket", None), "__name__", "")
+        if packet in _HOST_RESULTS and isinstance(out, (tuple, list)):
+            for t in _tensors_in(out[_HOST_RESULTS[packet]:]):
+                self._off_device(t)
+            out = out[:_HOST_RESULTS[packet]]
         for t in _tensors_in(out):
             if t.device.type == DEVICE and (self.fake_mode is None or
                                             getattr(t, "fake_mode", None) is self.fake_mode):
                 self.track(t, op)
-        packet = getattr(getattr(func, "_overloadpacket", None), "__name__", "")
-        if packet in MATMUL_OPS and self.thread not in self._matmul_threads:
-            # thinned: the first per thread per phase (cuBLAS keeps its workspace per thread)
-            self._matmul_threads.add(self.thread)
-            self.writer.emit({"ev": "matmul", "thread": self.thread})
+        if packet in MATMUL_OPS and (self.thread, packet == "addmm") not in self._matmul_threads:
+            # thinned: the first per thread per phase (cuBLAS keeps its workspace per thread),
+            # and the first addmm apart: its op says so, since PyTorch runs addmm through
+            # cuBLASLt, whose workspace comes with the first one (device_rules.cc)
+            self._matmul_threads.add((self.thread, packet == "addmm"))
+            self.writer.emit({"ev": "matmul", "thread": self.thread, "op": f"aten::{packet}"})
         elif packet in CONV_OPS:
             self.writer.emit({"ev": "conv", "thread": self.thread})
 
@@ -468,6 +481,16 @@ class StorageTracker(TorchDispatchMode):
         self.live[key] = self._emit_alloc(nbytes, category, name, op)
         if key not in self._weakrefs:
             self._weakrefs[key] = weakref.ref(st, functools.partial(self._on_collect, key))
+
+    def _off_device(self, t) -> None:
+        """A result the real kernel makes on the host: neither it nor its views are traced."""
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        key = id(st)
+        if key not in self.live and key not in self._fused:
+            self._fused[key] = weakref.ref(st, functools.partial(self._on_fused_collect, key))
 
     def storage_resized(self, st) -> None:
         """``UntypedStorage.resize_`` (FSDP2 frees a gathered parameter by resizing its storage
