@@ -6,24 +6,13 @@
 #include <cmath>
 
 #include "predict/model_description.h"
+#include "predict/parallel_test_support.h"
 
 namespace vramscope::predict {
 namespace {
 
-ModelSpec Preset(const char* name) {
-  auto m = LoadModelSpec(name);
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  return *m;
-}
-
-TrainingSetup Bf16Adam(uint64_t batch, uint64_t seq) {
-  TrainingSetup s;
-  s.batch = batch;
-  s.seq = seq;
-  s.precision.param = DType::kBF16;
-  s.optimizer.kind = OptimizerKind::kAdamW;
-  return s;
-}
+using testing::Bf16Adam;
+using testing::Preset;
 
 // The published parameter counts of the presets, from the whole-model count.
 TEST(ParallelLayout, PresetsHaveTheirPublishedParameterCounts) {

@@ -10,24 +10,13 @@
 #include "predict/model_description.h"
 #include "predict/model_spec.h"
 #include "predict/parallel_layout.h"
+#include "predict/parallel_test_support.h"
 
 namespace vramscope::predict {
 namespace {
 
-ModelSpec Preset(const char* name) {
-  auto m = LoadModelSpec(name);
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  return *m;
-}
-
-TrainingSetup Bf16Adam(uint64_t batch, uint64_t seq) {
-  TrainingSetup s;
-  s.batch = batch;
-  s.seq = seq;
-  s.precision.param = DType::kBF16;
-  s.optimizer.kind = OptimizerKind::kAdamW;
-  return s;
-}
+using testing::Bf16Adam;
+using testing::Preset;
 
 // What a stream allocates and holds at most, by category and by a part of the name.
 struct Tally {
