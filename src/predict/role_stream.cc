@@ -22,6 +22,12 @@ using model::PipelineSchedule;
 using model::RankRole;
 using parallel_terms::Held;
 
+// The CUDA streams a rank's allocations are made on, as FSDP2 makes them (the tracer sees them
+// so on the two-rank capture): the compute stream, the all-gather copy-in stream (the gathered
+// units) and the reduce-scatter stream (its inputs). The allocator model keeps their blocks
+// apart.
+constexpr uint32_t kComputeStream = 0, kAllGatherStream = 1, kReduceScatterStream = 2;
+
 // One unit of a model chunk as the rank holds it: a decoder layer, the embedding or the head.
 struct Unit {
   std::string name;       // "layers.12", "embedding", "head"
@@ -50,10 +56,12 @@ class RoleStepBuilder {
   Status Build();
 
  private:
-  uint64_t Alloc(uint64_t bytes, Category category, std::string_view name, std::string_view op) {
+  uint64_t Alloc(uint64_t bytes, Category category, std::string_view name, std::string_view op,
+                 uint32_t cuda_stream = kComputeStream) {
     StreamEvent e;
     e.kind = StreamEvent::Kind::kAlloc;
     e.thread = thread_;
+    e.cuda_stream = cuda_stream;
     e.category = category;
     e.id = next_id_++;
     e.bytes = bytes;
@@ -233,7 +241,7 @@ void RoleStepBuilder::Forward(size_t chunk, uint64_t micro_batch) {
   auto gather_unit = [&](size_t i) {
     if (gathered[i] == 0) {
       gathered[i] = Alloc(units[i].elements * element_size_, Category::kWeight,
-                          units[i].name + " (ZeRO-3 all-gathered)", "all_gather");
+                          units[i].name + " (ZeRO-3 all-gathered)", "all_gather", kAllGatherStream);
     }
   };
   for (size_t i = 0; i < units.size(); ++i) {
@@ -287,8 +295,9 @@ void RoleStepBuilder::Backward(size_t chunk) {
     if (gather) {
       for (size_t k : {i, i - 1}) {  // the unit, and the next in backward order (prefetched)
         if (k < units.size() && gathered[k] == 0) {
-          gathered[k] = Alloc(units[k].elements * element_size_, Category::kWeight,
-                              units[k].name + " (ZeRO-3 all-gathered)", "all_gather");
+          gathered[k] =
+              Alloc(units[k].elements * element_size_, Category::kWeight,
+                    units[k].name + " (ZeRO-3 all-gathered)", "all_gather", kAllGatherStream);
         }
       }
     }
@@ -305,7 +314,7 @@ void RoleStepBuilder::Backward(size_t chunk) {
     uint64_t rs = 0;
     if (reduce_scatter) {
       rs = Alloc(u.elements * element_size_, Category::kGradient,
-                 u.name + " (ZeRO reduce-scatter input)", "reduce_scatter");
+                 u.name + " (ZeRO reduce-scatter input)", "reduce_scatter", kReduceScatterStream);
     }
     if (comm != 0) Free(comm);
     for (auto it = pass.saved[i].rbegin(); it != pass.saved[i].rend(); ++it) Free(*it);

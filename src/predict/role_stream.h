@@ -17,8 +17,11 @@
 // - Long schedules are cut: after the warm-up and two rounds of the pipeline the schedule only
 //   repeats, so a step runs at most in flight + 2 x PP x V micro-batch forwards (the facts say
 //   how many of how many).
+// - ZeRO-3's gathered units are made on an all-gather stream and ZeRO-2/3's reduce-scatter
+//   inputs on a reduce-scatter stream, as FSDP2 makes them (the tracer sees it so on the
+//   two-rank capture); the allocator model keeps each stream's blocks apart.
 // - Not modelled: the optimizer step's temporaries, backward's own temporaries (the activations'
-//   gradients), and streams other than the default one (NCCL's collectives run on their own).
+//   gradients), and the streams' waits (a block is free again when its tensor dies).
 #pragma once
 
 #include <cstddef>

@@ -131,6 +131,16 @@ TEST(RoleStream, ZeroThreeGathersAUnitAndPrefetchesTheNext) {
   // The stream's gathered units and reduce-scatter inputs, at most at once.
   const Tally gathered = Count(*stream, "(ZeRO");
   EXPECT_EQ(gathered.most_live_named, 607'174'656u);
+  // Made on FSDP2's streams: the gathered units on the all-gather stream, the reduce-scatter
+  // inputs on the reduce-scatter stream, everything else on the compute stream.
+  for (const StreamEvent& e : stream->events) {
+    if (e.kind != StreamEvent::Kind::kAlloc) continue;
+    const std::string name(stream->strings.Get(e.name));
+    const uint32_t expected = name.find("(ZeRO-3 all-gathered)") != std::string::npos         ? 1
+                              : name.find("(ZeRO reduce-scatter input)") != std::string::npos ? 2
+                                                                                              : 0;
+    EXPECT_EQ(e.cuda_stream, expected) << name;
+  }
   // ZeRO-2: one unit's gradients (the largest, a layer's).
   s.zero = ZeroMode::kZero2;
   auto two = Stream(Preset("llama2-7b"), s, l, 0, &p);
