@@ -376,6 +376,18 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   if (l.schedule == predict::PipelineSchedule::k1F1B && o.virtual_stages > 1) {
     return UsageError("--virtual-stages needs --schedule interleaved");
   }
+  if (o.reshard_after_forward == "auto") {
+    l.reshard_after_forward.reset();  // torchtitan's: kept gathered under PP
+  } else if (o.reshard_after_forward == "true" || o.reshard_after_forward == "false") {
+    if (request.setup.zero != predict::ZeroMode::kZero3) {
+      return UsageError(
+          "--reshard-after-forward is FSDP2's choice for ZeRO-3: give --zero 3 with it");
+    }
+    l.reshard_after_forward = o.reshard_after_forward == "true";
+  } else {
+    return UsageError(fmt::format("--reshard-after-forward {}: use auto, true or false",
+                                  o.reshard_after_forward));
+  }
   const uint64_t model_parallel = o.tp * o.pp * o.cp;
   if (o.dp > 0) {
     l.dp = o.dp;
@@ -740,6 +752,10 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "bound; default 1)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   cmd->add_option("--schedule", o.schedule, "pipeline schedule: 1f1b (default) or interleaved");
+  cmd->add_option("--reshard-after-forward", o.reshard_after_forward,
+                  "with a parallel layout and --zero 3: whether FSDP2 frees a unit's gathered "
+                  "weights after its forward (true) or keeps them to the step's last backward "
+                  "(false); auto (default): false under --pp, as torchtitan sets it");
   cmd->add_option("--role", o.role,
                   "with a parallel layout: the rank role -o, --html and --emit-stream report, by "
                   "name ('last stage') or a stage's number (default: the role that bounds the "

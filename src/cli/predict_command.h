@@ -50,6 +50,8 @@ struct PredictOptions {
   // The role -o/--html/--emit-stream report: its name ("last stage") or a stage's number;
   // empty: the role that bounds the job.
   std::string role;
+  // ZeRO-3 per role: FSDP2's reshard_after_forward; "auto": false under --pp, as torchtitan.
+  std::string reshard_after_forward = "auto";
   std::string gpu;
   std::string capacity;
   std::string fit;

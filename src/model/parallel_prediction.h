@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,10 +25,16 @@ struct ParallelLayout {
   // MoE: the experts' capacity, a multiple of the tokens routed to each on average (Megatron's
   // --moe-expert-capacity-factor); 0: dropless, sized as the average (1).
   double capacity_factor = 0;
+  // ZeRO-3 as FSDP2: whether a unit's gathered weights are freed after its forward (and gathered
+  // again for its backward), or kept from its first forward of the step to the step's last
+  // backward. Unset: as torchtitan sets it, kept under pipeline parallelism (to gather once per
+  // step rather than per micro-batch), freed otherwise.
+  std::optional<bool> reshard_after_forward;
 
   uint64_t World() const { return tp * pp * dp * cp; }
   uint64_t Etp() const { return etp == 0 ? tp : etp; }
   uint64_t DpShard() const { return dp_shard == 0 ? dp : dp_shard; }
+  bool ReshardAfterForward() const { return reshard_after_forward.value_or(pp < 2); }
 };
 
 // One distinct role: the stages that share its figures, and those figures per rank.

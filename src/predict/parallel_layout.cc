@@ -197,7 +197,8 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
     r.communication_bytes = comm.bytes;
     r.communication = comm.what;
     const parallel_terms::DataParallelBuffers dp_buffers = parallel_terms::DataParallelBuffersOf(
-        s, parallel_terms::StageUnits(m, l, first_layer - r.layers, r.layers, r.embedding, r.head),
+        s, l,
+        parallel_terms::StageUnits(m, l, first_layer - r.layers, r.layers, r.embedding, r.head),
         zero_group);
     r.data_parallel_bytes = dp_buffers.bytes;
     r.data_parallel = dp_buffers.what;
@@ -262,9 +263,14 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
     out.assumptions.push_back(
         zero == 2 ? "ZeRO-2: each unit's gradients unsharded for its reduce-scatter in backward "
                     "(a layer, the embedding or the head, as FSDP2 wraps them)"
-                  : "ZeRO-3 as FSDP2: each unit (a layer, the embedding, the head) all-gathered "
-                    "in forward and again in backward with the next one prefetched, its "
-                    "gradients unsharded for the reduce-scatter");
+        : l.ReshardAfterForward()
+            ? "ZeRO-3 as FSDP2: each unit (a layer, the embedding, the head) all-gathered in "
+              "forward and again in backward with the next one prefetched, its gradients "
+              "unsharded for the reduce-scatter"
+            : "ZeRO-3 as FSDP2 without resharding after forward (torchtitan's choice under "
+              "pipeline parallelism): each unit gathered at its first forward of the step and "
+              "kept to the step's last backward, its gradients unsharded for the "
+              "reduce-scatter");
   }
   if (l.sequence_parallel || l.cp > 1 || (m.experts > 0 && l.ep > 1)) {
     out.assumptions.push_back(

@@ -260,10 +260,19 @@ std::vector<uint64_t> StageUnits(const ModelSpec& m, const ParallelLayout& l, ui
   return units;
 }
 
-DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s,
+DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s, const ParallelLayout& l,
                                           const std::vector<uint64_t>& units, uint64_t zero_group) {
   const int zero = ZeroStage(s);
   if (zero < 2 || zero_group < 2 || units.empty()) return {};
+  if (zero == 3 && !l.ReshardAfterForward()) {
+    uint64_t all = 0, largest = 0;
+    for (const uint64_t u : units) {
+      all += u;
+      largest = std::max(largest, u);
+    }
+    return {(all + largest) * ElementSize(s.precision.param),
+            "ZeRO-3 units kept gathered (no reshard after forward) and reduce-scatter input"};
+  }
   uint64_t most = 0;  // elements
   for (size_t i = 0; i < units.size(); ++i) {
     if (zero == 2) {

@@ -88,7 +88,10 @@ struct DataParallelBuffers {
   uint64_t bytes = 0;
   std::string what;
 };
-DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s,
+// Without resharding after forward (ParallelLayout::reshard_after_forward false), every unit of
+// the stage stays gathered through the step, and a unit's gradients are unsharded in its
+// backward beside them.
+DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s, const ParallelLayout& l,
                                           const std::vector<uint64_t>& units, uint64_t zero_group);
 
 // The decoder layers of each pipeline stage: ceil(L / p), what that overshoots taken one layer

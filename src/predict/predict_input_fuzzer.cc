@@ -217,6 +217,8 @@ void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h)
   if (((h >> 45) & 1) != 0) l.dp_shard = 1 + (h >> 46) % 3;
   // MoE: a capacity factor of 0 (dropless), 1.0 or 1.5; a dense model must refuse one.
   l.capacity_factor = static_cast<double>((h >> 48) % 3) * 0.5 + ((h >> 48) % 3 > 0 ? 0.5 : 0);
+  // FSDP2's reshard_after_forward: as torchtitan sets it (unset), or forced either way.
+  if (((h >> 50) & 1) != 0) l.reshard_after_forward = ((h >> 51) & 1) != 0;
   TrainingSetup s = setup;
   if (s.zero != ZeroMode::kNone && l.dp * l.cp < 2) l.dp = 2;
   auto p = PredictParallel(spec, s, l);

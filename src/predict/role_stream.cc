@@ -96,6 +96,22 @@ class RoleStepBuilder {
   void Forward(size_t chunk, uint64_t micro_batch);
   void Backward(size_t chunk);
   void OptimizerState();
+  uint64_t Gather(const Unit& u) {
+    return Alloc(u.elements * element_size_, Category::kWeight, u.name + " (ZeRO-3 all-gathered)",
+                 "all_gather", kAllGatherStream);
+  }
+  // Without resharding after forward: the unit gathered once and kept.
+  void KeepGathered(size_t chunk, size_t unit) {
+    if (kept_[chunk][unit] == 0) kept_[chunk][unit] = Gather(chunks_[chunk][unit]);
+  }
+  void ReleaseKept() {
+    for (std::vector<uint64_t>& chunk : kept_) {
+      for (uint64_t& id : chunk) {
+        if (id != 0) Free(id);
+        id = 0;
+      }
+    }
+  }
 
   const ModelSpec& m_;
   const TrainingSetup& s_;
@@ -104,6 +120,9 @@ class RoleStepBuilder {
   TensorStream& out_;
   std::vector<std::vector<Unit>> chunks_;    // the stage's model chunks, units in forward order
   std::vector<std::deque<Pass>> in_flight_;  // per chunk, oldest first
+  // ZeRO-3 without resharding after forward: per chunk and unit, its gathered weights (0: not
+  // gathered), kept from its first forward of the step to the step's end of backward.
+  std::vector<std::vector<uint64_t>> kept_;
   uint64_t next_id_ = 1;
   Thread thread_ = Thread::kMain;
   Phase phase_ = Phase::kUnknown;
@@ -185,6 +204,8 @@ void RoleStepBuilder::MakeChunks() {
     }
   }
   in_flight_.resize(v);
+  kept_.resize(v);
+  for (uint64_t c = 0; c < v; ++c) kept_[c].assign(chunks_[c].size(), 0);
 }
 
 void RoleStepBuilder::Construct() {
@@ -236,16 +257,14 @@ void RoleStepBuilder::Forward(size_t chunk, uint64_t micro_batch) {
   const std::vector<Unit>& units = chunks_[chunk];
   Pass pass;
   pass.saved.resize(units.size());
-  const bool gather = data_parallel_buffers_ && zero_ >= 3;
+  const bool gather = data_parallel_buffers_ && zero_ >= 3 && l_.ReshardAfterForward();
   std::vector<uint64_t> gathered(units.size(), 0);
   auto gather_unit = [&](size_t i) {
-    if (gathered[i] == 0) {
-      gathered[i] = Alloc(units[i].elements * element_size_, Category::kWeight,
-                          units[i].name + " (ZeRO-3 all-gathered)", "all_gather", kAllGatherStream);
-    }
+    if (gathered[i] == 0) gathered[i] = Gather(units[i]);
   };
   for (size_t i = 0; i < units.size(); ++i) {
     const Unit& u = units[i];
+    if (data_parallel_buffers_ && zero_ >= 3 && !l_.ReshardAfterForward()) KeepGathered(chunk, i);
     if (gather) {
       gather_unit(i);
       if (i + 1 < units.size()) gather_unit(i + 1);  // prefetched
@@ -287,17 +306,16 @@ void RoleStepBuilder::Backward(size_t chunk) {
   Pass pass = std::move(in_flight_[chunk].front());
   in_flight_[chunk].pop_front();
   const std::vector<Unit>& units = chunks_[chunk];
-  const bool gather = data_parallel_buffers_ && zero_ >= 3;
+  const bool gather = data_parallel_buffers_ && zero_ >= 3 && l_.ReshardAfterForward();
   const bool reduce_scatter = data_parallel_buffers_ && zero_ >= 2;
   std::vector<uint64_t> gathered(units.size(), 0);
   for (size_t i = units.size(); i-- > 0;) {
     const Unit& u = units[i];
+    if (data_parallel_buffers_ && zero_ >= 3 && !l_.ReshardAfterForward()) KeepGathered(chunk, i);
     if (gather) {
       for (size_t k : {i, i - 1}) {  // the unit, and the next in backward order (prefetched)
         if (k < units.size() && gathered[k] == 0) {
-          gathered[k] =
-              Alloc(units[k].elements * element_size_, Category::kWeight,
-                    units[k].name + " (ZeRO-3 all-gathered)", "all_gather", kAllGatherStream);
+          gathered[k] = Gather(units[k]);
         }
       }
     }
@@ -389,6 +407,7 @@ Status RoleStepBuilder::Build() {
       MarkPhase(step, Phase::kBackward, "backward");
       Backward(backward_chunk(next_backward++));
     }
+    ReleaseKept();  // resharded after the step's last backward
     thread_ = Thread::kMain;
     MarkPhase(step, Phase::kOptimizer, "optimizer");
     if (step == 0) OptimizerState();

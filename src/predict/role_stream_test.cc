@@ -153,6 +153,32 @@ TEST(RoleStream, ZeroThreeGathersAUnitAndPrefetchesTheNext) {
   EXPECT_EQ(p.roles[0].data_parallel_bytes, 0u);
 }
 
+// Under pipeline parallelism FSDP2 keeps each unit gathered from its first forward of the step
+// to the step's last backward (torchtitan's reshard_after_forward=False): stage 1 of llama2-7b
+// at TP 2, PP 4 holds its 8 layers gathered (8 x 101,195,776 elements) and one layer's
+// gradients unsharded in backward: 9 x 101,195,776 x 2 B. --reshard-after-forward true brings
+// back the unit and its prefetch.
+TEST(RoleStream, ZeroThreeUnderPipelineKeepsTheUnitsGathered) {
+  ParallelLayout l;
+  l.tp = 2;
+  l.pp = 4;
+  l.dp = 4;
+  l.micro_batches = 8;
+  TrainingSetup s = Bf16Adam(1, 4096);
+  s.zero = ZeroMode::kZero3;
+  ParallelPrediction p;
+  auto stream = Stream(Preset("llama2-7b"), s, l, 1, &p);
+  ASSERT_TRUE(stream.ok()) << stream.status().message();
+  EXPECT_FALSE(p.layout.ReshardAfterForward());
+  EXPECT_EQ(p.roles[1].data_parallel_bytes, 9u * 101'195'776u * 2u);
+  EXPECT_EQ(Count(*stream, "(ZeRO").most_live_named, 9u * 101'195'776u * 2u);
+  l.reshard_after_forward = true;
+  auto resharded = Stream(Preset("llama2-7b"), s, l, 1, &p);
+  ASSERT_TRUE(resharded.ok());
+  EXPECT_EQ(p.roles[1].data_parallel_bytes, 3u * 101'195'776u * 2u);
+  EXPECT_EQ(Count(*resharded, "(ZeRO").most_live_named, 3u * 101'195'776u * 2u);
+}
+
 // Sequence parallelism's all-gathered input is alive around each layer, never two at once.
 TEST(RoleStream, CommunicationBufferAroundEachLayer) {
   ParallelLayout l;

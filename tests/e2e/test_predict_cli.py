@@ -374,7 +374,9 @@ def test_a_role_of_a_layout_is_reported_with_the_allocator_model(run, out_dir):
         assert dict(a.execute("SELECT key, value FROM vramscope_prediction"))["model"] == dict(
             b.execute("SELECT key, value FROM vramscope_prediction"))["model"]
     assert doc["bounding_role"] == "first stage"
-    assert last["data_parallel"].startswith("ZeRO-3 all-gathers")
+    # ZeRO-3 under PP: the units stay gathered through the step, as torchtitan sets FSDP2
+    assert last["data_parallel"].startswith("ZeRO-3 units kept gathered")
+    assert doc["layout"]["reshard_after_forward"] is False
     # --json with -o: stdout stays one JSON document.
     rc, out, err = run("predict", *args, "--json", "-o", "j.sqlite", cwd=out_dir)
     assert rc == 0, err
@@ -426,6 +428,10 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     (["--model", "llama2-7b", "--pp", "2", "--role", "7", "--html", "x.html"],
      "--role 7: the layout has stages 0 to 1"),
     (["--model", "llama2-7b", "--role", "0"], "--role picks a rank role of a parallel layout"),
+    (["--model", "llama2-7b", "--pp", "2", "--reshard-after-forward", "false"],
+     "--reshard-after-forward is FSDP2's choice for ZeRO-3: give --zero 3 with it"),
+    (["--model", "llama2-7b", "--pp", "2", "--dp", "2", "--zero", "3",
+      "--reshard-after-forward", "maybe"], "--reshard-after-forward maybe: use auto, true or false"),
     (["--model", "llama2-7b", "--pp", "2", "--fit", "h100-80gb"], "use --fit-dim layout"),
     (["--model", "llama2-7b", "--tp", "2", "--world-size", "3"], "not a multiple of --tp 2"),
     (["--model", "llama2-7b", "--tp", "4", "--world-size", "6"], "not a multiple of --tp 4"),
