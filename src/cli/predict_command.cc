@@ -311,9 +311,8 @@ Result<size_t> ChooseRole(const model::ParallelPrediction& p, const std::string&
   for (size_t i = 0; i < p.roles.size(); ++i) {
     if (p.roles[i].name == role) return i;
   }
-  if (!role.empty() && std::all_of(role.begin(), role.end(), [](char c) {
-        return std::isdigit(static_cast<unsigned char>(c)) != 0;
-      })) {
+  if (std::all_of(role.begin(), role.end(),
+                  [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; })) {
     const uint64_t stage = role.size() > 9 ? UINT64_MAX : std::stoull(role);
     for (size_t i = 0; i < p.roles.size(); ++i) {
       const std::vector<uint64_t>& st = p.roles[i].stages;
@@ -471,10 +470,14 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   unlimited.capacity = 0;
   unlimited.gpu.reset();
   ASSIGN_OR_RETURN(allocator::AllocatorSettings settings, predict::SettingsFor(unlimited));
+  // Kept: the one -o/--html/--emit-stream report is taken from them, not made again.
+  std::vector<predict::TensorStream> streams;
+  streams.reserve(prediction.roles.size());
   for (size_t i = 0; i < prediction.roles.size(); ++i) {
     ASSIGN_OR_RETURN(predict::TensorStream stream,
                      predict::PredictRoleStream(spec, role_request, prediction, i));
     ASSIGN_OR_RETURN(const predict::PeakOnly peaks, predict::SimulatePeaks(stream, settings));
+    streams.push_back(std::move(stream));
     predict::RankRole& r = prediction.roles[i];
     r.placed = true;
     r.peak_allocated = peaks.peak_allocated;
@@ -497,8 +500,7 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   }
   if (o.output.empty() && o.html.empty() && o.emit_stream.empty()) return Status::Ok();
   // The chosen role's step as a report: the same pipeline as any prediction.
-  ASSIGN_OR_RETURN(predict::TensorStream stream,
-                   predict::PredictRoleStream(spec, role_request, prediction, chosen));
+  predict::TensorStream stream = std::move(streams[chosen]);
   const model::ParallelLayout& pl = prediction.layout;
   stream.info.facts.emplace_back(
       "parallel layout",

@@ -33,7 +33,6 @@ struct Unit {
   std::string name;       // "layers.12", "embedding", "head"
   uint64_t elements = 0;  // this rank's model-parallel shard, before ZeRO (dense + experts)
   uint64_t expert_elements = 0;
-  int64_t layer = -1;  // the decoder layer, -1 for the embedding and the head
   bool head = false;
   // Per micro-batch: what its forward saves (bytes, summing to the formula's) and the largest
   // communication buffer around it.
@@ -177,7 +176,6 @@ void RoleStepBuilder::MakeChunks() {
       u.name = fmt::format("layers.{}", i);
       u.elements = held.dense + held.experts;
       u.expert_elements = held.experts;
-      u.layer = static_cast<int64_t>(i);
       const double layer_bytes = parallel_terms::LayerActivationBytes(m_, s_, l_, seq, is_moe);
       std::vector<uint64_t> sizes;
       for (const parallel_terms::ActivationTerm& t :
