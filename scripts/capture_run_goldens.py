@@ -7,8 +7,10 @@ under `vramscope run` (no change to the training script), and the captures becom
 Suite: examples/training/train.py's linear and mlp models with SGD and Adam, resnet18 with SGD +
 momentum, bert and gpt with AdamW (random weights), each in fp32 and bf16 autocast, 3 steps; then a
 deliberate out-of-memory (gpt under a 64 MiB cap), gpt with AdamW on two ranks sharing the GPU
-(torchrun, gloo) under DDP and under FSDP2 (issue 18's ground truth per rank), and, when JAX with CUDA is installed, a JAX
-program captured natively (--native --no-python).
+(torchrun, gloo) under DDP and under FSDP2 (issue 18's ground truth per rank), examples/distributed's
+tensor-parallel LLaMA on two ranks and its FSDP2 x TP version on four (train_model_file.py: what the
+tracer traces, trained for real), and, when JAX with CUDA is installed, a JAX program captured
+natively (--native --no-python).
 
 Per case the folder gets `<case>.pickle.gz` (the snapshot the bootstrap wrote, gzipped with a fixed
 mtime), `<case>.sidecar.json` (the capture sidecar; `--phase-memory` makes it hold PyTorch's own
@@ -29,6 +31,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +39,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "examples" / "training" / "train.py"
+TRAIN_MODEL_FILE = REPO / "examples" / "distributed" / "train_model_file.py"
+
+# examples/distributed's model files trained for real, one process per rank sharing the GPU (gloo):
+# the measurements the tracer's one traced rank (predict --model FILE:build --world-size N) is held
+# to. (case, file, ranks); batch 4, sequence 512, AdamW, 3 steps. The ranks share the GPU through
+# train_model_file.py's gloo-staged group (NCCL refuses two ranks on one GPU; plain gloo cannot
+# carry DTensor's collectives on CUDA tensors). Pipeline parallelism is not here yet.
+MODEL_FILE_CASES = [("ranks2_tp_llama_adamw_fp32", "tp_llama.py", 2),
+                    ("ranks4_fsdp2_tp_llama_adamw_fp32", "fsdp2_tp_llama.py", 4)]
 
 SUITE = [(model, opt, amp)
          for model, opts in (("linear", ("sgd", "adam")), ("mlp", ("sgd", "adam")),
@@ -71,14 +83,32 @@ def gpu_facts(python: str) -> dict:
     return facts
 
 
+def run_command(cmd: list[str], env: dict, timeout: float | None) -> tuple[int, str]:
+    """Runs cmd in its own session; past timeout the whole session (torchrun's ranks too) is
+    killed, so a hung collective costs the case, not the GPU session."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+        return proc.returncode, err
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        return 124, (err or "") + f"\n(killed after {timeout:.0f} s)"
+
+
 def run_case(vramscope: str, python: str, name: str, program: list[str], out: Path,
-             work: Path, extra: list[str], env: dict) -> dict:
+             work: Path, extra: list[str], env: dict, timeout: float | None = None) -> dict:
     capture = work / name
     cmd = [vramscope, "run", "--steps", "3", "--stacks", "all", "--phase-memory", "--no-report",
            "--force", "-o", str(capture), *extra, "--", python, *program]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    case = {"command": " ".join(cmd[cmd.index("--") + 1:]), "exit_code": proc.returncode,
-            "stderr_tail": proc.stderr[-2000:]}
+    returncode, stderr = run_command(cmd, env, timeout)
+    case = {"command": " ".join(cmd[cmd.index("--") + 1:]), "exit_code": returncode,
+            "stderr_tail": stderr[-2000:]}
+    if returncode != 0 and name != "oom_gpt_fp32":
+        # The whole of a failure's stderr (torchrun's summary hides the ranks' own messages).
+        (out / "logs").mkdir(exist_ok=True)
+        (out / "logs" / f"{name}.stderr.txt").write_text(stderr[-200_000:])
     sidecars = sorted(capture.glob("*.sidecar.json"))
     for src in sidecars:
         # One process: <case>.*; several (torchrun's ranks): <case>.<rank0|pid..>.*, one entry each.
@@ -110,7 +140,7 @@ def run_case(vramscope: str, python: str, name: str, program: list[str], out: Pa
     if env.get("VRAMSCOPE_CAPTURE_CPU") == "1":  # the dry run writes sidecars only
         captured = "sidecar" in case or bool(case.get("ranks"))
     case["status"] = "ok" if captured else "failed"
-    print(f"{name}: {case['status']} (exit {proc.returncode})", flush=True)
+    print(f"{name}: {case['status']} (exit {returncode})", flush=True)
     return case
 
 
@@ -162,6 +192,22 @@ def main() -> int:
             case = run_case(args.vramscope, args.python, name, program, args.out, work, [], env)
             if case["status"] == "ok" and len(case.get("ranks", {})) != 2:
                 case["status"] = f"failed: {len(case.get('ranks', {}))} rank(s) captured, not 2"
+            cases[name] = case
+        for name, model_file, ranks in MODEL_FILE_CASES:
+            if args.only and name not in args.only:
+                continue
+            program = ["-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+                       "--standalone", str(TRAIN_MODEL_FILE),
+                       f"{REPO / 'examples' / 'distributed' / model_file}:build", "--batch", "4",
+                       "--seq", "512", "--optimizer", "adamw", "--steps", "3", "--backend",
+                       "gloo-staged",
+                       *device]
+            # PYTHONFAULTHANDLER: a rank that dies of a signal leaves its Python stack in the log.
+            case = run_case(args.vramscope, args.python, name, program, args.out, work, [],
+                            dict(env, PYTHONFAULTHANDLER="1"), timeout=150)
+            if case["status"] == "ok" and len(case.get("ranks", {})) != ranks:
+                case["status"] = (f"failed: {len(case.get('ranks', {}))} rank(s) captured, "
+                                  f"not {ranks}")
             cases[name] = case
         has_jax = subprocess.run([args.python, "-c", "import jax"], capture_output=True)
         if (not args.only or "jax_native" in args.only) and has_jax.returncode == 0 \

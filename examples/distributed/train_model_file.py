@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Train one of this folder's model files for real, one process per rank, the way the tracer
+trains it on fake tensors: what `vramscope run` captures on a GPU so that the traced rank
+(`vramscope predict --model FILE.py:build --world-size N`) has a measurement to be held to.
+
+    torchrun --nproc-per-node 2 examples/distributed/train_model_file.py \\
+        examples/distributed/tp_llama.py:build --batch 4 --seq 512 --optimizer adamw --steps 3
+
+Each rank joins the process group (``--backend``; gloo lets several ranks share one GPU), takes
+GPU ``LOCAL_RANK`` modulo the GPUs it sees, seeds, and calls the file's build function with that
+GPU as the default device (the tracer builds on the meta device and materialises on its fake
+GPU: the same tensors). Then, per step, the tracer's loop: ``zero_grad(set_to_none=True)``, the
+batch from ``vramscope_inputs(batch, seq, 224)`` moved to the GPU, ``vramscope_forward`` and
+``vramscope_loss``, ``backward()``, ``optimizer.step()`` (torch.optim's default implementation),
+and the release of batch, output and loss.
+
+Several ranks sharing one GPU cannot use NCCL (it refuses two ranks on one device), and gloo
+cannot carry DTensor's collectives on CUDA tensors (its scatter and the functional collectives'
+all-gather pass a device pointer to its TCP transport: the rank dies of SIGSEGV, torch 2.11).
+``--backend gloo-staged`` is a process group of this file that runs every collective through gloo
+on CPU copies and writes the result into the CUDA tensors the caller gave it: the tensors the GPU
+allocates are the caller's (DTensor's, FSDP2's), as under NCCL; the copies live in host memory.
+Under it ``parallelize_module`` is called with ``src_data_rank=None`` (each rank initialises its
+own shard instead of receiving it from rank 0: the same tensors, no scatter at construction).
+
+``--device cpu`` is the CPU stand-in for checking the plumbing without a GPU: device meshes the
+file asks for on "cuda" are made on the CPU. Nothing it measures is ground truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+OPTIMIZERS = {
+    "sgd": ("SGD", dict(lr=0.01)),
+    "adam": ("Adam", dict(lr=1e-3)),
+    "adamw": ("AdamW", dict(lr=3e-4, weight_decay=0.01)),
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="FILE.py[:FUNCTION] (default function: build)")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adamw")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default=None,
+                   help="default: nccl on cuda, gloo on cpu; gloo-staged: ranks sharing a GPU")
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                   help="default: cuda if available")
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.batch < 1 or args.seq < 1:
+        p.error("--steps, --batch and --seq must be at least 1")
+    return args
+
+
+def load_model_file(spec: str):
+    path, _, function = spec.partition(":")
+    if not Path(path).is_file():
+        raise SystemExit(f"train_model_file.py: error: {path}: no such file")
+    module_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.path.insert(0, str(Path(path).resolve().parent))
+    module_spec.loader.exec_module(module)
+    build = getattr(module, function or "build", None)
+    if build is None:
+        raise SystemExit(f"train_model_file.py: error: {path} has no function {function or 'build'}")
+    for name in ("vramscope_inputs", "vramscope_forward", "vramscope_loss"):
+        if not hasattr(module, name):
+            raise SystemExit(f"train_model_file.py: error: {path} has no {name}")
+    return module, build
+
+
+def meshes_on_cpu() -> None:
+    """The CPU stand-in: the model files ask for "cuda" meshes."""
+    import torch.distributed.device_mesh as device_mesh
+
+    original = device_mesh.init_device_mesh
+
+    def init_device_mesh(device_type, *args, **kwargs):
+        return original("cpu" if device_type == "cuda" else device_type, *args, **kwargs)
+
+    device_mesh.init_device_mesh = init_device_mesh
+
+
+class CpuStagedGroup(dist.ProcessGroup):
+    """Every collective of a gloo group on CPU copies of its CUDA tensors, synchronously: the
+    results are copied into the caller's tensors before the returned work completes. AVG is a SUM
+    divided by the group's size (gloo has no AVG)."""
+
+    def __init__(self, store, rank: int, size: int, timeout):
+        super().__init__(rank, size)
+        self._size = size
+        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    def size(self):
+        return self._size
+
+    def getBackendName(self):
+        return "gloo-staged"
+
+    @property
+    def group_name(self):  # the name c10d registered this group under
+        return dist.distributed_c10d._world.pg_names[self]
+
+    @staticmethod
+    def _done(result):
+        from torch._C._distributed_c10d import _create_work_from_future
+
+        future = torch.futures.Future()
+        future.set_result(result)
+        return _create_work_from_future(future)
+
+    def _reduce_op(self, op):
+        return (dist.ReduceOp.SUM, True) if op == dist.ReduceOp.AVG else (op, False)
+
+    def allreduce(self, tensors, opts=None):
+        op, average = self._reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        for t in tensors:
+            host = t.detach().cpu()
+            self._gloo.allreduce([host], _allreduce_opts(op)).wait()
+            t.copy_(host / self._size if average else host)
+        return self._done(tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def barrier(self, opts=None):
+        self._gloo.barrier().wait()
+        return self._done(None)
+
+    def broadcast(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        for t in tensors:
+            host = t.detach().cpu()
+            self._gloo.broadcast([host], root).wait()
+            t.copy_(host)
+        return self._done(tensors)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        for outputs, t in zip(output_lists, inputs):
+            hosts = [torch.empty(o.shape, dtype=o.dtype) for o in outputs]
+            self._gloo.allgather([hosts], [t.detach().cpu()]).wait()
+            for o, h in zip(outputs, hosts):
+                o.copy_(h)
+        return self._done(output_lists)
+
+    def _allgather_base(self, output, input, opts=None):
+        host = torch.empty(output.shape, dtype=output.dtype)
+        self._gloo._allgather_base(host, input.detach().cpu()).wait()
+        output.copy_(host)
+        return self._done(output)
+
+    all_gather_single = _allgather_base
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        for o, i in zip(outputs, inputs):
+            self._allgather_base(o, i)
+        return self._done(outputs)
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op, average = self._reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        full = input.detach().cpu()
+        self._gloo.allreduce([full], _allreduce_opts(op)).wait()
+        mine = full.chunk(self._size)[self.rank()]
+        output.copy_(mine / self._size if average else mine)
+        return self._done(output)
+
+    reduce_scatter_single = _reduce_scatter_base
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        for o, parts in zip(outputs, input_lists):
+            self._reduce_scatter_base(o, torch.cat([p.detach().cpu().reshape(-1) for p in parts]),
+                                      opts)
+        return self._done(outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        for o, i in zip(outputs, inputs):
+            self._reduce_scatter_base(o, i, opts)
+        return self._done(outputs)
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+
+
+def _allreduce_opts(op):
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = op
+    return opts
+
+
+def _create_staged_group(store, rank, size, timeout):
+    return CpuStagedGroup(store, rank, size, timeout)
+
+
+def shards_made_locally() -> None:
+    """parallelize_module(..., src_data_rank=None) for every call the model file makes."""
+    import torch.distributed.tensor.parallel as tensor_parallel
+
+    original = tensor_parallel.parallelize_module
+
+    def parallelize_module(*args, **kwargs):
+        kwargs.setdefault("src_data_rank", None)
+        return original(*args, **kwargs)
+
+    tensor_parallel.parallelize_module = parallelize_module
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    device_type = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device_type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))
+                              % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        meshes_on_cpu()
+    backend = args.backend or ("nccl" if device_type == "cuda" else "gloo")
+    if backend == "gloo-staged":
+        dist.Backend.register_backend("gloo-staged", _create_staged_group,
+                                      devices=["cpu", "cuda"])
+        shards_made_locally()
+    dist.init_process_group(backend=backend)
+    module, build = load_model_file(args.model)
+    torch.manual_seed(args.seed)
+    with torch.device(device):
+        model = build()
+    name, hyper = OPTIMIZERS[args.optimizer]
+    optimizer = getattr(torch.optim, name)(model.parameters(), **hyper)
+    cpu_batch = module.vramscope_inputs(args.batch, args.seq, 224)
+    model.train()
+    for step in range(1, args.steps + 1):
+        optimizer.zero_grad(set_to_none=True)
+        batch = tuple(t.to(device) for t in cpu_batch)
+        out = module.vramscope_forward(model, batch)
+        loss = module.vramscope_loss(out, batch)
+        loss.backward()
+        optimizer.step()
+        value = loss.item()
+        del batch, out, loss
+        if dist.get_rank() == 0:
+            print(f"step {step}: loss {value:.6f}", flush=True)
+    if device_type == "cuda":
+        print(f"rank {dist.get_rank()}: max allocated {torch.cuda.max_memory_allocated(device):,} B,"
+              f" max reserved {torch.cuda.max_memory_reserved(device):,} B", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
