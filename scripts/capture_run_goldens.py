@@ -205,7 +205,10 @@ def main() -> int:
             # PYTHONFAULTHANDLER: a rank that dies of a signal leaves its Python stack in the log.
             case = run_case(args.vramscope, args.python, name, program, args.out, work, [],
                             dict(env, PYTHONFAULTHANDLER="1"), timeout=150)
-            if case["status"] == "ok" and len(case.get("ranks", {})) != ranks:
+            if case["status"] == "ok" and case["exit_code"] != 0:
+                # a snapshot is written even when a rank dies: it is not a training's ground truth
+                case["status"] = f"failed: exit {case['exit_code']}, end {case.get('end_reason')}"
+            elif case["status"] == "ok" and len(case.get("ranks", {})) != ranks:
                 case["status"] = (f"failed: {len(case.get('ranks', {}))} rank(s) captured, "
                                   f"not {ranks}")
             cases[name] = case

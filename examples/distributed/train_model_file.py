@@ -139,10 +139,11 @@ class CpuStagedGroup(dist.ProcessGroup):
         return self._done(None)
 
     def broadcast(self, tensors, opts=None):
-        root = opts.rootRank if opts is not None else 0
+        staged = dist.BroadcastOptions()
+        staged.rootRank = opts.rootRank if opts is not None else 0
         for t in tensors:
             host = t.detach().cpu()
-            self._gloo.broadcast([host], root).wait()
+            self._gloo.broadcast([host], staged).wait()
             t.copy_(host)
         return self._done(tensors)
 
