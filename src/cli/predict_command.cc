@@ -333,7 +333,8 @@ bool WantsParallel(const PredictOptions& o) {
   return o.tp > 1 || o.pp > 1 || o.cp > 1 || o.ep > 1 || o.etp > 0 || o.sequence_parallel ||
          o.selective_recompute || o.capacity_factor > 0 || o.micro_batches > 1 ||
          o.schedule != "1f1b" || o.virtual_stages > 1 || o.dp > 0 || o.dp_shard > 0 ||
-         o.fit_dim == "layout";
+         o.fit_dim == "layout" || o.dp_impl != "megatron" || o.reduce_bucket_size > 0 ||
+         o.overlap_comm;
 }
 
 // --tp/--pp/--cp/--ep...: the memory of each rank role, from predict/parallel_layout.h.
@@ -387,6 +388,21 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
     return UsageError(fmt::format("--reshard-after-forward {}: use auto, true or false",
                                   o.reshard_after_forward));
   }
+  if (o.dp_impl == "torch") {
+    l.data_parallel_impl = model::DataParallelImpl::kTorch;
+  } else if (o.dp_impl == "deepspeed") {
+    l.data_parallel_impl = model::DataParallelImpl::kDeepSpeed;
+  } else if (o.dp_impl != "megatron") {
+    return UsageError(fmt::format("--dp-impl {}: use megatron, torch or deepspeed", o.dp_impl));
+  }
+  if ((o.reduce_bucket_size > 0 || o.overlap_comm) &&
+      l.data_parallel_impl != model::DataParallelImpl::kDeepSpeed) {
+    return UsageError(
+        "--reduce-bucket-size and --overlap-comm are DeepSpeed's settings: give --dp-impl "
+        "deepspeed with them");
+  }
+  if (o.reduce_bucket_size > 0) l.reduce_bucket_elements = o.reduce_bucket_size;
+  l.overlap_comm = o.overlap_comm;
   const uint64_t model_parallel = o.tp * o.pp * o.cp;
   if (o.dp > 0) {
     l.dp = o.dp;
@@ -758,6 +774,20 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "with a parallel layout and --zero 3: whether FSDP2 frees a unit's gathered "
                   "weights after its forward (true) or keeps them to the step's last backward "
                   "(false); auto (default): false under --pp, as torchtitan sets it");
+  cmd->add_option("--dp-impl", o.dp_impl,
+                  "with a parallel layout: how data parallelism holds and reduces gradients: "
+                  "megatron (default: in the gradients' own contiguous buffer, ZeRO-2/3 as "
+                  "FSDP2), torch (PyTorch's DistributedDataParallel, --zero 0: the .grad tensors "
+                  "and a second copy in its buckets) or deepspeed (DeepSpeed's ZeRO-1/2: a "
+                  "reduce bucket of --reduce-bucket-size elements in each backward)")
+      ->check(CLI::IsMember({"megatron", "torch", "deepspeed"}));
+  cmd->add_option("--reduce-bucket-size", o.reduce_bucket_size,
+                  "--dp-impl deepspeed: DeepSpeed's reduce_bucket_size, in elements (default "
+                  "500000000, DeepSpeed's)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  cmd->add_flag("--overlap-comm", o.overlap_comm,
+                "--dp-impl deepspeed: DeepSpeed's overlap_comm (two reduce buckets; off by "
+                "default for ZeRO-1/2, as DeepSpeed's)");
   cmd->add_option("--role", o.role,
                   "with a parallel layout: the rank role -o, --html and --emit-stream report, by "
                   "name ('last stage') or a stage's number (default: the role that bounds the "

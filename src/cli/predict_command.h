@@ -52,6 +52,11 @@ struct PredictOptions {
   std::string role;
   // ZeRO-3 per role: FSDP2's reshard_after_forward; "auto": false under --pp, as torchtitan.
   std::string reshard_after_forward = "auto";
+  // Per role: how data parallelism reduces gradients (megatron, torch, deepspeed), and
+  // DeepSpeed's reduce_bucket_size (elements; 0: its default, 5e8) and overlap_comm.
+  std::string dp_impl = "megatron";
+  uint64_t reduce_bucket_size = 0;
+  bool overlap_comm = false;
   std::string gpu;
   std::string capacity;
   std::string fit;

@@ -11,6 +11,8 @@ namespace vramscope::model {
 
 enum class PipelineSchedule : uint8_t { k1F1B, kInterleaved };
 
+enum class DataParallelImpl : uint8_t { kMegatron, kTorch, kDeepSpeed };
+
 struct ParallelLayout {
   uint64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 0;  // etp 0: as tp
   // HSDP (hybrid sharding): ZeRO/FSDP shards over groups of dp_shard data-parallel ranks (times
@@ -30,6 +32,20 @@ struct ParallelLayout {
   // backward. Unset: as torchtitan sets it, kept under pipeline parallelism (to gather once per
   // step rather than per micro-batch), freed otherwise.
   std::optional<bool> reshard_after_forward;
+  // How data parallelism reduces the gradients:
+  // - kMegatron: in the gradients' own contiguous buffer (Megatron-Core's DDP and distributed
+  //   optimizer; ZeRO-2/3 as FSDP2 does them);
+  // - kTorch: PyTorch's DistributedDataParallel (ZeRO 0 only): the parameters' own .grad tensors,
+  //   made in backward and freed by zero_grad(set_to_none=True), and beside them the flat
+  //   buckets the reducer copies them into, alive from construction (gradient_as_bucket_view
+  //   false, the default);
+  // - kDeepSpeed: DeepSpeed's ZeRO-1/2 optimizer (stage_1_and_2.py): with contiguous_gradients
+  //   (its default) each backward allocates a flat buffer of reduce_bucket_size elements in the
+  //   weights' dtype, two with overlap_comm, freed when that backward's reduction ends; under
+  //   pipeline parallelism one, at the step's reduction.
+  DataParallelImpl data_parallel_impl = DataParallelImpl::kMegatron;
+  uint64_t reduce_bucket_elements = 500'000'000;  // DeepSpeed's reduce_bucket_size default
+  bool overlap_comm = false;                      // DeepSpeed's default for ZeRO-1/2
 
   uint64_t World() const { return tp * pp * dp * cp; }
   uint64_t Etp() const { return etp == 0 ? tp : etp; }

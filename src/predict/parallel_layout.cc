@@ -104,6 +104,22 @@ Status CheckLayout(const ModelSpec& m, const TrainingSetup& s, const ParallelLay
     return UsageError(fmt::format("--cp {} does not divide the sequence {}", l.cp, seq));
   }
   if (l.sequence_parallel && l.tp < 2) return UsageError("--sp needs --tp 2 or more");
+  const int zero = ZeroStage(s);
+  if (l.data_parallel_impl == model::DataParallelImpl::kTorch && zero != 0 && zero != 3) {
+    return UsageError(fmt::format(
+        "--dp-impl torch with --zero {}: PyTorch's DistributedDataParallel does not shard; use "
+        "--zero 3 for FSDP2 (as --dp-impl megatron models it) or --dp-impl deepspeed for ZeRO-1/2",
+        zero));
+  }
+  if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed && zero != 1 && zero != 2) {
+    return UsageError(fmt::format(
+        "--dp-impl deepspeed models DeepSpeed's ZeRO-1/2 optimizer; give --zero 1 or 2 (got {}{})",
+        zero, zero == 3 ? ": DeepSpeed's ZeRO-3 parameter buckets are not modelled yet" : ""));
+  }
+  if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed &&
+      l.reduce_bucket_elements == 0) {
+    return UsageError("--reduce-bucket-size must be at least 1 element");
+  }
   if (l.capacity_factor > 0 && m.experts == 0) {
     return UsageError(
         fmt::format("--capacity-factor sizes experts; {} is not a mixture of experts", m.label));
@@ -248,18 +264,36 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
             "wide as they are) and the attention output, SwiGLU's four ffn-wide tensors, no "
             "dropout; one tensor per term (Hugging Face's LlamaRMSNorm keeps an fp32 copy of "
             "each norm's input too, 8 s b h per layer: the single-GPU prediction counts it)");
-  out.assumptions.push_back(
-      "each role's step placed by the allocator model: weights per layer, gradients in one "
-      "contiguous buffer per model chunk (Megatron-Core's), optimizer state from the first step, "
-      "the schedule's micro-batches in order; not modelled: backward's and the optimizer's "
-      "temporaries, NCCL's streams");
+  const bool torch_ddp =
+      l.data_parallel_impl == model::DataParallelImpl::kTorch && zero == 0 && l.dp * l.cp >= 2;
+  out.assumptions.push_back(fmt::format(
+      "each role's step placed by the allocator model: weights per layer, {}, optimizer state "
+      "from the first step, the schedule's micro-batches in order; not modelled: backward's and "
+      "the optimizer's temporaries, NCCL's streams",
+      torch_ddp ? "PyTorch DDP's gradient buckets from construction (gradient_as_bucket_view "
+                  "false) and each layer's .grad from its first backward of a step to the next "
+                  "step's zero_grad(set_to_none=True)"
+                : "gradients in one contiguous buffer per model chunk (Megatron-Core's)"));
+  if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed) {
+    out.assumptions.push_back(fmt::format(
+        "DeepSpeed ZeRO-{}: contiguous_gradients (its default): {} of reduce_bucket_size = {} "
+        "elements in the weights' dtype, {}; the gradients and optimizer state as ZeRO-{} "
+        "shards them; its per-parameter .grad copies before they reach the bucket are not "
+        "modelled",
+        zero, l.overlap_comm && l.pp < 2 ? "two flat buffers (overlap_comm)" : "one flat buffer",
+        l.reduce_bucket_elements,
+        l.pp < 2 ? "allocated as each backward starts and freed as its reduction ends"
+                 : "allocated once per step for the reduction after the last backward "
+                   "(reduce_gradients(pipeline_parallel=True))",
+        zero));
+  }
   if (m.experts > 0) {
     out.assumptions.push_back(fmt::format(
         "experts' activations: every token's top-k experts at {}, and the router's fp32 logits",
         l.capacity_factor > 0 ? fmt::format("capacity factor {:g}", l.capacity_factor)
                               : std::string("the average load (dropless)")));
   }
-  if (zero >= 2 && zero_group >= 2) {
+  if (zero >= 2 && zero_group >= 2 && l.data_parallel_impl != model::DataParallelImpl::kDeepSpeed) {
     out.assumptions.push_back(
         zero == 2 ? "ZeRO-2: each unit's gradients unsharded for its reduce-scatter in backward "
                     "(a layer, the embedding or the head, as FSDP2 wraps them)"

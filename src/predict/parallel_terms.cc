@@ -263,6 +263,19 @@ std::vector<uint64_t> StageUnits(const ModelSpec& m, const ParallelLayout& l, ui
 DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s, const ParallelLayout& l,
                                           const std::vector<uint64_t>& units, uint64_t zero_group) {
   const int zero = ZeroStage(s);
+  const uint64_t element = ElementSize(s.precision.param);
+  if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed && (zero == 1 || zero == 2)) {
+    const uint64_t buffers = l.overlap_comm && l.pp < 2 ? 2 : 1;
+    return {buffers * l.reduce_bucket_elements * element,
+            buffers == 2 ? "DeepSpeed's two reduce buckets (overlap_comm), in backward"
+                         : "DeepSpeed's reduce bucket, in backward"};
+  }
+  if (l.data_parallel_impl == model::DataParallelImpl::kTorch && zero == 0) {
+    if (l.dp * l.cp < 2) return {};
+    uint64_t all = 0;
+    for (const uint64_t u : units) all += u;
+    return {all * element, "DDP's gradient buckets (beside the parameters' .grad)"};
+  }
   if (zero < 2 || zero_group < 2 || units.empty()) return {};
   if (zero == 3 && !l.ReshardAfterForward()) {
     uint64_t all = 0, largest = 0;
@@ -270,7 +283,7 @@ DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s, const Parallel
       all += u;
       largest = std::max(largest, u);
     }
-    return {(all + largest) * ElementSize(s.precision.param),
+    return {(all + largest) * element,
             "ZeRO-3 units kept gathered (no reshard after forward) and reduce-scatter input"};
   }
   uint64_t most = 0;  // elements
@@ -285,7 +298,7 @@ DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s, const Parallel
     const uint64_t previous = i > 0 ? units[i - 1] : 0;
     most = std::max({most, units[i] + next, 2 * units[i] + previous});
   }
-  const uint64_t bytes = most * ElementSize(s.precision.param);
+  const uint64_t bytes = most * element;
   if (zero == 2) return {bytes, "ZeRO-2 reduce-scatter input"};
   return {bytes, "ZeRO-3 all-gathers (unit and prefetch) and reduce-scatter input"};
 }

@@ -83,7 +83,10 @@ uint64_t HeadElements(const ModelSpec& m, const ParallelLayout& l);
 // gradients, in its backward); ZeRO-3's all-gathered weights of the unit in use and of the next
 // one, prefetched (FSDP2's default, in forward and backward order), with that reduce-scatter
 // input in backward. None without ZeRO-2/3: DDP and ZeRO-1 reduce in the gradients' own buffer
-// (Megatron-Core's contiguous one).
+// (Megatron-Core's contiguous one). With ParallelLayout::data_parallel_impl kTorch (PyTorch's
+// DDP), the buckets: a second copy of the role's gradients; kDeepSpeed (ZeRO-1/2), the reduce
+// bucket(s) each backward allocates, reduce_bucket_size elements each, two with overlap_comm
+// (one under pipeline parallelism, where DeepSpeed reduces once at the step's end).
 struct DataParallelBuffers {
   uint64_t bytes = 0;
   std::string what;

@@ -112,6 +112,27 @@ class RoleStepBuilder {
     }
   }
 
+  // DeepSpeed's reduce bucket(s): `count` flat buffers of reduce_bucket_size elements.
+  std::vector<uint64_t> ReduceBuckets(uint64_t count) {
+    std::vector<uint64_t> ids;
+    for (uint64_t k = 0; k < count; ++k) {
+      ids.push_back(Alloc(l_.reduce_bucket_elements * element_size_, Category::kGradient,
+                          count == 1 ? std::string("DeepSpeed reduce bucket (ipg_buffer)")
+                                     : fmt::format("DeepSpeed reduce bucket {} (ipg_buffer)", k),
+                          "DeepSpeedZeroOptimizer.backward"));
+    }
+    return ids;
+  }
+  // zero_grad(set_to_none=True) under PyTorch's DDP: the parameters' .grad tensors go.
+  void ZeroGrad() {
+    for (std::vector<uint64_t>& chunk : grads_) {
+      for (uint64_t& id : chunk) {
+        if (id != 0) Free(id);
+        id = 0;
+      }
+    }
+  }
+
   const ModelSpec& m_;
   const TrainingSetup& s_;
   const ParallelLayout& l_;
@@ -122,6 +143,8 @@ class RoleStepBuilder {
   // ZeRO-3 without resharding after forward: per chunk and unit, its gathered weights (0: not
   // gathered), kept from its first forward of the step to the step's end of backward.
   std::vector<std::vector<uint64_t>> kept_;
+  // PyTorch's DDP: per chunk and unit, its parameters' .grad (0: none yet this step).
+  std::vector<std::vector<uint64_t>> grads_;
   uint64_t next_id_ = 1;
   Thread thread_ = Thread::kMain;
   Phase phase_ = Phase::kUnknown;
@@ -130,6 +153,8 @@ class RoleStepBuilder {
   parallel_terms::ZeroGroups groups_;
   uint64_t element_size_ = 4;
   bool data_parallel_buffers_ = false;
+  bool torch_ddp_ = false;  // PyTorch's DDP: .grad per parameter beside the buckets
+  bool deepspeed_ = false;  // DeepSpeed's ZeRO-1/2: reduce buckets in each backward
 };
 
 // Sizes that must add up to `total`: the last takes what rounding left (never below zero).
@@ -203,7 +228,11 @@ void RoleStepBuilder::MakeChunks() {
   }
   in_flight_.resize(v);
   kept_.resize(v);
-  for (uint64_t c = 0; c < v; ++c) kept_[c].assign(chunks_[c].size(), 0);
+  grads_.resize(v);
+  for (uint64_t c = 0; c < v; ++c) {
+    kept_[c].assign(chunks_[c].size(), 0);
+    grads_[c].assign(chunks_[c].size(), 0);
+  }
 }
 
 void RoleStepBuilder::Construct() {
@@ -228,7 +257,8 @@ void RoleStepBuilder::Construct() {
   for (size_t i = 0; i < weights.size(); ++i) {
     Alloc(sizes[i], Category::kWeight, weights[i].first, "model construction");
   }
-  // The gradients: one contiguous buffer per model chunk (Megatron-Core's), alive throughout.
+  // The gradients: one contiguous buffer per model chunk (Megatron-Core's), alive throughout;
+  // under PyTorch's DDP these are its buckets, and the gradients themselves come in backward.
   sizes.clear();
   for (const std::vector<Unit>& chunk : chunks_) {
     uint64_t bytes = 0;
@@ -239,12 +269,12 @@ void RoleStepBuilder::Construct() {
     }
     sizes.push_back(bytes);
   }
-  AdjustLast(sizes, r_.gradient_bytes);
+  AdjustLast(sizes, torch_ddp_ ? r_.data_parallel_bytes : r_.gradient_bytes);
+  const std::string buffer = torch_ddp_ ? "DDP gradient buckets" : "gradient buffer";
   for (size_t c = 0; c < sizes.size(); ++c) {
     if (sizes[c] == 0) continue;
     Alloc(sizes[c], Category::kGradient,
-          chunks_.size() == 1 ? std::string("gradient buffer")
-                              : fmt::format("gradient buffer (model chunk {})", c),
+          chunks_.size() == 1 ? buffer : fmt::format("{} (model chunk {})", buffer, c),
           "DistributedDataParallel");
   }
 }
@@ -305,8 +335,13 @@ void RoleStepBuilder::Backward(size_t chunk) {
   in_flight_[chunk].pop_front();
   const std::vector<Unit>& units = chunks_[chunk];
   const bool gather = data_parallel_buffers_ && zero_ >= 3 && l_.ReshardAfterForward();
-  const bool reduce_scatter = data_parallel_buffers_ && zero_ >= 2;
+  const bool reduce_scatter =
+      data_parallel_buffers_ && zero_ >= 2 && !deepspeed_;  // DeepSpeed's: its reduce bucket
   std::vector<uint64_t> gathered(units.size(), 0);
+  // DeepSpeed allocates its reduce bucket(s) as each backward starts and drops them when its
+  // reduction ends; under pipeline parallelism it reduces once, at the step's end.
+  const std::vector<uint64_t> buckets =
+      deepspeed_ && l_.pp < 2 ? ReduceBuckets(l_.overlap_comm ? 2 : 1) : std::vector<uint64_t>{};
   for (size_t i = units.size(); i-- > 0;) {
     const Unit& u = units[i];
     if (data_parallel_buffers_ && zero_ >= 3 && !l_.ReshardAfterForward()) KeepGathered(chunk, i);
@@ -327,6 +362,10 @@ void RoleStepBuilder::Backward(size_t chunk) {
       comm = Alloc(u.communication, Category::kTemporary,
                    fmt::format("{} {} (backward)", u.name, u.communication_what), "collective");
     }
+    if (torch_ddp_ && grads_[chunk][i] == 0) {  // accumulated into by later micro-batches
+      grads_[chunk][i] = Alloc(u.elements * element_size_, Category::kGradient, u.name + " .grad",
+                               "AccumulateGrad");
+    }
     uint64_t rs = 0;
     if (reduce_scatter) {
       rs = Alloc(u.elements * element_size_, Category::kGradient,
@@ -341,6 +380,7 @@ void RoleStepBuilder::Backward(size_t chunk) {
     }
     if (rs != 0) Free(rs);
   }
+  for (const uint64_t id : buckets) Free(id);
 }
 
 void RoleStepBuilder::OptimizerState() {
@@ -377,6 +417,9 @@ Status RoleStepBuilder::Build() {
   groups_ = parallel_terms::ZeroGroupsOf(l_);
   element_size_ = ElementSize(s_.precision.param);
   data_parallel_buffers_ = r_.data_parallel_bytes > 0;
+  torch_ddp_ = data_parallel_buffers_ && l_.data_parallel_impl == model::DataParallelImpl::kTorch;
+  deepspeed_ =
+      data_parallel_buffers_ && l_.data_parallel_impl == model::DataParallelImpl::kDeepSpeed;
   MakeChunks();
   Construct();
   const bool interleaved = l_.schedule == PipelineSchedule::kInterleaved;
@@ -392,6 +435,10 @@ Status RoleStepBuilder::Build() {
   // The micro-batch a chunk forward belongs to (interleaved: groups of p per chunk).
   auto micro_batch = [&](uint64_t k) { return interleaved ? (k / (p * v)) * p + k % p : k; };
   for (int32_t step = 0; step < 2; ++step) {
+    if (torch_ddp_ && step > 0) {
+      MarkPhase(step, Phase::kBeforeForward, "zero_grad");
+      ZeroGrad();
+    }
     uint64_t next_backward = 0;
     for (uint64_t k = 0; k < forwards; ++k) {
       MarkPhase(step, Phase::kForward, "forward");
@@ -406,6 +453,9 @@ Status RoleStepBuilder::Build() {
       Backward(backward_chunk(next_backward++));
     }
     ReleaseKept();  // resharded after the step's last backward
+    if (deepspeed_ && l_.pp > 1) {
+      for (const uint64_t id : ReduceBuckets(1)) Free(id);  // reduce_gradients(pipeline_parallel)
+    }
     thread_ = Thread::kMain;
     MarkPhase(step, Phase::kOptimizer, "optimizer");
     if (step == 0) OptimizerState();

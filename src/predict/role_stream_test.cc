@@ -275,6 +275,117 @@ TEST(RoleStream, LayerActivationsAgainstTheStepSimulator) {
   }
 }
 
+// How many tensors whose name holds `part` a stream allocates.
+size_t Allocations(const TensorStream& stream, const std::string& part) {
+  size_t n = 0;
+  for (const StreamEvent& e : stream.events) {
+    if (e.kind == StreamEvent::Kind::kAlloc &&
+        std::string(stream.strings.Get(e.name)).find(part) != std::string::npos) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// DeepSpeed's ZeRO-1/2 optimizer (stage_1_and_2.py, contiguous_gradients on by default)
+// allocates its reduce bucket, reduce_bucket_size elements in the weights' dtype, as each backward
+// starts: 500,000,000 x 2 B in bf16, twice with overlap_comm; under pipeline parallelism once per
+// step, for the reduction after the last backward.
+TEST(RoleStream, DeepSpeedAllocatesItsReduceBucketsInEachBackward) {
+  ParallelLayout l;
+  l.tp = 2;
+  l.dp = 4;
+  l.data_parallel_impl = model::DataParallelImpl::kDeepSpeed;
+  TrainingSetup s = Bf16Adam(1, 4096);
+  s.zero = ZeroMode::kZero2;
+  ParallelPrediction p;
+  auto stream = Stream(Preset("llama2-7b"), s, l, 0, &p);
+  ASSERT_TRUE(stream.ok()) << stream.status().message();
+  EXPECT_EQ(p.roles[0].data_parallel_bytes, 1'000'000'000u);
+  EXPECT_EQ(p.roles[0].data_parallel, "DeepSpeed's reduce bucket, in backward");
+  EXPECT_EQ(Count(*stream, "DeepSpeed reduce bucket").most_live_named, 1'000'000'000u);
+  EXPECT_EQ(Allocations(*stream, "DeepSpeed reduce bucket"), 2u);  // one backward per step
+  // FSDP2's per-unit reduce-scatter inputs are not DeepSpeed's.
+  EXPECT_EQ(Allocations(*stream, "(ZeRO reduce-scatter input)"), 0u);
+  l.overlap_comm = true;
+  l.reduce_bucket_elements = 200'000'000;
+  l.dp = 2;
+  s.zero = ZeroMode::kZero1;
+  stream = Stream(Preset("llama2-7b"), s, l, 0, &p);
+  ASSERT_TRUE(stream.ok()) << stream.status().message();
+  EXPECT_EQ(p.roles[0].data_parallel_bytes, uint64_t{2} * 200'000'000 * 2);
+  EXPECT_EQ(Count(*stream, "DeepSpeed reduce bucket").most_live_named,
+            uint64_t{2} * 200'000'000 * 2);
+  // Pipeline parallelism, 4 micro-batches: one bucket per step, whatever overlap_comm says.
+  l.pp = 2;
+  l.micro_batches = 4;
+  stream = Stream(Preset("llama2-7b"), s, l, 0, &p);
+  ASSERT_TRUE(stream.ok()) << stream.status().message();
+  EXPECT_EQ(p.roles[0].data_parallel_bytes, uint64_t{200'000'000} * 2);
+  EXPECT_EQ(Allocations(*stream, "DeepSpeed reduce bucket"), 2u);
+}
+
+// PyTorch's DistributedDataParallel (gradient_as_bucket_view false) holds each gradient twice:
+// the parameters' .grad, made in backward and dropped by zero_grad(set_to_none=True), and the
+// flat buckets the reducer copies them into, alive from construction. llama2-7b at TP 2 holds
+// 3,369,340,928 elements per rank: 2 x 6,738,681,856 B of gradients in bf16.
+TEST(RoleStream, TorchDdpHoldsEachGradientTwice) {
+  ParallelLayout l;
+  l.tp = 2;
+  l.dp = 4;
+  l.data_parallel_impl = model::DataParallelImpl::kTorch;
+  const TrainingSetup s = Bf16Adam(1, 4096);
+  ParallelPrediction p;
+  auto stream = Stream(Preset("llama2-7b"), s, l, 0, &p);
+  ASSERT_TRUE(stream.ok()) << stream.status().message();
+  const RankRole& r = p.roles[0];
+  EXPECT_EQ(r.gradient_bytes, uint64_t{3'369'340'928} * 2);
+  EXPECT_EQ(r.data_parallel_bytes, r.gradient_bytes);
+  EXPECT_EQ(Count(*stream, "DDP gradient buckets").most_live_named, r.gradient_bytes);
+  EXPECT_EQ(Count(*stream, " .grad").most_live_named, r.gradient_bytes);
+  // 32 layers, the embedding and the head: one .grad each per step.
+  EXPECT_EQ(Allocations(*stream, " .grad"), 2u * 34);
+  // Both steps' placement holds both copies at the end of backward: above Megatron's layout,
+  // which reduces in the one buffer.
+  l.data_parallel_impl = model::DataParallelImpl::kMegatron;
+  ParallelPrediction megatron;
+  auto plain = Stream(Preset("llama2-7b"), s, l, 0, &megatron);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(megatron.roles[0].data_parallel_bytes, 0u);
+  EXPECT_EQ(Count(*plain, " .grad").most_live_named, 0u);
+  EXPECT_EQ(r.total_bytes, megatron.roles[0].total_bytes + r.gradient_bytes);
+  // A single data-parallel rank is not wrapped: no buckets.
+  l.data_parallel_impl = model::DataParallelImpl::kTorch;
+  l.dp = 1;
+  ASSERT_TRUE(Stream(Preset("llama2-7b"), s, l, 0, &p).ok());
+  EXPECT_EQ(p.roles[0].data_parallel_bytes, 0u);
+}
+
+TEST(RoleStream, DataParallelImplementationsRefuseWhatTheyDoNotDo) {
+  ParallelLayout l;
+  l.tp = 2;
+  l.dp = 4;
+  TrainingSetup s = Bf16Adam(1, 4096);
+  l.data_parallel_impl = model::DataParallelImpl::kTorch;
+  s.zero = ZeroMode::kZero2;
+  auto refused = PredictParallel(Preset("llama2-7b"), s, l);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("DistributedDataParallel does not shard"),
+            std::string::npos)
+      << refused.status().message();
+  l.data_parallel_impl = model::DataParallelImpl::kDeepSpeed;
+  for (const ZeroMode zero : {ZeroMode::kNone, ZeroMode::kZero3}) {
+    s.zero = zero;
+    refused = PredictParallel(Preset("llama2-7b"), s, l);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("give --zero 1 or 2"), std::string::npos)
+        << refused.status().message();
+  }
+  s.zero = ZeroMode::kZero2;
+  l.reduce_bucket_elements = 0;
+  EXPECT_FALSE(PredictParallel(Preset("llama2-7b"), s, l).ok());
+}
+
 TEST(RoleStream, ARoleOutsideThePredictionIsRefused) {
   ParallelPrediction p;
   auto stream = RoleStream(Preset("gpt2"), Bf16Adam(1, 1024), p, 0);

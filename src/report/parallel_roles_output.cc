@@ -17,6 +17,12 @@ std::string LayoutText(const model::ParallelPrediction& p) {
     text +=
         fmt::format("; HSDP: sharded over {} DP ranks, {} replicas", l.dp_shard, l.dp / l.dp_shard);
   }
+  if (l.data_parallel_impl == model::DataParallelImpl::kTorch) {
+    text += "; data parallel: PyTorch DDP";
+  } else if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed) {
+    text += fmt::format("; data parallel: DeepSpeed, reduce_bucket_size {}{}",
+                        l.reduce_bucket_elements, l.overlap_comm ? ", overlap_comm" : "");
+  }
   if (l.ep > 1 || l.etp > 0) text += fmt::format("; experts: EP {}, ETP {}", l.ep, l.Etp());
   if (l.sequence_parallel) text += "; sequence parallel";
   if (l.selective_recompute) text += "; selective recomputation";
@@ -143,33 +149,39 @@ nlohmann::json ParallelRolesJson(const model::ParallelPrediction& p, const std::
     if (capacity.allocator_bytes > 0) role["fits"] = RoleFits(r, capacity);
     roles.push_back(std::move(role));
   }
-  return {{"predicted", true},
-          {"parallel",
-           {{"model", model},
-            {"setup", setup},
-            {"parameters", p.parameters},
-            {"world", p.world},
-            {"layout",
-             {{"tp", l.tp},
-              {"pp", l.pp},
-              {"cp", l.cp},
-              {"dp", l.dp},
-              {"dp_shard", l.DpShard()},
-              {"ep", l.ep},
-              {"etp", l.Etp()},
-              {"sequence_parallel", l.sequence_parallel},
-              {"selective_recompute", l.selective_recompute},
-              {"micro_batches", l.micro_batches},
-              {"schedule",
-               l.schedule == model::PipelineSchedule::kInterleaved ? "interleaved" : "1f1b"},
-              {"virtual_stages", l.virtual_stages},
-              {"capacity_factor", l.capacity_factor},
-              {"reshard_after_forward", l.ReshardAfterForward()}}},
-            {"capacity_bytes", capacity.allocator_bytes},
-            {"gpu", capacity.gpu},
-            {"roles", std::move(roles)},
-            {"bounding_role", p.roles[p.bounding].name},
-            {"assumptions", p.assumptions}}}};
+  return {
+      {"predicted", true},
+      {"parallel",
+       {{"model", model},
+        {"setup", setup},
+        {"parameters", p.parameters},
+        {"world", p.world},
+        {"layout",
+         {{"tp", l.tp},
+          {"pp", l.pp},
+          {"cp", l.cp},
+          {"dp", l.dp},
+          {"dp_shard", l.DpShard()},
+          {"ep", l.ep},
+          {"etp", l.Etp()},
+          {"sequence_parallel", l.sequence_parallel},
+          {"selective_recompute", l.selective_recompute},
+          {"micro_batches", l.micro_batches},
+          {"schedule",
+           l.schedule == model::PipelineSchedule::kInterleaved ? "interleaved" : "1f1b"},
+          {"virtual_stages", l.virtual_stages},
+          {"capacity_factor", l.capacity_factor},
+          {"reshard_after_forward", l.ReshardAfterForward()},
+          {"dp_impl", l.data_parallel_impl == model::DataParallelImpl::kTorch       ? "torch"
+                      : l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed ? "deepspeed"
+                                                                                    : "megatron"},
+          {"reduce_bucket_size", l.reduce_bucket_elements},
+          {"overlap_comm", l.overlap_comm}}},
+        {"capacity_bytes", capacity.allocator_bytes},
+        {"gpu", capacity.gpu},
+        {"roles", std::move(roles)},
+        {"bounding_role", p.roles[p.bounding].name},
+        {"assumptions", p.assumptions}}}};
 }
 
 }  // namespace vramscope::report
