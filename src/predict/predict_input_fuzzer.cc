@@ -219,6 +219,11 @@ void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h)
   l.capacity_factor = static_cast<double>((h >> 48) % 3) * 0.5 + ((h >> 48) % 3 > 0 ? 0.5 : 0);
   // FSDP2's reshard_after_forward: as torchtitan sets it (unset), or forced either way.
   if (((h >> 50) & 1) != 0) l.reshard_after_forward = ((h >> 51) & 1) != 0;
+  // Data parallelism as Megatron, PyTorch's DDP or DeepSpeed reduces (the last two refuse the
+  // ZeRO stages they do not do); DeepSpeed's bucket of its default size or a small one.
+  l.data_parallel_impl = static_cast<vramscope::model::DataParallelImpl>((h >> 52) % 3);
+  l.overlap_comm = ((h >> 54) & 1) != 0;
+  if (((h >> 55) & 1) != 0) l.reduce_bucket_elements = 1 + (h >> 56) % 4096;
   TrainingSetup s = setup;
   if (s.zero != ZeroMode::kNone && l.dp * l.cp < 2) l.dp = 2;
   auto p = PredictParallel(spec, s, l);

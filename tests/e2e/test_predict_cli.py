@@ -384,6 +384,41 @@ def test_a_role_of_a_layout_is_reported_with_the_allocator_model(run, out_dir):
     assert (out_dir / "j.sqlite").exists()
 
 
+def test_data_parallel_implementations_per_role(run, out_dir):
+    """--dp-impl: PyTorch's DDP holds a second copy of the gradients in its buckets (llama2-7b at
+    TP 2: 3,369,340,928 bf16 elements per rank); DeepSpeed's ZeRO-2 a 500,000,000-element reduce
+    bucket in each backward, two with --overlap-comm, of --reduce-bucket-size elements when
+    given. Megatron's (the default) none of these."""
+    base = ["--model", "llama2-7b", "--tp", "2", "--dp", "4", "--dtype", "bf16", "--seq", "4096",
+            "--gpu", "h100-80gb"]
+    megatron = predict_json(run, *base, cwd=out_dir)["parallel"]
+    torch_ddp = predict_json(run, *base, "--dp-impl", "torch", cwd=out_dir)["parallel"]
+    assert megatron["layout"]["dp_impl"] == "megatron"
+    assert megatron["roles"][0]["data_parallel_bytes"] == 0
+    assert torch_ddp["layout"]["dp_impl"] == "torch"
+    role = torch_ddp["roles"][0]
+    assert role["data_parallel_bytes"] == role["gradient_bytes"] == 3_369_340_928 * 2
+    assert role["total_bytes"] == megatron["roles"][0]["total_bytes"] + role["gradient_bytes"]
+    assert role["peak_reserved_bytes"] > megatron["roles"][0]["peak_reserved_bytes"]
+    deepspeed = predict_json(run, *base, "--zero", "2", "--dp-impl", "deepspeed",
+                             cwd=out_dir)["parallel"]
+    assert deepspeed["roles"][0]["data_parallel_bytes"] == 500_000_000 * 2
+    assert deepspeed["layout"]["reduce_bucket_size"] == 500_000_000
+    assert any("reduce_bucket_size = 500000000" in a for a in deepspeed["assumptions"])
+    two = predict_json(run, *base, "--zero", "2", "--dp-impl", "deepspeed", "--overlap-comm",
+                       "--reduce-bucket-size", "200000000", cwd=out_dir)["parallel"]
+    assert two["roles"][0]["data_parallel_bytes"] == 2 * 200_000_000 * 2
+    assert two["layout"]["overlap_comm"] is True
+    rc, out, err = run("predict", *base, "--zero", "2", "--dp-impl", "deepspeed", cwd=out_dir)
+    assert rc == 0, err
+    assert "data parallel: DeepSpeed, reduce_bucket_size 500000000" in out, out
+    # --dp-impl alone asks for the per-rank estimate (DP 4 of a layout with TP 1)
+    alone = predict_json(run, "--model", "llama2-7b", "--world-size", "4", "--dp-impl", "torch",
+                         cwd=out_dir)["parallel"]
+    assert alone["layout"]["dp"] == 4 and alone["roles"][0]["data_parallel_bytes"] > 0
+    assert list_dir(out_dir) == []
+
+
 def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     """Llama 3 70B on 64 H100s (bf16, fp32 master weights, ZeRO-1, SP, seq 8192): TP 4 x PP 1
     leaves a rank over the 80 GB less what the allocator cannot have; TP 8 x PP 1 fits, and no
@@ -432,6 +467,15 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
      "--reshard-after-forward is FSDP2's choice for ZeRO-3: give --zero 3 with it"),
     (["--model", "llama2-7b", "--pp", "2", "--dp", "2", "--zero", "3",
       "--reshard-after-forward", "maybe"], "--reshard-after-forward maybe: use auto, true or false"),
+    (["--model", "llama2-7b", "--tp", "2", "--dp", "4", "--zero", "2", "--dp-impl", "torch"],
+     "--dp-impl torch with --zero 2: PyTorch's DistributedDataParallel does not shard"),
+    (["--model", "llama2-7b", "--tp", "2", "--dp", "4", "--dp-impl", "deepspeed"],
+     "--dp-impl deepspeed models DeepSpeed's ZeRO-1/2 optimizer; give --zero 1 or 2 (got 0)"),
+    (["--model", "llama2-7b", "--tp", "2", "--dp", "4", "--zero", "3", "--dp-impl", "deepspeed"],
+     "DeepSpeed's ZeRO-3 parameter buckets are not modelled yet"),
+    (["--model", "llama2-7b", "--dp", "4", "--zero", "2", "--overlap-comm"],
+     "--reduce-bucket-size and --overlap-comm are DeepSpeed's settings: give --dp-impl deepspeed"),
+    (["--model", "llama2-7b", "--dp-impl", "horovod"], "--dp-impl"),
     (["--model", "llama2-7b", "--pp", "2", "--fit", "h100-80gb"], "use --fit-dim layout"),
     (["--model", "llama2-7b", "--tp", "2", "--world-size", "3"], "not a multiple of --tp 2"),
     (["--model", "llama2-7b", "--tp", "4", "--world-size", "6"], "not a multiple of --tp 4"),
