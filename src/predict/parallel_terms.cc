@@ -11,53 +11,114 @@ namespace {
 // the down projections (q's, and k/v's with the shared rotary key) and their RMSNorms
 // duplicated on every rank, the up projections column-parallel by heads, the output projection
 // row-parallel.
-uint64_t MlaParameters(const ModelSpec& m, uint64_t t) {
+// DeepSeek's latent attention on one TP rank (Megatron-Core's MLASelfAttention): the down
+// projections and their norms duplicated, the up projections column-parallel, the output
+// row-parallel.
+void AddMlaTensors(const ModelSpec& m, uint64_t t, std::vector<LayerTensor>& out) {
   const uint64_t h = m.hidden, heads = m.heads / t;
   const uint64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
-  uint64_t n = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank +    // kv down, its norm
-               m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim) +  // kv up
-               heads * m.v_head_dim * h;                                       // output
-  n += m.q_lora_rank > 0 ? h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * qk
-                         : h * heads * qk;
-  return n;
+  if (m.q_lora_rank > 0) {
+    out.push_back({"self_attn.q_a_proj.weight", h * m.q_lora_rank, false});
+    out.push_back({"self_attn.q_a_layernorm.weight", m.q_lora_rank, false});
+    out.push_back({"self_attn.q_b_proj.weight", m.q_lora_rank * heads * qk, false});
+  } else {
+    out.push_back({"self_attn.q_proj.weight", h * heads * qk, false});
+  }
+  out.push_back(
+      {"self_attn.kv_a_proj_with_mqa.weight", h * (m.kv_lora_rank + m.qk_rope_head_dim), false});
+  out.push_back({"self_attn.kv_a_layernorm.weight", m.kv_lora_rank, false});
+  out.push_back({"self_attn.kv_b_proj.weight",
+                 m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim), false});
+  out.push_back({"self_attn.o_proj.weight", heads * m.v_head_dim * h, false});
 }
 
 }  // namespace
 
-Held LayerParameters(const ModelSpec& m, const ParallelLayout& l, bool moe) {
+std::vector<LayerTensor> LayerTensors(const ModelSpec& m, const ParallelLayout& l, bool moe) {
   const uint64_t t = l.tp, h = m.hidden;
-  Held held;
+  std::vector<LayerTensor> out;
   if (m.family == Family::kGpt2) {
     // ln_1, ln_2 (weight and bias, replicated); c_attn [h, 3h] and c_fc [h, ffn] column-parallel
     // with their biases; the two c_proj row-parallel, their biases replicated.
-    const uint64_t ffn = m.intermediate;
-    held.dense =
-        4 * h + (h * 3 * h + 3 * h) / t + (h * h) / t + h + (h * ffn + ffn) / t + (ffn * h) / t + h;
-    return held;
+    const uint64_t ffn = m.intermediate / t;
+    out = {{"ln_1.weight", h, false},
+           {"ln_1.bias", h, false},
+           {"attn.c_attn.weight", h * 3 * h / t, false},
+           {"attn.c_attn.bias", 3 * h / t, false},
+           {"attn.c_proj.weight", h * h / t, false},
+           {"attn.c_proj.bias", h, false},
+           {"ln_2.weight", h, false},
+           {"ln_2.bias", h, false},
+           {"mlp.c_fc.weight", h * ffn, false},
+           {"mlp.c_fc.bias", ffn, false},
+           {"mlp.c_proj.weight", ffn * h, false},
+           {"mlp.c_proj.bias", h, false}};
+    return out;
   }
+  out.push_back({"input_layernorm.weight", h, false});
   if (m.Mla()) {
-    held.dense = MlaParameters(m, t) + 2 * h;  // and the two RMSNorms
+    AddMlaTensors(m, t, out);
   } else {
     const uint64_t d = h / m.heads;
     const uint64_t q = m.heads / t * d;
     // KV heads split by TP; when TP exceeds them each rank keeps one (Megatron replicates them).
     const uint64_t kv = std::max<uint64_t>(1, m.kv_heads / t) * d;
-    held.dense = h * q + 2 * h * kv + q * h + 2 * h;  // q, k, v, o and the two RMSNorms
-    if (m.qkv_bias) held.dense += q + 2 * kv;
+    out.push_back({"self_attn.q_proj.weight", h * q, false});
+    if (m.qkv_bias) out.push_back({"self_attn.q_proj.bias", q, false});
+    out.push_back({"self_attn.k_proj.weight", h * kv, false});
+    if (m.qkv_bias) out.push_back({"self_attn.k_proj.bias", kv, false});
+    out.push_back({"self_attn.v_proj.weight", h * kv, false});
+    if (m.qkv_bias) out.push_back({"self_attn.v_proj.bias", kv, false});
+    out.push_back({"self_attn.o_proj.weight", q * h, false});
   }
+  out.push_back({"post_attention_layernorm.weight", h, false});
   if (!moe) {
     const uint64_t ffn = m.intermediate / t;
-    held.dense += 3 * h * ffn;
-    if (m.mlp_bias) held.dense += 2 * ffn + h;
-    return held;
+    out.push_back({"mlp.gate_proj.weight", h * ffn, false});
+    if (m.mlp_bias) out.push_back({"mlp.gate_proj.bias", ffn, false});
+    out.push_back({"mlp.up_proj.weight", h * ffn, false});
+    if (m.mlp_bias) out.push_back({"mlp.up_proj.bias", ffn, false});
+    out.push_back({"mlp.down_proj.weight", ffn * h, false});
+    if (m.mlp_bias) out.push_back({"mlp.down_proj.bias", h, false});
+    return out;
   }
-  held.dense += h * m.experts;  // the router, replicated
+  out.push_back({"mlp.gate.weight", h * m.experts, false});  // the router, replicated
   if (m.shared_expert_intermediate > 0) {
-    held.dense += 3 * h * (m.shared_expert_intermediate / t);
-    if (m.shared_expert_gate) held.dense += h;
+    const uint64_t shared = m.shared_expert_intermediate / t;
+    out.push_back({"mlp.shared_expert.gate_proj.weight", h * shared, false});
+    out.push_back({"mlp.shared_expert.up_proj.weight", h * shared, false});
+    out.push_back({"mlp.shared_expert.down_proj.weight", shared * h, false});
+    if (m.shared_expert_gate) out.push_back({"mlp.shared_expert_gate.weight", h, false});
   }
-  held.experts = m.experts / l.ep * 3 * h * (m.expert_intermediate / l.Etp());
+  // The rank's experts as grouped weights, one tensor per projection (torchtitan's
+  // GroupedExperts, Megatron-Core's grouped GEMM).
+  const uint64_t local = m.experts / l.ep * h * (m.expert_intermediate / l.Etp());
+  out.push_back({"mlp.experts.w1", local, true});
+  out.push_back({"mlp.experts.w3", local, true});
+  out.push_back({"mlp.experts.w2", local, true});
+  return out;
+}
+
+Held LayerParameters(const ModelSpec& m, const ParallelLayout& l, bool moe) {
+  Held held;
+  for (const LayerTensor& t : LayerTensors(m, l, moe))
+    (t.expert ? held.experts : held.dense) += t.elements;
   return held;
+}
+
+std::vector<LayerTensor> EmbeddingTensors(const ModelSpec& m, const ParallelLayout& l) {
+  std::vector<LayerTensor> out = {{"embed_tokens.weight", VocabShard(m, l.tp) * m.hidden, false}};
+  if (m.family == Family::kGpt2) out.push_back({"wpe.weight", m.max_positions * m.hidden, false});
+  return out;
+}
+
+std::vector<LayerTensor> HeadTensors(const ModelSpec& m, const ParallelLayout& l) {
+  std::vector<LayerTensor> out = {{"norm.weight", m.hidden, false}};
+  if (m.family == Family::kGpt2) out.push_back({"norm.bias", m.hidden, false});
+  if (!m.tie_embeddings || l.pp > 1) {
+    out.push_back({"lm_head.weight", VocabShard(m, l.tp) * m.hidden, false});
+  }
+  return out;
 }
 
 // Activation bytes of one layer and micro-batch (Korthikanti et al.; see the header); `moe`: a
@@ -237,14 +298,14 @@ ZeroGroups ZeroGroupsOf(const ParallelLayout& l) {
 }
 
 uint64_t EmbeddingElements(const ModelSpec& m, const ParallelLayout& l) {
-  uint64_t n = VocabShard(m, l.tp) * m.hidden;
-  if (m.family == Family::kGpt2) n += m.max_positions * m.hidden;
+  uint64_t n = 0;
+  for (const LayerTensor& t : EmbeddingTensors(m, l)) n += t.elements;
   return n;
 }
 
 uint64_t HeadElements(const ModelSpec& m, const ParallelLayout& l) {
-  uint64_t n = m.family == Family::kGpt2 ? 2 * m.hidden : m.hidden;  // the final norm
-  if (!m.tie_embeddings || l.pp > 1) n += VocabShard(m, l.tp) * m.hidden;
+  uint64_t n = 0;
+  for (const LayerTensor& t : HeadTensors(m, l)) n += t.elements;
   return n;
 }
 

@@ -23,9 +23,23 @@ struct Held {
   uint64_t dense = 0, experts = 0;
 };
 
-// One decoder layer on one TP rank (experts on one EP x ETP rank); `moe`: a mixture-of-experts
-// layer (DeepSeek-V3's first layers keep a dense MLP).
+// One parameter tensor of a unit on one rank: its name (as Hugging Face's module names it), its
+// elements, and whether it is the experts' (sharded over the expert-data-parallel group).
+struct LayerTensor {
+  const char* name;
+  uint64_t elements;
+  bool expert;
+};
+// One decoder layer's parameters on one TP rank (experts on one EP x ETP rank), tensor by tensor
+// in the order the module registers them; `moe`: a mixture-of-experts layer (DeepSeek-V3's first
+// layers keep a dense MLP). The rank's experts are grouped weights, one tensor per projection.
+std::vector<LayerTensor> LayerTensors(const ModelSpec& m, const ParallelLayout& l, bool moe);
+// Their sums.
 Held LayerParameters(const ModelSpec& m, const ParallelLayout& l, bool moe);
+// The embedding unit (and GPT-2's position embedding), and the head unit (the final norm and,
+// unless tied on the same stage, the output projection), on one TP rank.
+std::vector<LayerTensor> EmbeddingTensors(const ModelSpec& m, const ParallelLayout& l);
+std::vector<LayerTensor> HeadTensors(const ModelSpec& m, const ParallelLayout& l);
 
 // The vocabulary rows of one TP rank (padded up to a multiple of TP).
 inline uint64_t VocabShard(const ModelSpec& m, uint64_t tp) { return CeilDiv(m.vocab, tp); }
