@@ -267,13 +267,17 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
   const bool torch_ddp =
       l.data_parallel_impl == model::DataParallelImpl::kTorch && zero == 0 && l.dp * l.cp >= 2;
   out.assumptions.push_back(fmt::format(
-      "each role's step placed by the allocator model: weights per layer, {}, optimizer state "
-      "from the first step, the schedule's micro-batches in order; not modelled: backward's and "
-      "the optimizer's temporaries, NCCL's streams",
+      "each role's step placed by the allocator model: weights and optimizer state per "
+      "parameter, {}, the state from the first step and the step's temporaries as torch.optim "
+      "makes them ({}), the schedule's micro-batches in order; not modelled: backward's "
+      "temporaries, NCCL's streams",
       torch_ddp ? "PyTorch DDP's gradient buckets from construction (gradient_as_bucket_view "
                   "false) and each layer's .grad from its first backward of a step to the next "
                   "step's zero_grad(set_to_none=True)"
-                : "gradients in one contiguous buffer per model chunk (Megatron-Core's)"));
+                : "gradients in one contiguous buffer per model chunk (Megatron-Core's)",
+      s.optimizer.impl == OptimizerImpl::kFused     ? "fused: none"
+      : s.optimizer.impl == OptimizerImpl::kForeach ? "foreach: every exp_avg_sq's root at once"
+                                                    : "for-loop: one parameter's at a time"));
   if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed) {
     out.assumptions.push_back(fmt::format(
         "DeepSpeed ZeRO-{}: contiguous_gradients (its default): {} of reduce_bucket_size = {} "

@@ -33,6 +33,7 @@ struct Unit {
   std::string name;       // "layers.12", "embedding", "head"
   uint64_t elements = 0;  // this rank's model-parallel shard, before ZeRO (dense + experts)
   uint64_t expert_elements = 0;
+  std::vector<parallel_terms::LayerTensor> tensors;  // its parameters, summing to `elements`
   bool head = false;
   // Per micro-batch: what its forward saves (bytes, summing to the formula's) and the largest
   // communication buffer around it.
@@ -95,6 +96,10 @@ class RoleStepBuilder {
   void Forward(size_t chunk, uint64_t micro_batch);
   void Backward(size_t chunk);
   void OptimizerState();
+  void OptimizerTemporaries();
+  // Each parameter of the role as "unit.tensor" and its elements on this rank, sharded once
+  // ZeRO's stage reaches `from_stage` (1: optimizer state, 3: weights), in forward order.
+  std::vector<std::pair<std::string, uint64_t>> TensorElements(int from_stage) const;
   uint64_t Gather(const Unit& u) {
     return Alloc(u.elements * element_size_, Category::kWeight, u.name + " (ZeRO-3 all-gathered)",
                  "all_gather", kAllGatherStream);
@@ -125,10 +130,10 @@ class RoleStepBuilder {
   }
   // zero_grad(set_to_none=True) under PyTorch's DDP: the parameters' .grad tensors go.
   void ZeroGrad() {
-    for (std::vector<uint64_t>& chunk : grads_) {
-      for (uint64_t& id : chunk) {
-        if (id != 0) Free(id);
-        id = 0;
+    for (std::vector<std::vector<uint64_t>>& chunk : grads_) {
+      for (std::vector<uint64_t>& unit : chunk) {
+        for (const uint64_t id : unit) Free(id);
+        unit.clear();
       }
     }
   }
@@ -143,8 +148,8 @@ class RoleStepBuilder {
   // ZeRO-3 without resharding after forward: per chunk and unit, its gathered weights (0: not
   // gathered), kept from its first forward of the step to the step's end of backward.
   std::vector<std::vector<uint64_t>> kept_;
-  // PyTorch's DDP: per chunk and unit, its parameters' .grad (0: none yet this step).
-  std::vector<std::vector<uint64_t>> grads_;
+  // PyTorch's DDP: per chunk and unit, its parameters' .grad (none yet this step: empty).
+  std::vector<std::vector<std::vector<uint64_t>>> grads_;
   uint64_t next_id_ = 1;
   Thread thread_ = Thread::kMain;
   Phase phase_ = Phase::kUnknown;
@@ -192,6 +197,7 @@ void RoleStepBuilder::MakeChunks() {
       Unit embedding;
       embedding.name = "embedding";
       embedding.elements = parallel_terms::EmbeddingElements(m_, l_);
+      embedding.tensors = parallel_terms::EmbeddingTensors(m_, l_);
       units.push_back(std::move(embedding));
     }
     for (uint64_t i = first; i < first + count; ++i) {
@@ -201,6 +207,7 @@ void RoleStepBuilder::MakeChunks() {
       u.name = fmt::format("layers.{}", i);
       u.elements = held.dense + held.experts;
       u.expert_elements = held.experts;
+      u.tensors = parallel_terms::LayerTensors(m_, l_, is_moe);
       const double layer_bytes = parallel_terms::LayerActivationBytes(m_, s_, l_, seq, is_moe);
       std::vector<uint64_t> sizes;
       for (const parallel_terms::ActivationTerm& t :
@@ -220,6 +227,7 @@ void RoleStepBuilder::MakeChunks() {
       Unit head;
       head.name = "head";
       head.elements = parallel_terms::HeadElements(m_, l_);
+      head.tensors = parallel_terms::HeadTensors(m_, l_);
       head.head = true;
       // The fp32 logits of the vocabulary shard; their gradient comes in backward.
       head.saved.emplace_back("logits (fp32)", r_.logits_bytes / 2);
@@ -231,26 +239,16 @@ void RoleStepBuilder::MakeChunks() {
   grads_.resize(v);
   for (uint64_t c = 0; c < v; ++c) {
     kept_[c].assign(chunks_[c].size(), 0);
-    grads_[c].assign(chunks_[c].size(), 0);
+    grads_[c].assign(chunks_[c].size(), {});
   }
 }
 
 void RoleStepBuilder::Construct() {
   MarkPhase(0, Phase::kSetup, "setup");
-  // The weights: each unit's dense part and its experts apart (they shard over other groups).
+  // The weights, one tensor per parameter (ZeRO-3 shards each, as FSDP2 does; the experts'
+  // over their own group).
   std::vector<std::pair<std::string, uint64_t>> weights;
-  for (const std::vector<Unit>& chunk : chunks_) {
-    for (const Unit& u : chunk) {
-      weights.emplace_back(u.name,
-                           element_size_ * parallel_terms::Sharded(u.elements - u.expert_elements,
-                                                                   groups_.dense, zero_, 3));
-      if (u.expert_elements > 0) {
-        weights.emplace_back(
-            u.name + ".experts",
-            element_size_ * parallel_terms::Sharded(u.expert_elements, groups_.experts, zero_, 3));
-      }
-    }
-  }
+  for (const auto& [name, n] : TensorElements(3)) weights.emplace_back(name, element_size_ * n);
   std::vector<uint64_t> sizes;
   for (const auto& w : weights) sizes.push_back(w.second);
   AdjustLast(sizes, r_.weight_bytes);
@@ -362,9 +360,12 @@ void RoleStepBuilder::Backward(size_t chunk) {
       comm = Alloc(u.communication, Category::kTemporary,
                    fmt::format("{} {} (backward)", u.name, u.communication_what), "collective");
     }
-    if (torch_ddp_ && grads_[chunk][i] == 0) {  // accumulated into by later micro-batches
-      grads_[chunk][i] = Alloc(u.elements * element_size_, Category::kGradient, u.name + " .grad",
-                               "AccumulateGrad");
+    if (torch_ddp_ && grads_[chunk][i].empty()) {  // accumulated into by later micro-batches
+      for (const parallel_terms::LayerTensor& t : u.tensors) {
+        grads_[chunk][i].push_back(Alloc(t.elements * element_size_, Category::kGradient,
+                                         fmt::format("{}.{}.grad", u.name, t.name),
+                                         "AccumulateGrad"));
+      }
     }
     uint64_t rs = 0;
     if (reduce_scatter) {
@@ -383,6 +384,22 @@ void RoleStepBuilder::Backward(size_t chunk) {
   for (const uint64_t id : buckets) Free(id);
 }
 
+std::vector<std::pair<std::string, uint64_t>> RoleStepBuilder::TensorElements(
+    int from_stage) const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (const std::vector<Unit>& chunk : chunks_) {
+    for (const Unit& u : chunk) {
+      for (const parallel_terms::LayerTensor& t : u.tensors) {
+        out.emplace_back(
+            fmt::format("{}.{}", u.name, t.name),
+            parallel_terms::Sharded(t.elements, t.expert ? groups_.experts : groups_.dense, zero_,
+                                    from_stage));
+      }
+    }
+  }
+  return out;
+}
+
 void RoleStepBuilder::OptimizerState() {
   const uint64_t per_element = parallel_terms::OptimizerBytesPerElement(s_);
   if (per_element == 0) return;
@@ -390,18 +407,13 @@ void RoleStepBuilder::OptimizerState() {
   const uint64_t state = master ? 4 : element_size_;
   const uint64_t moments = (per_element - (master ? 4 : 0)) / state;
   std::vector<std::pair<std::string, uint64_t>> tensors;
-  for (const std::vector<Unit>& chunk : chunks_) {
-    for (const Unit& u : chunk) {
-      const uint64_t n =
-          parallel_terms::Sharded(u.elements - u.expert_elements, groups_.dense, zero_, 1) +
-          parallel_terms::Sharded(u.expert_elements, groups_.experts, zero_, 1);
-      if (master) tensors.emplace_back(u.name + " (fp32 master weights)", 4 * n);
-      static constexpr const char* kMoments[] = {"exp_avg", "exp_avg_sq"};
-      for (uint64_t k = 0; k < moments; ++k) {
-        tensors.emplace_back(
-            fmt::format("{} ({})", u.name, moments == 1 ? "momentum_buffer" : kMoments[k % 2]),
-            state * n);
-      }
+  for (const auto& [name, n] : TensorElements(1)) {
+    if (master) tensors.emplace_back(name + " (fp32 master weights)", 4 * n);
+    static constexpr const char* kMoments[] = {"exp_avg", "exp_avg_sq"};
+    for (uint64_t k = 0; k < moments; ++k) {
+      tensors.emplace_back(
+          fmt::format("{} ({})", name, moments == 1 ? "momentum_buffer" : kMoments[k % 2]),
+          state * n);
     }
   }
   std::vector<uint64_t> sizes;
@@ -410,6 +422,65 @@ void RoleStepBuilder::OptimizerState() {
   for (size_t i = 0; i < tensors.size(); ++i) {
     Alloc(sizes[i], Category::kOptimizerState, tensors[i].first, "optimizer.step");
   }
+}
+
+// Adam's and AdamW's step temporaries, one tensor per parameter as the step simulator counts them
+// for one GPU (byte-exact against torch 2.11's _multi_tensor_adam and _single_tensor_adam):
+// foreach, the low-precision gradients converted to fp32 beside master weights, Adam's L2 term a
+// new gradient list, then every exp_avg_sq's square root at once; the for-loop, one parameter's
+// root and denominator at a time; fused, none (nor SGD's and momentum's in-place updates).
+void RoleStepBuilder::OptimizerTemporaries() {
+  const OptimizerSetup& o = s_.optimizer;
+  if (o.kind != OptimizerKind::kAdam && o.kind != OptimizerKind::kAdamW) return;
+  if (o.impl == OptimizerImpl::kFused) return;
+  const uint64_t state = o.master_weights ? 4 : element_size_;
+  const bool l2 = o.kind == OptimizerKind::kAdam && o.weight_decay != 0;
+  const std::vector<std::pair<std::string, uint64_t>> tensors = TensorElements(1);
+  auto list = [&](std::string_view what, std::string_view op) {
+    std::vector<uint64_t> ids;
+    for (const auto& [name, n] : tensors) {
+      if (n > 0) {
+        ids.push_back(
+            Alloc(state * n, Category::kTemporary, fmt::format("{} ({})", name, what), op));
+      }
+    }
+    return ids;
+  };
+  auto drop = [&](std::vector<uint64_t>& ids) {  // Python drops a list's items last to first
+    for (auto it = ids.rbegin(); it != ids.rend(); ++it) Free(*it);
+    ids.clear();
+  };
+  if (o.impl == OptimizerImpl::kForeach) {
+    std::vector<uint64_t> grads;
+    if (o.master_weights) grads = list("gradient in fp32", "aten::_to_copy");
+    if (l2) {
+      std::vector<uint64_t> decayed = list("gradient + L2 term", "aten::_foreach_add");
+      drop(grads);
+      grads = std::move(decayed);
+    }
+    drop(grads);
+    std::vector<uint64_t> roots = list("exp_avg_sq.sqrt()", "aten::_foreach_sqrt");
+    drop(roots);
+    return;
+  }
+  uint64_t previous = 0, previous_grad = 0;
+  for (const auto& [name, n] : tensors) {
+    if (n == 0) continue;
+    const uint64_t grad =
+        l2 ? Alloc(state * n, Category::kTemporary, name + " (gradient + L2 term)", "aten::add")
+           : 0;
+    if (previous_grad != 0) Free(previous_grad);
+    previous_grad = grad;
+    const uint64_t root =
+        Alloc(state * n, Category::kTemporary, name + " (exp_avg_sq.sqrt())", "aten::sqrt");
+    const uint64_t denom =
+        Alloc(state * n, Category::kTemporary, name + " (Adam's denominator)", "aten::div");
+    Free(root);
+    if (previous != 0) Free(previous);
+    previous = denom;
+  }
+  if (previous != 0) Free(previous);
+  if (previous_grad != 0) Free(previous_grad);
 }
 
 Status RoleStepBuilder::Build() {
@@ -459,6 +530,7 @@ Status RoleStepBuilder::Build() {
     thread_ = Thread::kMain;
     MarkPhase(step, Phase::kOptimizer, "optimizer");
     if (step == 0) OptimizerState();
+    OptimizerTemporaries();
   }
   out_.info.facts.emplace_back(
       "schedule simulated",
