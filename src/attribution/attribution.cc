@@ -212,6 +212,21 @@ void Decide(const Context& c, const model::TraceView& view, AllocationInfo& info
           "allocated by AccumulateGrad (a parameter's .grad)");
     return;
   }
+  // FSDP2's own buffers, named by the FSDPParamGroup method on the stack (as the tracer labels
+  // them): before the phase rules, which would call a unit gathered in forward and freed in
+  // backward an activation.
+  if (s.fsdp_reduce) {
+    d.Set(Category::kGradient, Confidence::kHigh,
+          "allocated by FSDP2's post_backward (a fully_shard unit's gradients, unsharded for "
+          "the reduce-scatter, and their shard)");
+    return;
+  }
+  if (s.fsdp_unshard) {
+    d.Set(Category::kWeight, Confidence::kHigh,
+          "allocated by FSDP2's unshard (a fully_shard unit's parameters all-gathered: the "
+          "copy-in buffer and the unsharded parameters)");
+    return;
+  }
   if (s.weight_creation && !s.in_backward && !s.in_optimizer && !s.in_forward) {
     d.Set(Category::kWeight, Confidence::kMedium,
           "allocated while creating or moving module parameters (Module.to/_apply, "

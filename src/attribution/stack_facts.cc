@@ -123,6 +123,10 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
       }
       if (function == "zero_grad") f.zero_grad = true;
     }
+    if (EndsWith(file, "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py")) {
+      if (function == "unshard" || function == "wait_for_unshard") f.fsdp_unshard = true;
+      if (function == "post_backward") f.fsdp_reduce = true;
+    }
     if (EndsWith(file, "torch/nn/parameter.py") || function == "reset_parameters" ||
         function == "from_pretrained" || function == "_load_state_dict_into_meta_model" ||
         function == "set_module_tensor_to_device" || function == "load_checkpoint_and_dispatch") {

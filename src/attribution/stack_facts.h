@@ -22,6 +22,11 @@ struct StackFacts {
   bool workspace = false;        // cuBLAS/cuBLASLt/cuDNN workspace
   bool zero_grad = false;        // Optimizer.zero_grad / Module.zero_grad
   bool host_copy = false;        // a copy to the device (Tensor.to / .cuda) outside any module
+  // FSDP2 (torch.distributed.fsdp.fully_shard): a unit's parameters being all-gathered
+  // (FSDPParamGroup.unshard / wait_for_unshard: the copy-in buffer and the unsharded
+  // parameters), and its gradients reduce-scattered (FSDPParamGroup.post_backward).
+  bool fsdp_unshard = false;
+  bool fsdp_reduce = false;
   model::StringId operation = model::kEmptyString;    // "aten::addmm", "linear", ...
   model::StringId module_kind = model::kEmptyString;  // "linear", "conv", ... from torch/nn/modules
 };
