@@ -402,6 +402,7 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
         "deepspeed with them");
   }
   if (o.reduce_bucket_size > 0) l.reduce_bucket_elements = o.reduce_bucket_size;
+  l.fsdp_mixed_precision = !o.fsdp_mp.empty();
   l.overlap_comm = o.overlap_comm;
   const uint64_t model_parallel = o.tp * o.pp * o.cp;
   if (o.dp > 0) {
@@ -420,6 +421,10 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
     l.dp = std::max<uint64_t>(1, static_cast<uint64_t>(o.world_size) / model_parallel);
   }
   predict::TrainingSetup setup = request.setup;
+  // FSDP2's param_dtype: the unit computes in it, as autocast would (16-bit activations).
+  if (l.fsdp_mixed_precision && !setup.precision.autocast) {
+    setup.precision.autocast = o.fsdp_mp == "fp16" ? predict::DType::kF16 : predict::DType::kBF16;
+  }
   // The setup line names ZeRO's group (the data-parallel x context-parallel ranks); the layout
   // line says the rest (DDP's buckets are not in the per-rank estimate).
   if (l.dp_shard > 0 && setup.zero == predict::ZeroMode::kNone) {
@@ -543,10 +548,11 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
 }
 
 Status Run(const PredictOptions& o) {
-  if (!o.fsdp_mp.empty() && !NeedsTracer(o.model)) {
+  if (!o.fsdp_mp.empty() && !NeedsTracer(o.model) && !WantsParallel(o)) {
     return UsageError(
-        "--fsdp-mp is for your own model (FILE.py:FUNCTION, hf:config.json) under --fsdp; the "
-        "built-in families' --fsdp takes its precision from --dtype");
+        "--fsdp-mp is for your own model (FILE.py:FUNCTION, hf:config.json) under --fsdp, or a "
+        "parallel layout with --zero 3 (per rank role); the built-in families' single-GPU --fsdp "
+        "takes its precision from --dtype");
   }
   if (o.rank >= 0 && !NeedsTracer(o.model)) {
     return UsageError(
@@ -730,9 +736,9 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "DistributedDataParallel, fully_shard, parallelize_module)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--fsdp-mp", o.fsdp_mp,
-                  "your own model with --fsdp: FSDP2's MixedPrecisionPolicy as torchtitan sets "
-                  "it, parameters gathered and computed in bf16 or fp16, gradients reduced in "
-                  "fp32")
+                  "FSDP2's MixedPrecisionPolicy as torchtitan sets it, parameters gathered and "
+                  "computed in bf16 or fp16, gradients reduced in fp32: your own model with "
+                  "--fsdp, or a parallel layout with --zero 3")
       ->check(CLI::IsMember({"bf16", "fp16"}));
   cmd->add_option("--rank", o.rank,
                   "your own model under --world-size: the rank the tracer runs (default: 0)")

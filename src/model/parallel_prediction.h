@@ -44,6 +44,10 @@ struct ParallelLayout {
   //   weights' dtype, two with overlap_comm, freed when that backward's reduction ends; under
   //   pipeline parallelism one, at the step's reduction.
   DataParallelImpl data_parallel_impl = DataParallelImpl::kMegatron;
+  // ZeRO-3 as FSDP2 with its MixedPrecisionPolicy as torchtitan sets it (param_dtype 16-bit,
+  // reduce_dtype fp32): units all-gathered in 2 B per element whatever the sharded weights' dtype,
+  // their reduce-scatter input in 4 B.
+  bool fsdp_mixed_precision = false;
   uint64_t reduce_bucket_elements = 500'000'000;  // DeepSpeed's reduce_bucket_size default
   bool overlap_comm = false;                      // DeepSpeed's default for ZeRO-1/2
 

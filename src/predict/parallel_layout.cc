@@ -116,6 +116,11 @@ Status CheckLayout(const ModelSpec& m, const TrainingSetup& s, const ParallelLay
         "--dp-impl deepspeed models DeepSpeed's ZeRO-1/2 optimizer; give --zero 1 or 2 (got {}{})",
         zero, zero == 3 ? ": DeepSpeed's ZeRO-3 parameter buckets are not modelled yet" : ""));
   }
+  if (l.fsdp_mixed_precision &&
+      (zero != 3 || l.data_parallel_impl != model::DataParallelImpl::kMegatron)) {
+    return UsageError(
+        "--fsdp-mp is FSDP2's mixed-precision policy: give --zero 3 (and no --dp-impl) with it");
+  }
   if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed &&
       l.reduce_bucket_elements == 0) {
     return UsageError("--reduce-bucket-size must be at least 1 element");

@@ -338,30 +338,36 @@ DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s, const Parallel
     return {all * element, "DDP's gradient buckets (beside the parameters' .grad)"};
   }
   if (zero < 2 || zero_group < 2 || units.empty()) return {};
+  // FSDP2's mixed precision: gathered in 16-bit, reduce-scattered in fp32.
+  const uint64_t gathered = l.fsdp_mixed_precision ? 2 : element;
+  const uint64_t reduced = l.fsdp_mixed_precision ? 4 : element;
   if (zero == 3 && !l.ReshardAfterForward()) {
     uint64_t all = 0, largest = 0;
     for (const uint64_t u : units) {
       all += u;
       largest = std::max(largest, u);
     }
-    return {(all + largest) * element,
+    return {all * gathered + largest * reduced,
             "ZeRO-3 units kept gathered (no reshard after forward) and reduce-scatter input"};
   }
-  uint64_t most = 0;  // elements
+  uint64_t most = 0;  // bytes
   for (size_t i = 0; i < units.size(); ++i) {
     if (zero == 2) {
-      most = std::max(most, units[i]);
+      most = std::max(most, units[i] * element);
       continue;
     }
     // Forward: unit i gathered, unit i + 1 prefetched. Backward: unit i gathered again, unit
     // i - 1 prefetched, and unit i's gradients unsharded for the reduce-scatter.
     const uint64_t next = i + 1 < units.size() ? units[i + 1] : 0;
     const uint64_t previous = i > 0 ? units[i - 1] : 0;
-    most = std::max({most, units[i] + next, 2 * units[i] + previous});
+    most = std::max({most, (units[i] + next) * gathered,
+                     (units[i] + previous) * gathered + units[i] * reduced});
   }
-  const uint64_t bytes = most * element;
-  if (zero == 2) return {bytes, "ZeRO-2 reduce-scatter input"};
-  return {bytes, "ZeRO-3 all-gathers (unit and prefetch) and reduce-scatter input"};
+  if (zero == 2) return {most, "ZeRO-2 reduce-scatter input"};
+  return {most, l.fsdp_mixed_precision
+                    ? "ZeRO-3 all-gathers in 16-bit (unit and prefetch) and fp32 reduce-scatter "
+                      "input"
+                    : "ZeRO-3 all-gathers (unit and prefetch) and reduce-scatter input"};
 }
 
 std::vector<uint64_t> StageLayers(const ModelSpec& m, const ParallelLayout& l) {

@@ -224,6 +224,7 @@ void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h)
   l.data_parallel_impl = static_cast<vramscope::model::DataParallelImpl>((h >> 52) % 3);
   l.overlap_comm = ((h >> 54) & 1) != 0;
   if (((h >> 55) & 1) != 0) l.reduce_bucket_elements = 1 + (h >> 56) % 4096;
+  l.fsdp_mixed_precision = ((h >> 60) & 1) != 0;  // refused but under ZeRO-3
   TrainingSetup s = setup;
   if (s.zero != ZeroMode::kNone && l.dp * l.cp < 2) l.dp = 2;
   auto p = PredictParallel(spec, s, l);

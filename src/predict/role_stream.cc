@@ -101,8 +101,8 @@ class RoleStepBuilder {
   // ZeRO's stage reaches `from_stage` (1: optimizer state, 3: weights), in forward order.
   std::vector<std::pair<std::string, uint64_t>> TensorElements(int from_stage) const;
   uint64_t Gather(const Unit& u) {
-    return Alloc(u.elements * element_size_, Category::kWeight, u.name + " (ZeRO-3 all-gathered)",
-                 "all_gather", kAllGatherStream);
+    return Alloc(u.elements * (l_.fsdp_mixed_precision ? 2 : element_size_), Category::kWeight,
+                 u.name + " (ZeRO-3 all-gathered)", "all_gather", kAllGatherStream);
   }
   // Without resharding after forward: the unit gathered once and kept.
   void KeepGathered(size_t chunk, size_t unit) {
@@ -369,8 +369,9 @@ void RoleStepBuilder::Backward(size_t chunk) {
     }
     uint64_t rs = 0;
     if (reduce_scatter) {
-      rs = Alloc(u.elements * element_size_, Category::kGradient,
-                 u.name + " (ZeRO reduce-scatter input)", "reduce_scatter", kReduceScatterStream);
+      rs = Alloc(u.elements * (l_.fsdp_mixed_precision && zero_ >= 3 ? 4 : element_size_),
+                 Category::kGradient, u.name + " (ZeRO reduce-scatter input)", "reduce_scatter",
+                 kReduceScatterStream);
     }
     if (comm != 0) Free(comm);
     for (auto it = pass.saved[i].rbegin(); it != pass.saved[i].rend(); ++it) Free(*it);

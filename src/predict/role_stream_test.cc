@@ -362,6 +362,42 @@ TEST(RoleStream, TorchDdpHoldsEachGradientTwice) {
   EXPECT_EQ(p.roles[0].data_parallel_bytes, 0u);
 }
 
+// FSDP2's MixedPrecisionPolicy as torchtitan sets it (param_dtype bf16, reduce_dtype fp32) over
+// fp32 sharded weights: llama2-7b at TP 2 has 101,195,776 elements a layer; a layer's backward
+// holds it and the previous one gathered in bf16 (2 x 2 B) and its fp32 reduce-scatter input
+// (4 B): 8 x 101,195,776 B, where fp32 throughout holds 3 x 4 B per element.
+TEST(RoleStream, FsdpMixedPrecisionGathersIn16BitAndReducesInFp32) {
+  ParallelLayout l;
+  l.tp = 2;
+  l.dp = 4;
+  TrainingSetup s = Bf16Adam(1, 4096);
+  s.precision.param = DType::kF32;
+  s.zero = ZeroMode::kZero3;
+  ParallelPrediction p;
+  ASSERT_TRUE(Stream(Preset("llama2-7b"), s, l, 0, &p).ok());
+  EXPECT_EQ(p.roles[0].data_parallel_bytes, uint64_t{12} * 101'195'776);
+  l.fsdp_mixed_precision = true;
+  auto stream = Stream(Preset("llama2-7b"), s, l, 0, &p);
+  ASSERT_TRUE(stream.ok()) << stream.status().message();
+  EXPECT_EQ(p.roles[0].data_parallel_bytes, uint64_t{8} * 101'195'776);
+  EXPECT_EQ(p.roles[0].data_parallel,
+            "ZeRO-3 all-gathers in 16-bit (unit and prefetch) and fp32 reduce-scatter input");
+  EXPECT_EQ(Count(*stream, "(ZeRO").most_live_named, uint64_t{8} * 101'195'776);
+  for (const StreamEvent& e : stream->events) {
+    if (e.kind != StreamEvent::Kind::kAlloc) continue;
+    const std::string name(stream->strings.Get(e.name));
+    if (name == "layers.3 (ZeRO-3 all-gathered)") EXPECT_EQ(e.bytes, uint64_t{2} * 101'195'776);
+    if (name == "layers.3 (ZeRO reduce-scatter input)") {
+      EXPECT_EQ(e.bytes, uint64_t{4} * 101'195'776);
+    }
+  }
+  // Only FSDP2 (ZeRO-3) has the policy.
+  s.zero = ZeroMode::kZero2;
+  auto refused = PredictParallel(Preset("llama2-7b"), s, l);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("give --zero 3"), std::string::npos);
+}
+
 TEST(RoleStream, DataParallelImplementationsRefuseWhatTheyDoNotDo) {
   ParallelLayout l;
   l.tp = 2;

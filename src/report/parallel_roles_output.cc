@@ -23,6 +23,7 @@ std::string LayoutText(const model::ParallelPrediction& p) {
     text += fmt::format("; data parallel: DeepSpeed, reduce_bucket_size {}{}",
                         l.reduce_bucket_elements, l.overlap_comm ? ", overlap_comm" : "");
   }
+  if (l.fsdp_mixed_precision) text += "; FSDP2 mixed precision (16-bit gathers, fp32 reduce)";
   if (l.ep > 1 || l.etp > 0) text += fmt::format("; experts: EP {}, ETP {}", l.ep, l.Etp());
   if (l.sequence_parallel) text += "; sequence parallel";
   if (l.selective_recompute) text += "; selective recomputation";
@@ -176,7 +177,8 @@ nlohmann::json ParallelRolesJson(const model::ParallelPrediction& p, const std::
                       : l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed ? "deepspeed"
                                                                                     : "megatron"},
           {"reduce_bucket_size", l.reduce_bucket_elements},
-          {"overlap_comm", l.overlap_comm}}},
+          {"overlap_comm", l.overlap_comm},
+          {"fsdp_mixed_precision", l.fsdp_mixed_precision}}},
         {"capacity_bytes", capacity.allocator_bytes},
         {"gpu", capacity.gpu},
         {"roles", std::move(roles)},

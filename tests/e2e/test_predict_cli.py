@@ -413,6 +413,13 @@ def test_data_parallel_implementations_per_role(run, out_dir):
     rc, out, err = run("predict", *base, "--zero", "2", "--dp-impl", "deepspeed", cwd=out_dir)
     assert rc == 0, err
     assert "data parallel: DeepSpeed, reduce_bucket_size 500000000" in out, out
+    # FSDP2's mixed-precision policy (torchtitan's): fp32 shards, bf16 gathers, fp32 reduce
+    mp = predict_json(run, "--model", "llama2-7b", "--tp", "2", "--dp", "4", "--zero", "3",
+                      "--dtype", "fp32", "--fsdp-mp", "bf16", "--seq", "4096",
+                      cwd=out_dir)["parallel"]
+    assert mp["layout"]["fsdp_mixed_precision"] is True
+    assert mp["roles"][0]["data_parallel_bytes"] == 8 * 101_195_776
+    assert "bfloat16 autocast" in mp["setup"], mp["setup"]
     # --dp-impl alone asks for the per-rank estimate (DP 4 of a layout with TP 1)
     alone = predict_json(run, "--model", "llama2-7b", "--world-size", "4", "--dp-impl", "torch",
                          cwd=out_dir)["parallel"]
@@ -477,6 +484,8 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     (["--model", "llama2-7b", "--dp", "4", "--zero", "2", "--overlap-comm"],
      "--reduce-bucket-size and --overlap-comm are DeepSpeed's settings: give --dp-impl deepspeed"),
     (["--model", "llama2-7b", "--dp-impl", "horovod"], "--dp-impl"),
+    (["--model", "llama2-7b", "--tp", "2", "--dp", "4", "--zero", "1", "--fsdp-mp", "bf16"],
+     "--fsdp-mp is FSDP2's mixed-precision policy: give --zero 3"),
     (["--model", "llama2-7b", "--pp", "2", "--fit", "h100-80gb"], "use --fit-dim layout"),
     (["--model", "llama2-7b", "--tp", "2", "--world-size", "3"], "not a multiple of --tp 2"),
     (["--model", "llama2-7b", "--tp", "4", "--world-size", "6"], "not a multiple of --tp 4"),
