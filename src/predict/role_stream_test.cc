@@ -52,6 +52,13 @@ Tally Count(const TensorStream& stream, const std::string& part = "") {
   return t;
 }
 
+ParallelLayout TensorAndDataParallel(uint64_t tp, uint64_t dp) {
+  ParallelLayout l;
+  l.tp = tp;
+  l.dp = dp;
+  return l;
+}
+
 Result<TensorStream> Stream(const ModelSpec& m, const TrainingSetup& s, const ParallelLayout& l,
                             size_t role, ParallelPrediction* out = nullptr) {
   auto p = PredictParallel(m, s, l);
@@ -117,9 +124,7 @@ TEST(RoleStream, InterleavedScheduleKeepsItsChunksInFlight) {
 // 65,536,000. In a layer's backward a rank holds it gathered, the next one prefetched and its
 // gradients unsharded: 3 x 101,195,776 x 2 B = 607,174,656 B.
 TEST(RoleStream, ZeroThreeGathersAUnitAndPrefetchesTheNext) {
-  ParallelLayout l;
-  l.tp = 2;
-  l.dp = 4;
+  ParallelLayout l = TensorAndDataParallel(2, 4);
   TrainingSetup s = Bf16Adam(1, 4096);
   s.zero = ZeroMode::kZero3;
   ParallelPrediction p;
@@ -292,9 +297,7 @@ size_t Allocations(const TensorStream& stream, const std::string& part) {
 // starts: 500,000,000 x 2 B in bf16, twice with overlap_comm; under pipeline parallelism once per
 // step, for the reduction after the last backward.
 TEST(RoleStream, DeepSpeedAllocatesItsReduceBucketsInEachBackward) {
-  ParallelLayout l;
-  l.tp = 2;
-  l.dp = 4;
+  ParallelLayout l = TensorAndDataParallel(2, 4);
   l.data_parallel_impl = model::DataParallelImpl::kDeepSpeed;
   TrainingSetup s = Bf16Adam(1, 4096);
   s.zero = ZeroMode::kZero2;
@@ -330,9 +333,7 @@ TEST(RoleStream, DeepSpeedAllocatesItsReduceBucketsInEachBackward) {
 // flat buckets the reducer copies them into, alive from construction. llama2-7b at TP 2 holds
 // 3,369,340,928 elements per rank: 2 x 6,738,681,856 B of gradients in bf16.
 TEST(RoleStream, TorchDdpHoldsEachGradientTwice) {
-  ParallelLayout l;
-  l.tp = 2;
-  l.dp = 4;
+  ParallelLayout l = TensorAndDataParallel(2, 4);
   l.data_parallel_impl = model::DataParallelImpl::kTorch;
   const TrainingSetup s = Bf16Adam(1, 4096);
   ParallelPrediction p;
@@ -367,9 +368,7 @@ TEST(RoleStream, TorchDdpHoldsEachGradientTwice) {
 // holds it and the previous one gathered in bf16 (2 x 2 B) and its fp32 reduce-scatter input
 // (4 B): 8 x 101,195,776 B, where fp32 throughout holds 3 x 4 B per element.
 TEST(RoleStream, FsdpMixedPrecisionGathersIn16BitAndReducesInFp32) {
-  ParallelLayout l;
-  l.tp = 2;
-  l.dp = 4;
+  ParallelLayout l = TensorAndDataParallel(2, 4);
   TrainingSetup s = Bf16Adam(1, 4096);
   s.precision.param = DType::kF32;
   s.zero = ZeroMode::kZero3;
@@ -399,9 +398,7 @@ TEST(RoleStream, FsdpMixedPrecisionGathersIn16BitAndReducesInFp32) {
 }
 
 TEST(RoleStream, DataParallelImplementationsRefuseWhatTheyDoNotDo) {
-  ParallelLayout l;
-  l.tp = 2;
-  l.dp = 4;
+  ParallelLayout l = TensorAndDataParallel(2, 4);
   TrainingSetup s = Bf16Adam(1, 4096);
   l.data_parallel_impl = model::DataParallelImpl::kTorch;
   s.zero = ZeroMode::kZero2;
