@@ -43,11 +43,14 @@ TRAIN_MODEL_FILE = REPO / "examples" / "distributed" / "train_model_file.py"
 
 # examples/distributed's model files trained for real, one process per rank sharing the GPU (gloo):
 # the measurements the tracer's one traced rank (predict --model FILE:build --world-size N) is held
-# to. (case, file, ranks); batch 4, sequence 512, AdamW, 3 steps. The ranks share the GPU through
+# to. (case, file, ranks, batch and sequence); AdamW, 3 steps. The ranks share the GPU through
 # train_model_file.py's gloo-staged group (NCCL refuses two ranks on one GPU; plain gloo cannot
-# carry DTensor's collectives on CUDA tensors). Pipeline parallelism is not here yet.
-MODEL_FILE_CASES = [("ranks2_tp_llama_adamw_fp32", "tp_llama.py", 2),
-                    ("ranks4_fsdp2_tp_llama_adamw_fp32", "fsdp2_tp_llama.py", 4)]
+# carry DTensor's collectives on CUDA tensors; its send/recv carry the pipeline's stages too).
+MODEL_FILE_CASES = [("ranks2_tp_llama_adamw_fp32", "tp_llama.py", 2, ["--batch", "4", "--seq", "512"]),
+                    ("ranks4_fsdp2_tp_llama_adamw_fp32", "fsdp2_tp_llama.py", 4,
+                     ["--batch", "4", "--seq", "512"]),
+                    # 1F1B over two stages, 4 micro-batches of 2 (pp_gpt.py): not captured yet
+                    ("ranks2_pp_gpt_adamw_fp32", "pp_gpt.py", 2, ["--batch", "8", "--seq", "256"])]
 
 SUITE = [(model, opt, amp)
          for model, opts in (("linear", ("sgd", "adam")), ("mlp", ("sgd", "adam")),
@@ -193,14 +196,13 @@ def main() -> int:
             if case["status"] == "ok" and len(case.get("ranks", {})) != 2:
                 case["status"] = f"failed: {len(case.get('ranks', {}))} rank(s) captured, not 2"
             cases[name] = case
-        for name, model_file, ranks in MODEL_FILE_CASES:
+        for name, model_file, ranks, shape in MODEL_FILE_CASES:
             if args.only and name not in args.only:
                 continue
             program = ["-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
                        "--standalone", str(TRAIN_MODEL_FILE),
-                       f"{REPO / 'examples' / 'distributed' / model_file}:build", "--batch", "4",
-                       "--seq", "512", "--optimizer", "adamw", "--steps", "3", "--backend",
-                       "gloo-staged",
+                       f"{REPO / 'examples' / 'distributed' / model_file}:build", *shape,
+                       "--optimizer", "adamw", "--steps", "3", "--backend", "gloo-staged",
                        *device]
             # PYTHONFAULTHANDLER: a rank that dies of a signal leaves its Python stack in the log.
             case = run_case(args.vramscope, args.python, name, program, args.out, work, [],

@@ -12,7 +12,9 @@ GPU as the default device (the tracer builds on the meta device and materialises
 GPU: the same tensors). Then, per step, the tracer's loop: ``zero_grad(set_to_none=True)``, the
 batch from ``vramscope_inputs(batch, seq, 224)`` moved to the GPU, ``vramscope_forward`` and
 ``vramscope_loss``, ``backward()``, ``optimizer.step()`` (torch.optim's default implementation),
-and the release of batch, output and loss.
+and the release of batch, output and loss. A file that defines ``vramscope_pipeline_step(model,
+batch)`` (a ``torch.distributed.pipelining`` stage, ``pp_gpt.py``) has that run the step's
+micro-batches in place of forward, loss and backward.
 
 Several ranks sharing one GPU cannot use NCCL (it refuses two ranks on one device), and gloo
 cannot carry DTensor's collectives on CUDA tensors (its scatter and the functional collectives'
@@ -74,7 +76,10 @@ def load_model_file(spec: str):
     build = getattr(module, function or "build", None)
     if build is None:
         raise SystemExit(f"train_model_file.py: error: {path} has no function {function or 'build'}")
-    for name in ("vramscope_inputs", "vramscope_forward", "vramscope_loss"):
+    needed = ["vramscope_inputs"]
+    if not hasattr(module, "vramscope_pipeline_step"):
+        needed += ["vramscope_forward", "vramscope_loss"]
+    for name in needed:
         if not hasattr(module, name):
             raise SystemExit(f"train_model_file.py: error: {path} has no {name}")
     return module, build
@@ -107,6 +112,9 @@ class CpuStagedGroup(dist.ProcessGroup):
 
     def getBackendName(self):
         return "gloo-staged"
+
+    def _get_backend(self, device):  # c10d asks the group's backend per device: it is itself
+        return self
 
     @property
     def group_name(self):  # the name c10d registered this group under
@@ -193,6 +201,36 @@ class CpuStagedGroup(dist.ProcessGroup):
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
+    # Point to point (torch.distributed.pipelining's stages): gloo's send keeps its CPU copy
+    # alive until sent; a receive completes when its copy has reached the caller's tensor.
+    def send(self, tensors, dst, tag=0):
+        return self._gloo.send([tensors[0].detach().cpu()], dst, tag)
+
+    def recv(self, tensors, src, tag=0):
+        import threading
+        from torch._C._distributed_c10d import _create_work_from_future
+
+        target = tensors[0]
+        host = torch.empty(target.shape, dtype=target.dtype)
+        work = self._gloo.recv([host], src, tag)
+        future = torch.futures.Future()
+
+        def finish():
+            try:
+                work.wait()
+                with torch.no_grad():
+                    if target.is_cuda:
+                        with torch.cuda.device(target.device):
+                            target.copy_(host)
+                    else:
+                        target.copy_(host)
+                future.set_result(tensors)
+            except Exception as e:  # surfaces in the caller's wait()
+                future.set_exception(e)
+
+        threading.Thread(target=finish, daemon=True).start()
+        return _create_work_from_future(future)
+
 
 def _allreduce_opts(op):
     opts = dist.AllreduceOptions()
@@ -239,18 +277,25 @@ def main(argv=None) -> int:
         model = build()
     name, hyper = OPTIMIZERS[args.optimizer]
     optimizer = getattr(torch.optim, name)(model.parameters(), **hyper)
+    pipeline = hasattr(module, "vramscope_pipeline_step")
     cpu_batch = module.vramscope_inputs(args.batch, args.seq, 224)
     model.train()
     for step in range(1, args.steps + 1):
         optimizer.zero_grad(set_to_none=True)
         batch = tuple(t.to(device) for t in cpu_batch)
-        out = module.vramscope_forward(model, batch)
-        loss = module.vramscope_loss(out, batch)
-        loss.backward()
+        if pipeline:
+            # The schedule runs every micro-batch's forward and backward; the last stage returns
+            # the mean loss, the others None.
+            loss = module.vramscope_pipeline_step(model, batch)
+            out = None
+        else:
+            out = module.vramscope_forward(model, batch)
+            loss = module.vramscope_loss(out, batch)
+            loss.backward()
         optimizer.step()
-        value = loss.item()
+        value = loss.item() if loss is not None else None
         del batch, out, loss
-        if dist.get_rank() == 0:
+        if value is not None and (pipeline or dist.get_rank() == 0):
             print(f"step {step}: loss {value:.6f}", flush=True)
     if device_type == "cuda":
         print(f"rank {dist.get_rank()}: max allocated {torch.cuda.max_memory_allocated(device):,} B,"

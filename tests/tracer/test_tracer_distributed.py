@@ -274,7 +274,8 @@ def test_tensor_parallel_rank_matches_its_h100_capture(tmp_path, example, world)
 
 def test_the_gloo_staged_group_carries_every_collective_the_examples_use(tmp_path):
     """train_model_file.py's gloo-staged process group (how the captures above shared one GPU),
-    on two CPU ranks: each collective's result as gloo's own, and a TP model trained with it."""
+    on two CPU ranks: each collective's result as gloo's own, and a TP model and a two-stage
+    pipeline trained with it."""
     check = tmp_path / "collectives.py"
     check.write_text(f"""
 import sys, torch, torch.distributed as dist
@@ -300,6 +301,16 @@ dist.destroy_process_group()
     assert done.returncode == 0, done.stderr[-3000:]
     done = subprocess.run([*run, str(EXAMPLES / "train_model_file.py"),
                            f"{EXAMPLES / 'tp_llama.py'}:build", "--batch", "2", "--seq", "32",
+                           "--steps", "2", "--device", "cpu", "--backend", "gloo-staged"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = [float(line.split()[-1]) for line in done.stdout.splitlines()
+              if line.startswith("step ")]
+    assert len(losses) == 2 and losses[1] < losses[0], done.stdout
+    # Its send/recv carry a pipeline: pp_gpt.py's two stages under Schedule1F1B; the last stage
+    # reports the loss.
+    done = subprocess.run([*run, str(EXAMPLES / "train_model_file.py"),
+                           f"{EXAMPLES / 'pp_gpt.py'}:build", "--batch", "8", "--seq", "32",
                            "--steps", "2", "--device", "cpu", "--backend", "gloo-staged"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,0 +1,90 @@
+"""The example GPT (examples/training/models.py) under pipeline parallelism with
+``torch.distributed.pipelining``: as many stages as ranks, each holding a contiguous share of the
+blocks (the first also the embeddings, the last the final norm and an untied head), driven by
+``Schedule1F1B`` over 4 micro-batches. The first real per-stage measurements come from training
+it on a GPU (``examples/distributed/train_model_file.py``, which drives the schedule when the
+file defines ``vramscope_pipeline_step``):
+
+    torchrun --nproc-per-node 2 examples/distributed/train_model_file.py \\
+        examples/distributed/pp_gpt.py:build --batch 8 --seq 256 --backend gloo-staged
+
+The tracer refuses ``torch.distributed.pipelining`` (docs/design/tracer.md), so
+``vramscope predict --model`` cannot run this file yet; the built-in families' per-rank
+estimate (``--pp``) models 1F1B by formula."""
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "training"))
+from models import GPTBlock, _GPT, init_transformer_weights  # noqa: E402
+
+MICRO_BATCHES = 4
+
+
+class GPTStage(nn.Module):
+    """Blocks [first, last) of the example GPT, with the embeddings on the first stage and the
+    final norm and head on the last (the head untied: its embedding is on another rank)."""
+
+    def __init__(self, first: int, last: int, is_first: bool, is_last: bool):
+        super().__init__()
+        g = _GPT
+        self.wte = nn.Embedding(g["vocab"], g["hidden"]) if is_first else None
+        self.wpe = nn.Embedding(g["max_len"], g["hidden"]) if is_first else None
+        self.blocks = nn.ModuleList(GPTBlock(g["hidden"], g["heads"], g["mlp"])
+                                    for _ in range(first, last))
+        self.ln_f = nn.LayerNorm(g["hidden"]) if is_last else None
+        self.lm_head = nn.Linear(g["hidden"], g["vocab"], bias=False) if is_last else None
+        init_transformer_weights(self)
+
+    def forward(self, x):
+        if self.wte is not None:
+            pos = torch.arange(x.shape[1], device=x.device)
+            x = self.wte(x) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        if self.lm_head is not None:
+            x = self.lm_head(self.ln_f(x))
+        return x
+
+
+def _loss(logits, labels):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def build():
+    """This rank's stage of the model (the schedule that drives it is made at the first step)."""
+    rank, stages = dist.get_rank(), dist.get_world_size()
+    layers = _GPT["layers"]
+    first, last = rank * layers // stages, (rank + 1) * layers // stages
+    return GPTStage(first, last, rank == 0, rank == stages - 1)
+
+
+def vramscope_inputs(batch_size, seq_len, image_size):
+    tokens = torch.randint(0, _GPT["vocab"], (batch_size, seq_len + 1))
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+_SCHEDULES = {}
+
+
+def vramscope_pipeline_step(model, batch):
+    """One step of the 1F1B schedule over this rank's stage: the first stage feeds the tokens,
+    the last the labels (and gets the micro-batches' losses, whose mean it returns); the stages
+    between pass activations on."""
+    rank, stages = dist.get_rank(), dist.get_world_size()
+    if id(model) not in _SCHEDULES:
+        device = next(model.parameters()).device
+        stage = PipelineStage(model, rank, stages, device)
+        _SCHEDULES[id(model)] = Schedule1F1B(stage, n_microbatches=MICRO_BATCHES, loss_fn=_loss)
+    ids, labels = batch
+    losses = []
+    args = (ids,) if rank == 0 else ()
+    kwargs = dict(target=labels, losses=losses) if rank == stages - 1 else {}
+    _SCHEDULES[id(model)].step(*args, **kwargs)
+    return torch.stack(losses).mean() if losses else None
