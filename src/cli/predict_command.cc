@@ -785,7 +785,8 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "megatron (default: in the gradients' own contiguous buffer, ZeRO-2/3 as "
                   "FSDP2), torch (PyTorch's DistributedDataParallel, --zero 0: the .grad tensors "
                   "and a second copy in its buckets) or deepspeed (DeepSpeed's ZeRO-1/2: a "
-                  "reduce bucket of --reduce-bucket-size elements in each backward)")
+                  "reduce bucket of --reduce-bucket-size elements in each backward; ZeRO-3: one "
+                  "kept, each module gathered with a prefetch bucket of the next)")
       ->check(CLI::IsMember({"megatron", "torch", "deepspeed"}));
   cmd->add_option("--reduce-bucket-size", o.reduce_bucket_size,
                   "--dp-impl deepspeed: DeepSpeed's reduce_bucket_size, in elements (default "

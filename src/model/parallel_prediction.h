@@ -49,7 +49,10 @@ struct ParallelLayout {
   // their reduce-scatter input in 4 B.
   bool fsdp_mixed_precision = false;
   uint64_t reduce_bucket_elements = 500'000'000;  // DeepSpeed's reduce_bucket_size default
-  bool overlap_comm = false;                      // DeepSpeed's default for ZeRO-1/2
+  // DeepSpeed's ZeRO-3: its stage3_prefetch_bucket_size default, the elements of the next
+  // module's parameters it gathers ahead.
+  uint64_t prefetch_bucket_elements = 50'000'000;
+  bool overlap_comm = false;  // DeepSpeed's default for ZeRO-1/2
 
   uint64_t World() const { return tp * pp * dp * cp; }
   uint64_t Etp() const { return etp == 0 ? tp : etp; }

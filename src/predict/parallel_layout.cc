@@ -111,10 +111,21 @@ Status CheckLayout(const ModelSpec& m, const TrainingSetup& s, const ParallelLay
         "--zero 3 for FSDP2 (as --dp-impl megatron models it) or --dp-impl deepspeed for ZeRO-1/2",
         zero));
   }
-  if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed && zero != 1 && zero != 2) {
+  if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed && zero == 0) {
+    return UsageError(
+        "--dp-impl deepspeed models DeepSpeed's ZeRO optimizers; give --zero 1, 2 or 3");
+  }
+  if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed && zero >= 2 && l.pp > 1) {
     return UsageError(fmt::format(
-        "--dp-impl deepspeed models DeepSpeed's ZeRO-1/2 optimizer; give --zero 1 or 2 (got {}{})",
-        zero, zero == 3 ? ": DeepSpeed's ZeRO-3 parameter buckets are not modelled yet" : ""));
+        "--dp-impl deepspeed --zero {} with --pp {}: DeepSpeed's pipeline engine takes ZeRO-1 "
+        "only (ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism)",
+        zero, l.pp));
+  }
+  if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed &&
+      l.reshard_after_forward.has_value()) {
+    return UsageError(
+        "--reshard-after-forward is FSDP2's choice; DeepSpeed's ZeRO-3 releases each module's "
+        "parameters after its use");
   }
   if (l.fsdp_mixed_precision &&
       (zero != 3 || l.data_parallel_impl != model::DataParallelImpl::kMegatron)) {
@@ -283,7 +294,7 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
       s.optimizer.impl == OptimizerImpl::kFused     ? "fused: none"
       : s.optimizer.impl == OptimizerImpl::kForeach ? "foreach: every exp_avg_sq's root at once"
                                                     : "for-loop: one parameter's at a time"));
-  if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed) {
+  if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed && zero < 3) {
     out.assumptions.push_back(fmt::format(
         "DeepSpeed ZeRO-{}: contiguous_gradients (its default): {} of reduce_bucket_size = {} "
         "elements in the weights' dtype, {}; the gradients and optimizer state as ZeRO-{} "
@@ -295,6 +306,15 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
                  : "allocated once per step for the reduction after the last backward "
                    "(reduce_gradients(pipeline_parallel=True))",
         zero));
+  } else if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed) {
+    out.assumptions.push_back(fmt::format(
+        "DeepSpeed ZeRO-3 (stage3.py, contiguous_gradients): a reduce bucket of "
+        "reduce_bucket_size = {} elements allocated with the optimizer and kept; each unit (a "
+        "layer, the embedding, the head) gathered for its forward and again for its backward and "
+        "released after, with up to stage3_prefetch_bucket_size = {} elements of the next "
+        "gathered ahead; stage3_max_live_parameters and max_reuse_distance (which may keep more "
+        "gathered) are not modelled",
+        l.reduce_bucket_elements, l.prefetch_bucket_elements));
   }
   if (m.experts > 0) {
     out.assumptions.push_back(fmt::format(

@@ -331,6 +331,21 @@ DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s, const Parallel
             buffers == 2 ? "DeepSpeed's two reduce buckets (overlap_comm), in backward"
                          : "DeepSpeed's reduce bucket, in backward"};
   }
+  if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed && zero == 3) {
+    // stage3.py: its reduce bucket (ipg) allocated with the optimizer and kept; each module's
+    // parameters gathered for its use and released, with up to stage3_prefetch_bucket_size
+    // elements of the next gathered ahead (in forward order, then backward's).
+    uint64_t most = 0;
+    for (size_t i = 0; i < units.size(); ++i) {
+      const uint64_t next = i + 1 < units.size() ? units[i + 1] : 0;
+      const uint64_t previous = i > 0 ? units[i - 1] : 0;
+      most = std::max({most, units[i] + std::min(next, l.prefetch_bucket_elements),
+                       units[i] + std::min(previous, l.prefetch_bucket_elements)});
+    }
+    return {(most + l.reduce_bucket_elements) * element,
+            "DeepSpeed ZeRO-3: its reduce bucket (kept) and a module gathered with the next "
+            "prefetched up to stage3_prefetch_bucket_size"};
+  }
   if (l.data_parallel_impl == model::DataParallelImpl::kTorch && zero == 0) {
     if (l.dp * l.cp < 2) return {};
     uint64_t all = 0;

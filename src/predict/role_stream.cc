@@ -128,6 +128,28 @@ class RoleStepBuilder {
     }
     return ids;
   }
+  // Unit `i` gathered whole (a prefetched part of it replaced), and unit `next` (out of range:
+  // none) prefetched: whole under FSDP2, up to stage3_prefetch_bucket_size elements under
+  // DeepSpeed's ZeRO-3.
+  void GatherWithPrefetch(const std::vector<Unit>& units, size_t i, size_t next,
+                          std::vector<uint64_t>& gathered, std::vector<bool>& partial) {
+    if (partial[i]) {
+      Free(gathered[i]);
+      gathered[i] = 0;
+      partial[i] = false;
+    }
+    if (gathered[i] == 0) gathered[i] = Gather(units[i]);
+    if (next >= units.size() || gathered[next] != 0) return;
+    if (deepspeed_) {
+      const uint64_t n = std::min(units[next].elements, l_.prefetch_bucket_elements);
+      gathered[next] = Alloc(n * element_size_, Category::kWeight,
+                             units[next].name + " (DeepSpeed ZeRO-3 prefetched)", "all_gather",
+                             kAllGatherStream);
+      partial[next] = true;
+    } else {
+      gathered[next] = Gather(units[next]);
+    }
+  }
   // zero_grad(set_to_none=True) under PyTorch's DDP: the parameters' .grad tensors go.
   void ZeroGrad() {
     for (std::vector<std::vector<uint64_t>>& chunk : grads_) {
@@ -275,6 +297,7 @@ void RoleStepBuilder::Construct() {
           chunks_.size() == 1 ? buffer : fmt::format("{} (model chunk {})", buffer, c),
           "DistributedDataParallel");
   }
+  if (deepspeed_ && zero_ >= 3) ReduceBuckets(1);  // stage3.py's, kept from construction
 }
 
 void RoleStepBuilder::Forward(size_t chunk, uint64_t micro_batch) {
@@ -285,15 +308,12 @@ void RoleStepBuilder::Forward(size_t chunk, uint64_t micro_batch) {
   pass.saved.resize(units.size());
   const bool gather = data_parallel_buffers_ && zero_ >= 3 && l_.ReshardAfterForward();
   std::vector<uint64_t> gathered(units.size(), 0);
-  auto gather_unit = [&](size_t i) {
-    if (gathered[i] == 0) gathered[i] = Gather(units[i]);
-  };
+  std::vector<bool> partial(units.size(), false);
   for (size_t i = 0; i < units.size(); ++i) {
     const Unit& u = units[i];
     if (data_parallel_buffers_ && zero_ >= 3 && !l_.ReshardAfterForward()) KeepGathered(chunk, i);
     if (gather) {
-      gather_unit(i);
-      if (i + 1 < units.size()) gather_unit(i + 1);  // prefetched
+      GatherWithPrefetch(units, i, i + 1, gathered, partial);
     }
     uint64_t comm = 0;
     if (u.communication > 0) {
@@ -336,20 +356,17 @@ void RoleStepBuilder::Backward(size_t chunk) {
   const bool reduce_scatter =
       data_parallel_buffers_ && zero_ >= 2 && !deepspeed_;  // DeepSpeed's: its reduce bucket
   std::vector<uint64_t> gathered(units.size(), 0);
-  // DeepSpeed allocates its reduce bucket(s) as each backward starts and drops them when its
-  // reduction ends; under pipeline parallelism it reduces once, at the step's end.
-  const std::vector<uint64_t> buckets =
-      deepspeed_ && l_.pp < 2 ? ReduceBuckets(l_.overlap_comm ? 2 : 1) : std::vector<uint64_t>{};
+  std::vector<bool> partial(units.size(), false);
+  // DeepSpeed's ZeRO-1/2 allocate their reduce bucket(s) as each backward starts and drop them
+  // when its reduction ends (under pipeline parallelism, once at the step's end); ZeRO-3 keeps
+  // one from construction.
+  const std::vector<uint64_t> buckets = deepspeed_ && zero_ < 3 && l_.pp < 2
+                                            ? ReduceBuckets(l_.overlap_comm ? 2 : 1)
+                                            : std::vector<uint64_t>{};
   for (size_t i = units.size(); i-- > 0;) {
     const Unit& u = units[i];
     if (data_parallel_buffers_ && zero_ >= 3 && !l_.ReshardAfterForward()) KeepGathered(chunk, i);
-    if (gather) {
-      for (size_t k : {i, i - 1}) {  // the unit, and the next in backward order (prefetched)
-        if (k < units.size() && gathered[k] == 0) {
-          gathered[k] = Gather(units[k]);
-        }
-      }
-    }
+    if (gather) GatherWithPrefetch(units, i, i - 1, gathered, partial);
     uint64_t logits_grad = 0;
     if (u.head && !u.saved.empty() && u.saved.front().second > 0) {
       logits_grad = Alloc(u.saved.front().second, Category::kTemporary, "logits' gradient (fp32)",
@@ -525,7 +542,7 @@ Status RoleStepBuilder::Build() {
       Backward(backward_chunk(next_backward++));
     }
     ReleaseKept();  // resharded after the step's last backward
-    if (deepspeed_ && l_.pp > 1) {
+    if (deepspeed_ && zero_ < 3 && l_.pp > 1) {
       for (const uint64_t id : ReduceBuckets(1)) Free(id);  // reduce_gradients(pipeline_parallel)
     }
     thread_ = Thread::kMain;
