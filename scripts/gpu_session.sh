@@ -242,8 +242,7 @@ step_run_goldens() {
   if [[ $GS_DRY == 1 ]]; then
     "$GS_PY" scripts/capture_run_goldens.py --out "$GS_STAGE/goldens/$GS_SLUG/run" \
       --vramscope "$GS_BIN" --python "$GS_PY" --dry-run-cpu \
-      --only linear_sgd_fp32 oom_gpt_fp32 ranks2_ddp_gpt_adamw_fp32 ranks2_tp_llama_adamw_fp32 \
-        ranks2_pp_gpt_adamw_fp32
+      --only linear_sgd_fp32 oom_gpt_fp32 ranks2_ddp_gpt_adamw_fp32 ranks2_tp_llama_adamw_fp32
   else
     # VRAMSCOPE_RUN_GOLDEN_CASES (space-separated case names) reruns only those: a second call
     # that redoes the cases the first one failed.
