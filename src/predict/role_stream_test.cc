@@ -292,13 +292,19 @@ size_t Allocations(const TensorStream& stream, const std::string& part) {
   return n;
 }
 
+// llama2-7b's layouts for DeepSpeed: TP 2 x DP 4.
+ParallelLayout DeepSpeedLayout() {
+  ParallelLayout l = TensorAndDataParallel(2, 4);
+  l.data_parallel_impl = model::DataParallelImpl::kDeepSpeed;
+  return l;
+}
+
 // DeepSpeed's ZeRO-1/2 optimizer (stage_1_and_2.py, contiguous_gradients on by default)
 // allocates its reduce bucket, reduce_bucket_size elements in the weights' dtype, as each backward
 // starts: 500,000,000 x 2 B in bf16, twice with overlap_comm; under pipeline parallelism once per
 // step, for the reduction after the last backward.
 TEST(RoleStream, DeepSpeedAllocatesItsReduceBucketsInEachBackward) {
-  ParallelLayout l = TensorAndDataParallel(2, 4);
-  l.data_parallel_impl = model::DataParallelImpl::kDeepSpeed;
+  ParallelLayout l = DeepSpeedLayout();
   TrainingSetup s = Bf16Adam(1, 4096);
   s.zero = ZeroMode::kZero2;
   ParallelPrediction p;
@@ -401,8 +407,7 @@ TEST(RoleStream, FsdpMixedPrecisionGathersIn16BitAndReducesInFp32) {
 // construction, and gathers each unit with up to stage3_prefetch_bucket_size (50,000,000)
 // elements of the next: llama2-7b at TP 2 in bf16, (101,195,776 + 50,000,000 + 500,000,000) x 2 B.
 TEST(RoleStream, DeepSpeedZeroThreeKeepsItsBucketAndPrefetchesABucketAhead) {
-  ParallelLayout l = TensorAndDataParallel(2, 4);
-  l.data_parallel_impl = model::DataParallelImpl::kDeepSpeed;
+  ParallelLayout l = DeepSpeedLayout();
   TrainingSetup s = Bf16Adam(1, 4096);
   s.zero = ZeroMode::kZero3;
   ParallelPrediction p;

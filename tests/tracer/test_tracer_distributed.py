@@ -299,24 +299,23 @@ dist.destroy_process_group()
     run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone"]
     done = subprocess.run([*run, str(check)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    done = subprocess.run([*run, str(EXAMPLES / "train_model_file.py"),
-                           f"{EXAMPLES / 'tp_llama.py'}:build", "--batch", "2", "--seq", "32",
-                           "--steps", "2", "--device", "cpu", "--backend", "gloo-staged"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    losses = [float(line.split()[-1]) for line in done.stdout.splitlines()
-              if line.startswith("step ")]
-    assert len(losses) == 2 and losses[1] < losses[0], done.stdout
+
+    def train(example: str, batch: int) -> list[float]:
+        """Two steps of the example on the two CPU ranks; the losses the runner printed."""
+        done = subprocess.run([*run, str(EXAMPLES / "train_model_file.py"),
+                               f"{EXAMPLES / example}:build", "--batch", str(batch), "--seq", "32",
+                               "--steps", "2", "--device", "cpu", "--backend", "gloo-staged"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return [float(line.split()[-1]) for line in done.stdout.splitlines()
+                if line.startswith("step ")]
+
+    losses = train("tp_llama.py", 2)
+    assert len(losses) == 2 and losses[1] < losses[0], losses
     # Its send/recv carry a pipeline: pp_gpt.py's two stages under Schedule1F1B; the last stage
     # reports the loss.
-    done = subprocess.run([*run, str(EXAMPLES / "train_model_file.py"),
-                           f"{EXAMPLES / 'pp_gpt.py'}:build", "--batch", "8", "--seq", "32",
-                           "--steps", "2", "--device", "cpu", "--backend", "gloo-staged"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    losses = [float(line.split()[-1]) for line in done.stdout.splitlines()
-              if line.startswith("step ")]
-    assert len(losses) == 2 and losses[1] < losses[0], done.stdout
+    losses = train("pp_gpt.py", 8)
+    assert len(losses) == 2 and losses[1] < losses[0], losses
 
 
 def test_a_script_style_model_function_runs_as_under_torchrun(tmp_path):
