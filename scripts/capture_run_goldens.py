@@ -49,8 +49,14 @@ TRAIN_MODEL_FILE = REPO / "examples" / "distributed" / "train_model_file.py"
 MODEL_FILE_CASES = [("ranks2_tp_llama_adamw_fp32", "tp_llama.py", 2, ["--batch", "4", "--seq", "512"]),
                     ("ranks4_fsdp2_tp_llama_adamw_fp32", "fsdp2_tp_llama.py", 4,
                      ["--batch", "4", "--seq", "512"]),
-                    # 1F1B over two stages, 4 micro-batches of 2 (pp_gpt.py): not captured yet
-                    ("ranks2_pp_gpt_adamw_fp32", "pp_gpt.py", 2, ["--batch", "8", "--seq", "256"])]
+                    # 1F1B over two stages, 4 micro-batches of 2 (pp_gpt.py)
+                    ("ranks2_pp_gpt_adamw_fp32", "pp_gpt.py", 2, ["--batch", "8", "--seq", "256"]),
+                    # the same models built on the meta device, each rank making only its shards
+                    # (torchtitan's way, and the tracer's): the allocator's segments as traced
+                    ("ranks2_tp_llama_meta_adamw_fp32", "tp_llama.py", 2,
+                     ["--batch", "4", "--seq", "512", "--init", "meta"]),
+                    ("ranks4_fsdp2_tp_llama_meta_adamw_fp32", "fsdp2_tp_llama.py", 4,
+                     ["--batch", "4", "--seq", "512", "--init", "meta"])]
 
 SUITE = [(model, opt, amp)
          for model, opts in (("linear", ("sgd", "adam")), ("mlp", ("sgd", "adam")),

@@ -25,6 +25,12 @@ allocates are the caller's (DTensor's, FSDP2's), as under NCCL; the copies live 
 Under it ``parallelize_module`` is called with ``src_data_rank=None`` (each rank initialises its
 own shard instead of receiving it from rank 0: the same tensors, no scatter at construction).
 
+``--init meta`` builds the model as torchtitan does and as the tracer does: on the meta device
+(``parallelize_module`` and ``fully_shard`` applied there), then ``model.to_empty`` makes only this
+rank's shards on the GPU, which are then filled in place (normal, std 0.02, on each local shard:
+no DTensor random op, so no collective). The default, ``--init device``, builds the whole model on
+the GPU and shards it afterwards, which leaves the allocator's segments cut differently.
+
 ``--device cpu`` is the CPU stand-in for checking the plumbing without a GPU: device meshes the
 file asks for on "cuda" are made on the CPU. Nothing it measures is ground truth.
 """
@@ -59,6 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="default: nccl on cuda, gloo on cpu; gloo-staged: ranks sharing a GPU")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="default: cuda if available")
+    p.add_argument("--init", choices=("device", "meta"), default="device",
+                   help="device: the whole model built on the device, then sharded (default); "
+                        "meta: built on the meta device, only this rank's shards made")
     args = p.parse_args(argv)
     if args.steps < 1 or args.batch < 1 or args.seq < 1:
         p.error("--steps, --batch and --seq must be at least 1")
@@ -255,6 +264,27 @@ def shards_made_locally() -> None:
     tensor_parallel.parallelize_module = parallelize_module
 
 
+def build_on_meta(build, device: torch.device, seed: int):
+    """The model built on the meta device, then this rank's shards made on ``device`` and filled
+    in place. ``to_empty`` is what FSDP2 needs (its sharded parameters are re-pointed by the
+    module's ``_apply``); each local shard is filled, not the DTensor (whose random ops would
+    broadcast an RNG state)."""
+    from torch.distributed.tensor import DTensor
+
+    with torch.device("meta"):
+        model = build()
+    model.to_empty(device=device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            local = t.to_local() if isinstance(t, DTensor) else t
+            if local.is_floating_point():
+                local.normal_(0.0, 0.02, generator=generator)
+            else:
+                local.zero_()
+    return model
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     device_type = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -273,8 +303,11 @@ def main(argv=None) -> int:
     dist.init_process_group(backend=backend)
     module, build = load_model_file(args.model)
     torch.manual_seed(args.seed)
-    with torch.device(device):
-        model = build()
+    if args.init == "meta":
+        model = build_on_meta(build, device, args.seed)
+    else:
+        with torch.device(device):
+            model = build()
     name, hyper = OPTIMIZERS[args.optimizer]
     optimizer = getattr(torch.optim, name)(model.parameters(), **hyper)
     pipeline = hasattr(module, "vramscope_pipeline_step")
