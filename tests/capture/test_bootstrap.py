@@ -259,6 +259,35 @@ opt.step()
                                                                     "model.0.bias"}
 
 
+
+def test_the_first_batch_is_freed_when_the_program_drops_it(run_script):
+    """Finding a root forward's owner reads "self" in the calling frames; it must not keep a
+    snapshot of a long-lived frame's locals (Python 3.12 and older cache one on the frame when
+    f_locals is read), which held the first step's batch alive to the end of a real capture
+    (goldens/h100/run/ranks2_tp_llama_adamw_fp32, 2 x 16 KiB: torch itself frees it)."""
+    source = r'''
+import gc, weakref
+import torch
+def main():
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept = []
+    for step in range(3):
+        x = torch.randn(2, 4)
+        kept.append(weakref.ref(x))
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        del x, loss
+        gc.collect()
+        print("alive", [r() is not None for r in kept])
+main()
+'''
+    r = run_script(source, env={"VRAMSCOPE_STEPS": "5"})
+    assert r.rc == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "alive [False, False, False]", r.stdout
+
 NO_TORCH = r'''
 import sys
 print("hello", "torch" in sys.modules)
