@@ -333,8 +333,8 @@ bool WantsParallel(const PredictOptions& o) {
   return o.tp > 1 || o.pp > 1 || o.cp > 1 || o.ep > 1 || o.etp > 0 || o.sequence_parallel ||
          o.selective_recompute || o.capacity_factor > 0 || o.micro_batches > 1 ||
          o.schedule != "1f1b" || o.virtual_stages > 1 || o.dp > 0 || o.dp_shard > 0 ||
-         o.fit_dim == "layout" || o.dp_impl != "megatron" || o.reduce_bucket_size > 0 ||
-         o.overlap_comm;
+         o.fit_dim == "layout" || o.dp_impl != "megatron" || o.pp_impl != "megatron" ||
+         o.reduce_bucket_size > 0 || o.overlap_comm;
 }
 
 // --tp/--pp/--cp/--ep...: the memory of each rank role, from predict/parallel_layout.h.
@@ -394,6 +394,15 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
     l.data_parallel_impl = model::DataParallelImpl::kDeepSpeed;
   } else if (o.dp_impl != "megatron") {
     return UsageError(fmt::format("--dp-impl {}: use megatron, torch or deepspeed", o.dp_impl));
+  }
+  if (o.pp_impl == "torch") {
+    l.pipeline_impl = model::PipelineImpl::kTorch;
+  } else if (o.pp_impl != "megatron") {
+    return UsageError(fmt::format("--pp-impl {}: use megatron or torch", o.pp_impl));
+  }
+  if (l.pipeline_impl == model::PipelineImpl::kTorch && l.pp < 2 && !fit_layout) {
+    return UsageError(
+        "--pp-impl torch is torch.distributed.pipelining's schedule: give --pp 2 or more");
   }
   if ((o.reduce_bucket_size > 0 || o.overlap_comm) &&
       l.data_parallel_impl != model::DataParallelImpl::kDeepSpeed) {
@@ -788,6 +797,13 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "reduce bucket of --reduce-bucket-size elements in each backward; ZeRO-3: one "
                   "kept, each module gathered with a prefetch bucket of the next)")
       ->check(CLI::IsMember({"megatron", "torch", "deepspeed"}));
+  cmd->add_option("--pp-impl", o.pp_impl,
+                  "with --pp: how the pipeline's stages hold their tensors: megatron (default: "
+                  "Megatron-Core's schedules) or torch (torch.distributed.pipelining's "
+                  "Schedule1F1B, torchtitan's: a receive buffer per micro-batch and direction "
+                  "kept for the run, each stage output kept to its backward, the last stage's "
+                  "outputs to the step's end)")
+      ->check(CLI::IsMember({"megatron", "torch"}));
   cmd->add_option("--reduce-bucket-size", o.reduce_bucket_size,
                   "--dp-impl deepspeed: DeepSpeed's reduce_bucket_size, in elements (default "
                   "500000000, DeepSpeed's)")

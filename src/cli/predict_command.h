@@ -55,6 +55,7 @@ struct PredictOptions {
   // Per role: how data parallelism reduces gradients (megatron, torch, deepspeed), and
   // DeepSpeed's reduce_bucket_size (elements; 0: its default, 5e8) and overlap_comm.
   std::string dp_impl = "megatron";
+  std::string pp_impl = "megatron";
   uint64_t reduce_bucket_size = 0;
   bool overlap_comm = false;
   std::string gpu;

@@ -13,6 +13,8 @@ enum class PipelineSchedule : uint8_t { k1F1B, kInterleaved };
 
 enum class DataParallelImpl : uint8_t { kMegatron, kTorch, kDeepSpeed };
 
+enum class PipelineImpl : uint8_t { kMegatron, kTorch };
+
 struct ParallelLayout {
   uint64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 0;  // etp 0: as tp
   // HSDP (hybrid sharding): ZeRO/FSDP shards over groups of dp_shard data-parallel ranks (times
@@ -53,6 +55,17 @@ struct ParallelLayout {
   // module's parameters it gathers ahead.
   uint64_t prefetch_bucket_elements = 50'000'000;
   bool overlap_comm = false;  // DeepSpeed's default for ZeRO-1/2
+  // How the pipeline's stages exchange and keep tensors:
+  // - kMegatron: Megatron-Core's schedules: a received activation is the stage's input and dies
+  //   with the micro-batch's backward, a sent output is freed at once (deallocate_output_tensor),
+  //   the last stage's logits die with their backward;
+  // - kTorch: torch.distributed.pipelining's (torchtitan's): each stage keeps one receive buffer
+  //   per micro-batch and direction for the whole run (the input's on every stage but the first,
+  //   the output gradient's on every stage but the last), keeps each micro-batch's output until
+  //   its backward, and the last stage keeps every micro-batch's output (the logits) to the
+  //   step's end to return them (schedule.step's return_outputs, true by default); its loss is
+  //   torch's cross-entropy (fp32 log-softmax saved, two fp32 gradients at once in backward).
+  PipelineImpl pipeline_impl = PipelineImpl::kMegatron;
 
   uint64_t World() const { return tp * pp * dp * cp; }
   uint64_t Etp() const { return etp == 0 ? tp : etp; }
@@ -74,6 +87,8 @@ struct RankRole {
   uint64_t in_flight = 0;  // micro-batches (interleaved: model chunks) whose activations it holds
   uint64_t activation_bytes = 0;
   uint64_t logits_bytes = 0;  // the last stage's fp32 logits and their gradient
+  // torch.distributed.pipelining's receive buffers, kept for the whole run (0 under Megatron's).
+  uint64_t pipeline_buffer_bytes = 0;
   // The largest communication buffer alive at once (they follow one another within a layer):
   // sequence parallelism's all-gathered input, context parallelism's K/V chunks in flight, or
   // the MoE all-to-all's dispatched tokens; `communication` names it ("" for none).

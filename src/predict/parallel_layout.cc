@@ -11,6 +11,7 @@
 
 namespace vramscope::predict {
 
+using parallel_terms::ActivationElementSize;
 using parallel_terms::CeilDiv;
 using parallel_terms::Communication;
 using parallel_terms::Held;
@@ -18,6 +19,7 @@ using parallel_terms::LargestCommunicationBuffer;
 using parallel_terms::LayerActivationBytes;
 using parallel_terms::LayerParameters;
 using parallel_terms::OptimizerBytesPerElement;
+using parallel_terms::StageBoundaryBytes;
 using parallel_terms::StageLayers;
 using parallel_terms::VocabShard;
 using parallel_terms::ZeroStage;
@@ -98,6 +100,13 @@ Status CheckLayout(const ModelSpec& m, const TrainingSetup& s, const ParallelLay
   }
   if (l.schedule == PipelineSchedule::kInterleaved && l.pp < 2) {
     return UsageError("--schedule interleaved needs --pp 2 or more");
+  }
+  if (l.schedule == PipelineSchedule::kInterleaved &&
+      l.pipeline_impl == model::PipelineImpl::kTorch) {
+    return UsageError(
+        "--pp-impl torch models torch.distributed.pipelining's Schedule1F1B; its interleaved "
+        "schedules are not modelled yet: use --schedule 1f1b, or --pp-impl megatron for "
+        "Megatron's interleaved 1F1B");
   }
   const uint64_t seq = s.seq ? s.seq : m.default_seq;
   if (seq % l.cp != 0) {
@@ -224,7 +233,26 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
         static_cast<uint64_t>(std::llround(layer_activation * static_cast<double>(r.layers)));
     r.activation_bytes =
         static_cast<uint64_t>(std::llround(per_unit * static_cast<double>(r.in_flight)));
-    if (r.head) r.logits_bytes = 2 * seq * s.batch * vocab * 4;
+    const bool torch_pipeline = l.pipeline_impl == model::PipelineImpl::kTorch && l.pp > 1;
+    if (r.head && torch_pipeline) {
+      // Every micro-batch's output (the head's, in the activations' dtype) to the step's end,
+      // and the loss's fp32 log-softmax with its two fp32 gradients at once in backward.
+      r.logits_bytes = l.micro_batches * seq * s.batch * vocab * ActivationElementSize(s) +
+                       3 * seq * s.batch * vocab * 4;
+    } else if (r.head) {
+      r.logits_bytes = 2 * seq * s.batch * vocab * 4;
+    }
+    if (torch_pipeline) {
+      // The receive buffers, one per micro-batch and direction, and each in-flight micro-batch's
+      // output kept to its backward (not on the last stage: its output is the logits).
+      const uint64_t boundary = StageBoundaryBytes(m, s, l, seq);
+      r.pipeline_buffer_bytes =
+          l.micro_batches * boundary * ((stage > 0 ? 1 : 0) + (r.head ? 0 : 1));
+      if (!r.head) {
+        r.activation_bytes_per_micro_batch += boundary;
+        r.activation_bytes += boundary * r.in_flight;
+      }
+    }
     const Communication comm = LargestCommunicationBuffer(m, s, l, seq, moe_layers > 0);
     r.communication_bytes = comm.bytes;
     r.communication = comm.what;
@@ -235,7 +263,8 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
     r.data_parallel_bytes = dp_buffers.bytes;
     r.data_parallel = dp_buffers.what;
     r.total_bytes = r.weight_bytes + r.gradient_bytes + r.optimizer_bytes + r.activation_bytes +
-                    r.logits_bytes + r.communication_bytes + r.data_parallel_bytes;
+                    r.logits_bytes + r.communication_bytes + r.data_parallel_bytes +
+                    r.pipeline_buffer_bytes;
     stages.push_back(std::move(r));
   }
   // Stages with the same figures are one role.
@@ -315,6 +344,14 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
         "gathered ahead; stage3_max_live_parameters and max_reuse_distance (which may keep more "
         "gathered) are not modelled",
         l.reduce_bucket_elements, l.prefetch_bucket_elements));
+  }
+  if (l.pipeline_impl == model::PipelineImpl::kTorch && l.pp > 1) {
+    out.assumptions.push_back(
+        "pipeline as torch.distributed.pipelining runs Schedule1F1B: one receive buffer per "
+        "micro-batch and direction kept for the whole run (p2p buffers), each micro-batch's "
+        "stage output kept to its backward, and the last stage's outputs (the logits) kept to "
+        "the step's end (schedule.step(return_outputs=True), the default); the loss as "
+        "F.cross_entropy (fp32 log-softmax, two fp32 gradients in backward)");
   }
   if (m.experts > 0) {
     out.assumptions.push_back(fmt::format(

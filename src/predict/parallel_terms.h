@@ -117,5 +117,18 @@ std::vector<uint64_t> StageLayers(const ModelSpec& m, const ParallelLayout& l);
 
 // Whether activations are 16-bit (autocast or 16-bit weights); else fp32, twice the bytes.
 bool SixteenBitActivations(const TrainingSetup& s);
+// The bytes of one activation element: 2 when SixteenBitActivations, else 4.
+inline uint64_t ActivationElementSize(const TrainingSetup& s) {
+  return SixteenBitActivations(s) ? 2 : 4;
+}
+
+// One micro-batch's tensor at a pipeline stage's boundary (what a stage sends on and the
+// gradient that comes back): micro-batch x sequence (over CP; over TP too under sequence
+// parallelism) x hidden, in the activations' dtype.
+inline uint64_t StageBoundaryBytes(const ModelSpec& m, const TrainingSetup& s,
+                                   const ParallelLayout& l, uint64_t seq) {
+  return s.batch * (l.sequence_parallel ? CeilDiv(seq, l.tp) : seq) * m.hidden *
+         ActivationElementSize(s);
+}
 
 }  // namespace vramscope::predict::parallel_terms

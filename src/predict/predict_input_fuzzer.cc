@@ -225,6 +225,9 @@ void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h)
   l.overlap_comm = ((h >> 54) & 1) != 0;
   if (((h >> 55) & 1) != 0) l.reduce_bucket_elements = 1 + (h >> 56) % 4096;
   l.fsdp_mixed_precision = ((h >> 60) & 1) != 0;  // refused but under ZeRO-3
+  // The pipeline as Megatron or torch.distributed.pipelining holds it (the latter refuses the
+  // interleaved schedule).
+  if (((h >> 61) & 1) != 0) l.pipeline_impl = vramscope::model::PipelineImpl::kTorch;
   TrainingSetup s = setup;
   if (s.zero != ZeroMode::kNone && l.dp * l.cp < 2) l.dp = 2;
   auto p = PredictParallel(spec, s, l);
@@ -239,7 +242,9 @@ void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h)
     layers += r.layers * r.stages.size();
     Check(r.total_bytes == r.weight_bytes + r.gradient_bytes + r.optimizer_bytes +
                                r.activation_bytes + r.logits_bytes + r.communication_bytes +
-                               r.data_parallel_bytes);
+                               r.data_parallel_bytes + r.pipeline_buffer_bytes);
+    Check(l.pipeline_impl == vramscope::model::PipelineImpl::kTorch ||
+          r.pipeline_buffer_bytes == 0);
     Check((r.communication_bytes == 0) == r.communication.empty());
     Check((r.data_parallel_bytes == 0) == r.data_parallel.empty());
   }

@@ -45,6 +45,7 @@ struct Unit {
 // The saved tensors of one micro-batch's pass through a chunk, freed by its backward.
 struct Pass {
   std::vector<std::vector<uint64_t>> saved;  // per unit, stream ids
+  uint64_t stage_output = 0;  // torch.distributed.pipelining: the stage's output, to backward
 };
 
 class RoleStepBuilder {
@@ -97,6 +98,14 @@ class RoleStepBuilder {
   void Backward(size_t chunk);
   void OptimizerState();
   void OptimizerTemporaries();
+  // torch.distributed.pipelining: the receive buffers (made at the first step, kept), and the
+  // last stage's merge of its outputs at the step's end.
+  void PipelineBuffers();
+  void MergeOutputs();
+  void ReleaseOutputs() {  // clear_runtime_states at the next step's start
+    for (const uint64_t id : step_outputs_) Free(id);
+    step_outputs_.clear();
+  }
   // Each parameter of the role as "unit.tensor" and its elements on this rank, sharded once
   // ZeRO's stage reaches `from_stage` (1: optimizer state, 3: weights), in forward order.
   std::vector<std::pair<std::string, uint64_t>> TensorElements(int from_stage) const;
@@ -182,6 +191,12 @@ class RoleStepBuilder {
   bool data_parallel_buffers_ = false;
   bool torch_ddp_ = false;  // PyTorch's DDP: .grad per parameter beside the buckets
   bool deepspeed_ = false;  // DeepSpeed's ZeRO-1/2: reduce buckets in each backward
+  // torch.distributed.pipelining (ParallelLayout::pipeline_impl kTorch, PP 2 or more).
+  bool torch_pipeline_ = false;
+  uint64_t boundary_ = 0;     // one micro-batch's stage input, output or their gradients
+  uint64_t head_output_ = 0;  // one micro-batch's output of the last stage, activations' dtype
+  uint64_t logits_fp32_ = 0;  // the same in fp32 (the log-softmax and its gradients)
+  std::vector<uint64_t> step_outputs_;  // the last stage's outputs this step
 };
 
 // Sizes that must add up to `total`: the last takes what rounding left (never below zero).
@@ -251,8 +266,13 @@ void RoleStepBuilder::MakeChunks() {
       head.elements = parallel_terms::HeadElements(m_, l_);
       head.tensors = parallel_terms::HeadTensors(m_, l_);
       head.head = true;
-      // The fp32 logits of the vocabulary shard; their gradient comes in backward.
-      head.saved.emplace_back("logits (fp32)", r_.logits_bytes / 2);
+      if (torch_pipeline_) {
+        // The loss's fp32 log-softmax (the output itself is kept by the schedule, Forward).
+        head.saved.emplace_back("log-softmax (fp32)", logits_fp32_);
+      } else {
+        // The fp32 logits of the vocabulary shard; their gradient comes in backward.
+        head.saved.emplace_back("logits (fp32)", r_.logits_bytes / 2);
+      }
       units.push_back(std::move(head));
     }
   }
@@ -320,6 +340,13 @@ void RoleStepBuilder::Forward(size_t chunk, uint64_t micro_batch) {
       comm = Alloc(u.communication, Category::kTemporary,
                    fmt::format("{} {} (forward)", u.name, u.communication_what), "collective");
     }
+    if (u.head && torch_pipeline_) {
+      step_outputs_.push_back(
+          Alloc(head_output_, Category::kActivation,
+                fmt::format("head output (micro-batch {}, kept by the schedule to the next step)",
+                            micro_batch),
+                "forward"));
+    }
     for (const auto& [what, bytes] : u.saved) {
       if (bytes == 0) continue;
       pass.saved[i].push_back(
@@ -331,6 +358,11 @@ void RoleStepBuilder::Forward(size_t chunk, uint64_t micro_batch) {
       Free(gathered[i]);
       gathered[i] = 0;
     }
+  }
+  if (torch_pipeline_ && !r_.head) {
+    pass.stage_output = Alloc(
+        boundary_, Category::kActivation,
+        fmt::format("stage output (micro-batch {}, kept to its backward)", micro_batch), "forward");
   }
   in_flight_[chunk].push_back(std::move(pass));
 }
@@ -368,7 +400,14 @@ void RoleStepBuilder::Backward(size_t chunk) {
     if (data_parallel_buffers_ && zero_ >= 3 && !l_.ReshardAfterForward()) KeepGathered(chunk, i);
     if (gather) GatherWithPrefetch(units, i, i - 1, gathered, partial);
     uint64_t logits_grad = 0;
-    if (u.head && !u.saved.empty() && u.saved.front().second > 0) {
+    if (u.head && torch_pipeline_ && logits_fp32_ > 0) {
+      // F.cross_entropy's backward: the gradient of the log-softmax, then of the logits.
+      const uint64_t loss_grad = Alloc(logits_fp32_, Category::kTemporary,
+                                       "log-softmax's gradient (fp32)", "aten::nll_loss_backward");
+      logits_grad = Alloc(logits_fp32_, Category::kTemporary, "logits' gradient (fp32)",
+                          "aten::_log_softmax_backward_data");
+      Free(loss_grad);
+    } else if (u.head && !u.saved.empty() && u.saved.front().second > 0) {
       logits_grad = Alloc(u.saved.front().second, Category::kTemporary, "logits' gradient (fp32)",
                           "backward");
     }
@@ -399,7 +438,31 @@ void RoleStepBuilder::Backward(size_t chunk) {
     }
     if (rs != 0) Free(rs);
   }
+  if (pass.stage_output != 0) Free(pass.stage_output);
   for (const uint64_t id : buckets) Free(id);
+}
+
+void RoleStepBuilder::PipelineBuffers() {
+  if (!torch_pipeline_) return;
+  const uint64_t stage = r_.stages.front();
+  for (uint64_t k = 0; k < l_.micro_batches; ++k) {
+    if (stage > 0) {
+      Alloc(boundary_, Category::kTemporary,
+            fmt::format("stage input receive buffer (micro-batch {})", k), "PipelineStage recv");
+    }
+    if (!r_.head) {
+      Alloc(boundary_, Category::kTemporary,
+            fmt::format("output gradient receive buffer (micro-batch {})", k),
+            "PipelineStage recv");
+    }
+  }
+}
+
+void RoleStepBuilder::MergeOutputs() {
+  if (step_outputs_.empty()) return;
+  // schedule.step returns the micro-batches' outputs concatenated; the caller drops them.
+  Free(Alloc(head_output_ * l_.micro_batches, Category::kTemporary,
+             "merged outputs (schedule.step's return value)", "aten::cat"));
 }
 
 std::vector<std::pair<std::string, uint64_t>> RoleStepBuilder::TensorElements(
@@ -509,6 +572,14 @@ Status RoleStepBuilder::Build() {
   torch_ddp_ = data_parallel_buffers_ && l_.data_parallel_impl == model::DataParallelImpl::kTorch;
   deepspeed_ =
       data_parallel_buffers_ && l_.data_parallel_impl == model::DataParallelImpl::kDeepSpeed;
+  torch_pipeline_ = l_.pipeline_impl == model::PipelineImpl::kTorch && l_.pp > 1;
+  if (torch_pipeline_) {
+    const uint64_t seq = (s_.seq ? s_.seq : m_.default_seq) / l_.cp;
+    boundary_ = parallel_terms::StageBoundaryBytes(m_, s_, l_, seq);
+    const uint64_t logits = s_.batch * seq * parallel_terms::VocabShard(m_, l_.tp);
+    head_output_ = logits * parallel_terms::ActivationElementSize(s_);
+    logits_fp32_ = logits * 4;
+  }
   MakeChunks();
   Construct();
   const bool interleaved = l_.schedule == PipelineSchedule::kInterleaved;
@@ -528,9 +599,23 @@ Status RoleStepBuilder::Build() {
       MarkPhase(step, Phase::kBeforeForward, "zero_grad");
       ZeroGrad();
     }
+    if (torch_pipeline_ && step > 0) {
+      MarkPhase(step, Phase::kBeforeForward, "schedule.step");
+      ReleaseOutputs();
+    }
     uint64_t next_backward = 0;
     for (uint64_t k = 0; k < forwards; ++k) {
       MarkPhase(step, Phase::kForward, "forward");
+      if (step == 0 && k == 0) PipelineBuffers();
+      if (k == 0 && torch_pipeline_ && r_.head && forwards < total) {
+        // The outputs of the micro-batches the cut schedule does not run, kept all the same.
+        step_outputs_.push_back(
+            Alloc(head_output_ * (total - forwards), Category::kActivation,
+                  fmt::format("head outputs of the {} micro-batches not simulated (kept by the "
+                              "schedule to the next step)",
+                              total - forwards),
+                  "forward"));
+      }
       Forward(forward_chunk(k), micro_batch(k));
       if (k >= warmup) {
         MarkPhase(step, Phase::kBackward, "backward");
@@ -541,6 +626,7 @@ Status RoleStepBuilder::Build() {
       MarkPhase(step, Phase::kBackward, "backward");
       Backward(backward_chunk(next_backward++));
     }
+    MergeOutputs();
     ReleaseKept();  // resharded after the step's last backward
     if (deepspeed_ && zero_ < 3 && l_.pp > 1) {
       for (const uint64_t id : ReduceBuckets(1)) Free(id);  // reduce_gradients(pipeline_parallel)

@@ -452,6 +452,61 @@ TEST(RoleStream, DataParallelImplementationsRefuseWhatTheyDoNotDo) {
   EXPECT_FALSE(PredictParallel(Preset("llama2-7b"), s, l).ok());
 }
 
+// torch.distributed.pipelining (--pp-impl torch), GPT-2 in bf16 on 4 stages, 8 micro-batches of
+// 1 x 1024 tokens: a boundary tensor is 1 x 1024 x 768 x 2 B. Each stage keeps a receive buffer
+// per micro-batch and direction for the whole run (the first stage only the gradients', the last
+// only the inputs'), each micro-batch's output to its backward, and the last stage every
+// micro-batch's output (1024 x 50,257 x 2 B) to the next step, beside the fp32 log-softmax and
+// its two gradients.
+TEST(RoleStream, TorchPipeliningKeepsItsBuffersAndTheLastStagesOutputs) {
+  ParallelLayout l;
+  l.pp = 4;
+  l.micro_batches = 8;
+  l.pipeline_impl = model::PipelineImpl::kTorch;
+  const TrainingSetup s = Bf16Adam(1, 1024);
+  const uint64_t boundary = 1024 * 768 * 2, output = 1024 * 50257 * 2;
+  auto layout = PredictParallel(Preset("gpt2"), s, l);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_EQ(layout->roles.size(), 4u);  // in flight 4, 3, 2, 1
+  ParallelPrediction p;
+  for (size_t role = 0; role < 4; ++role) {
+    auto stream = Stream(Preset("gpt2"), s, l, role, &p);
+    ASSERT_TRUE(stream.ok()) << stream.status().message();
+    const RankRole& r = p.roles[role];
+    const uint64_t directions = r.embedding || r.head ? 1 : 2;
+    EXPECT_EQ(r.pipeline_buffer_bytes, 8 * directions * boundary) << r.name;
+    // made at the first step, never freed
+    EXPECT_EQ(Count(*stream, "receive buffer").most_live_named, r.pipeline_buffer_bytes);
+    if (r.head) {
+      EXPECT_EQ(r.logits_bytes, 8 * output + 3 * 1024 * 50257 * 4);
+      EXPECT_EQ(Count(*stream, "head output").most_live_named, 8 * output);
+      EXPECT_EQ(Count(*stream, "merged outputs").most_live_named, 8 * output);
+      EXPECT_EQ(Count(*stream, "stage output").most_live_named, 0u);
+    } else {
+      EXPECT_EQ(Count(*stream, "stage output").most_live_named, r.in_flight * boundary) << r.name;
+    }
+  }
+  // Megatron's schedules (the default) keep none of it.
+  l.pipeline_impl = model::PipelineImpl::kMegatron;
+  auto megatron = Stream(Preset("gpt2"), s, l, 2, &p);
+  ASSERT_TRUE(megatron.ok());
+  EXPECT_EQ(p.roles[2].pipeline_buffer_bytes, 0u);
+  EXPECT_EQ(Count(*megatron, "stage output").most_live_named, 0u);
+  EXPECT_EQ(Count(*megatron, "receive buffer").most_live_named, 0u);
+  // A cut schedule still keeps every micro-batch's output.
+  l.pipeline_impl = model::PipelineImpl::kTorch;
+  l.micro_batches = 1000;
+  auto cut = Stream(Preset("gpt2"), s, l, 3, &p);
+  ASSERT_TRUE(cut.ok());
+  EXPECT_EQ(Count(*cut, "head output").most_live_named, 1000 * output);
+  // Its interleaved schedules are refused, not modelled as Megatron's.
+  l.schedule = PipelineSchedule::kInterleaved;
+  l.virtual_stages = 3;
+  auto refused = PredictParallel(Preset("gpt2"), s, l);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("not modelled yet"), std::string::npos);
+}
+
 TEST(RoleStream, ARoleOutsideThePredictionIsRefused) {
   ParallelPrediction p;
   auto stream = RoleStream(Preset("gpt2"), Bf16Adam(1, 1024), p, 0);

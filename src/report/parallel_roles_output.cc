@@ -24,6 +24,9 @@ std::string LayoutText(const model::ParallelPrediction& p) {
                         l.reduce_bucket_elements, l.overlap_comm ? ", overlap_comm" : "");
   }
   if (l.fsdp_mixed_precision) text += "; FSDP2 mixed precision (16-bit gathers, fp32 reduce)";
+  if (l.pipeline_impl == model::PipelineImpl::kTorch && l.pp > 1) {
+    text += "; pipeline: torch.distributed.pipelining";
+  }
   if (l.ep > 1 || l.etp > 0) text += fmt::format("; experts: EP {}, ETP {}", l.ep, l.Etp());
   if (l.sequence_parallel) text += "; sequence parallel";
   if (l.selective_recompute) text += "; selective recomputation";
@@ -60,6 +63,8 @@ std::string StagesText(const model::RankRole& r) {
 std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::string& model,
                                 const std::string& setup, const ParallelCapacity& capacity) {
   const bool placed = !p.roles.empty() && p.roles.front().placed;
+  // torch.distributed.pipelining's receive buffers: a column of their own when modelled.
+  const bool p2p = p.layout.pipeline_impl == model::PipelineImpl::kTorch && p.layout.pp > 1;
   std::string out = placed
                         ? "PREDICTED PER RANK (vramscope predict: model states counted tensor by "
                           "tensor, activations by formula, each role's step placed by the "
@@ -77,9 +82,10 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
   out += "\n";
   out += fmt::format(
       "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} "
-      "{:>11} {:>11}{}{}\n",
+      "{:>11}{} {:>11}{}{}\n",
       "role", "stages", "ranks", "layers", "parameters", "weights", "gradients", "optimizer",
-      "activations", "in flight", "logits", "comm", "dp buffers", "total",
+      "activations", "in flight", "logits", "comm", "dp buffers",
+      p2p ? fmt::format(" {:>11}", "p2p buffers") : "", "total",
       placed ? fmt::format(" {:>11} {:>11} {:>6}", "peak alloc", "reserved", "frag") : "",
       capacity.allocator_bytes > 0 ? "  fits" : "");
   for (size_t i = 0; i < p.roles.size(); ++i) {
@@ -94,7 +100,7 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
     }
     out += fmt::format(
         "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} "
-        "{:>11} {:>11}{}{}{}\n",
+        "{:>11}{} {:>11}{}{}{}\n",
         r.name, StagesText(r), FormatCount(static_cast<int64_t>(r.ranks)), r.layers,
         FormatCount(static_cast<int64_t>(r.parameters)),
         FormatBytes(static_cast<int64_t>(r.weight_bytes)),
@@ -104,6 +110,8 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
         FormatBytes(static_cast<int64_t>(r.logits_bytes)),
         FormatBytes(static_cast<int64_t>(r.communication_bytes)),
         FormatBytes(static_cast<int64_t>(r.data_parallel_bytes)),
+        p2p ? fmt::format(" {:>11}", FormatBytes(static_cast<int64_t>(r.pipeline_buffer_bytes)))
+            : "",
         FormatBytes(static_cast<int64_t>(r.total_bytes)), peaks, fits,
         i == p.bounding && p.roles.size() > 1 ? "  <- bounds the job" : "");
   }
@@ -142,6 +150,7 @@ nlohmann::json ParallelRolesJson(const model::ParallelPrediction& p, const std::
                            {"communication", r.communication},
                            {"data_parallel_bytes", r.data_parallel_bytes},
                            {"data_parallel", r.data_parallel},
+                           {"pipeline_buffer_bytes", r.pipeline_buffer_bytes},
                            {"total_bytes", r.total_bytes}};
     if (r.placed) {
       role["peak_allocated_bytes"] = r.peak_allocated;
@@ -178,7 +187,8 @@ nlohmann::json ParallelRolesJson(const model::ParallelPrediction& p, const std::
                                                                                     : "megatron"},
           {"reduce_bucket_size", l.reduce_bucket_elements},
           {"overlap_comm", l.overlap_comm},
-          {"fsdp_mixed_precision", l.fsdp_mixed_precision}}},
+          {"fsdp_mixed_precision", l.fsdp_mixed_precision},
+          {"pp_impl", l.pipeline_impl == model::PipelineImpl::kTorch ? "torch" : "megatron"}}},
         {"capacity_bytes", capacity.allocator_bytes},
         {"gpu", capacity.gpu},
         {"roles", std::move(roles)},
