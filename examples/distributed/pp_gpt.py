@@ -8,9 +8,10 @@ file defines ``vramscope_pipeline_step``):
     torchrun --nproc-per-node 2 examples/distributed/train_model_file.py \\
         examples/distributed/pp_gpt.py:build --batch 8 --seq 256 --backend gloo-staged
 
-The tracer refuses ``torch.distributed.pipelining`` (docs/design/tracer.md), so
-``vramscope predict --model`` cannot run this file yet; the built-in families' per-rank
-estimate (``--pp``) models 1F1B by formula."""
+Its two ranks were captured on an H100 (goldens/h100/run/ranks2_pp_gpt_adamw_fp32). The tracer
+refuses ``torch.distributed.pipelining`` (docs/design/tracer.md), so ``vramscope predict
+--model`` cannot run this file yet; the built-in families' per-rank estimate models this
+schedule's buffers with ``--pp 2 --pp-impl torch`` (docs/accuracy.md)."""
 
 import sys
 from pathlib import Path
