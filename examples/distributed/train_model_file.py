@@ -31,6 +31,9 @@ rank's shards on the GPU, which are then filled in place (normal, std 0.02, on e
 no DTensor random op, so no collective). The default, ``--init device``, builds the whole model on
 the GPU and shards it afterwards, which leaves the allocator's segments cut differently.
 
+``--amp bf16`` runs each step's forward and loss (a pipeline's whole schedule step) under
+``torch.autocast(dtype=torch.bfloat16)``, the weights and optimizer in fp32.
+
 ``--device cpu`` is the CPU stand-in for checking the plumbing without a GPU: device meshes the
 file asks for on "cuda" are made on the CPU. Nothing it measures is ground truth.
 """
@@ -65,6 +68,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="default: nccl on cuda, gloo on cpu; gloo-staged: ranks sharing a GPU")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="default: cuda if available")
+    p.add_argument("--amp", choices=("none", "bf16"), default="none",
+                   help="bf16: forward and loss under torch.autocast (the weights stay fp32)")
     p.add_argument("--init", choices=("device", "meta"), default="device",
                    help="device: the whole model built on the device, then sharded (default); "
                         "meta: built on the meta device, only this rank's shards made")
@@ -316,14 +321,18 @@ def main(argv=None) -> int:
     for step in range(1, args.steps + 1):
         optimizer.zero_grad(set_to_none=True)
         batch = tuple(t.to(device) for t in cpu_batch)
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp == "bf16")
         if pipeline:
             # The schedule runs every micro-batch's forward and backward; the last stage returns
             # the mean loss, the others None.
-            loss = module.vramscope_pipeline_step(model, batch)
+            # (the schedule's backward runs inside it too, as autocast leaves backward alone)
+            with autocast:
+                loss = module.vramscope_pipeline_step(model, batch)
             out = None
         else:
-            out = module.vramscope_forward(model, batch)
-            loss = module.vramscope_loss(out, batch)
+            with autocast:
+                out = module.vramscope_forward(model, batch)
+                loss = module.vramscope_loss(out, batch)
             loss.backward()
         optimizer.step()
         value = loss.item() if loss is not None else None
