@@ -272,23 +272,35 @@ def _live_at_peak_by_category(database) -> dict:
                                "WHERE device = 0").fetchall())
 
 
-def test_torch_pipelining_stages_against_their_h100_capture(run, out_dir):
+# (golden, --dtype, samples per micro-batch, the largest |error| measured (allocated, reserved)
+# per stage, docs/accuracy.md)
+PIPELINE_CAPTURES = [
+    ("ranks2_pp_gpt_adamw_fp32", "fp32", 2, [(0.035, 0.15), (0.01, 0.025)]),
+    ("ranks2_pp_gpt_adamw_bf16", "bf16-amp", 4, [(0.12, 0.20), (0.015, 0.025)]),
+]
+
+
+@pytest.mark.parametrize("name, dtype, micro_batch, bounds", PIPELINE_CAPTURES)
+def test_torch_pipelining_stages_against_their_h100_capture(run, out_dir, name, dtype,
+                                                            micro_batch, bounds):
     """examples/distributed/pp_gpt.py: the example GPT in two stages under
-    torch.distributed.pipelining's Schedule1F1B, 4 micro-batches of 2, AdamW, fp32, trained on an
-    H100 (goldens/h100/run/ranks2_pp_gpt_adamw_fp32). `--pp 2 --pp-impl torch` holds each
-    stage's weights, gradients and optimizer state to the byte, its receive buffers (4 x 512 KiB
-    made at the first step and kept: the report calls them temporaries) and the last stage's
-    four 16 MiB outputs, kept by the schedule to the next step; the peaks within the errors
-    measured (docs/accuracy.md): first stage -2.8% / -13.8%, last stage -0.8% / -1.9%.
-    Megatron's schedule (the default) misses the kept outputs: the last stage 33% low."""
-    golden = REPO / "goldens" / "h100" / "run" / "ranks2_pp_gpt_adamw_fp32"
+    torch.distributed.pipelining's Schedule1F1B, 4 micro-batches, AdamW, in fp32 and under bf16
+    autocast, trained on an H100 (goldens/h100/run/ranks2_pp_gpt_adamw_*). `--pp 2 --pp-impl
+    torch` holds each stage's weights, gradients and optimizer state to the byte, its receive
+    buffers (4 made at the first step and kept: the report calls them temporaries) and the last
+    stage's four outputs, kept by the schedule to the next step; the peaks within the errors
+    measured (docs/accuracy.md): fp32, first stage -2.8% / -13.8%, last -0.8% / -1.9%; bf16,
+    first -10.8% / -18.2% (autocast's weight copies and backward's temporaries, which the formula
+    does not hold), last +0.96% / 0.0%. Megatron's schedule (the default) misses the kept
+    outputs: the last stage 32-33% low."""
+    golden = REPO / "goldens" / "h100" / "run" / name
     args = ["--model", REPO / "examples" / "predict" / "gpt-small.json", "--pp", "2",
-            "--micro-batches", "4", "--batch", "2", "--seq", "256", "--dtype", "fp32",
+            "--micro-batches", "4", "--batch", str(micro_batch), "--seq", "256", "--dtype", dtype,
             "--optimizer", "adamw", "--gpu", "h100-80gb"]
     roles = predict_json(run, *args, "--pp-impl", "torch", cwd=out_dir)["parallel"]["roles"]
     megatron = predict_json(run, *args, cwd=out_dir)["parallel"]["roles"]
     assert [r["name"] for r in roles] == ["first stage", "last stage"]
-    errors = {}
+    boundary = micro_batch * 256 * 256 * (2 if dtype == "bf16-amp" else 4)
     for stage, role in enumerate(roles):
         allocated, reserved, _ = _rank_peaks(Path(f"{golden}.rank{stage}.sidecar.json"))
         db = out_dir / f"rank{stage}.sqlite"
@@ -298,22 +310,29 @@ def test_torch_pipelining_stages_against_their_h100_capture(run, out_dir):
         assert role["weight_bytes"] == measured["weight"]
         assert role["gradient_bytes"] == measured["gradient"]
         assert role["optimizer_bytes"] == measured["optimizer_state"]
-        assert role["pipeline_buffer_bytes"] == 4 * 2 * 256 * 256 * 4
-        errors[role["name"]] = (role["peak_allocated_bytes"] / allocated - 1,
-                                role["peak_reserved_bytes"] / reserved - 1)
+        assert role["pipeline_buffer_bytes"] == 4 * boundary
+        errors = (role["peak_allocated_bytes"] / allocated - 1,
+                  role["peak_reserved_bytes"] / reserved - 1)
+        assert abs(errors[0]) < bounds[stage][0] and abs(errors[1]) < bounds[stage][1], \
+            (role["name"], errors)
         if stage == 1:
-            # the four micro-batches' outputs (16 MiB each), the log-softmax and its two
-            # gradients, all fp32
-            assert role["logits_bytes"] == (4 + 3) * 2 * 256 * 8192 * 4
+            # the four micro-batches' outputs (in the activations' dtype), the fp32 log-softmax
+            # and its two gradients
+            logits = micro_batch * 256 * 8192
+            assert role["logits_bytes"] == 4 * logits * (boundary // (micro_batch * 256 * 256)) \
+                + 3 * logits * 4
             assert megatron[1]["peak_allocated_bytes"] / allocated - 1 < -0.3
-    assert abs(errors["first stage"][0]) < 0.035 and abs(errors["first stage"][1]) < 0.15, errors
-    assert abs(errors["last stage"][0]) < 0.01 and abs(errors["last stage"][1]) < 0.025, errors
-    rc, _, err = run("predict", *args[:2], "--pp-impl", "torch", cwd=out_dir)
+
+
+def test_torch_pipelining_refuses_what_it_does_not_model(run, out_dir):
+    args = ["--model", REPO / "examples" / "predict" / "gpt-small.json", "--pp-impl", "torch"]
+    rc, _, err = run("predict", *args, cwd=out_dir)
     assert rc == 2 and "--pp-impl torch is torch.distributed.pipelining's schedule: give --pp 2" \
         in err, err
-    rc, _, err = run("predict", *args, "--pp-impl", "torch", "--schedule", "interleaved",
-                     cwd=out_dir)
+    rc, _, err = run("predict", *args, "--pp", "2", "--schedule", "interleaved", cwd=out_dir)
     assert rc == 2 and "its interleaved schedules are not modelled yet" in err, err
+    rc, _, err = run("predict", *args[:2], "--pp", "2", "--pp-impl", "gpipe", cwd=out_dir)
+    assert rc == 2 and "--pp-impl: gpipe not in {megatron,torch}" in err, err
 
 
 def test_parallel_layout_gives_one_row_per_rank_role(run, out_dir):
