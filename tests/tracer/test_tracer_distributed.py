@@ -325,6 +325,15 @@ dist.destroy_process_group()
     assert len(losses) == 2 and losses[1] < losses[0], losses
 
 
+def test_a_pipeline_schedule_is_refused_with_what_to_use_instead(tmp_path):
+    """pp_gpt.py's stages under Schedule1F1B (captured on an H100): a rank traced alone cannot
+    answer the shapes its stage receives from the previous one at run time; the one line says
+    so and names the per-rank estimate that models this schedule."""
+    line = trace_fails(tmp_path, "--model", f"{EXAMPLES / 'pp_gpt.py'}:build", "--world-size", 2,
+                       "--batch", 8, "--seq", 64)
+    assert "torch.distributed.pipelining" in line and "--pp-impl torch" in line, line
+
+
 def test_a_script_style_model_function_runs_as_under_torchrun(tmp_path):
     """What a training script does before sharding: init_process_group (already there: the fake
     group), the device from LOCAL_RANK, the rank from the environment."""

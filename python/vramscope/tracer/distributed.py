@@ -29,8 +29,9 @@ per dtype; in the second step's forward, buckets in the order the first backward
 gradients ready (the first closing at 1 MiB, the others at ``bucket_cap_mb``);
 ``gradient_as_bucket_view=True`` makes each gradient a view of its bucket.
 
-Not supported, refused with one line: ``torch.distributed.pipelining`` (its schedules exchange
-real tensors between stage processes)."""
+Not supported, refused with one line: ``torch.distributed.pipelining`` (a stage receives its
+inputs' shapes from the previous stage's process at run time, which a rank traced alone has no
+answer for; ``predict --pp N --pp-impl torch`` models its schedule for the built-in families)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ import importlib
 import os
 import sys
 
-from .common import CURRENT_CUDA_STREAM, DTYPES, TracerError, patched, torch
+from .common import CURRENT_CUDA_STREAM, DTYPES, TracerError, patched, pipelining_not_traced, torch
 
 _STREAMS_MADE = [0]  # streams the traced code made, numbered from 1 (0: the default stream)
 
@@ -258,9 +259,7 @@ def construct_ddp(model, tracker) -> bool:
 
 
 def _refuse_pipelining(*_args, **_kwargs):
-    raise TracerError("the step uses torch.distributed.pipelining", "the model function",
-                      "the tracer runs one rank alone, and a pipeline schedule exchanges real "
-                      "tensors between stages; predict a built-in family with --pp instead")
+    raise pipelining_not_traced("the model function")
 
 
 def _init_process_group_again(*_args, **_kwargs):

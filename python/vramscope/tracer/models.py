@@ -10,7 +10,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from .common import DTYPES, TracerError, _one_line, torch
+from .common import DTYPES, TracerError, _one_line, pipelining_not_traced, torch
 from .setup import Setup
 
 
@@ -95,6 +95,9 @@ def load_file_model(setup: Setup) -> ModelSpec:
         raise TracerError(f"no inputs function {inputs_name!r}", path,
                           "define vramscope_inputs(batch_size, seq_len, image_size) returning one "
                           "CPU batch (a tuple or dict of tensors), or pass --inputs FUNCTION")
+    if callable(getattr(module, "vramscope_pipeline_step", None)):
+        # the step of a pipeline stage (examples/distributed/train_model_file.py's convention)
+        raise pipelining_not_traced(f"{path} (vramscope_pipeline_step)")
     notes = []
     with torch.device("meta"):
         try:
