@@ -71,6 +71,8 @@ struct ParallelLayout {
   uint64_t Etp() const { return etp == 0 ? tp : etp; }
   uint64_t DpShard() const { return dp_shard == 0 ? dp : dp_shard; }
   bool ReshardAfterForward() const { return reshard_after_forward.value_or(pp < 2); }
+  // torch.distributed.pipelining's buffers apply: its schedule on 2 or more stages.
+  bool TorchPipeline() const { return pipeline_impl == PipelineImpl::kTorch && pp > 1; }
 };
 
 // One distinct role: the stages that share its figures, and those figures per rank.

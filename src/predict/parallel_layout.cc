@@ -18,6 +18,7 @@ using parallel_terms::Held;
 using parallel_terms::LargestCommunicationBuffer;
 using parallel_terms::LayerActivationBytes;
 using parallel_terms::LayerParameters;
+using parallel_terms::LogitsElements;
 using parallel_terms::OptimizerBytesPerElement;
 using parallel_terms::StageBoundaryBytes;
 using parallel_terms::StageLayers;
@@ -233,16 +234,15 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
         static_cast<uint64_t>(std::llround(layer_activation * static_cast<double>(r.layers)));
     r.activation_bytes =
         static_cast<uint64_t>(std::llround(per_unit * static_cast<double>(r.in_flight)));
-    const bool torch_pipeline = l.pipeline_impl == model::PipelineImpl::kTorch && l.pp > 1;
-    if (r.head && torch_pipeline) {
+    const uint64_t logits = LogitsElements(m, s, l, seq);
+    if (r.head && l.TorchPipeline()) {
       // Every micro-batch's output (the head's, in the activations' dtype) to the step's end,
       // and the loss's fp32 log-softmax with its two fp32 gradients at once in backward.
-      r.logits_bytes = l.micro_batches * seq * s.batch * vocab * ActivationElementSize(s) +
-                       3 * seq * s.batch * vocab * 4;
+      r.logits_bytes = l.micro_batches * logits * ActivationElementSize(s) + 3 * logits * 4;
     } else if (r.head) {
-      r.logits_bytes = 2 * seq * s.batch * vocab * 4;
+      r.logits_bytes = 2 * logits * 4;
     }
-    if (torch_pipeline) {
+    if (l.TorchPipeline()) {
       // The receive buffers, one per micro-batch and direction, and each in-flight micro-batch's
       // output kept to its backward (not on the last stage: its output is the logits).
       const uint64_t boundary = StageBoundaryBytes(m, s, l, seq);
@@ -345,7 +345,7 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
         "gathered) are not modelled",
         l.reduce_bucket_elements, l.prefetch_bucket_elements));
   }
-  if (l.pipeline_impl == model::PipelineImpl::kTorch && l.pp > 1) {
+  if (l.TorchPipeline()) {
     out.assumptions.push_back(
         "pipeline as torch.distributed.pipelining runs Schedule1F1B: one receive buffer per "
         "micro-batch and direction kept for the whole run (p2p buffers), each micro-batch's "

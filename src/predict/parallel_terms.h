@@ -122,6 +122,13 @@ inline uint64_t ActivationElementSize(const TrainingSetup& s) {
   return SixteenBitActivations(s) ? 2 : 4;
 }
 
+// The elements of one micro-batch's logits on the last stage: micro-batch x sequence (over CP)
+// x the rank's vocabulary shard.
+inline uint64_t LogitsElements(const ModelSpec& m, const TrainingSetup& s, const ParallelLayout& l,
+                               uint64_t seq) {
+  return s.batch * seq * VocabShard(m, l.tp);
+}
+
 // One micro-batch's tensor at a pipeline stage's boundary (what a stage sends on and the
 // gradient that comes back): micro-batch x sequence (over CP; over TP too under sequence
 // parallelism) x hidden, in the activations' dtype.

@@ -572,11 +572,11 @@ Status RoleStepBuilder::Build() {
   torch_ddp_ = data_parallel_buffers_ && l_.data_parallel_impl == model::DataParallelImpl::kTorch;
   deepspeed_ =
       data_parallel_buffers_ && l_.data_parallel_impl == model::DataParallelImpl::kDeepSpeed;
-  torch_pipeline_ = l_.pipeline_impl == model::PipelineImpl::kTorch && l_.pp > 1;
+  torch_pipeline_ = l_.TorchPipeline();
   if (torch_pipeline_) {
     const uint64_t seq = (s_.seq ? s_.seq : m_.default_seq) / l_.cp;
     boundary_ = parallel_terms::StageBoundaryBytes(m_, s_, l_, seq);
-    const uint64_t logits = s_.batch * seq * parallel_terms::VocabShard(m_, l_.tp);
+    const uint64_t logits = parallel_terms::LogitsElements(m_, s_, l_, seq);
     head_output_ = logits * parallel_terms::ActivationElementSize(s_);
     logits_fp32_ = logits * 4;
   }

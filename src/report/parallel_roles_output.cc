@@ -24,7 +24,7 @@ std::string LayoutText(const model::ParallelPrediction& p) {
                         l.reduce_bucket_elements, l.overlap_comm ? ", overlap_comm" : "");
   }
   if (l.fsdp_mixed_precision) text += "; FSDP2 mixed precision (16-bit gathers, fp32 reduce)";
-  if (l.pipeline_impl == model::PipelineImpl::kTorch && l.pp > 1) {
+  if (l.TorchPipeline()) {
     text += "; pipeline: torch.distributed.pipelining";
   }
   if (l.ep > 1 || l.etp > 0) text += fmt::format("; experts: EP {}, ETP {}", l.ep, l.Etp());
@@ -64,7 +64,7 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
                                 const std::string& setup, const ParallelCapacity& capacity) {
   const bool placed = !p.roles.empty() && p.roles.front().placed;
   // torch.distributed.pipelining's receive buffers: a column of their own when modelled.
-  const bool p2p = p.layout.pipeline_impl == model::PipelineImpl::kTorch && p.layout.pp > 1;
+  const bool p2p = p.layout.TorchPipeline();
   std::string out = placed
                         ? "PREDICTED PER RANK (vramscope predict: model states counted tensor by "
                           "tensor, activations by formula, each role's step placed by the "
