@@ -9,9 +9,11 @@ file defines ``vramscope_pipeline_step``):
         examples/distributed/pp_gpt.py:build --batch 8 --seq 256 --backend gloo-staged
 
 Its two ranks were captured on an H100 (goldens/h100/run/ranks2_pp_gpt_adamw_fp32). The tracer
-refuses ``torch.distributed.pipelining`` (docs/design/tracer.md), so ``vramscope predict
---model`` cannot run this file yet; the built-in families' per-rank estimate models this
-schedule's buffers with ``--pp 2 --pp-impl torch`` (docs/accuracy.md)."""
+runs one stage's rank of it (``vramscope predict --model examples/distributed/pp_gpt.py:build
+--world-size 2 --rank 1 --batch 8 --seq 256``), answering the metadata the other stage would send
+by running that rank's stage on the meta device (docs/design/tracer.md); the built-in families'
+per-rank estimate models this schedule's buffers with ``--pp 2 --pp-impl torch``
+(docs/accuracy.md)."""
 
 import sys
 from pathlib import Path

@@ -742,7 +742,8 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "DistributedDataParallel, whose gradient buckets are predicted. Your own model "
                   "(FILE.py:FUNCTION): the ranks of the job, one of which the tracer runs on a "
                   "fake process group (the function wraps or shards the model itself: "
-                  "DistributedDataParallel, fully_shard, parallelize_module)")
+                  "DistributedDataParallel, fully_shard, parallelize_module; or the file's "
+                  "vramscope_pipeline_step runs the rank's torch.distributed.pipelining stage)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--fsdp-mp", o.fsdp_mp,
                   "FSDP2's MixedPrecisionPolicy as torchtitan sets it, parameters gathered and "

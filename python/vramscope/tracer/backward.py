@@ -112,6 +112,11 @@ class BackwardExecutor:
             grads = list(grad_outputs)
         roots = []
         for t, g in zip(outputs, grads):
+            if isinstance(t, torch.autograd.graph.GradientEdge):
+                if g is None:
+                    raise RuntimeError("a GradientEdge output needs a gradient")
+                roots.append(((t.node, t.output_nr), g))
+                continue
             if not t.requires_grad:
                 continue
             if g is None:
@@ -157,6 +162,13 @@ class BackwardExecutor:
             grads = list(grad_tensors)
         roots = []
         for i, (t, g) in enumerate(zip(tensors, grads)):
+            if isinstance(t, torch.autograd.graph.GradientEdge):
+                # a root given as its graph edge (torch.distributed.pipelining releases a stage's
+                # output once sent and keeps its edge), with its gradient
+                if g is None:
+                    raise RuntimeError("a GradientEdge root needs a gradient")
+                roots.append(((t.node, t.output_nr), g))
+                continue
             if not t.requires_grad:
                 raise RuntimeError(f"element {i} of tensors does not require grad and does not "
                                    "have a grad_fn")

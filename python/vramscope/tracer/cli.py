@@ -69,7 +69,8 @@ def parse_args(argv=None) -> Setup:
     p.add_argument("--world-size", type=int, default=1, metavar="N",
                    help="trace one rank of a torch.distributed job of N ranks, on a fake process "
                         "group: the model function sets up its parallelism itself "
-                        "(init_device_mesh, parallelize_module, fully_shard)")
+                        "(init_device_mesh, parallelize_module, fully_shard), or the file's "
+                        "vramscope_pipeline_step runs the rank's pipeline stage")
     p.add_argument("--rank", type=int, default=0, help="the rank traced (default: 0)")
     p.add_argument("--fsdp", action="store_true",
                    help="with --world-size: shard a model that does not shard itself with FSDP2, "

@@ -64,15 +64,6 @@ class TracerError(Exception):
         return f"{PROG}: error: {self.what}, {self.where}, {self.todo}"
 
 
-def pipelining_not_traced(where: str) -> TracerError:
-    """The refusal of a step that runs a ``torch.distributed.pipelining`` schedule."""
-    return TracerError("the step uses torch.distributed.pipelining", where,
-                       "the tracer runs one rank alone, and a pipeline stage learns its input's "
-                       "shapes from the previous stage at run time; predict a built-in family "
-                       "with --pp N --pp-impl torch (torch.distributed.pipelining's "
-                       "Schedule1F1B) instead")
-
-
 class DataDependentError(TracerError):
     """The step reads the values of a tensor that has none (a fake tensor)."""
 

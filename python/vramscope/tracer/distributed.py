@@ -29,9 +29,10 @@ per dtype; in the second step's forward, buckets in the order the first backward
 gradients ready (the first closing at 1 MiB, the others at ``bucket_cap_mb``);
 ``gradient_as_bucket_view=True`` makes each gradient a view of its bucket.
 
-Not supported, refused with one line: ``torch.distributed.pipelining`` (a stage receives its
-inputs' shapes from the previous stage's process at run time, which a rank traced alone has no
-answer for; ``predict --pp N --pp-impl torch`` models its schedule for the built-in families)."""
+``torch.distributed.pipelining``: a model file's ``vramscope_pipeline_step`` runs its stage's
+schedule; the metadata the stages exchange at the first step is answered by running the peers'
+stages on the meta device (pipeline.py). A ``PipelineStage`` made anywhere else is refused with
+one line."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ import importlib
 import os
 import sys
 
-from .common import CURRENT_CUDA_STREAM, DTYPES, TracerError, patched, pipelining_not_traced, torch
+from .common import CURRENT_CUDA_STREAM, DTYPES, TracerError, patched, torch
+from .pipeline import PipelinePeers
 
 _STREAMS_MADE = [0]  # streams the traced code made, numbered from 1 (0: the default stream)
 
@@ -258,8 +260,20 @@ def construct_ddp(model, tracker) -> bool:
     return found
 
 
-def _refuse_pipelining(*_args, **_kwargs):
-    raise pipelining_not_traced("the model function")
+def _stage_guard(original):
+    """A ``PipelineStage`` made by code the tracer cannot run as other ranks (anything but a model
+    file's ``vramscope_pipeline_step``) would wait for metadata no rank sends: refused."""
+    def init(self, *args, **kwargs):
+        if not PipelinePeers.active():
+            raise TracerError("a torch.distributed.pipelining stage is made outside "
+                              "vramscope_pipeline_step", "the model function",
+                              "make the stage and its schedule in the model file's "
+                              "vramscope_pipeline_step(model, batch), which the tracer can run "
+                              "as every rank (examples/distributed/pp_gpt.py)")
+        return original(self, *args, **kwargs)
+
+    init.__wrapped__ = original
+    return init
 
 
 def _init_process_group_again(*_args, **_kwargs):
@@ -299,6 +313,10 @@ def _patches(world_size: int) -> list:
         (cuda, "set_stream", streams.set_stream),
         (cuda, "stream", streams.stream),
         (cuda, "synchronize", lambda device=None: None),
+        # torch.random.fork_rng over the device (a pipeline schedule's first step): a generator
+        # state of the emulated GPU's size (Philox: seed and offset), set back as nothing
+        (cuda, "get_rng_state", lambda device="cuda": torch.zeros(16, dtype=torch.uint8)),
+        (cuda, "set_rng_state", lambda new_state, device="cuda": None),
         (torch.nn.parallel, "DistributedDataParallel", TracedDDP),
         (importlib.import_module("torch.nn.parallel.distributed"), "DistributedDataParallel",
          TracedDDP),
@@ -323,12 +341,10 @@ def _patches(world_size: int) -> list:
                 (module.__name__ or "").startswith("torch"):
             patches.append((module, "init_device_mesh", wrapped))
     try:
-        import torch.distributed.pipelining as pipelining
-        for name in ("PipelineStage", "pipeline", "ScheduleGPipe", "Schedule1F1B",
-                     "ScheduleInterleaved1F1B", "ScheduleLoopedBFS"):
-            if hasattr(pipelining, name):
-                patches.append((pipelining, name, _refuse_pipelining))
-    except ImportError:
+        stage = importlib.import_module("torch.distributed.pipelining.stage")
+        patches.append((stage._PipelineStageBase, "__init__",
+                        _stage_guard(stage._PipelineStageBase.__init__)))
+    except (ImportError, AttributeError):
         pass
     return patches
 

@@ -10,7 +10,8 @@ import os
 import sys
 from dataclasses import dataclass
 
-from .common import DTYPES, TracerError, _one_line, pipelining_not_traced, torch
+from .common import DTYPES, TracerError, _one_line, torch
+from .pipeline import PipelinePeers
 from .setup import Setup
 
 
@@ -24,6 +25,7 @@ class ModelSpec:
     loss: object                # (output, batch) -> scalar tensor
     notes: list
     is_hf: bool = False
+    pipeline: object = None     # PipelinePeers: the file runs a torch.distributed.pipelining step
 
 
 def _default_forward(model, batch):
@@ -95,9 +97,18 @@ def load_file_model(setup: Setup) -> ModelSpec:
         raise TracerError(f"no inputs function {inputs_name!r}", path,
                           "define vramscope_inputs(batch_size, seq_len, image_size) returning one "
                           "CPU batch (a tuple or dict of tensors), or pass --inputs FUNCTION")
-    if callable(getattr(module, "vramscope_pipeline_step", None)):
-        # the step of a pipeline stage (examples/distributed/train_model_file.py's convention)
-        raise pipelining_not_traced(f"{path} (vramscope_pipeline_step)")
+    pipeline_step = getattr(module, "vramscope_pipeline_step", None)
+    pipeline = None
+    if callable(pipeline_step):
+        # the step of a pipeline stage (examples/distributed/train_model_file.py's convention):
+        # one stage per rank of the job
+        if setup.world_size < 2:
+            raise TracerError("the model file runs a torch.distributed.pipelining schedule "
+                              "(vramscope_pipeline_step) on one rank", path,
+                              "trace one of its stages' ranks: --world-size N (the job's ranks) "
+                              "and --rank R")
+        pipeline = PipelinePeers(setup.rank, setup.world_size, build, pipeline_step,
+                                 f"{path}:{func_name}")
     notes = []
     with torch.device("meta"):
         try:
@@ -121,7 +132,8 @@ def load_file_model(setup: Setup) -> ModelSpec:
 
     return ModelSpec(model=model, model_class=type(model).__name__, make_batch=make_batch,
                      forward=getattr(module, "vramscope_forward", None) or _default_forward,
-                     loss=getattr(module, "vramscope_loss", None) or _default_loss, notes=notes)
+                     loss=getattr(module, "vramscope_loss", None) or _default_loss, notes=notes,
+                     pipeline=pipeline)
 
 
 def _set_hf_offline() -> None:

@@ -10,15 +10,16 @@ from .backward import BackwardExecutor
 from .common import DEVICE, patched, torch
 
 
-def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool, compiling: bool = False):
+def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool, autograd_grad: bool = False):
     """What the trace changes in torch for its duration, and why:
 
     - CUDA autocast refuses to switch on when ``torch.cuda.is_available()`` is False; only the AMP
       code's own checks are told otherwise (not ``torch.cuda.is_available`` itself, which would
       send code down paths that touch the driver);
     - ``torch.autograd.backward`` (hence ``Tensor.backward``) runs the tracer's executor, and
-      ``torch.autograd.grad`` is refused (with ``--compile`` it runs the executor too, which is
-      how AOTAutograd traces its joint graph);
+      ``torch.autograd.grad`` is refused unless ``autograd_grad`` (``--compile``: AOTAutograd
+      traces its joint graph by calling it; a pipeline stage: torch.distributed.pipelining
+      computes its inputs' gradients with it), when it runs the executor too;
     - ``torch._C._current_graph_task_id`` answers the executor's graph id, so that non-reentrant
       checkpointing recomputes once per backward rather than once per saved tensor;
     - transformers takes export-safe paths when it sees a FakeTensor (``is_tracing``): it then
@@ -31,7 +32,7 @@ def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool, compiling
         (amp_common, "amp_definitely_not_available", lambda: False),
         (torch.cuda, "is_bf16_supported", lambda *a, **k: True),
         (torch.autograd, "backward", executor.backward),
-        (torch.autograd, "grad", executor.grad if compiling else executor.grad_unsupported),
+        (torch.autograd, "grad", executor.grad if autograd_grad else executor.grad_unsupported),
         (torch._C, "_current_graph_task_id", executor.current_graph_task_id),
     ]
     patches.extend(_dtensor_patches(executor.tracker))

@@ -86,6 +86,17 @@ def train(setup: Setup, spec: ModelSpec, tracker, fake_mode, optimizer, scope,
             tracker.set_phase(step, "forward")
             autocast = (torch.autocast(DEVICE, dtype=amp_dtype) if amp_dtype is not None
                         else contextlib.nullcontext())
+            if spec.pipeline is not None:
+                # the stage's schedule runs its micro-batches' forward, loss and backward,
+                # interleaved, in one call: all of it is the "forward" phase (the executor marks
+                # the backward's allocations by their thread)
+                spec.pipeline.cpu_batch = cpu_batch
+                with autocast:
+                    loss = spec.pipeline.pipeline_step(forward_model, batch)
+                out = None
+                if micro < setup.grad_accum - 1:
+                    del batch, loss
+                continue
             with autocast:
                 out = spec.forward(forward_model, batch)
                 loss = spec.loss(out, batch)
@@ -141,6 +152,9 @@ def trace(setup: Setup, events_path: str, hf_sees_fakes: bool = False) -> dict:
             fake_mode = _fake_mode()
             with fake_mode:  # FSDP2 makes small device tensors when it wraps a module: fake ones
                 spec = load()
+            if spec.pipeline is not None:
+                with spec.pipeline.installed():
+                    return _trace(setup, events_path, hf_sees_fakes, spec, fake_mode)
             return _trace(setup, events_path, hf_sees_fakes, spec, fake_mode)
     return _trace(setup, events_path, hf_sees_fakes, load(), _fake_mode())
 
@@ -223,7 +237,8 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
             compiled = (CompileMode(tracker, saved, scope.root, setup.cuda_graphs) if setup.compile
                         else None)
             try:
-                with emulation_patches(executor, hf_sees_fakes, setup.compile), saved.hooks():
+                with emulation_patches(executor, hf_sees_fakes,
+                                       setup.compile or spec.pipeline is not None), saved.hooks():
                     train(setup, spec, tracker, fake_mode, optimizer, scope, compiled)
             finally:
                 scope.close()
@@ -260,6 +275,8 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
 
     if compiled is not None:
         notes.extend(compiled.notes())
+    if spec.pipeline is not None:
+        notes.extend(spec.pipeline.notes())
     if sdpa.used:
         counts = ", ".join(f"{name} x{count}" for name, count in sorted(sdpa.used.items()))
         how = (f"as torch {torch.__version__} picks on sm90" if setup.sdpa == "auto"
