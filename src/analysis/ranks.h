@@ -47,7 +47,7 @@ struct RankRow {
   std::string host;
   int32_t device = 0;
   std::string device_name;
-  std::string file;  // the capture read, relative to the folder
+  std::string file;  // the capture read, relative to the folder; "(traced)": predict --all-ranks
   int64_t peak_allocated = 0;
   int64_t peak_reserved = 0;
   int32_t peak_step = 0;

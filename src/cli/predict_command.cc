@@ -6,7 +6,9 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "analysis/ranks.h"
 #include "cli/exit_codes.h"
 #include "cli/report_output.h"
 #include "cli/run_tracer.h"
@@ -24,6 +26,10 @@
 namespace vramscope::cli {
 
 namespace {
+
+// --all-ranks traces the ranks one after another (a Python process each, seconds to minutes):
+// past this many, the ranks that differ are better traced by name (--rank R).
+constexpr int kMaxTracedRanks = 64;
 
 using predict::DType;
 
@@ -283,8 +289,11 @@ class TempFile {
 };
 
 // A predicted trace reported like any input: through the pipeline, to the terminal and to
-// -o/--html as the options ask.
-Status EmitPredictedReport(predict::BuiltTrace built, const PredictOptions& o, Progress& progress) {
+// -o/--html as the options ask. `ranks` (--all-ranks): every traced rank's row, the one this
+// trace is of marked reported, shown as a capture folder's ranks are; `note` says which it is.
+Status EmitPredictedReport(predict::BuiltTrace built, const PredictOptions& o, Progress& progress,
+                           std::vector<analysis::RankRow> ranks = {},
+                           const std::string& note = "") {
   ReportOutputOptions out;
   out.output = o.output;
   out.database_by_default = false;
@@ -300,9 +309,77 @@ Status EmitPredictedReport(predict::BuiltTrace built, const PredictOptions& o, P
   load.progress = &progress;
   load.project_root = project_root;
   ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::FromTrace(std::move(built.trace), load));
+  loaded.ranks = std::move(ranks);
+  if (!note.empty()) loaded.interpretation.notes.push_back(note);
   ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Analyzed> analyzed,
                    pipeline::Analyze(std::move(loaded), {project_root, std::nullopt, &progress}));
   return EmitReport(*analyzed, out, outputs, {}, &progress);
+}
+
+// --all-ranks: each rank of the job traced in turn (a tracer run each), its step placed by the
+// allocator model and analysed into its row; the report is the bounding rank's (the highest
+// reserved peak), with every row. Each rank's trace goes once its row is made; the bounding
+// rank's stream file is kept and its trace made again for the report, so memory holds one
+// rank's trace and the small rows.
+Status RunAllRanks(const PredictOptions& o, const predict::PredictRequest& request) {
+  if (o.world_size < 2) {
+    return UsageError("--all-ranks traces every rank of --world-size N: give N (2 or more)");
+  }
+  if (o.rank >= 0) return UsageError("--all-ranks traces every rank: drop --rank R");
+  if (o.world_size > kMaxTracedRanks) {
+    return UsageError(fmt::format(
+        "--all-ranks traces the ranks one after another, at most {}, and --world-size is {}: "
+        "trace the ranks that differ with --rank R",
+        kMaxTracedRanks, o.world_size));
+  }
+  if (!o.emit_stream.empty()) {
+    return UsageError("--emit-stream writes one rank's stream: give --rank R, not --all-ranks");
+  }
+  ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(""));
+  pipeline::LoadOptions load;
+  load.project_root = project_root;
+  const bool chatty = !o.quiet && !o.json;
+  std::vector<analysis::RankRow> rows;
+  std::unique_ptr<TempFile> bounding;  // the bounding rank's tracer stream so far
+  size_t bounding_index = 0;
+  for (int rank = 0; rank < o.world_size; ++rank) {
+    PredictOptions one = o;
+    one.rank = rank;
+    ASSIGN_OR_RETURN(const std::vector<std::string> args, TracerArgs(one));
+    auto traced = std::make_unique<TempFile>();
+    if (traced->path().empty()) return InternalError("cannot make a temporary file for the tracer");
+    if (chatty) {
+      std::fprintf(stderr, "tracing rank %d of %d of %s with %s -m vramscope.tracer...\n", rank,
+                   o.world_size, o.model.c_str(), o.python.c_str());
+    }
+    if (Status traced_ok = RunTracer(o.python, args, traced->path()); !traced_ok.ok()) {
+      return traced_ok.WithPrefix(fmt::format("rank {} of {}: ", rank, o.world_size));
+    }
+    ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(traced->path()));
+    ASSIGN_OR_RETURN(predict::TensorStream stream, predict::PredictStream(model, request));
+    ASSIGN_OR_RETURN(predict::BuiltTrace built,
+                     predict::BuildPrediction(std::move(stream), request));
+    ASSIGN_OR_RETURN(
+        analysis::RankRow row,
+        pipeline::RankRowOfTrace(std::move(built.trace), fmt::format("rank{}", rank), rank, load));
+    row.file = "(traced)";
+    rows.push_back(std::move(row));
+    if (analysis::BoundingRank(rows) == rows.size() - 1) {
+      bounding = std::move(traced);
+      bounding_index = rows.size() - 1;
+    }
+  }
+  // The bounding rank's step again, from its stream: the same trace its row was made of.
+  ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(bounding->path()));
+  ASSIGN_OR_RETURN(predict::TensorStream stream, predict::PredictStream(model, request));
+  ASSIGN_OR_RETURN(predict::BuiltTrace built, predict::BuildPrediction(std::move(stream), request));
+  rows[bounding_index].reported = true;
+  const std::string note = fmt::format(
+      "rank {} of {}, each traced alone: the one with the highest reserved peak (the per-rank "
+      "table has them all; --rank R reports another)",
+      bounding_index, rows.size());
+  Progress progress(chatty);
+  return EmitPredictedReport(std::move(built), o, progress, std::move(rows), note);
 }
 
 // The role -o/--html report: --role's name or stage number, else the bounding role.
@@ -563,10 +640,11 @@ Status Run(const PredictOptions& o) {
         "parallel layout with --zero 3 (per rank role); the built-in families' single-GPU --fsdp "
         "takes its precision from --dtype");
   }
-  if (o.rank >= 0 && !NeedsTracer(o.model)) {
-    return UsageError(
-        "--rank is the rank the tracer runs of your own model (FILE.py:FUNCTION) under "
-        "--world-size; the built-in families' ranks are predicted by role (--tp, --pp, ...)");
+  if ((o.rank >= 0 || o.all_ranks) && !NeedsTracer(o.model)) {
+    return UsageError(fmt::format(
+        "{} is for the ranks the tracer runs of your own model (FILE.py:FUNCTION) under "
+        "--world-size; the built-in families' ranks are predicted by role (--tp, --pp, ...)",
+        o.all_ranks ? "--all-ranks" : "--rank"));
   }
   ASSIGN_OR_RETURN(predict::PredictRequest request, BuildRequest(o));
   // A parallel layout, or a mixture of experts: the per-rank estimate of the built-in families.
@@ -596,6 +674,7 @@ Status Run(const PredictOptions& o) {
           "--fit resizes the built-in families; for your own model, trace it at a "
           "few sizes and predict each");
     }
+    if (o.all_ranks) return RunAllRanks(o, request);
     ASSIGN_OR_RETURN(const std::vector<std::string> args, TracerArgs(o));
     if (traced.path().empty()) return InternalError("cannot make a temporary file for the tracer");
     if (!o.quiet && !o.json) {
@@ -753,6 +832,12 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   cmd->add_option("--rank", o.rank,
                   "your own model under --world-size: the rank the tracer runs (default: 0)")
       ->check(CLI::Range(0, (1 << 20) - 1));
+  cmd->add_flag("--all-ranks", o.all_ranks,
+                fmt::format("your own model under --world-size: the tracer runs every rank in "
+                            "turn (at most {}), a table of their peaks says which rank bounds "
+                            "the job and what it holds that the others do not, and the report "
+                            "is that rank's",
+                            kMaxTracedRanks));
   cmd->add_option("--tp", o.tp,
                   "tensor parallelism: memory per rank role of the layout (GPT-2 and LLaMA "
                   "families, MoE included; model states counted per tensor, activations by "

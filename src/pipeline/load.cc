@@ -110,6 +110,15 @@ Result<Loaded> LoadCapture(const Input& folder, const sources::Capture& capture,
   return loaded;
 }
 
+// The figures of a rank's row that its own report gives: peaks, steps, phases, what is live at
+// its peak.
+void FillRankRow(const Loaded& loaded, const LoadOptions& options, analysis::RankRow& row) {
+  const analysis::ProjectRoot root(options.project_root);
+  const std::unique_ptr<analysis::Analysis> analysis = analysis::Analyze(loaded.view(), root);
+  analysis::FillRankFigures(analysis->summary, row);
+  analysis::FillRankPhases(analysis->attribution.phases, analysis->timelines, row);
+}
+
 // The row of one rank: the figures its own report gives, and what its sidecar says.
 Result<analysis::RankRow> RankRowOf(const Input& folder, const sources::Capture& capture,
                                     const LoadOptions& options) {
@@ -117,16 +126,13 @@ Result<analysis::RankRow> RankRowOf(const Input& folder, const sources::Capture&
   quiet.progress = nullptr;  // the folder's stage counts the ranks
   std::optional<sources::CaptureSidecar> sidecar;
   ASSIGN_OR_RETURN(const Loaded loaded, LoadCapture(folder, capture, quiet, &sidecar));
-  const analysis::ProjectRoot root(options.project_root);
-  const std::unique_ptr<analysis::Analysis> analysis = analysis::Analyze(loaded.view(), root);
   analysis::RankRow row;
   row.label = capture.label;
   row.rank = capture.rank;
   row.file = fs::path(capture.snapshot.empty() ? capture.native : capture.snapshot)
                  .lexically_relative(folder.path)
                  .string();
-  analysis::FillRankFigures(analysis->summary, row);
-  analysis::FillRankPhases(analysis->attribution.phases, analysis->timelines, row);
+  FillRankRow(loaded, options, row);
   if (sidecar) {
     row.local_rank = sidecar->local_rank;
     row.host = sidecar->hostname;
@@ -210,6 +216,18 @@ Result<Loaded> FromTrace(model::Trace trace, const LoadOptions& options) {
   loaded.trace = std::move(trace);
   RETURN_IF_ERROR(Replay(loaded, options));
   return loaded;
+}
+
+Result<analysis::RankRow> RankRowOfTrace(model::Trace trace, std::string label, int64_t rank,
+                                         const LoadOptions& options) {
+  LoadOptions quiet = options;
+  quiet.progress = nullptr;
+  ASSIGN_OR_RETURN(const Loaded loaded, FromTrace(std::move(trace), quiet));
+  analysis::RankRow row;
+  row.label = std::move(label);
+  row.rank = rank;
+  FillRankRow(loaded, options, row);
+  return row;
 }
 
 }  // namespace vramscope::pipeline

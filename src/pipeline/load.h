@@ -61,4 +61,9 @@ Result<Loaded> Load(const Input& input, const LoadOptions& options);
 // bytes — interpreted like any input read from a file.
 Result<Loaded> FromTrace(model::Trace trace, const LoadOptions& options);
 
+// The per-rank row (analysis/ranks.h) of one rank's trace made elsewhere (`vramscope predict
+// --all-ranks`: each rank traced in turn): the figures its own report would give.
+Result<analysis::RankRow> RankRowOfTrace(model::Trace trace, std::string label, int64_t rank,
+                                         const LoadOptions& options);
+
 }  // namespace vramscope::pipeline

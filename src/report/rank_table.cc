@@ -85,7 +85,12 @@ nlohmann::json OwnerJson(const analysis::RankOwner& o) {
 }  // namespace
 
 std::string RenderRankTable(const std::vector<RankRow>& rows) {
-  std::string out = fmt::format("{} processes captured; per rank:\n", rows.size());
+  // `predict --all-ranks` rows were traced, not captured (analysis/ranks.h: their file says so).
+  const bool traced =
+      std::all_of(rows.begin(), rows.end(), [](const RankRow& r) { return r.file == "(traced)"; });
+  std::string out = fmt::format(
+      "{} {}; per rank:\n", rows.size(),
+      traced ? "ranks traced, each alone on a fake process group" : "processes captured");
   out += fmt::format("  {:<10} {:<18} {:>16} {:>16}  {:<22} {}\n", "rank", "host:device",
                      "peak allocated", "peak reserved", "peak in", "ended");
   int64_t max_reserved = 0, min_reserved = INT64_MAX;

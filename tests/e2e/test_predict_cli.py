@@ -589,6 +589,15 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     (["--model", "train.py:build", "--world-size", "2", "--zero", "3"],
      "--zero, --master-weights and --weight-decay are the built-in families' options"),
     (["--model", "llama2-7b", "--rank", "1"], "the built-in families' ranks are predicted by role"),
+    # --all-ranks: every rank of your own model traced in turn
+    (["--model", "llama2-7b", "--all-ranks"], "--all-ranks is for the ranks the tracer runs"),
+    (["--model", "train.py:build", "--all-ranks"], "--all-ranks traces every rank of --world-size N"),
+    (["--model", "train.py:build", "--world-size", "2", "--rank", "1", "--all-ranks"],
+     "drop --rank R"),
+    (["--model", "train.py:build", "--world-size", "65", "--all-ranks"],
+     "at most 64, and --world-size is 65"),
+    (["--model", "train.py:build", "--world-size", "2", "--all-ranks", "--emit-stream", "s.jsonl"],
+     "give --rank R, not --all-ranks"),
 ])
 def test_parallel_layout_errors(args, message, run, out_dir):
     rc, out, err = run("predict", *args, cwd=out_dir)

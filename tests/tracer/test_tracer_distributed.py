@@ -399,6 +399,71 @@ def test_interleaved_stages_each_rank_holds_its_two(tmp_path, rank):
     assert {a["step"] for a in s.allocated()} >= {1, 2, 3}
 
 
+def test_all_ranks_name_the_stage_that_bounds_the_job(tmp_path):
+    """predict --all-ranks traces each rank of pp_gpt.py in turn: the per-rank table (terminal,
+    JSON and the report database's vramscope_ranks) has both stages with the peaks each one's own
+    prediction gives (the ones test_pipeline_stages_match_their_h100_captures holds to the
+    captures), names the last stage as the one that bounds the job, says why (the head's logits
+    and the loss's gradients), and the report that follows is that rank's."""
+    require_binary(BIN)
+    import sqlite3
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the embedded tracer
+    db = tmp_path / "ranks.sqlite"
+    done = subprocess.run([BIN, "predict", "--model", f"{EXAMPLES / 'pp_gpt.py'}:build",
+                           "--world-size", "2", "--all-ranks", "--batch", "8", "--seq", "256",
+                           "--steps", "3", "--optimizer", "adamw", "--gpu", "h100-80gb",
+                           "--python", sys.executable, "-o", str(db), "--json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    rows = {r["label"]: r for r in report["ranks"]}
+    assert set(rows) == {"rank0", "rank1"}
+    peaks = {label: (r["peak_allocated_bytes"], r["peak_reserved_bytes"], r["file"])
+             for label, r in rows.items()}
+    assert peaks == {"rank0": (169_030_656, 195_035_136, "(traced)"),
+                     "rank1": (265_476_608, 327_155_712, "(traced)")}
+    assert rows["rank1"]["reported"] and not rows["rank0"]["reported"]
+    bounding = report["ranks_compared"]["bounding"]
+    assert bounding["label"] == "rank1", bounding
+    held_alone = {o["owner"] for o in bounding["held_alone"]}
+    assert {"lm_head.weight", "aten::mm @ lm_head"} <= held_alone, held_alone
+    with sqlite3.connect(db) as con:
+        stored = con.execute("select label, file, peak_allocated_bytes, reported "
+                             "from vramscope_ranks order by label").fetchall()
+        peak = con.execute("select peak_allocated_bytes from vramscope_devices "
+                           "where device = 0").fetchone()[0]
+    assert stored == [("rank0", "(traced)", 169_030_656, 0), ("rank1", "(traced)", 265_476_608, 1)]
+    assert peak == 265_476_608  # the report is the bounding rank's
+
+
+def test_all_ranks_names_the_rank_that_fails(tmp_path):
+    """A rank whose trace fails stops --all-ranks with the tracer's one line, prefixed with that
+    rank, and nothing written."""
+    require_binary(BIN)
+    model = tmp_path / "rank1_fails.py"
+    model.write_text(
+        "import torch, torch.distributed as dist\n"
+        "def build():\n"
+        "    if dist.get_rank() == 1:\n"
+        "        raise ValueError('rank 1 has no stage')\n"
+        "    return torch.nn.Linear(8, 8)\n"
+        "def vramscope_inputs(batch_size, seq_len, image_size):\n"
+        "    return (torch.randn(batch_size, 8),)\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run([BIN, "predict", "--model", f"{model}:build", "--world-size", "2",
+                           "--all-ranks", "--python", sys.executable, "-o",
+                           str(out / "r.sqlite")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    lines = [l for l in done.stderr.splitlines() if not l.startswith("tracing ")]
+    assert len(lines) == 1 and lines[0].startswith("vramscope: error: rank 1 of 2: "), lines
+    assert "rank 1 has no stage" in lines[0], lines
+    assert list(out.iterdir()) == []
+
+
 def test_pipelining_outside_its_step_or_on_one_rank_is_refused(tmp_path):
     """A stage the tracer cannot run as the other ranks (made in the build function rather than
     in vramscope_pipeline_step), and a pipeline file traced as a single process: one line each,
