@@ -251,7 +251,13 @@ def _micro_batch_0(run: _PeerRun) -> tuple:
     arg_mbs = run.step_kwargs.get("arg_mbs")
     kwarg_mbs = run.step_kwargs.get("kwarg_mbs")
     if arg_mbs is None:
-        arg_mbs, kwarg_mbs = schedule._split_inputs(run.step_args, kwargs)
+        split = getattr(schedule, "_split_inputs", None)
+        if split is not None:  # the schedule's own split (its chunk specs)
+            arg_mbs, kwarg_mbs = split(run.step_args, kwargs)
+        else:
+            from torch.distributed.pipelining.microbatch import split_args_kwargs_into_chunks
+            arg_mbs, kwarg_mbs = split_args_kwargs_into_chunks(
+                run.step_args, kwargs, schedule._n_microbatches)
     return tuple(arg_mbs[0]), dict(kwarg_mbs[0] if kwarg_mbs else {})
 
 
