@@ -399,6 +399,29 @@ def test_interleaved_stages_each_rank_holds_its_two(tmp_path, rank):
     assert {a["step"] for a in s.allocated()} >= {1, 2, 3}
 
 
+def test_a_middle_stage_receives_an_input_and_a_gradient_per_micro_batch(tmp_path):
+    """pp_gpt.py over three ranks: the middle stage (rank 1, block 1 alone) takes its input from
+    the first stage and the gradient of its output from the last, both computed for it from the
+    other ranks' stages on the meta device. Its weights are one block's, and per micro-batch it
+    receives one input (kept by the block's first LayerNorm for backward: an activation) and one
+    output gradient (a temporary), each the stage boundary's size: four of each per step
+    (torch 2.15 allocates them as it receives; torch 2.11 allocated the four once and kept
+    them, which this count accepts too)."""
+    m = load_example("pp_gpt")
+    h, mlp = m._GPT["hidden"], m._GPT["mlp"]
+    s = trace(tmp_path, "--model", f"{EXAMPLES / 'pp_gpt.py'}:build", "--world-size", 3,
+              "--rank", 1, "--batch", 8, "--seq", 128, "--steps", 2)
+    block = 4 * h + h * 3 * h + 3 * h + h * h + h + h * mlp + mlp + mlp * h + h
+    assert sum(setup_weights(s).values()) == block * 4
+    boundary = 2 * 128 * h * 4  # micro-batch 2 x 128 tokens x hidden, fp32
+    received = {}
+    for a in s.allocated():
+        if a["op"] == "aten::empty_strided" and a["bytes"] == boundary and a["step"] >= 1:
+            received[a["category"]] = received.get(a["category"], 0) + 1
+    assert received in ({"activation": 4, "temporary": 4}, {"activation": 8, "temporary": 8}), \
+        received
+
+
 def test_all_ranks_name_the_stage_that_bounds_the_job(tmp_path):
     """predict --all-ranks traces each rank of pp_gpt.py in turn: the per-rank table (terminal,
     JSON and the report database's vramscope_ranks) has both stages with the peaks each one's own
