@@ -4,9 +4,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
 #include "analysis/ranks.h"
 #include "cli/exit_codes.h"
@@ -27,8 +30,10 @@ namespace vramscope::cli {
 
 namespace {
 
-// --all-ranks traces the ranks one after another (a Python process each, seconds to minutes):
-// past this many, the ranks that differ are better traced by name (--rank R).
+// --all-ranks traces each rank in a Python process of its own (seconds to minutes each, 812 MiB
+// peak RSS for examples/distributed/pp_gpt.py, bench/predict_all_ranks.py): at most this many at
+// once, and past kMaxTracedRanks ranks the ones that differ are better traced by name (--rank R).
+constexpr size_t kTracerJobs = 8;
 constexpr int kMaxTracedRanks = 64;
 
 using predict::DType;
@@ -316,11 +321,12 @@ Status EmitPredictedReport(predict::BuiltTrace built, const PredictOptions& o, P
   return EmitReport(*analyzed, out, outputs, {}, &progress);
 }
 
-// --all-ranks: each rank of the job traced in turn (a tracer run each), its step placed by the
-// allocator model and analysed into its row; the report is the bounding rank's (the highest
-// reserved peak), with every row. Each rank's trace goes once its row is made; the bounding
-// rank's stream file is kept and its trace made again for the report, so memory holds one
-// rank's trace and the small rows.
+// --all-ranks: each rank of the job traced (a tracer process each, as many at once as the CPUs,
+// at most kTracerJobs), its step placed by the allocator model and analysed into its row as its
+// process ends; the report is the bounding rank's (the highest reserved peak), with every row.
+// Each rank's trace goes once its row is made; the ranks' streams stay on disk until the end,
+// and the bounding rank's trace is made again from its stream for the report, so memory holds
+// one rank's trace and the small rows.
 Status RunAllRanks(const PredictOptions& o, const predict::PredictRequest& request) {
   if (o.world_size < 2) {
     return UsageError("--all-ranks traces every rank of --world-size N: give N (2 or more)");
@@ -328,8 +334,8 @@ Status RunAllRanks(const PredictOptions& o, const predict::PredictRequest& reque
   if (o.rank >= 0) return UsageError("--all-ranks traces every rank: drop --rank R");
   if (o.world_size > kMaxTracedRanks) {
     return UsageError(fmt::format(
-        "--all-ranks traces the ranks one after another, at most {}, and --world-size is {}: "
-        "trace the ranks that differ with --rank R",
+        "--all-ranks traces at most {} ranks, and --world-size is {}: trace the ranks that "
+        "differ with --rank R",
         kMaxTracedRanks, o.world_size));
   }
   if (!o.emit_stream.empty()) {
@@ -339,47 +345,78 @@ Status RunAllRanks(const PredictOptions& o, const predict::PredictRequest& reque
   pipeline::LoadOptions load;
   load.project_root = project_root;
   const bool chatty = !o.quiet && !o.json;
-  std::vector<analysis::RankRow> rows;
-  std::unique_ptr<TempFile> bounding;  // the bounding rank's tracer stream so far
-  size_t bounding_index = 0;
-  for (int rank = 0; rank < o.world_size; ++rank) {
-    PredictOptions one = o;
-    one.rank = rank;
-    ASSIGN_OR_RETURN(const std::vector<std::string> args, TracerArgs(one));
-    auto traced = std::make_unique<TempFile>();
-    if (traced->path().empty()) return InternalError("cannot make a temporary file for the tracer");
-    if (chatty) {
-      std::fprintf(stderr, "tracing rank %d of %d of %s with %s -m vramscope.tracer...\n", rank,
-                   o.world_size, o.model.c_str(), o.python.c_str());
+  const auto ranks = static_cast<size_t>(o.world_size);
+  const size_t jobs = o.jobs > 0
+                          ? std::min<size_t>(ranks, static_cast<size_t>(o.jobs))
+                          : std::min<size_t>({ranks, kTracerJobs,
+                                              std::max(1u, std::thread::hardware_concurrency())});
+  std::vector<std::unique_ptr<TempFile>> streams(ranks);
+  std::vector<std::optional<analysis::RankRow>> rows(ranks);
+  // The ranks whose tracer runs: (rank, its process).
+  std::vector<std::pair<size_t, std::unique_ptr<TracerRun>>> running;
+  size_t next = 0, done = 0;
+  // A finished rank: its stream placed by the allocator model and analysed into its row.
+  auto finish = [&](size_t rank, TracerRun& run) -> Status {
+    if (Status traced = run.Wait(); !traced.ok()) {
+      return traced.WithPrefix(fmt::format("rank {} of {}: ", rank, o.world_size));
     }
-    if (Status traced_ok = RunTracer(o.python, args, traced->path()); !traced_ok.ok()) {
-      return traced_ok.WithPrefix(fmt::format("rank {} of {}: ", rank, o.world_size));
-    }
-    ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(traced->path()));
+    ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(streams[rank]->path()));
     ASSIGN_OR_RETURN(predict::TensorStream stream, predict::PredictStream(model, request));
     ASSIGN_OR_RETURN(predict::BuiltTrace built,
                      predict::BuildPrediction(std::move(stream), request));
-    ASSIGN_OR_RETURN(
-        analysis::RankRow row,
-        pipeline::RankRowOfTrace(std::move(built.trace), fmt::format("rank{}", rank), rank, load));
+    ASSIGN_OR_RETURN(analysis::RankRow row,
+                     pipeline::RankRowOfTrace(std::move(built.trace), fmt::format("rank{}", rank),
+                                              static_cast<int64_t>(rank), load));
     row.file = "(traced)";
-    rows.push_back(std::move(row));
-    if (analysis::BoundingRank(rows) == rows.size() - 1) {
-      bounding = std::move(traced);
-      bounding_index = rows.size() - 1;
+    rows[rank] = std::move(row);
+    return Status::Ok();
+  };
+  while (done < ranks) {
+    while (next < ranks && running.size() < jobs) {
+      PredictOptions one = o;
+      one.rank = static_cast<int>(next);
+      ASSIGN_OR_RETURN(const std::vector<std::string> args, TracerArgs(one));
+      streams[next] = std::make_unique<TempFile>();
+      if (streams[next]->path().empty()) {
+        return InternalError("cannot make a temporary file for the tracer");
+      }
+      if (chatty) {
+        (void)std::fprintf(stderr, "tracing rank %zu of %d of %s with %s -m vramscope.tracer...\n",
+                           next, o.world_size, o.model.c_str(), o.python.c_str());
+      }
+      ASSIGN_OR_RETURN(std::unique_ptr<TracerRun> run,
+                       StartTracer(o.python, args, streams[next]->path()));
+      running.emplace_back(next++, std::move(run));
     }
+    bool any = false;
+    for (size_t i = 0; i < running.size();) {
+      if (!running[i].second->Done()) {
+        ++i;
+        continue;
+      }
+      // An error returns at once; the other runs' processes are killed as `running` goes.
+      RETURN_IF_ERROR(finish(running[i].first, *running[i].second));
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+      ++done;
+      any = true;
+    }
+    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  std::vector<analysis::RankRow> table;
+  table.reserve(ranks);
+  for (std::optional<analysis::RankRow>& row : rows) table.push_back(std::move(*row));
+  const size_t bounding = analysis::BoundingRank(table);
+  table[bounding].reported = true;
   // The bounding rank's step again, from its stream: the same trace its row was made of.
-  ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(bounding->path()));
+  ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(streams[bounding]->path()));
   ASSIGN_OR_RETURN(predict::TensorStream stream, predict::PredictStream(model, request));
   ASSIGN_OR_RETURN(predict::BuiltTrace built, predict::BuildPrediction(std::move(stream), request));
-  rows[bounding_index].reported = true;
   const std::string note = fmt::format(
       "rank {} of {}, each traced alone: the one with the highest reserved peak (the per-rank "
       "table has them all; --rank R reports another)",
-      bounding_index, rows.size());
+      bounding, ranks);
   Progress progress(chatty);
-  return EmitPredictedReport(std::move(built), o, progress, std::move(rows), note);
+  return EmitPredictedReport(std::move(built), o, progress, std::move(table), note);
 }
 
 // The role -o/--html report: --role's name or stage number, else the bounding role.
@@ -640,6 +677,9 @@ Status Run(const PredictOptions& o) {
         "parallel layout with --zero 3 (per rank role); the built-in families' single-GPU --fsdp "
         "takes its precision from --dtype");
   }
+  if (o.jobs > 0 && !o.all_ranks) {
+    return UsageError("--jobs is how many ranks --all-ranks traces at once: give --all-ranks");
+  }
   if ((o.rank >= 0 || o.all_ranks) && !NeedsTracer(o.model)) {
     return UsageError(fmt::format(
         "{} is for the ranks the tracer runs of your own model (FILE.py:FUNCTION) under "
@@ -833,11 +873,17 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "your own model under --world-size: the rank the tracer runs (default: 0)")
       ->check(CLI::Range(0, (1 << 20) - 1));
   cmd->add_flag("--all-ranks", o.all_ranks,
-                fmt::format("your own model under --world-size: the tracer runs every rank in "
-                            "turn (at most {}), a table of their peaks says which rank bounds "
-                            "the job and what it holds that the others do not, and the report "
-                            "is that rank's",
-                            kMaxTracedRanks));
+                fmt::format("your own model under --world-size: the tracer runs every rank (at "
+                            "most {}; as many at once as the CPUs, at most {}), a table of their "
+                            "peaks says which rank bounds the job and what it holds that the "
+                            "others do not, and the report is that rank's",
+                            kMaxTracedRanks, kTracerJobs));
+  cmd->add_option("--jobs", o.jobs,
+                  fmt::format("--all-ranks: tracer processes at once, each a Python with torch "
+                              "(0.8 GiB at its peak for examples/distributed/pp_gpt.py; default: "
+                              "as many as the CPUs, at most {})",
+                              kTracerJobs))
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--tp", o.tp,
                   "tensor parallelism: memory per rank role of the layout (GPT-2 and LLaMA "
                   "families, MoE included; model states counted per tensor, activations by "

@@ -37,7 +37,8 @@ struct PredictOptions {
   int world_size = 1;
   std::string fsdp_mp;  // traced models with --fsdp: FSDP2's MixedPrecisionPolicy dtype
   int rank = -1;        // traced models under --world-size: the rank traced; -1: not given (rank 0)
-  bool all_ranks = false;     // traced models under --world-size: every rank, in turn
+  bool all_ranks = false;     // traced models under --world-size: every rank
+  int jobs = 0;               // --all-ranks: tracer processes at once; 0: the CPUs, at most 8
   double ddp_bucket_mb = 25;  // DDP(bucket_cap_mb): MiB
   // A parallel layout (predict/parallel_layout.h): memory per rank role.
   uint64_t tp = 1, pp = 1, cp = 1, dp = 0, ep = 1, etp = 0;  // dp 0: from --world-size

@@ -4,10 +4,14 @@
 // with it on PYTHONPATH, and the stream it writes is what the predictor reads.
 #pragma once
 
+#include <sys/types.h>
+
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "common/temp_dir.h"
 
 namespace vramscope::cli {
 
@@ -18,5 +22,33 @@ bool NeedsTracer(const std::string& model);
 // line (what, where, what to do) or with how to get Python and PyTorch when they are missing.
 Status RunTracer(const std::string& python, const std::vector<std::string>& args,
                  const std::string& output);
+
+// A tracer process started by StartTracer, so that several run at once (predict --all-ranks),
+// from one thread: Done() asks without waiting, Wait() waits and gives RunTracer's result. One
+// destroyed before its process ended kills it (the others' runs are abandoned on an error).
+class TracerRun {
+ public:
+  ~TracerRun();
+  TracerRun(const TracerRun&) = delete;
+  TracerRun& operator=(const TracerRun&) = delete;
+  bool Done();
+  Status Wait();
+
+ private:
+  friend Result<std::unique_ptr<TracerRun>> StartTracer(const std::string&,
+                                                        const std::vector<std::string>&,
+                                                        const std::string&);
+  TracerRun() = default;
+  std::string python_;
+  std::unique_ptr<TempDir> dir_;  // the embedded package and the tracer's stderr
+  std::string errors_;
+  pid_t pid_ = -1;
+  int status_ = 0;
+  bool exited_ = false;
+};
+
+Result<std::unique_ptr<TracerRun>> StartTracer(const std::string& python,
+                                               const std::vector<std::string>& args,
+                                               const std::string& output);
 
 }  // namespace vramscope::cli

@@ -595,9 +595,10 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     (["--model", "train.py:build", "--world-size", "2", "--rank", "1", "--all-ranks"],
      "drop --rank R"),
     (["--model", "train.py:build", "--world-size", "65", "--all-ranks"],
-     "at most 64, and --world-size is 65"),
+     "at most 64 ranks, and --world-size is 65"),
     (["--model", "train.py:build", "--world-size", "2", "--all-ranks", "--emit-stream", "s.jsonl"],
      "give --rank R, not --all-ranks"),
+    (["--model", "train.py:build", "--world-size", "2", "--jobs", "2"], "give --all-ranks"),
 ])
 def test_parallel_layout_errors(args, message, run, out_dir):
     rc, out, err = run("predict", *args, cwd=out_dir)
