@@ -263,6 +263,30 @@ def test_ranks_side_by_side(browser, tmp_path):
     assert errors == []
 
 
+def test_traced_ranks_side_by_side(browser, tmp_path):
+    """`predict --all-ranks` of a pipeline of your own (pp_gpt.py, two stages traced): its report
+    database carries every rank's row as a capture folder's does, so the page shows the stages
+    side by side, the last one bounding the job by its head."""
+    python = os.environ.get("VRAMSCOPE_TORCH_PYTHON")
+    if not python:
+        pytest.skip("no Python with torch for the tracer (VRAMSCOPE_TORCH_PYTHON)")
+    model = Path(__file__).resolve().parents[2] / "examples" / "distributed" / "pp_gpt.py"
+    code, _, err = run_binary("predict", "--model", f"{model}:build", "--world-size", "2",
+                              "--all-ranks", "--batch", "8", "--seq", "256", "--python", python,
+                              "-q", "-o", "ranks.sqlite", cwd=tmp_path, timeout=900)
+    assert code == 0, err
+    page, errors = open_page(browser, page_for(tmp_path, tmp_path / "ranks.sqlite"))
+    view = page.locator("#ranks-view")
+    assert view.is_visible()
+    rows = view.locator("table.ranks tbody tr")
+    assert [rows.nth(i).get_attribute("data-label") for i in range(rows.count())] == ["rank0",
+                                                                                    "rank1"]
+    assert view.locator("tr.bounding").get_attribute("data-label") == "rank1"
+    why = view.locator(".why").inner_text()
+    assert "Why rank1 bounds the job" in why and "lm_head" in why, why
+    assert errors == []
+
+
 def test_a_single_report_has_no_ranks_view(browser, tmp_path):
     code, _, err = run_binary("view", "-q", "-o", "example.html", cwd=tmp_path)
     assert code == 0, err
