@@ -489,8 +489,8 @@ def test_all_ranks_names_the_rank_that_fails(tmp_path):
 
 def test_pipelining_outside_its_step_or_on_one_rank_is_refused(tmp_path):
     """A stage the tracer cannot run as the other ranks (made in the build function rather than
-    in vramscope_pipeline_step), and a pipeline file traced as a single process: one line each,
-    naming what to do."""
+    in vramscope_pipeline_step), a pipeline file traced as a single process, under --compile, or
+    with its stages sharded (--fsdp): one line each, naming what to do."""
     model = tmp_path / "stage_in_build.py"
     model.write_text(
         "import torch, torch.distributed as dist\n"
@@ -506,6 +506,13 @@ def test_pipelining_outside_its_step_or_on_one_rank_is_refused(tmp_path):
     line = trace_fails(tmp_path, "--model", f"{EXAMPLES / 'pp_gpt.py'}:build", "--batch", 8,
                        "--seq", 64)
     assert "on one rank" in line and "--world-size N" in line, line
+    line = trace_fails(tmp_path, "--model", f"{EXAMPLES / 'pp_gpt.py'}:build", "--world-size", 2,
+                       "--compile", "--batch", 8, "--seq", 64)
+    assert "--compile with a torch.distributed.pipelining stage" in line, line
+    # PP combined with FSDP2: the other ranks' stages would need their meshes too
+    line = trace_fails(tmp_path, "--model", f"{EXAMPLES / 'pp_gpt.py'}:build", "--world-size", 2,
+                       "--fsdp", "--batch", 8, "--seq", 64)
+    assert "pipeline parallelism combined with sharded parameters" in line, line
 
 
 def test_a_script_style_model_function_runs_as_under_torchrun(tmp_path):

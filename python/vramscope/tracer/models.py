@@ -107,6 +107,10 @@ def load_file_model(setup: Setup) -> ModelSpec:
                               "(vramscope_pipeline_step) on one rank", path,
                               "trace one of its stages' ranks: --world-size N (the job's ranks) "
                               "and --rank R")
+        if setup.compile:
+            raise TracerError("--compile with a torch.distributed.pipelining stage", path,
+                              "trace the stage without --compile (the tracer compiles a model's "
+                              "forward, which the schedule calls per micro-batch)")
         pipeline = PipelinePeers(setup.rank, setup.world_size, build, pipeline_step,
                                  f"{path}:{func_name}")
     notes = []
