@@ -85,9 +85,16 @@ def vramscope_pipeline_step(model, batch):
         device = next(model.parameters()).device
         stage = PipelineStage(model, rank, stages, device)
         _SCHEDULES[id(model)] = Schedule1F1B(stage, n_microbatches=MICRO_BATCHES, loss_fn=_loss)
+    return step_schedule(_SCHEDULES[id(model)], batch)
+
+
+def step_schedule(schedule, batch):
+    """One step of ``schedule`` on this rank: rank 0 (the first stage) feeds the tokens, the last
+    rank (the last stage) the labels; returns the micro-batches' mean loss there, else None."""
+    rank, ranks = dist.get_rank(), dist.get_world_size()
     ids, labels = batch
     losses = []
     args = (ids,) if rank == 0 else ()
-    kwargs = dict(target=labels, losses=losses) if rank == stages - 1 else {}
-    _SCHEDULES[id(model)].step(*args, **kwargs)
+    kwargs = dict(target=labels, losses=losses) if rank == ranks - 1 else {}
+    schedule.step(*args, **kwargs)
     return torch.stack(losses).mean() if losses else None

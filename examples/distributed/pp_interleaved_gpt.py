@@ -13,7 +13,6 @@ capture yet (``scripts/capture_run_goldens.py`` names the case for the next GPU 
 import sys
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
@@ -21,7 +20,8 @@ from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "training"))
 from models import _GPT  # noqa: E402
-from pp_gpt import MICRO_BATCHES, GPTStage, _loss, vramscope_inputs  # noqa: E402,F401
+from pp_gpt import (MICRO_BATCHES, GPTStage, _loss, step_schedule,  # noqa: E402,F401
+                    vramscope_inputs)
 
 STAGES_PER_RANK = 2
 
@@ -51,9 +51,4 @@ def vramscope_pipeline_step(model, batch):
                   for v, part in enumerate(model)]
         _SCHEDULES[id(model)] = ScheduleInterleaved1F1B(stages, n_microbatches=MICRO_BATCHES,
                                                         loss_fn=_loss)
-    ids, labels = batch
-    losses = []
-    args = (ids,) if rank == 0 else ()
-    kwargs = dict(target=labels, losses=losses) if rank == ranks - 1 else {}
-    _SCHEDULES[id(model)].step(*args, **kwargs)
-    return torch.stack(losses).mean() if losses else None
+    return step_schedule(_SCHEDULES[id(model)], batch)

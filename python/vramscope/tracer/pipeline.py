@@ -29,6 +29,7 @@ import contextlib
 import importlib
 
 from .common import TracerError, _one_line, patched, torch
+from .tracking import _all_modes_off
 
 _FILL_ARGS = ("input_args", "output_args")
 
@@ -44,7 +45,6 @@ class _PeerRun:
     def __init__(self, rank: int):
         self.rank = rank
         self.stages: dict = {}      # stage index -> submodule (on the meta device)
-        self.num_stages = None
         self.schedule = None        # the schedule whose step() it called
         self.step_args = None
         self.step_kwargs = None
@@ -107,34 +107,27 @@ class PipelinePeers:
 
     # -- the patches
     def _get_rank(self, group=None):
-        if self._running is None:
-            return self._original_get_rank(group)
-        if group is not None and group is not torch.distributed.group.WORLD and \
-                torch.distributed.get_world_size(group) != self.world_size:
-            raise TracerError(f"a pipeline stage on a process group of "
-                              f"{torch.distributed.get_world_size(group)} of the "
-                              f"{self.world_size} ranks", self.where,
-                              "the tracer traces pipeline parallelism alone (the pipeline group "
-                              "is the whole job): --world-size = the number of stages' ranks")
-        return self._running.rank
+        # in a peer's run, the peer's rank: its pipeline group is the whole job, which the traced
+        # rank's own stage was checked for (_whole_job_only) before any peer runs
+        return self._original_get_rank(group) if self._running is None else self._running.rank
 
     def _stage_init(self, original):
         peers = self
 
         def init(stage, submodule, stage_index, num_stages, device, *args, **kwargs):
             run = peers._running
-            if run is None:
-                peers._whole_job_only(submodule, kwargs.get("group"))
             if run is not None:  # a peer's stage: recorded (its metadata is not needed)
                 run.stages[stage_index] = submodule
-                run.num_stages = num_stages
-            elif not args and not any(kwargs.get(name) is not None for name in _FILL_ARGS):
+                return original(stage, submodule, stage_index, num_stages, device, *args,
+                                **kwargs)
+            peers._whole_job_only(submodule, kwargs.get("group"))
+            if args or any(kwargs.get(name) is not None for name in _FILL_ARGS):
+                peers.stages_given.append((stage_index, "the user's"))
+            else:
                 kwargs = dict(kwargs)
                 kwargs["input_args"], kwargs["output_args"] = peers._metadata(stage_index,
                                                                               num_stages)
                 peers.stages_given.append((stage_index, "computed"))
-            else:
-                peers.stages_given.append((stage_index, "the user's"))
             return original(stage, submodule, stage_index, num_stages, device, *args, **kwargs)
 
         init.__wrapped__ = original
@@ -174,8 +167,6 @@ class PipelinePeers:
         """``rank``'s build and pipeline step on the meta device, up to the schedule's step."""
         if rank in self._peers:
             return self._peers[rank]
-        from .tracking import _all_modes_off
-
         run = _PeerRun(rank)
         self._running = run
         try:
@@ -213,8 +204,6 @@ class PipelinePeers:
     def _metadata(self, stage_index: int, num_stages: int) -> tuple:
         """(input_args, output_args) of ``stage_index``: micro-batch 0 through the stages up to
         it, on the meta device."""
-        from .tracking import _all_modes_off
-
         stages: dict = {}
         first = None
         for rank in range(self.world_size):
