@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "analysis/summary.h"
@@ -37,6 +38,9 @@ struct RankOwner {
   int64_t bytes = 0;
 };
 
+// RankRow::file of a rank that `predict --all-ranks` traced rather than a capture read.
+inline constexpr std::string_view kTracedRankFile = "(traced)";
+
 // The owners a row keeps: the largest at its peak.
 inline constexpr size_t kRankOwnersKept = 32;
 
@@ -47,7 +51,7 @@ struct RankRow {
   std::string host;
   int32_t device = 0;
   std::string device_name;
-  std::string file;  // the capture read, relative to the folder; "(traced)": predict --all-ranks
+  std::string file;  // the capture read, relative to the folder; kTracedRankFile: not a capture
   int64_t peak_allocated = 0;
   int64_t peak_reserved = 0;
   int32_t peak_step = 0;

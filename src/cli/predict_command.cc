@@ -321,6 +321,14 @@ Status EmitPredictedReport(predict::BuiltTrace built, const PredictOptions& o, P
   return EmitReport(*analyzed, out, outputs, {}, &progress);
 }
 
+// One rank's tracer stream read, its step predicted and placed by the allocator model.
+Result<predict::BuiltTrace> PlaceTracedStep(const std::string& stream_path,
+                                            const predict::PredictRequest& request) {
+  ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(stream_path));
+  ASSIGN_OR_RETURN(predict::TensorStream stream, predict::PredictStream(model, request));
+  return predict::BuildPrediction(std::move(stream), request);
+}
+
 // --all-ranks: each rank of the job traced (a tracer process each, as many at once as the CPUs,
 // at most kTracerJobs), its step placed by the allocator model and analysed into its row as its
 // process ends; the report is the bounding rank's (the highest reserved peak), with every row.
@@ -360,14 +368,11 @@ Status RunAllRanks(const PredictOptions& o, const predict::PredictRequest& reque
     if (Status traced = run.Wait(); !traced.ok()) {
       return traced.WithPrefix(fmt::format("rank {} of {}: ", rank, o.world_size));
     }
-    ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(streams[rank]->path()));
-    ASSIGN_OR_RETURN(predict::TensorStream stream, predict::PredictStream(model, request));
-    ASSIGN_OR_RETURN(predict::BuiltTrace built,
-                     predict::BuildPrediction(std::move(stream), request));
+    ASSIGN_OR_RETURN(predict::BuiltTrace built, PlaceTracedStep(streams[rank]->path(), request));
     ASSIGN_OR_RETURN(analysis::RankRow row,
                      pipeline::RankRowOfTrace(std::move(built.trace), fmt::format("rank{}", rank),
                                               static_cast<int64_t>(rank), load));
-    row.file = "(traced)";
+    row.file = analysis::kTracedRankFile;
     rows[rank] = std::move(row);
     return Status::Ok();
   };
@@ -408,9 +413,7 @@ Status RunAllRanks(const PredictOptions& o, const predict::PredictRequest& reque
   const size_t bounding = analysis::BoundingRank(table);
   table[bounding].reported = true;
   // The bounding rank's step again, from its stream: the same trace its row was made of.
-  ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(streams[bounding]->path()));
-  ASSIGN_OR_RETURN(predict::TensorStream stream, predict::PredictStream(model, request));
-  ASSIGN_OR_RETURN(predict::BuiltTrace built, predict::BuildPrediction(std::move(stream), request));
+  ASSIGN_OR_RETURN(predict::BuiltTrace built, PlaceTracedStep(streams[bounding]->path(), request));
   const std::string note = fmt::format(
       "rank {} of {}, each traced alone: the one with the highest reserved peak (the per-rank "
       "table has them all; --rank R reports another)",

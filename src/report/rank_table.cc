@@ -86,8 +86,9 @@ nlohmann::json OwnerJson(const analysis::RankOwner& o) {
 
 std::string RenderRankTable(const std::vector<RankRow>& rows) {
   // `predict --all-ranks` rows were traced, not captured (analysis/ranks.h: their file says so).
-  const bool traced =
-      std::all_of(rows.begin(), rows.end(), [](const RankRow& r) { return r.file == "(traced)"; });
+  const bool traced = std::all_of(rows.begin(), rows.end(), [](const RankRow& r) {
+    return r.file == analysis::kTracedRankFile;
+  });
   std::string out = fmt::format(
       "{} {}; per rank:\n", rows.size(),
       traced ? "ranks traced, each alone on a fake process group" : "processes captured");
