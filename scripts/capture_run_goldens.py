@@ -57,6 +57,8 @@ MODEL_FILE_CASES = [("ranks2_tp_llama_adamw_fp32", "tp_llama.py", 2, ["--batch",
                     # the same pipeline under bf16 autocast, 4 micro-batches of 4
                     ("ranks2_pp_gpt_adamw_bf16", "pp_gpt.py", 2,
                      ["--batch", "16", "--seq", "256", "--amp", "bf16"]),
+                    ("ranks2_pp_interleaved_gpt_adamw_bf16", "pp_interleaved_gpt.py", 2,
+                     ["--batch", "16", "--seq", "256", "--amp", "bf16"]),
                     # the same models built on the meta device, each rank making only its shards
                     # (torchtitan's way, and the tracer's): the allocator's segments as traced
                     ("ranks2_tp_llama_meta_adamw_fp32", "tp_llama.py", 2,
