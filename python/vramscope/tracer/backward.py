@@ -231,8 +231,10 @@ class BackwardExecutor:
                 if result is not None:
                     inputs[nr] = result
 
-    def _forget_tensor_hooks(self, low: int, high: int) -> None:
-        for key in [k for k in self._tensor_hooks if low <= k[1] <= high]:
+    def _forget_tensor_hooks(self, low: int, high: int, graph: set) -> None:
+        """The hooks on the graph's nodes from the first to the last it ran (only its own, as
+        SavedTensors.release_graph)."""
+        for key in [k for k in self._tensor_hooks if low <= k[1] <= high and k[1] in graph]:
             del self._tensor_hooks[key]
 
     # -- the engine
@@ -306,8 +308,9 @@ class BackwardExecutor:
             self._graph_id, tracker.thread, tracker.backward_module = saved_state
             self._metadata = {}
         if not keep_graph and low is not None:
-            self.saved.release_range(low, high)
-            self._forget_tensor_hooks(low, high)
+            graph = {fn._sequence_nr() for fn in deps if type(fn).__name__ != "AccumulateGrad"}
+            self.saved.release_graph(low, high, graph)
+            self._forget_tensor_hooks(low, high, graph)
 
     @staticmethod
     def _dependencies(root_fns) -> dict:

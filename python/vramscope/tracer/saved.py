@@ -82,9 +82,14 @@ class SavedTensors:
         if self._running and self._seq is not None:
             self._release(self._by_seq.pop(self._running[-1]._sequence_nr() + 1, ()))
 
-    def release_range(self, low: int, high: int) -> None:
-        """At the end of a backward: what nodes of this graph saved and did not unpack."""
-        for key in [k for k in self._by_seq if k is not None and low <= k <= high + 1]:
+    def release_graph(self, low: int, high: int, graph: set) -> None:
+        """At the end of a backward: what the nodes of its graph (``graph``, their sequence
+        numbers) between the first and the last it ran saved and did not unpack. Only theirs: a
+        graph may hold a node made long before its others (autocast's cached weight copy, shared
+        by every micro-batch's forward), and the nodes made in between belong to other graphs
+        whose backward is still to come (a pipeline schedule's other micro-batches)."""
+        for key in [k for k in self._by_seq
+                    if k is not None and low <= k <= high + 1 and k - 1 in graph]:
             self._release(self._by_seq.pop(key))
 
     @staticmethod
