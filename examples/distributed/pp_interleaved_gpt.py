@@ -7,8 +7,8 @@ stages r and r + ranks, each a contiguous share of the blocks), driven by
 
 The tracer runs one rank of it (``vramscope predict --model
 examples/distributed/pp_interleaved_gpt.py:build --world-size 2 --rank R``), both of the rank's
-stages, their metadata computed from the other rank's stages on the meta device. It has no GPU
-capture yet (``scripts/capture_run_goldens.py`` names the case for the next GPU session)."""
+stages, their metadata computed from the other rank's stages on the meta device. Its H100
+captures (fp32 and bf16 autocast) are ``goldens/h100/run/ranks2_pp_interleaved_gpt_adamw_*``."""
 
 import sys
 from pathlib import Path

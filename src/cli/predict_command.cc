@@ -935,9 +935,10 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
   cmd->add_option("--pp-impl", o.pp_impl,
                   "with --pp: how the pipeline's stages hold their tensors: megatron (default: "
                   "Megatron-Core's schedules) or torch (torch.distributed.pipelining's "
-                  "Schedule1F1B, torchtitan's: a receive buffer per micro-batch and direction "
-                  "kept for the run, each stage output kept to its backward, the last stage's "
-                  "outputs to the step's end)")
+                  "Schedule1F1B, or ScheduleInterleaved1F1B under --schedule interleaved, "
+                  "torchtitan's: a receive buffer per micro-batch, direction and stage kept for "
+                  "the run, each stage output kept to its backward, the last stage's outputs to "
+                  "the step's end)")
       ->check(CLI::IsMember({"megatron", "torch"}));
   cmd->add_option("--reduce-bucket-size", o.reduce_bucket_size,
                   "--dp-impl deepspeed: DeepSpeed's reduce_bucket_size, in elements (default "

@@ -2,6 +2,7 @@
 // the reporters render it (report/parallel_roles_output.h): one struct both stages share.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -73,6 +74,14 @@ struct ParallelLayout {
   bool ReshardAfterForward() const { return reshard_after_forward.value_or(pp < 2); }
   // torch.distributed.pipelining's buffers apply: its schedule on 2 or more stages.
   bool TorchPipeline() const { return pipeline_impl == PipelineImpl::kTorch && pp > 1; }
+  // The interleaved schedule's round: the micro-batches each model chunk runs before the next
+  // one's turn. Megatron's: PP. ScheduleInterleaved1F1B's: the micro-batches split into
+  // max(1, m / PP) rounds (all of them in one when m < PP).
+  uint64_t InterleavedRound() const {
+    if (!TorchPipeline()) return pp;
+    const uint64_t rounds = std::max<uint64_t>(1, micro_batches / pp);
+    return micro_batches / rounds;
+  }
 };
 
 // One distinct role: the stages that share its figures, and those figures per rank.

@@ -102,12 +102,14 @@ Status CheckLayout(const ModelSpec& m, const TrainingSetup& s, const ParallelLay
   if (l.schedule == PipelineSchedule::kInterleaved && l.pp < 2) {
     return UsageError("--schedule interleaved needs --pp 2 or more");
   }
-  if (l.schedule == PipelineSchedule::kInterleaved &&
-      l.pipeline_impl == model::PipelineImpl::kTorch) {
-    return UsageError(
-        "--pp-impl torch models torch.distributed.pipelining's Schedule1F1B; its interleaved "
-        "schedules are not modelled yet: use --schedule 1f1b, or --pp-impl megatron for "
-        "Megatron's interleaved 1F1B");
+  if (l.schedule == PipelineSchedule::kInterleaved && l.TorchPipeline() &&
+      l.micro_batches % std::max<uint64_t>(1, l.micro_batches / l.pp) != 0) {
+    const uint64_t rounds = l.micro_batches / l.pp;
+    return UsageError(fmt::format(
+        "--micro-batches {}: torch's ScheduleInterleaved1F1B runs them in {} rounds of --pp {} "
+        "and refuses a number that is not a multiple of {}: give {} or {}",
+        l.micro_batches, rounds, l.pp, rounds, rounds * (l.micro_batches / rounds),
+        rounds * (l.micro_batches / rounds + 1)));
   }
   const uint64_t seq = s.seq ? s.seq : m.default_seq;
   if (seq % l.cp != 0) {
@@ -224,7 +226,7 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
     // L / (p v) layers (interleaved), never more than the step runs.
     double per_unit = layer_activation * static_cast<double>(r.layers);
     if (interleaved) {
-      const uint64_t chunks = (l.pp - stage - 1) * 2 + (v - 1) * l.pp + 1;
+      const uint64_t chunks = (l.pp - stage - 1) * 2 + (v - 1) * l.InterleavedRound() + 1;
       r.in_flight = std::min(chunks, l.micro_batches * v);
       per_unit = layer_activation * static_cast<double>(m.layers / (l.pp * v));
     } else {
@@ -243,15 +245,22 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
       r.logits_bytes = 2 * logits * 4;
     }
     if (l.TorchPipeline()) {
-      // The receive buffers, one per micro-batch and direction, and each in-flight micro-batch's
-      // output kept to its backward (not on the last stage: its output is the logits).
+      // The receive buffers, one per micro-batch and direction for each of the rank's stages
+      // (model chunk c is global stage c x PP + stage): an input unless it is the first stage,
+      // an output's gradient unless it is the last. And each in-flight pass's output kept to
+      // its backward, but the last stage's (its output is the logits): under 1F1B the last rank
+      // keeps none, interleaved as many as it has passes in flight (after its warm-up, a pass of
+      // its first chunk comes before the oldest backward of a later one ends).
       const uint64_t boundary = StageBoundaryBytes(m, s, l, seq);
-      r.pipeline_buffer_bytes =
-          l.micro_batches * boundary * ((stage > 0 ? 1 : 0) + (r.head ? 0 : 1));
-      if (!r.head) {
-        r.activation_bytes_per_micro_batch += boundary;
-        r.activation_bytes += boundary * r.in_flight;
+      uint64_t receives = 0;
+      for (uint64_t c = 0; c < v; ++c) {
+        const uint64_t global = c * l.pp + stage;
+        receives += (global > 0 ? 1 : 0) + (global + 1 < l.pp * v ? 1 : 0);
       }
+      r.pipeline_buffer_bytes = l.micro_batches * boundary * receives;
+      const uint64_t kept = r.head && v == 1 ? 0 : r.in_flight;
+      r.activation_bytes_per_micro_batch += boundary * (r.head ? v - 1 : v);
+      r.activation_bytes += boundary * kept;
     }
     const Communication comm = LargestCommunicationBuffer(m, s, l, seq, moe_layers > 0);
     r.communication_bytes = comm.bytes;
@@ -346,12 +355,16 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
         l.reduce_bucket_elements, l.prefetch_bucket_elements));
   }
   if (l.TorchPipeline()) {
-    out.assumptions.push_back(
-        "pipeline as torch.distributed.pipelining runs Schedule1F1B: one receive buffer per "
+    out.assumptions.push_back(fmt::format(
+        "pipeline as torch.distributed.pipelining runs {}: one receive buffer per "
         "micro-batch and direction kept for the whole run (p2p buffers), each micro-batch's "
         "stage output kept to its backward, and the last stage's outputs (the logits) kept to "
         "the step's end (schedule.step(return_outputs=True), the default); the loss as "
-        "F.cross_entropy (fp32 log-softmax, two fp32 gradients in backward)");
+        "F.cross_entropy (fp32 log-softmax, two fp32 gradients in backward)",
+        interleaved ? fmt::format("ScheduleInterleaved1F1B ({} stages per rank, rank r holding "
+                                  "stages r, r + {}, ...; rounds of {} micro-batches)",
+                                  v, l.pp, l.InterleavedRound())
+                    : std::string("Schedule1F1B")));
   }
   if (m.experts > 0) {
     out.assumptions.push_back(fmt::format(

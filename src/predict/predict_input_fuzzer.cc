@@ -225,8 +225,8 @@ void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h)
   l.overlap_comm = ((h >> 54) & 1) != 0;
   if (((h >> 55) & 1) != 0) l.reduce_bucket_elements = 1 + (h >> 56) % 4096;
   l.fsdp_mixed_precision = ((h >> 60) & 1) != 0;  // refused but under ZeRO-3
-  // The pipeline as Megatron or torch.distributed.pipelining holds it (the latter refuses the
-  // interleaved schedule).
+  // The pipeline as Megatron or torch.distributed.pipelining holds it (the latter refuses an
+  // interleaved schedule's micro-batches that its rounds do not divide).
   if (((h >> 61) & 1) != 0) l.pipeline_impl = vramscope::model::PipelineImpl::kTorch;
   TrainingSetup s = setup;
   if (s.zero != ZeroMode::kNone && l.dp * l.cp < 2) l.dp = 2;

@@ -101,6 +101,8 @@ class RoleStepBuilder {
   // torch.distributed.pipelining: the receive buffers (made at the first step, kept), and the
   // last stage's merge of its outputs at the step's end.
   void PipelineBuffers();
+  // Whether the rank's model chunk `chunk` is the model's last stage (the head's).
+  bool LastStageChunk(size_t chunk) const { return r_.head && chunk + 1 == chunks_.size(); }
   void MergeOutputs();
   void ReleaseOutputs() {  // clear_runtime_states at the next step's start
     for (const uint64_t id : step_outputs_) Free(id);
@@ -359,7 +361,7 @@ void RoleStepBuilder::Forward(size_t chunk, uint64_t micro_batch) {
       gathered[i] = 0;
     }
   }
-  if (torch_pipeline_ && !r_.head) {
+  if (torch_pipeline_ && !LastStageChunk(chunk)) {
     pass.stage_output = Alloc(
         boundary_, Category::kActivation,
         fmt::format("stage output (micro-batch {}, kept to its backward)", micro_batch), "forward");
@@ -444,16 +446,24 @@ void RoleStepBuilder::Backward(size_t chunk) {
 
 void RoleStepBuilder::PipelineBuffers() {
   if (!torch_pipeline_) return;
+  // Each of the rank's stages (one per model chunk; chunk c is global stage c x PP + stage)
+  // receives its input unless it is the first stage, and its output's gradient unless it is
+  // the last.
   const uint64_t stage = r_.stages.front();
-  for (uint64_t k = 0; k < l_.micro_batches; ++k) {
-    if (stage > 0) {
-      Alloc(boundary_, Category::kTemporary,
-            fmt::format("stage input receive buffer (micro-batch {})", k), "PipelineStage recv");
-    }
-    if (!r_.head) {
-      Alloc(boundary_, Category::kTemporary,
-            fmt::format("output gradient receive buffer (micro-batch {})", k),
-            "PipelineStage recv");
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const uint64_t global = c * l_.pp + stage;
+    const std::string which = chunks_.size() == 1 ? "" : fmt::format("stage {}'s ", global);
+    for (uint64_t k = 0; k < l_.micro_batches; ++k) {
+      if (global > 0) {
+        Alloc(boundary_, Category::kTemporary,
+              fmt::format("{}stage input receive buffer (micro-batch {})", which, k),
+              "PipelineStage recv");
+      }
+      if (!LastStageChunk(c)) {
+        Alloc(boundary_, Category::kTemporary,
+              fmt::format("{}output gradient receive buffer (micro-batch {})", which, k),
+              "PipelineStage recv");
+      }
     }
   }
 }
@@ -585,15 +595,20 @@ Status RoleStepBuilder::Build() {
   const bool interleaved = l_.schedule == PipelineSchedule::kInterleaved;
   const uint64_t p = l_.pp, v = interleaved ? l_.virtual_stages : 1;
   const uint64_t stage = r_.stages.front();
-  const uint64_t total = l_.micro_batches * v;  // chunk forwards per step
+  const uint64_t total = l_.micro_batches * v;   // chunk forwards per step
+  const uint64_t round = l_.InterleavedRound();  // micro-batches per chunk's turn
   const uint64_t warmup =
-      std::min(total, interleaved ? (p - stage - 1) * 2 + (v - 1) * p : p - stage - 1);
+      std::min(total, interleaved ? (p - stage - 1) * 2 + (v - 1) * round : p - stage - 1);
   // After the warm-up and two rounds of the pipeline the schedule repeats itself.
   const uint64_t forwards = std::min(total, warmup + 1 + 2 * p * v);
-  auto forward_chunk = [&](uint64_t k) { return interleaved ? (k / p) % v : 0; };
-  auto backward_chunk = [&](uint64_t k) { return interleaved ? v - 1 - (k / p) % v : 0; };
-  // The micro-batch a chunk forward belongs to (interleaved: groups of p per chunk).
-  auto micro_batch = [&](uint64_t k) { return interleaved ? (k / (p * v)) * p + k % p : k; };
+  auto forward_chunk = [&](uint64_t k) { return interleaved ? (k / round) % v : 0; };
+  auto backward_chunk = [&](uint64_t k) { return interleaved ? v - 1 - (k / round) % v : 0; };
+  // The micro-batch a chunk forward belongs to (interleaved: groups of a round per chunk).
+  auto micro_batch = [&](uint64_t k) {
+    return interleaved ? (k / (round * v)) * round + k % round : k;
+  };
+  uint64_t head_forwards = 0;  // the simulated forwards of the last model chunk
+  for (uint64_t k = 0; k < forwards; ++k) head_forwards += forward_chunk(k) == v - 1;
   for (int32_t step = 0; step < 2; ++step) {
     if (torch_ddp_ && step > 0) {
       MarkPhase(step, Phase::kBeforeForward, "zero_grad");
@@ -607,13 +622,14 @@ Status RoleStepBuilder::Build() {
     for (uint64_t k = 0; k < forwards; ++k) {
       MarkPhase(step, Phase::kForward, "forward");
       if (step == 0 && k == 0) PipelineBuffers();
-      if (k == 0 && torch_pipeline_ && r_.head && forwards < total) {
+      if (k == 0 && torch_pipeline_ && r_.head && head_forwards < l_.micro_batches) {
         // The outputs of the micro-batches the cut schedule does not run, kept all the same.
+        const uint64_t skipped = l_.micro_batches - head_forwards;
         step_outputs_.push_back(
-            Alloc(head_output_ * (total - forwards), Category::kActivation,
+            Alloc(head_output_ * skipped, Category::kActivation,
                   fmt::format("head outputs of the {} micro-batches not simulated (kept by the "
                               "schedule to the next step)",
-                              total - forwards),
+                              skipped),
                   "forward"));
       }
       Forward(forward_chunk(k), micro_batch(k));

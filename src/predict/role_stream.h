@@ -20,12 +20,14 @@
 // - ZeRO-3's gathered units are made on an all-gather stream and ZeRO-2/3's reduce-scatter
 //   inputs on a reduce-scatter stream, as FSDP2 makes them (the tracer sees it so on the
 //   two-rank capture); the allocator model keeps each stream's blocks apart.
-// - Under torch.distributed.pipelining (ParallelLayout::pipeline_impl kTorch): each stage's
-//   receive buffers, one per micro-batch and direction, made at the first step's first forward
-//   and kept; each micro-batch's stage output kept to the end of its backward; on the last stage
-//   each micro-batch's output kept to the next step's start (clear_runtime_states), their
-//   concatenation made and dropped at the step's end, and the loss's fp32 log-softmax with its
-//   two gradients in backward (measured: goldens/h100/run/ranks2_pp_gpt_adamw_fp32).
+// - Under torch.distributed.pipelining (ParallelLayout::pipeline_impl kTorch; Schedule1F1B, or
+//   ScheduleInterleaved1F1B with one stage per model chunk, chunk c being global stage
+//   c x PP + stage): each stage's receive buffers, one per micro-batch and direction, made at the
+//   first step's first forward and kept; each micro-batch's stage output kept to the end of its
+//   backward; on the last stage each micro-batch's output kept to the next step's start
+//   (clear_runtime_states), their concatenation made and dropped at the step's end, and the
+//   loss's fp32 log-softmax with its two gradients in backward (measured:
+//   goldens/h100/run/ranks2_pp_gpt_adamw_fp32, ranks2_pp_interleaved_gpt_adamw_fp32).
 // - The optimizer step's temporaries as torch.optim makes them (OptimizerTemporaries).
 // - Not modelled: backward's own temporaries (the activations' gradients), and the streams'
 //   waits (a block is free again when its tensor dies).
