@@ -339,6 +339,11 @@ def test_torch_pipelining_refuses_what_it_does_not_model(run, out_dir):
     rc, _, err = run("predict", *args, cwd=out_dir)
     assert rc == 2 and "--pp-impl torch is torch.distributed.pipelining's schedule: give --pp 2" \
         in err, err
+    # ScheduleInterleaved1F1B runs 9 micro-batches on 4 ranks in 2 rounds, and refuses them
+    rc, _, err = run("predict", *args, "--pp", "4", "--micro-batches", "9", "--schedule",
+                     "interleaved", "--virtual-stages", "1", cwd=out_dir)
+    assert rc == 2 and "--micro-batches 9: torch's ScheduleInterleaved1F1B runs them in 2 rounds" \
+        " of --pp 4 and refuses a number that is not a multiple of 2: give 8 or 10" in err, err
     rc, _, err = run("predict", *args[:2], "--pp", "2", "--pp-impl", "gpipe", cwd=out_dir)
     assert rc == 2 and "--pp-impl: gpipe not in {megatron,torch}" in err, err
 
