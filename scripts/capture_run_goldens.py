@@ -54,6 +54,11 @@ MODEL_FILE_CASES = [("ranks2_tp_llama_adamw_fp32", "tp_llama.py", 2, ["--batch",
                     # interleaved 1F1B, two stages per rank (pp_interleaved_gpt.py)
                     ("ranks2_pp_interleaved_gpt_adamw_fp32", "pp_interleaved_gpt.py", 2,
                      ["--batch", "8", "--seq", "256"]),
+                    # the 1F1B pipeline under ScheduleGPipe, and stepped with return_outputs=False
+                    ("ranks2_pp_gpipe_gpt_adamw_fp32", "pp_gpipe_gpt.py", 2,
+                     ["--batch", "8", "--seq", "256"]),
+                    ("ranks2_pp_gpt_no_outputs_adamw_fp32", "pp_gpt_no_outputs.py", 2,
+                     ["--batch", "8", "--seq", "256"]),
                     # the same pipeline under bf16 autocast, 4 micro-batches of 4
                     ("ranks2_pp_gpt_adamw_bf16", "pp_gpt.py", 2,
                      ["--batch", "16", "--seq", "256", "--amp", "bf16"]),

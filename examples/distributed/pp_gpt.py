@@ -88,13 +88,16 @@ def vramscope_pipeline_step(model, batch):
     return step_schedule(_SCHEDULES[id(model)], batch)
 
 
-def step_schedule(schedule, batch):
+def step_schedule(schedule, batch, return_outputs: bool = True):
     """One step of ``schedule`` on this rank: rank 0 (the first stage) feeds the tokens, the last
-    rank (the last stage) the labels; returns the micro-batches' mean loss there, else None."""
+    rank (the last stage) the labels; returns the micro-batches' mean loss there, else None.
+    ``return_outputs=False`` asks the schedule not to keep the last stage's outputs."""
     rank, ranks = dist.get_rank(), dist.get_world_size()
     ids, labels = batch
     losses = []
     args = (ids,) if rank == 0 else ()
     kwargs = dict(target=labels, losses=losses) if rank == ranks - 1 else {}
+    if not return_outputs:
+        kwargs["return_outputs"] = False
     schedule.step(*args, **kwargs)
     return torch.stack(losses).mean() if losses else None
