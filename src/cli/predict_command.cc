@@ -642,7 +642,7 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   const std::string setup_text = predict::SetupText(spec, setup);
   if (o.json) {
     fmt::print("{}\n", report::ParallelRolesJson(prediction, model, setup_text, capacity).dump(2));
-  } else {
+  } else if (!o.quiet) {
     fmt::print("{}", report::RenderParallelRoles(prediction, model, setup_text, capacity));
   }
   if (o.output.empty() && o.html.empty() && o.emit_stream.empty()) return Status::Ok();
@@ -666,7 +666,7 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
     // The roles' JSON is stdout's one document; the role's report goes to its files only.
     quiet_summary.json = false;
     quiet_summary.quiet = true;
-  } else {
+  } else if (!o.quiet) {
     fmt::print("\n{} (written below; -o/--html hold it whole)\n\n",
                fmt::format("THE STEP OF ONE RANK OF THE {}", prediction.roles[chosen].name));
   }

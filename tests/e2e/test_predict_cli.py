@@ -348,6 +348,19 @@ def test_torch_pipelining_refuses_what_it_does_not_model(run, out_dir):
     assert rc == 2 and "--pp-impl: gpipe not in {megatron,torch}" in err, err
 
 
+def test_quiet_parallel_layout_writes_the_role_and_prints_nothing(run, out_dir):
+    """-q under a parallel layout: the roles' table is not printed, the chosen role's report is
+    written all the same."""
+    rc, out, err = run("predict", "--model", REPO / "examples" / "predict" / "gpt-small.json",
+                       "--pp", "2", "--pp-impl", "torch", "--role", "last stage", "-o",
+                       "role.sqlite", "-q", cwd=out_dir)
+    assert rc == 0 and out == "" and err == "", (out, err)
+    import sqlite3
+    with sqlite3.connect(out_dir / "role.sqlite") as db:
+        peak = db.execute("SELECT peak_allocated_bytes FROM vramscope_devices").fetchone()[0]
+    assert peak > 100 * 2**20, peak  # the last stage's weights, optimizer state and logits
+
+
 def test_parallel_layout_gives_one_row_per_rank_role(run, out_dir):
     """llama2-7b on TP 2 x PP 4 x DP 2 with 8 micro-batches: four stage roles of 4 ranks each,
     the first holding the embedding and 4 micro-batches, the last the head, its logits and 1;
