@@ -451,7 +451,7 @@ bool WantsParallel(const PredictOptions& o) {
          o.selective_recompute || o.capacity_factor > 0 || o.micro_batches > 1 ||
          o.schedule != "1f1b" || o.virtual_stages > 1 || o.dp > 0 || o.dp_shard > 0 ||
          o.fit_dim == "layout" || o.dp_impl != "megatron" || o.pp_impl != "megatron" ||
-         o.reduce_bucket_size > 0 || o.overlap_comm;
+         o.pp_no_outputs || o.reduce_bucket_size > 0 || o.overlap_comm;
 }
 
 // --tp/--pp/--cp/--ep...: the memory of each rank role, from predict/parallel_layout.h.
@@ -487,10 +487,12 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   l.virtual_stages = o.virtual_stages;
   if (o.schedule == "interleaved") {
     l.schedule = predict::PipelineSchedule::kInterleaved;
+  } else if (o.schedule == "gpipe") {
+    l.schedule = predict::PipelineSchedule::kGPipe;
   } else if (o.schedule != "1f1b") {
-    return UsageError(fmt::format("--schedule {}: use 1f1b or interleaved", o.schedule));
+    return UsageError(fmt::format("--schedule {}: use 1f1b, interleaved or gpipe", o.schedule));
   }
-  if (l.schedule == predict::PipelineSchedule::k1F1B && o.virtual_stages > 1) {
+  if (l.schedule != predict::PipelineSchedule::kInterleaved && o.virtual_stages > 1) {
     return UsageError("--virtual-stages needs --schedule interleaved");
   }
   if (o.reshard_after_forward == "auto") {
@@ -520,6 +522,20 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
   if (l.pipeline_impl == model::PipelineImpl::kTorch && l.pp < 2 && !fit_layout) {
     return UsageError(
         "--pp-impl torch is torch.distributed.pipelining's schedule: give --pp 2 or more");
+  }
+  if (l.schedule == predict::PipelineSchedule::kGPipe &&
+      l.pipeline_impl != model::PipelineImpl::kTorch) {
+    return UsageError(
+        "--schedule gpipe is torch.distributed.pipelining's ScheduleGPipe: give --pp-impl torch "
+        "with it (Megatron-Core has no GPipe schedule)");
+  }
+  if (o.pp_no_outputs) {
+    if (l.pipeline_impl != model::PipelineImpl::kTorch) {
+      return UsageError(
+          "--pp-no-outputs is torch.distributed.pipelining's schedule.step(return_outputs=False): "
+          "give --pp-impl torch with it");
+    }
+    l.pipeline_return_outputs = false;
   }
   if ((o.reduce_bucket_size > 0 || o.overlap_comm) &&
       l.data_parallel_impl != model::DataParallelImpl::kDeepSpeed) {
@@ -919,7 +935,9 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "micro-batches per step and data-parallel rank (the pipeline's in-flight "
                   "bound; default 1)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
-  cmd->add_option("--schedule", o.schedule, "pipeline schedule: 1f1b (default) or interleaved");
+  cmd->add_option("--schedule", o.schedule,
+                  "pipeline schedule: 1f1b (default), interleaved, or gpipe (every forward, then "
+                  "every backward; --pp-impl torch's ScheduleGPipe)");
   cmd->add_option("--reshard-after-forward", o.reshard_after_forward,
                   "with a parallel layout and --zero 3: whether FSDP2 frees a unit's gathered "
                   "weights after its forward (true) or keeps them to the step's last backward "
@@ -940,6 +958,9 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "the run, each stage output kept to its backward, the last stage's outputs to "
                   "the step's end)")
       ->check(CLI::IsMember({"megatron", "torch"}));
+  cmd->add_flag("--pp-no-outputs", o.pp_no_outputs,
+                "--pp-impl torch: the schedule stepped with return_outputs=False (the last "
+                "stage keeps each micro-batch's output only to its backward and merges none)");
   cmd->add_option("--reduce-bucket-size", o.reduce_bucket_size,
                   "--dp-impl deepspeed: DeepSpeed's reduce_bucket_size, in elements (default "
                   "500000000, DeepSpeed's)")

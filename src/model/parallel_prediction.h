@@ -10,7 +10,9 @@
 
 namespace vramscope::model {
 
-enum class PipelineSchedule : uint8_t { k1F1B, kInterleaved };
+// kGPipe: every micro-batch's forward, then every backward (torch.distributed.pipelining's
+// ScheduleGPipe; under --pp-impl torch only).
+enum class PipelineSchedule : uint8_t { k1F1B, kInterleaved, kGPipe };
 
 enum class DataParallelImpl : uint8_t { kMegatron, kTorch, kDeepSpeed };
 
@@ -67,6 +69,9 @@ struct ParallelLayout {
   //   step's end to return them (schedule.step's return_outputs, true by default); its loss is
   //   torch's cross-entropy (fp32 log-softmax saved, two fp32 gradients at once in backward).
   PipelineImpl pipeline_impl = PipelineImpl::kMegatron;
+  // kTorch: schedule.step(return_outputs=...). False: the last stage keeps a micro-batch's output
+  // only to its backward (the stage's forward cache) and returns no merged outputs.
+  bool pipeline_return_outputs = true;
 
   uint64_t World() const { return tp * pp * dp * cp; }
   uint64_t Etp() const { return etp == 0 ? tp : etp; }

@@ -229,6 +229,8 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
       const uint64_t chunks = (l.pp - stage - 1) * 2 + (v - 1) * l.InterleavedRound() + 1;
       r.in_flight = std::min(chunks, l.micro_batches * v);
       per_unit = layer_activation * static_cast<double>(m.layers / (l.pp * v));
+    } else if (l.schedule == PipelineSchedule::kGPipe) {
+      r.in_flight = l.micro_batches;  // every forward before the first backward
     } else {
       r.in_flight = std::min(l.micro_batches, l.pp - stage);
     }
@@ -238,9 +240,15 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
         static_cast<uint64_t>(std::llround(per_unit * static_cast<double>(r.in_flight)));
     const uint64_t logits = LogitsElements(m, s, l, seq);
     if (r.head && l.TorchPipeline()) {
-      // Every micro-batch's output (the head's, in the activations' dtype) to the step's end,
-      // and the loss's fp32 log-softmax with its two fp32 gradients at once in backward.
-      r.logits_bytes = l.micro_batches * logits * ActivationElementSize(s) + 3 * logits * 4;
+      // Every micro-batch's output (the head's, in the activations' dtype) to the step's end
+      // (return_outputs=False: each in flight to its backward), the loss's fp32 log-softmax of
+      // each micro-batch in flight, and its two fp32 gradients at once in backward. In flight
+      // on the last stage: every micro-batch under GPipe, else one (its backward follows its
+      // forward).
+      const uint64_t head_in_flight = l.schedule == PipelineSchedule::kGPipe ? l.micro_batches : 1;
+      const uint64_t outputs = l.pipeline_return_outputs ? l.micro_batches : head_in_flight;
+      r.logits_bytes =
+          outputs * logits * ActivationElementSize(s) + (head_in_flight + 2) * logits * 4;
     } else if (r.head) {
       r.logits_bytes = 2 * logits * 4;
     }
@@ -328,7 +336,11 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
       torch_ddp ? "PyTorch DDP's gradient buckets from construction (gradient_as_bucket_view "
                   "false) and each layer's .grad from its first backward of a step to the next "
                   "step's zero_grad(set_to_none=True)"
-                : "gradients in one contiguous buffer per model chunk (Megatron-Core's)",
+      : l.TorchPipeline() && zero == 0 && l.dp * l.cp == 1
+          ? "each layer's .grad from its first backward of a step to the next step's "
+            "zero_grad(set_to_none=True) (a pipeline stage without data parallelism: no "
+            "gradient buffer)"
+          : "gradients in one contiguous buffer per model chunk (Megatron-Core's)",
       s.optimizer.impl == OptimizerImpl::kFused     ? "fused: none"
       : s.optimizer.impl == OptimizerImpl::kForeach ? "foreach: every exp_avg_sq's root at once"
                                                     : "for-loop: one parameter's at a time"));
@@ -358,13 +370,17 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
     out.assumptions.push_back(fmt::format(
         "pipeline as torch.distributed.pipelining runs {}: one receive buffer per "
         "micro-batch and direction kept for the whole run (p2p buffers), each micro-batch's "
-        "stage output kept to its backward, and the last stage's outputs (the logits) kept to "
-        "the step's end (schedule.step(return_outputs=True), the default); the loss as "
-        "F.cross_entropy (fp32 log-softmax, two fp32 gradients in backward)",
+        "stage output kept to its backward, and the last stage's outputs (the logits) kept {}; "
+        "the loss as F.cross_entropy (fp32 log-softmax, two fp32 gradients in backward)",
         interleaved ? fmt::format("ScheduleInterleaved1F1B ({} stages per rank, rank r holding "
                                   "stages r, r + {}, ...; rounds of {} micro-batches)",
                                   v, l.pp, l.InterleavedRound())
-                    : std::string("Schedule1F1B")));
+        : l.schedule == PipelineSchedule::kGPipe
+            ? std::string("ScheduleGPipe (every forward, then every backward)")
+            : std::string("Schedule1F1B"),
+        l.pipeline_return_outputs
+            ? "to the step's end (schedule.step(return_outputs=True), the default)"
+            : "to their backward only (schedule.step(return_outputs=False))"));
   }
   if (m.experts > 0) {
     out.assumptions.push_back(fmt::format(

@@ -46,6 +46,9 @@ struct Unit {
 struct Pass {
   std::vector<std::vector<uint64_t>> saved;  // per unit, stream ids
   uint64_t stage_output = 0;  // torch.distributed.pipelining: the stage's output, to backward
+  // torch.distributed.pipelining's last stage under return_outputs=False: its output, kept in
+  // the stage's forward cache to its backward (else kept to the next step: step_outputs_).
+  uint64_t head_output = 0;
 };
 
 class RoleStepBuilder {
@@ -161,7 +164,7 @@ class RoleStepBuilder {
       gathered[next] = Gather(units[next]);
     }
   }
-  // zero_grad(set_to_none=True) under PyTorch's DDP: the parameters' .grad tensors go.
+  // zero_grad(set_to_none=True): the parameters' .grad tensors go (per_parameter_grads_).
   void ZeroGrad() {
     for (std::vector<std::vector<uint64_t>>& chunk : grads_) {
       for (std::vector<uint64_t>& unit : chunk) {
@@ -192,6 +195,10 @@ class RoleStepBuilder {
   uint64_t element_size_ = 4;
   bool data_parallel_buffers_ = false;
   bool torch_ddp_ = false;  // PyTorch's DDP: .grad per parameter beside the buckets
+  // The parameters' own .grad tensors, made at a step's first backward through them and freed
+  // by the next step's zero_grad(set_to_none=True): under PyTorch's DDP, and under
+  // torch.distributed.pipelining without data parallelism (plain autograd; no gradient buffer).
+  bool per_parameter_grads_ = false;
   bool deepspeed_ = false;  // DeepSpeed's ZeRO-1/2: reduce buckets in each backward
   // torch.distributed.pipelining (ParallelLayout::pipeline_impl kTorch, PP 2 or more).
   bool torch_pipeline_ = false;
@@ -300,7 +307,9 @@ void RoleStepBuilder::Construct() {
     Alloc(sizes[i], Category::kWeight, weights[i].first, "model construction");
   }
   // The gradients: one contiguous buffer per model chunk (Megatron-Core's), alive throughout;
-  // under PyTorch's DDP these are its buckets, and the gradients themselves come in backward.
+  // under PyTorch's DDP these are its buckets, and the gradients themselves come in backward,
+  // as they do (with no buffer) in a torch.distributed.pipelining stage without DP.
+  if (per_parameter_grads_ && !torch_ddp_) return;
   sizes.clear();
   for (const std::vector<Unit>& chunk : chunks_) {
     uint64_t bytes = 0;
@@ -343,11 +352,18 @@ void RoleStepBuilder::Forward(size_t chunk, uint64_t micro_batch) {
                    fmt::format("{} {} (forward)", u.name, u.communication_what), "collective");
     }
     if (u.head && torch_pipeline_) {
-      step_outputs_.push_back(
-          Alloc(head_output_, Category::kActivation,
-                fmt::format("head output (micro-batch {}, kept by the schedule to the next step)",
-                            micro_batch),
-                "forward"));
+      if (l_.pipeline_return_outputs) {
+        step_outputs_.push_back(
+            Alloc(head_output_, Category::kActivation,
+                  fmt::format("head output (micro-batch {}, kept by the schedule to the next step)",
+                              micro_batch),
+                  "forward"));
+      } else {
+        pass.head_output =
+            Alloc(head_output_, Category::kActivation,
+                  fmt::format("head output (micro-batch {}, kept to its backward)", micro_batch),
+                  "forward");
+      }
     }
     for (const auto& [what, bytes] : u.saved) {
       if (bytes == 0) continue;
@@ -418,7 +434,7 @@ void RoleStepBuilder::Backward(size_t chunk) {
       comm = Alloc(u.communication, Category::kTemporary,
                    fmt::format("{} {} (backward)", u.name, u.communication_what), "collective");
     }
-    if (torch_ddp_ && grads_[chunk][i].empty()) {  // accumulated into by later micro-batches
+    if (per_parameter_grads_ && grads_[chunk][i].empty()) {  // later micro-batches add to it
       for (const parallel_terms::LayerTensor& t : u.tensors) {
         grads_[chunk][i].push_back(Alloc(t.elements * element_size_, Category::kGradient,
                                          fmt::format("{}.{}.grad", u.name, t.name),
@@ -441,6 +457,7 @@ void RoleStepBuilder::Backward(size_t chunk) {
     if (rs != 0) Free(rs);
   }
   if (pass.stage_output != 0) Free(pass.stage_output);
+  if (pass.head_output != 0) Free(pass.head_output);
   for (const uint64_t id : buckets) Free(id);
 }
 
@@ -583,6 +600,7 @@ Status RoleStepBuilder::Build() {
   deepspeed_ =
       data_parallel_buffers_ && l_.data_parallel_impl == model::DataParallelImpl::kDeepSpeed;
   torch_pipeline_ = l_.TorchPipeline();
+  per_parameter_grads_ = torch_ddp_ || (torch_pipeline_ && zero_ == 0 && l_.dp * l_.cp == 1);
   if (torch_pipeline_) {
     const uint64_t seq = (s_.seq ? s_.seq : m_.default_seq) / l_.cp;
     boundary_ = parallel_terms::StageBoundaryBytes(m_, s_, l_, seq);
@@ -597,8 +615,10 @@ Status RoleStepBuilder::Build() {
   const uint64_t stage = r_.stages.front();
   const uint64_t total = l_.micro_batches * v;   // chunk forwards per step
   const uint64_t round = l_.InterleavedRound();  // micro-batches per chunk's turn
-  const uint64_t warmup =
-      std::min(total, interleaved ? (p - stage - 1) * 2 + (v - 1) * round : p - stage - 1);
+  // GPipe: every forward is warm-up, the backwards all come after.
+  const uint64_t warmup = std::min(total, l_.schedule == PipelineSchedule::kGPipe ? total
+                                          : interleaved ? (p - stage - 1) * 2 + (v - 1) * round
+                                                        : p - stage - 1);
   // After the warm-up and two rounds of the pipeline the schedule repeats itself.
   const uint64_t forwards = std::min(total, warmup + 1 + 2 * p * v);
   auto forward_chunk = [&](uint64_t k) { return interleaved ? (k / round) % v : 0; };
@@ -610,7 +630,7 @@ Status RoleStepBuilder::Build() {
   uint64_t head_forwards = 0;  // the simulated forwards of the last model chunk
   for (uint64_t k = 0; k < forwards; ++k) head_forwards += forward_chunk(k) == v - 1;
   for (int32_t step = 0; step < 2; ++step) {
-    if (torch_ddp_ && step > 0) {
+    if (per_parameter_grads_ && step > 0) {
       MarkPhase(step, Phase::kBeforeForward, "zero_grad");
       ZeroGrad();
     }
@@ -622,7 +642,8 @@ Status RoleStepBuilder::Build() {
     for (uint64_t k = 0; k < forwards; ++k) {
       MarkPhase(step, Phase::kForward, "forward");
       if (step == 0 && k == 0) PipelineBuffers();
-      if (k == 0 && torch_pipeline_ && r_.head && head_forwards < l_.micro_batches) {
+      if (k == 0 && torch_pipeline_ && r_.head && l_.pipeline_return_outputs &&
+          head_forwards < l_.micro_batches) {
         // The outputs of the micro-batches the cut schedule does not run, kept all the same.
         const uint64_t skipped = l_.micro_batches - head_forwards;
         step_outputs_.push_back(

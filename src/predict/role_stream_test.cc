@@ -533,6 +533,44 @@ TEST(RoleStream, TorchInterleavedKeepsEachStagesBuffers) {
   }
 }
 
+// ScheduleGPipe: every stage holds all 8 micro-batches' stage outputs at once, the last stage
+// every micro-batch's output and its fp32 log-softmax before the first backward. With
+// return_outputs=False the last stage keeps an output only to its backward (1F1B: one at a
+// time) and merges none. Without data parallelism the gradients are the parameters' .grad
+// tensors (made in a step's first backward, freed at the next step's zero_grad), no buffer;
+// their bytes are the table's.
+TEST(RoleStream, TorchGPipeAndReturnOutputs) {
+  ParallelLayout l;
+  l.pp = 4;
+  l.micro_batches = 8;
+  l.pipeline_impl = model::PipelineImpl::kTorch;
+  l.schedule = PipelineSchedule::kGPipe;
+  const TrainingSetup s = Bf16Adam(1, 1024);
+  const uint64_t boundary = 1024 * 768 * 2, output = 1024 * 50257 * 2;
+  auto layout = PredictParallel(Preset("gpt2"), s, l);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_EQ(layout->roles.size(), 3u);  // the middle stages hold the same
+  ParallelPrediction p;
+  for (size_t role = 0; role < layout->roles.size(); ++role) {
+    auto stream = Stream(Preset("gpt2"), s, l, role, &p);
+    ASSERT_TRUE(stream.ok()) << stream.status().message();
+    const RankRole& r = p.roles[role];
+    EXPECT_EQ(r.in_flight, 8u);
+    const Tally t = Count(*stream, r.head ? "log-softmax (fp32)" : "stage output");
+    EXPECT_EQ(t.most_live_named, r.head ? 8 * 1024 * 50257 * 4 : 8 * boundary) << r.name;
+    EXPECT_EQ(t.most_live.at(model::Category::kGradient), r.gradient_bytes) << r.name;
+    EXPECT_EQ(Count(*stream, ".grad").most_live_named, r.gradient_bytes) << r.name;
+    EXPECT_EQ(Count(*stream, "gradient buffer").most_live_named, 0u) << r.name;
+  }
+  l.schedule = PipelineSchedule::k1F1B;
+  l.pipeline_return_outputs = false;
+  auto last = Stream(Preset("gpt2"), s, l, 3, &p);
+  ASSERT_TRUE(last.ok()) << last.status().message();
+  EXPECT_EQ(p.roles[3].logits_bytes, output + 3 * 1024 * 50257 * 4);
+  EXPECT_EQ(Count(*last, "head output").most_live_named, output);
+  EXPECT_EQ(Count(*last, "merged outputs").most_live_named, 0u);
+}
+
 TEST(RoleStream, ARoleOutsideThePredictionIsRefused) {
   ParallelPrediction p;
   auto stream = RoleStream(Preset("gpt2"), Bf16Adam(1, 1024), p, 0);

@@ -26,6 +26,7 @@ std::string LayoutText(const model::ParallelPrediction& p) {
   if (l.fsdp_mixed_precision) text += "; FSDP2 mixed precision (16-bit gathers, fp32 reduce)";
   if (l.TorchPipeline()) {
     text += "; pipeline: torch.distributed.pipelining";
+    if (!l.pipeline_return_outputs) text += " (return_outputs=False)";
   }
   if (l.ep > 1 || l.etp > 0) text += fmt::format("; experts: EP {}, ETP {}", l.ep, l.Etp());
   if (l.sequence_parallel) text += "; sequence parallel";
@@ -33,7 +34,8 @@ std::string LayoutText(const model::ParallelPrediction& p) {
   if (l.pp > 1) {
     text += l.schedule == model::PipelineSchedule::kInterleaved
                 ? fmt::format("; interleaved 1F1B, {} virtual stages", l.virtual_stages)
-                : std::string("; 1F1B");
+            : l.schedule == model::PipelineSchedule::kGPipe ? std::string("; GPipe")
+                                                            : std::string("; 1F1B");
     text += fmt::format(", {} micro-batch{}", l.micro_batches, l.micro_batches == 1 ? "" : "es");
   }
   return text;
@@ -177,8 +179,10 @@ nlohmann::json ParallelRolesJson(const model::ParallelPrediction& p, const std::
           {"sequence_parallel", l.sequence_parallel},
           {"selective_recompute", l.selective_recompute},
           {"micro_batches", l.micro_batches},
-          {"schedule",
-           l.schedule == model::PipelineSchedule::kInterleaved ? "interleaved" : "1f1b"},
+          {"schedule", l.schedule == model::PipelineSchedule::kInterleaved ? "interleaved"
+                       : l.schedule == model::PipelineSchedule::kGPipe     ? "gpipe"
+                                                                           : "1f1b"},
+          {"pipeline_return_outputs", l.pipeline_return_outputs},
           {"virtual_stages", l.virtual_stages},
           {"capacity_factor", l.capacity_factor},
           {"reshard_after_forward", l.ReshardAfterForward()},

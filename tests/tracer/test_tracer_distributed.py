@@ -328,11 +328,21 @@ dist.destroy_process_group()
     assert len(losses) == 2 and losses[1] < losses[0], losses
 
 
-def test_pipeline_stages_match_their_h100_captures(tmp_path):
-    """pp_gpt.py's two stages under Schedule1F1B (4 micro-batches of 2), each rank traced alone:
-    the metadata a stage would receive from the other at run time is computed by running the
-    other rank's stage on the meta device (tracer/pipeline.py). Against the H100 captures
-    (goldens/h100/run/ranks2_pp_gpt_adamw_fp32, torch 2.11):
+# (the example, its capture, the last stage's peaks measured)
+PIPELINE_EXAMPLES = [("pp_gpt", "ranks2_pp_gpt_adamw_fp32", (265_476_608, 327_155_712)),
+                     ("pp_gpipe_gpt", "ranks2_pp_gpipe_gpt_adamw_fp32",
+                      (353_116_160, 419_430_400)),
+                     ("pp_gpt_no_outputs", "ranks2_pp_gpt_no_outputs_adamw_fp32",
+                      (215_144_960, 226_492_416))]
+
+
+@pytest.mark.parametrize("example, capture, last_peaks", PIPELINE_EXAMPLES)
+def test_pipeline_stages_match_their_h100_captures(tmp_path, example, capture, last_peaks):
+    """pp_gpt.py's two stages under Schedule1F1B (4 micro-batches of 2), under ScheduleGPipe
+    (pp_gpipe_gpt.py) and stepped with return_outputs=False (pp_gpt_no_outputs.py), each rank
+    traced alone: the metadata a stage would receive from the other at run time is computed by
+    running the other rank's stage on the meta device (tracer/pipeline.py). Against the H100
+    captures (goldens/h100/run/ranks2_pp_*, torch 2.11):
 
     - the last stage (rank 1) is exact: max allocated, max reserved and the bytes of every
       tensor live at the peak;
@@ -346,13 +356,13 @@ def test_pipeline_stages_match_their_h100_captures(tmp_path):
     results = {}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the embedded tracer
     for rank in (0, 1):
-        golden = REPO / "goldens" / "h100" / "run" / f"ranks2_pp_gpt_adamw_fp32.rank{rank}"
+        golden = REPO / "goldens" / "h100" / "run" / f"{capture}.rank{rank}"
         measured_db = tmp_path / f"measured{rank}.sqlite"
         done = subprocess.run([BIN, "report", f"{golden}.pickle.gz", "-o", str(measured_db),
                                "-q"], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         predicted_db = tmp_path / f"predicted{rank}.sqlite"
-        done = subprocess.run([BIN, "predict", "--model", f"{EXAMPLES / 'pp_gpt.py'}:build",
+        done = subprocess.run([BIN, "predict", "--model", f"{EXAMPLES / example}.py:build",
                                "--world-size", "2", "--rank", str(rank), "--batch", "8", "--seq",
                                "256", "--steps", "3", "--optimizer", "adamw", "--gpu",
                                "h100-80gb", "--python", sys.executable, "-o", str(predicted_db)],
@@ -362,7 +372,7 @@ def test_pipeline_stages_match_their_h100_captures(tmp_path):
         results[rank] = (live_at_peak(measured_db), live_at_peak(predicted_db))
 
     measured, predicted = results[1]
-    assert predicted[:2] == measured[:2] == (265_476_608, 327_155_712)
+    assert predicted[:2] == measured[:2] == last_peaks
     assert sorted(b for _, b in predicted[2]) == sorted(b for _, b in measured[2])
 
     measured, predicted = results[0]
