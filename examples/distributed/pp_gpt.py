@@ -88,15 +88,19 @@ def vramscope_pipeline_step(model, batch):
     return step_schedule(_SCHEDULES[id(model)], batch)
 
 
-def step_schedule(schedule, batch, return_outputs: bool = True):
-    """One step of ``schedule`` on this rank: rank 0 (the first stage) feeds the tokens, the last
-    rank (the last stage) the labels; returns the micro-batches' mean loss there, else None.
-    ``return_outputs=False`` asks the schedule not to keep the last stage's outputs."""
+def step_schedule(schedule, batch, return_outputs: bool = True, first: bool | None = None,
+                  last: bool | None = None):
+    """One step of ``schedule`` on this rank: the first stage (by default rank 0) feeds the
+    tokens, the last (by default the last rank) the labels; returns the micro-batches' mean loss
+    there, else None. ``return_outputs=False`` asks the schedule not to keep the last stage's
+    outputs; ``first``/``last`` say where the pipeline is a dimension of a larger mesh."""
     rank, ranks = dist.get_rank(), dist.get_world_size()
+    first = rank == 0 if first is None else first
+    last = rank == ranks - 1 if last is None else last
     ids, labels = batch
     losses = []
-    args = (ids,) if rank == 0 else ()
-    kwargs = dict(target=labels, losses=losses) if rank == ranks - 1 else {}
+    args = (ids,) if first else ()
+    kwargs = dict(target=labels, losses=losses) if last else {}
     if not return_outputs:
         kwargs["return_outputs"] = False
     schedule.step(*args, **kwargs)
