@@ -362,6 +362,14 @@ DataParallelBuffers DataParallelBuffersOf(const TrainingSetup& s, const Parallel
       all += u;
       largest = std::max(largest, u);
     }
+    if (l.TorchPipeline()) {
+      // torch.distributed.pipelining runs the backwards with gradient sync off: the unsharded
+      // gradients accumulate through the step, reduce-scattered after the last backward.
+      return {all * gathered * 2 + largest * reduced,
+              "ZeRO-3 units kept gathered, their unsharded gradients accumulated through the "
+              "step (torch.distributed.pipelining: no gradient sync until the last backward), "
+              "and reduce-scatter input"};
+    }
     return {all * gathered + largest * reduced,
             "ZeRO-3 units kept gathered (no reshard after forward) and reduce-scatter input"};
   }

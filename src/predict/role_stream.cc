@@ -164,7 +164,44 @@ class RoleStepBuilder {
       gathered[next] = Gather(units[next]);
     }
   }
-  // zero_grad(set_to_none=True): the parameters' .grad tensors go (per_parameter_grads_).
+  // fsdp_pipeline_: unit i of `chunk`'s unsharded gradients, made at its first backward of the
+  // step (later micro-batches accumulate into them), in the gathered parameters' dtype.
+  void AccumulateUnsharded(size_t chunk, size_t i) {
+    std::vector<uint64_t>& grads = unsharded_grads_[chunk][i];
+    if (!grads.empty()) return;
+    const Unit& u = chunks_[chunk][i];
+    for (const parallel_terms::LayerTensor& t : u.tensors) {
+      grads.push_back(Alloc(
+          t.elements * (l_.fsdp_mixed_precision ? 2 : element_size_), Category::kGradient,
+          fmt::format("{}.{}.grad (unsharded, accumulated)", u.name, t.name), "AccumulateGrad"));
+    }
+  }
+  // fsdp_pipeline_, after the stage's last backward: each unit's reduce-scatter input (its
+  // unsharded gradients copied in, then freed), the sharded .grad it scatters into.
+  void ReduceAccumulated() {
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      for (size_t i = chunks_[c].size(); i-- > 0;) {
+        std::vector<uint64_t>& unsharded = unsharded_grads_[c][i];
+        if (unsharded.empty()) continue;
+        const Unit& u = chunks_[c][i];
+        const uint64_t input =
+            Alloc(u.elements * (l_.fsdp_mixed_precision ? 4 : element_size_), Category::kGradient,
+                  u.name + " (ZeRO reduce-scatter input)", "reduce_scatter", kReduceScatterStream);
+        for (const uint64_t id : unsharded) Free(id);
+        unsharded.clear();
+        for (const parallel_terms::LayerTensor& t : u.tensors) {
+          const uint64_t n = parallel_terms::Sharded(
+              t.elements, t.expert ? groups_.experts : groups_.dense, zero_, 2);
+          grads_[c][i].push_back(Alloc(n * element_size_, Category::kGradient,
+                                       fmt::format("{}.{}.grad", u.name, t.name),
+                                       "reduce_scatter"));
+        }
+        Free(input);
+      }
+    }
+  }
+  // zero_grad(set_to_none=True): the parameters' .grad tensors go (per_parameter_grads_,
+  // fsdp_pipeline_).
   void ZeroGrad() {
     for (std::vector<std::vector<uint64_t>>& chunk : grads_) {
       for (std::vector<uint64_t>& unit : chunk) {
@@ -199,6 +236,13 @@ class RoleStepBuilder {
   // by the next step's zero_grad(set_to_none=True): under PyTorch's DDP, and under
   // torch.distributed.pipelining without data parallelism (plain autograd; no gradient buffer).
   bool per_parameter_grads_ = false;
+  // FSDP2 (ZeRO-3) under torch.distributed.pipelining: the stage runs every micro-batch's
+  // backward with gradient sync off (set_requires_gradient_sync(False)), so each parameter's
+  // unsharded gradient accumulates on the gathered parameter, and the stage reduce-scatters them
+  // once after its last backward (perform_reduce_grad); the sharded .grad lives from there to the
+  // next step's zero_grad.
+  bool fsdp_pipeline_ = false;
+  std::vector<std::vector<std::vector<uint64_t>>> unsharded_grads_;  // per chunk, unit
   bool deepspeed_ = false;  // DeepSpeed's ZeRO-1/2: reduce buckets in each backward
   // torch.distributed.pipelining (ParallelLayout::pipeline_impl kTorch, PP 2 or more).
   bool torch_pipeline_ = false;
@@ -288,9 +332,11 @@ void RoleStepBuilder::MakeChunks() {
   in_flight_.resize(v);
   kept_.resize(v);
   grads_.resize(v);
+  unsharded_grads_.resize(v);
   for (uint64_t c = 0; c < v; ++c) {
     kept_[c].assign(chunks_[c].size(), 0);
     grads_[c].assign(chunks_[c].size(), {});
+    unsharded_grads_[c].assign(chunks_[c].size(), {});
   }
 }
 
@@ -309,7 +355,7 @@ void RoleStepBuilder::Construct() {
   // The gradients: one contiguous buffer per model chunk (Megatron-Core's), alive throughout;
   // under PyTorch's DDP these are its buckets, and the gradients themselves come in backward,
   // as they do (with no buffer) in a torch.distributed.pipelining stage without DP.
-  if (per_parameter_grads_ && !torch_ddp_) return;
+  if ((per_parameter_grads_ && !torch_ddp_) || fsdp_pipeline_) return;
   sizes.clear();
   for (const std::vector<Unit>& chunk : chunks_) {
     uint64_t bytes = 0;
@@ -441,8 +487,9 @@ void RoleStepBuilder::Backward(size_t chunk) {
                                          "AccumulateGrad"));
       }
     }
+    if (fsdp_pipeline_) AccumulateUnsharded(chunk, i);
     uint64_t rs = 0;
-    if (reduce_scatter) {
+    if (reduce_scatter && !fsdp_pipeline_) {
       rs = Alloc(u.elements * (l_.fsdp_mixed_precision && zero_ >= 3 ? 4 : element_size_),
                  Category::kGradient, u.name + " (ZeRO reduce-scatter input)", "reduce_scatter",
                  kReduceScatterStream);
@@ -601,6 +648,7 @@ Status RoleStepBuilder::Build() {
       data_parallel_buffers_ && l_.data_parallel_impl == model::DataParallelImpl::kDeepSpeed;
   torch_pipeline_ = l_.TorchPipeline();
   per_parameter_grads_ = torch_ddp_ || (torch_pipeline_ && zero_ == 0 && l_.dp * l_.cp == 1);
+  fsdp_pipeline_ = torch_pipeline_ && data_parallel_buffers_ && zero_ >= 3 && !deepspeed_;
   if (torch_pipeline_) {
     const uint64_t seq = (s_.seq ? s_.seq : m_.default_seq) / l_.cp;
     boundary_ = parallel_terms::StageBoundaryBytes(m_, s_, l_, seq);
@@ -630,7 +678,7 @@ Status RoleStepBuilder::Build() {
   uint64_t head_forwards = 0;  // the simulated forwards of the last model chunk
   for (uint64_t k = 0; k < forwards; ++k) head_forwards += forward_chunk(k) == v - 1;
   for (int32_t step = 0; step < 2; ++step) {
-    if (per_parameter_grads_ && step > 0) {
+    if ((per_parameter_grads_ || fsdp_pipeline_) && step > 0) {
       MarkPhase(step, Phase::kBeforeForward, "zero_grad");
       ZeroGrad();
     }
@@ -664,7 +712,8 @@ Status RoleStepBuilder::Build() {
       Backward(backward_chunk(next_backward++));
     }
     MergeOutputs();
-    ReleaseKept();  // resharded after the step's last backward
+    if (fsdp_pipeline_) ReduceAccumulated();  // perform_reduce_grad, after the last backward
+    ReleaseKept();                            // resharded after the step's last backward
     if (deepspeed_ && zero_ < 3 && l_.pp > 1) {
       for (const uint64_t id : ReduceBuckets(1)) Free(id);  // reduce_gradients(pipeline_parallel)
     }

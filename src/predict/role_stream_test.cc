@@ -571,6 +571,30 @@ TEST(RoleStream, TorchGPipeAndReturnOutputs) {
   EXPECT_EQ(Count(*last, "merged outputs").most_live_named, 0u);
 }
 
+// FSDP2 under torch.distributed.pipelining (PP 2 x DP 2, ZeRO-3): every backward runs with
+// gradient sync off, so each stage accumulates its parameters' unsharded gradients (twice the
+// shard the table counts on DP 2) through the step and reduce-scatters them once after its last
+// backward into the sharded .grad; no gradient buffer.
+TEST(RoleStream, FsdpUnderTorchPipeliningAccumulatesUnshardedGradients) {
+  ParallelLayout l;
+  l.pp = 2;
+  l.dp = 2;
+  l.micro_batches = 4;
+  l.pipeline_impl = model::PipelineImpl::kTorch;
+  TrainingSetup s = Bf16Adam(1, 1024);
+  s.zero = ZeroMode::kZero3;
+  ParallelPrediction p;
+  for (size_t role = 0; role < 2; ++role) {
+    auto stream = Stream(Preset("gpt2"), s, l, role, &p);
+    ASSERT_TRUE(stream.ok()) << stream.status().message();
+    const RankRole& r = p.roles[role];
+    EXPECT_EQ(Count(*stream, "(unsharded, accumulated)").most_live_named, 2 * r.gradient_bytes)
+        << r.name;
+    EXPECT_EQ(Count(*stream, "gradient buffer").most_live_named, 0u) << r.name;
+    EXPECT_GT(Count(*stream, "reduce-scatter input").most_live_named, 0u) << r.name;
+  }
+}
+
 TEST(RoleStream, ARoleOutsideThePredictionIsRefused) {
   ParallelPrediction p;
   auto stream = RoleStream(Preset("gpt2"), Bf16Adam(1, 1024), p, 0);
