@@ -8,8 +8,9 @@ backward (``reshard_after_forward=False``, torchtitan's choice under PP), driven
         examples/distributed/pp_fsdp2_gpt.py:build --batch 8 --seq 256 --backend gloo-staged
 
 The built-in families' estimate of the same layout is ``--pp 2 --dp 2 --zero 3 --pp-impl torch``
-(docs/accuracy.md). The tracer refuses it: its other pipeline ranks would have to be built with
-their own meshes."""
+(docs/accuracy.md); the tracer runs one rank of it (``vramscope predict --model
+examples/distributed/pp_fsdp2_gpt.py:build --world-size 4 --rank R``). Its four ranks were
+captured on an H100 (goldens/h100/run/ranks4_pp_fsdp2_gpt_adamw_fp32)."""
 
 import sys
 from pathlib import Path

@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from .common import DEVICE, local_shard, torch
 from .tracking import StorageTracker
 
 
-def materialize_on_device(model, tracker: StorageTracker, dtype) -> None:
+def materialize_on_device(model, tracker: StorageTracker | None, dtype) -> None:
     """Every parameter and buffer becomes a fake CUDA tensor (floating ones in ``dtype``, as
     ``model.to(dtype).to('cuda')`` would make them), tied ones staying tied. Done by hand:
     ``Module.to`` swaps FakeTensor parameters with ``torch.utils.swap_tensors``, which refuses
-    tensors that fake mode holds weak references to."""
+    tensors that fake mode holds weak references to. Without a tracker nothing is labelled (a
+    pipeline peer's stage, outside the trace)."""
     param_names = {id(p): n for n, p in model.named_parameters()}
     buffer_names = {id(b): n for n, b in model.named_buffers()}
     memo: dict[int, object] = {}
@@ -21,7 +24,8 @@ def materialize_on_device(model, tracker: StorageTracker, dtype) -> None:
     def convert(t, category, name):
         target = dtype if (t.is_floating_point() and dtype is not None) else t.dtype
         local = local_shard(t)
-        with tracker.label(category, name, module=name.rpartition(".")[0] or root):
+        with (tracker.label(category, name, module=name.rpartition(".")[0] or root)
+              if tracker is not None else contextlib.nullcontext()):
             made = torch.empty_strided(tuple(local.shape), tuple(local.stride()), dtype=target,
                                        device=DEVICE)
         if local is t:

@@ -111,6 +111,11 @@ def load_file_model(setup: Setup) -> ModelSpec:
             raise TracerError("--compile with a torch.distributed.pipelining stage", path,
                               "trace the stage without --compile (the tracer compiles a model's "
                               "forward, which the schedule calls per micro-batch)")
+        if setup.fsdp:
+            raise TracerError("--fsdp with a torch.distributed.pipelining stage", path,
+                              "--fsdp shards over every rank, here the pipeline's: shard the "
+                              "stages in the model file over a data-parallel mesh dimension "
+                              "(examples/distributed/pp_fsdp2_gpt.py)")
         pipeline = PipelinePeers(setup.rank, setup.world_size, build, pipeline_step,
                                  f"{path}:{func_name}")
     notes = []

@@ -18,17 +18,21 @@ device. With static metadata, torch 2.15 skips its dynamic inference (one forwar
 of a micro-batch before the first schedule step on a real job without static metadata): that
 run is not in the trace (the notes say so).
 
-The peer runs see the real CPU batch moved to the meta device; each rank's run is made once.
-Refused with one line: a stage whose pipeline group is not the whole job or whose parameters are
-sharded (PP combined with FSDP2, TP or DP: the peers would need those meshes built as their
-ranks too)."""
+The peers are the ranks of the traced stage's pipeline group (the whole job, or one dimension of
+a mesh). The peer runs see the real CPU batch moved to the meta device; each rank's run is made
+once. A stage sharded by FSDP2 (over another dimension of the mesh) makes and gathers device
+tensors: its peers are built and run in the trace's fake mode without its tracker, with the
+traced rank's mesh, their own stage coordinate answered by ``get_rank`` in their pipeline group
+(``_mesh_rank``). Refused with one line: PP combined with tensor parallelism or
+DistributedDataParallel (not traced yet)."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
 
-from .common import TracerError, _one_line, patched, torch
+from .common import DEVICE, TracerError, _one_line, patched, torch
+from .device import materialize_on_device
 from .tracking import _all_modes_off
 
 _FILL_ARGS = ("input_args", "output_args")
@@ -67,6 +71,10 @@ class PipelinePeers:
         self._running = None                # the _PeerRun being made, if any
         self._keep: list = []               # peers' models: user code may key caches by id
         self._original_get_rank = torch.distributed.get_rank
+        self.group = None                   # the traced stage's pipeline group (None: the job)
+        self.sharded = False                # its parameters are DTensors (FSDP2, TP)
+        self.fake_mode = None               # the trace's FakeTensorMode (step.py sets it) ...
+        self.dtype = None                   # ... and the parameters' dtype, for sharded peers
 
     @staticmethod
     def active() -> bool:
@@ -79,9 +87,12 @@ class PipelinePeers:
         schedules = importlib.import_module("torch.distributed.pipelining.schedules")
         dist = torch.distributed
         stage_class = stage_module.PipelineStage
+        device_mesh = importlib.import_module("torch.distributed.device_mesh")
         patches = [(dist, "get_rank", self._get_rank),
                    (dist.distributed_c10d, "get_rank", self._get_rank),
                    (stage_class, "__init__", self._stage_init(stage_class.__init__))]
+        if hasattr(device_mesh, "get_rank"):  # a peer's mesh: the traced rank's, but its stage
+            patches.append((device_mesh, "get_rank", self._mesh_rank))
         for name in ("_PipelineSchedule", "PipelineScheduleSingle", "PipelineScheduleMulti"):
             cls = getattr(schedules, name, None)
             if cls is not None and "step" in vars(cls):
@@ -106,10 +117,27 @@ class PipelinePeers:
                 "each step's forward phase"]
 
     # -- the patches
+    def _mesh_rank(self, group=None):
+        """DeviceMesh's get_rank in a peer's run: the traced rank's mesh and groups (a peer's
+        other groups would not hold the real rank, so they cannot be made), but in a group that
+        holds the peer (its pipeline group) the peer's place, so ``mesh["pp"].get_local_rank()``
+        names the peer's stage. The peers share the traced rank's other coordinates (they are
+        the ranks of its pipeline group)."""
+        if self._running is not None and group is not None:
+            ranks = torch.distributed.get_process_group_ranks(group)
+            if self._running.rank in ranks:
+                return ranks.index(self._running.rank)
+        return self._original_get_rank(group)
+
     def _get_rank(self, group=None):
-        # in a peer's run, the peer's rank: its pipeline group is the whole job, which the traced
-        # rank's own stage was checked for (_whole_job_only) before any peer runs
-        return self._original_get_rank(group) if self._running is None else self._running.rank
+        """In a peer's run, the peer's rank: in the job, or in ``group`` (-1 if not in it)."""
+        if self._running is None:
+            return self._original_get_rank(group)
+        rank = self._running.rank
+        if group is None or group is torch.distributed.GroupMember.WORLD:
+            return rank
+        ranks = torch.distributed.get_process_group_ranks(group)
+        return ranks.index(rank) if rank in ranks else -1
 
     def _stage_init(self, original):
         peers = self
@@ -120,7 +148,7 @@ class PipelinePeers:
                 run.stages[stage_index] = submodule
                 return original(stage, submodule, stage_index, num_stages, device, *args,
                                 **kwargs)
-            peers._whole_job_only(submodule, kwargs.get("group"))
+            peers._join(submodule, kwargs.get("group"))
             if args or any(kwargs.get(name) is not None for name in _FILL_ARGS):
                 peers.stages_given.append((stage_index, "the user's"))
             else:
@@ -133,21 +161,23 @@ class PipelinePeers:
         init.__wrapped__ = original
         return init
 
-    def _whole_job_only(self, submodule, group) -> None:
-        """The peers' runs build other ranks' stages alone: a stage whose pipeline group is part
-        of the job, or whose parameters are sharded (DTensor: FSDP2, TP), would need the other
-        ranks' meshes and groups built too."""
-        dist = torch.distributed
-        sharded = any(type(p).__name__ == "DTensor" for p in submodule.parameters())
-        partial = group is not None and dist.get_world_size(group) != self.world_size
-        if sharded or partial:
+    def _join(self, submodule, group) -> None:
+        """The traced rank's stage: its pipeline group (the peers are its other ranks) and
+        whether its parameters are sharded (DTensor: FSDP2, TP), so that the peers are built on
+        the fake device as it is."""
+        self.group = group
+        sharded = [p for p in submodule.parameters() if type(p).__name__ == "DTensor"]
+        tensor_parallel = any(p.device_mesh.ndim > 1 for p in sharded) or (
+            sharded and not any(type(m).__name__.startswith("FSDP") for m in submodule.modules()))
+        # the tracer's DistributedDataParallel is TracedDDP, whose no_sync the stage would not use
+        ddp = type(submodule).__name__ in ("DistributedDataParallel", "TracedDDP")
+        if tensor_parallel or ddp:
             raise TracerError("pipeline parallelism combined with "
-                              + ("sharded parameters (FSDP2 or tensor parallelism)" if sharded
-                                 else f"a pipeline group of {dist.get_world_size(group)} of the "
-                                      f"{self.world_size} ranks"),
-                              self.where, "the tracer traces a pipeline whose stages are the "
-                              "whole job: trace the stages without FSDP/TP, or predict a "
-                              "built-in family with --pp and --tp/--dp")
+                              + ("tensor parallelism" if tensor_parallel
+                                 else "DistributedDataParallel") + " is not traced yet",
+                              self.where, "trace the stages with FSDP2 (fully_shard) or alone, "
+                              "or predict a built-in family with --pp and --tp/--dp")
+        self.sharded = self.sharded or bool(sharded)
 
     def _schedule_step(self, original):
         peers = self
@@ -170,9 +200,13 @@ class PipelinePeers:
         run = _PeerRun(rank)
         self._running = run
         try:
-            with _all_modes_off(), _real_autograd(), torch.device("meta"):
+            with _all_modes_off(), self._peer_mode(), _real_autograd(), torch.device("meta"):
                 try:
                     model = self.build()
+                    if self.sharded:
+                        # on the fake device as the traced rank's (FSDP2 gathers there), not
+                        # in the trace
+                        materialize_on_device(model, None, self.dtype)
                 except TracerError:
                     raise
                 except Exception as e:
@@ -181,7 +215,7 @@ class PipelinePeers:
                                       "the build function must build any rank's stage") from e
                 self._keep.append(model)
                 try:
-                    self.pipeline_step(model, _to_meta(self.cpu_batch))
+                    self.pipeline_step(model, self._peer_batch())
                 except _StepReached:
                     pass
                 except TracerError:
@@ -206,7 +240,9 @@ class PipelinePeers:
         it, on the meta device."""
         stages: dict = {}
         first = None
-        for rank in range(self.world_size):
+        ranks = (range(self.world_size) if self.group is None
+                 else torch.distributed.get_process_group_ranks(self.group))
+        for rank in ranks:
             run = self._peer(rank)
             stages.update(run.stages)
             if 0 in run.stages:
@@ -216,7 +252,7 @@ class PipelinePeers:
             raise TracerError(f"no rank's pipeline step made stage {missing[0] if missing else 0} "
                               f"of {num_stages}", self.where,
                               "every stage must be made by the rank that runs it")
-        with _all_modes_off(), _real_autograd(), torch.device("meta"):
+        with _all_modes_off(), self._peer_mode(), _real_autograd(), torch.device("meta"):
             args, kwargs = _micro_batch_0(first)
             try:
                 for index in range(stage_index):
@@ -228,7 +264,19 @@ class PipelinePeers:
                 raise TracerError(f"running the stages before stage {stage_index} on the meta "
                                   f"device failed: {type(e).__name__}: {_one_line(e)}",
                                   self.where, "the stages must run on meta tensors") from e
-            return inputs, tuple(_as_received(outputs))
+            outputs = tuple(_as_received(outputs))
+        return _as_meta(inputs), _as_meta(outputs)
+
+    def _peer_mode(self):
+        """Where the peers run: the meta device, or (sharded stages, whose FSDP2/DTensor code
+        makes and gathers device tensors) the trace's fake mode without its tracker."""
+        return self.fake_mode if self.sharded else contextlib.nullcontext()
+
+    def _peer_batch(self):
+        if not self.sharded:
+            return _to_meta(self.cpu_batch)
+        return torch.utils._pytree.tree_map(
+            lambda t: t.to(DEVICE) if isinstance(t, torch.Tensor) else t, self.cpu_batch)
 
 
 def _micro_batch_0(run: _PeerRun) -> tuple:
@@ -261,6 +309,15 @@ def _as_received(outputs) -> tuple:
             t = t.detach().requires_grad_(t.is_floating_point() or t.is_complex())
         received.append(t)
     return tuple(received)
+
+
+def _as_meta(tensors) -> tuple:
+    """Plain meta tensors of the same metadata (what PipelineStage's static metadata is made
+    of), whatever device or fake mode ``tensors`` come from."""
+    with _all_modes_off():
+        return tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+                     .requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+                     for t in tensors)
 
 
 def _to_meta(batch):

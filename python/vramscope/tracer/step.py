@@ -213,6 +213,8 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
                      "materialised), because the step read values the tracer does not have "
                      "otherwise; a GPU run may use less memory for attention masks")
     dtype = getattr(torch, DTYPES[setup.dtype]) if setup.dtype != "fp32" else None
+    if spec.pipeline is not None:  # its peers' stages are made as the traced rank's is
+        spec.pipeline.fake_mode, spec.pipeline.dtype = fake_mode, dtype
     step_phase = "setup"
     try:
         with fake_mode, tracker, sdpa:
