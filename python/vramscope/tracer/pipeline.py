@@ -109,8 +109,10 @@ class PipelinePeers:
             return []
         given = ", ".join(f"stage {i} ({how})" for i, how in self.stages_given)
         return [f"torch.distributed.pipelining on rank {self.rank} of {self.world_size}: {given}; "
-                "computed metadata comes from the other ranks' stages built and run on the meta "
-                "device (micro-batch 0), given to PipelineStage as static input_args/output_args, "
+                "computed metadata comes from the other ranks' stages of its pipeline group built "
+                "and run " + ("on the fake device, outside the trace (its stage is sharded)"
+                              if self.sharded else "on the meta device") + " (micro-batch 0), "
+                "given to PipelineStage as static input_args/output_args, "
                 "so the dynamic metadata inference of torch >= 2.15 (a micro-batch's forward and "
                 "backward before the first step, on a job without static metadata) is not traced; "
                 "the schedule's step (its micro-batches' forward and backward, interleaved) is "
