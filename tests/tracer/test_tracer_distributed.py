@@ -241,6 +241,32 @@ def live_at_peak(database: Path) -> tuple[int, int, list[tuple[str, int]]]:
     return peak, reserved, live
 
 
+def captured_and_traced(tmp_path: Path, example: str, capture: str, world: int, ranks,
+                        *flags) -> dict:
+    """{rank: (live_at_peak of its H100 capture goldens/h100/run/CAPTURE.rankR, live_at_peak of
+    examples/distributed/EXAMPLE.py's rank R traced by `vramscope predict` under --world-size
+    WORLD, AdamW, 3 steps, sequence 256, and FLAGS)}; each traced rank's stdout under "stdout"."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the embedded tracer
+    results: dict = {"stdout": {}}
+    for rank in ranks:
+        golden = REPO / "goldens" / "h100" / "run" / f"{capture}.rank{rank}"
+        measured_db = tmp_path / f"measured{rank}.sqlite"
+        done = subprocess.run([BIN, "report", f"{golden}.pickle.gz", "-o", str(measured_db),
+                               "-q"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        predicted_db = tmp_path / f"predicted{rank}.sqlite"
+        done = subprocess.run([BIN, "predict", "--model", f"{EXAMPLES / example}.py:build",
+                               "--world-size", str(world), "--rank", str(rank), "--seq", "256",
+                               "--steps", "3", "--optimizer", "adamw", "--gpu", "h100-80gb",
+                               *map(str, flags), "--python", sys.executable, "-o",
+                               str(predicted_db)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        results["stdout"][rank] = done.stdout
+        results[rank] = (live_at_peak(measured_db), live_at_peak(predicted_db))
+    return results
+
+
 @pytest.mark.parametrize("example, world", [("tp_llama", 2), ("fsdp2_tp_llama", 4)])
 def test_tensor_parallel_rank_matches_its_h100_capture(tmp_path, example, world):
     """examples/distributed/train_model_file.py trained these model files on an H100 (torch 2.11,
@@ -353,23 +379,9 @@ def test_pipeline_stages_match_their_h100_captures(tmp_path, example, capture, l
       allocator's rounding of that."""
     require_binary(BIN)
     boundary = 2 * 256 * 256 * 4
-    results = {}
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the embedded tracer
+    results = captured_and_traced(tmp_path, example, capture, 2, (0, 1), "--batch", 8)
     for rank in (0, 1):
-        golden = REPO / "goldens" / "h100" / "run" / f"{capture}.rank{rank}"
-        measured_db = tmp_path / f"measured{rank}.sqlite"
-        done = subprocess.run([BIN, "report", f"{golden}.pickle.gz", "-o", str(measured_db),
-                               "-q"], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
-        predicted_db = tmp_path / f"predicted{rank}.sqlite"
-        done = subprocess.run([BIN, "predict", "--model", f"{EXAMPLES / example}.py:build",
-                               "--world-size", "2", "--rank", str(rank), "--batch", "8", "--seq",
-                               "256", "--steps", "3", "--optimizer", "adamw", "--gpu",
-                               "h100-80gb", "--python", sys.executable, "-o", str(predicted_db)],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr
-        assert f"stage {rank} (computed)" in done.stdout, done.stdout
-        results[rank] = (live_at_peak(measured_db), live_at_peak(predicted_db))
+        assert f"stage {rank} (computed)" in results["stdout"][rank], results["stdout"][rank]
 
     measured, predicted = results[1]
     assert predicted[:2] == measured[:2] == last_peaks
@@ -394,22 +406,8 @@ def test_pipeline_with_fsdp2_ranks_match_their_h100_capture(tmp_path):
     keeps (as pp_gpt.py's first stage), reserved -1.0%."""
     require_binary(BIN)
     boundary = 2 * 256 * 256 * 4
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the embedded tracer
-    results = {}
-    for rank in (0, 2):
-        golden = REPO / "goldens" / "h100" / "run" / f"ranks4_pp_fsdp2_gpt_adamw_fp32.rank{rank}"
-        measured_db = tmp_path / f"measured{rank}.sqlite"
-        done = subprocess.run([BIN, "report", f"{golden}.pickle.gz", "-o", str(measured_db),
-                               "-q"], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
-        predicted_db = tmp_path / f"predicted{rank}.sqlite"
-        done = subprocess.run([BIN, "predict", "--model", f"{EXAMPLES / 'pp_fsdp2_gpt.py'}:build",
-                               "--world-size", "4", "--rank", str(rank), "--batch", "8", "--seq",
-                               "256", "--steps", "3", "--optimizer", "adamw", "--gpu",
-                               "h100-80gb", "--python", sys.executable, "-o", str(predicted_db)],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr
-        results[rank] = (live_at_peak(measured_db), live_at_peak(predicted_db))
+    results = captured_and_traced(tmp_path, "pp_fsdp2_gpt", "ranks4_pp_fsdp2_gpt_adamw_fp32", 4,
+                                  (0, 2), "--batch", 8)
 
     measured, predicted = results[2]
     assert predicted[0] == measured[0] == 258_122_240
@@ -443,25 +441,9 @@ def test_interleaved_stages_match_their_h100_captures(tmp_path, amp):
     cache): its node is older than the other micro-batches' nodes, which the backward of the
     first must not release (SavedTensors.release_graph)."""
     require_binary(BIN)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the embedded tracer
-    batch, dtype = (8, []) if amp == "fp32" else (16, ["--dtype", "bf16-amp"])
-    results = {}
-    for rank in (0, 1):
-        golden = (REPO / "goldens" / "h100" / "run" /
-                  f"ranks2_pp_interleaved_gpt_adamw_{amp}.rank{rank}")
-        measured_db = tmp_path / f"measured{rank}.sqlite"
-        done = subprocess.run([BIN, "report", f"{golden}.pickle.gz", "-o", str(measured_db),
-                               "-q"], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
-        predicted_db = tmp_path / f"predicted{rank}.sqlite"
-        done = subprocess.run([BIN, "predict", "--model",
-                               f"{EXAMPLES / 'pp_interleaved_gpt.py'}:build", "--world-size", "2",
-                               "--rank", str(rank), "--batch", str(batch), "--seq", "256",
-                               "--steps", "3", "--optimizer", "adamw", *dtype, "--gpu",
-                               "h100-80gb", "--python", sys.executable, "-o", str(predicted_db)],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr
-        results[rank] = (live_at_peak(measured_db), live_at_peak(predicted_db))
+    flags = ["--batch", 8] if amp == "fp32" else ["--batch", 16, "--dtype", "bf16-amp"]
+    results = captured_and_traced(tmp_path, "pp_interleaved_gpt",
+                                  f"ranks2_pp_interleaved_gpt_adamw_{amp}", 2, (0, 1), *flags)
 
     measured, predicted = results[1]
     assert predicted[0] == measured[0], (predicted[0], measured[0])
