@@ -272,6 +272,16 @@ def _live_at_peak_by_category(database) -> dict:
                                "WHERE device = 0").fetchall())
 
 
+def _captured_rank(run, out_dir, golden: Path, rank: int) -> tuple:
+    """(max allocated, max reserved, {category: bytes} live at the allocated peak) of rank
+    `rank` of the capture `golden` (goldens/<gpu>/run/CASE), reported by `vramscope report`."""
+    allocated, reserved, _ = _rank_peaks(Path(f"{golden}.rank{rank}.sidecar.json"))
+    db = out_dir / f"rank{rank}.sqlite"
+    rc, _, err = run("report", Path(f"{golden}.rank{rank}.pickle.gz"), "-o", db, "-q")
+    assert rc == 0, err
+    return allocated, reserved, _live_at_peak_by_category(db)
+
+
 INTERLEAVED = ["--schedule", "interleaved", "--virtual-stages", "2"]
 # (golden, --dtype, samples per micro-batch, schedule flags, the largest |error| measured
 # (allocated, reserved) per stage, docs/accuracy.md)
@@ -319,11 +329,7 @@ def test_torch_pipelining_stages_against_their_h100_capture(run, out_dir, name, 
     assert [r["name"] for r in roles] == ["first stage", "last stage"]
     boundary = micro_batch * 256 * 256 * (2 if dtype == "bf16-amp" else 4)
     for stage, role in enumerate(roles):
-        allocated, reserved, _ = _rank_peaks(Path(f"{golden}.rank{stage}.sidecar.json"))
-        db = out_dir / f"rank{stage}.sqlite"
-        rc, _, err = run("report", Path(f"{golden}.rank{stage}.pickle.gz"), "-o", db, "-q")
-        assert rc == 0, err
-        measured = _live_at_peak_by_category(db)
+        allocated, reserved, measured = _captured_rank(run, out_dir, golden, stage)
         assert role["weight_bytes"] == measured["weight"]
         if "gpipe" in schedule:
             # GPipe peaks as the backwards begin, before (nearly) any .grad is made
@@ -370,11 +376,7 @@ def test_pipeline_with_fsdp2_against_its_h100_capture(run, out_dir):
     assert [r["name"] for r in roles] == ["first stage", "last stage"]
     for stage, (role, bounds) in enumerate(zip(roles, [(0.02, 0.12), (0.01, 0.07)])):
         rank = 2 * stage  # rank = 2 x stage + dp rank
-        allocated, reserved, _ = _rank_peaks(Path(f"{golden}.rank{rank}.sidecar.json"))
-        db = out_dir / f"rank{rank}.sqlite"
-        rc, _, err = run("report", Path(f"{golden}.rank{rank}.pickle.gz"), "-o", db, "-q")
-        assert rc == 0, err
-        measured = _live_at_peak_by_category(db)
+        allocated, reserved, measured = _captured_rank(run, out_dir, golden, rank)
         assert role["optimizer_bytes"] == measured["optimizer_state"]
         assert 3 * role["weight_bytes"] == measured["weight"]
         errors = (role["peak_allocated_bytes"] / allocated - 1,
