@@ -333,15 +333,18 @@ dist.destroy_process_group()
     done = subprocess.run([*run, str(check)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    def train(example: str, batch: int) -> list[float]:
-        """Two steps of the example on the two CPU ranks; the losses the runner printed."""
-        done = subprocess.run([*run, str(EXAMPLES / "train_model_file.py"),
+    def train(example: str, batch: int, ranks: int = 2) -> list[float]:
+        """Two steps of the example on `ranks` CPU ranks; the losses the runner printed, step 1's
+        before step 2's (ranks print in any order)."""
+        launch = [*run[:4], str(ranks), *run[5:]]
+        done = subprocess.run([*launch, str(EXAMPLES / "train_model_file.py"),
                                f"{EXAMPLES / example}:build", "--batch", str(batch), "--seq", "32",
                                "--steps", "2", "--device", "cpu", "--backend", "gloo-staged"],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
-        return [float(line.split()[-1]) for line in done.stdout.splitlines()
-                if line.startswith("step ")]
+        steps = sorted((int(line.split()[1].rstrip(":")), float(line.split()[-1]))
+                       for line in done.stdout.splitlines() if line.startswith("step "))
+        return [loss for _, loss in steps]
 
     losses = train("tp_llama.py", 2)
     assert len(losses) == 2 and losses[1] < losses[0], losses
@@ -352,6 +355,10 @@ dist.destroy_process_group()
     # and its interleaved form: two stages per rank under ScheduleInterleaved1F1B
     losses = train("pp_interleaved_gpt.py", 8)
     assert len(losses) == 2 and losses[1] < losses[0], losses
+    # and with FSDP2 over a second mesh dimension: PP 2 x FSDP2 2 on four ranks, whose two last
+    # stages (one per data-parallel rank) both report the loss
+    losses = train("pp_fsdp2_gpt.py", 8, ranks=4)
+    assert len(losses) == 4 and max(losses[2:]) < min(losses[:2]), losses
 
 
 # (the example, its capture, the last stage's peaks measured)
