@@ -241,6 +241,15 @@ def live_at_peak(database: Path) -> tuple[int, int, list[tuple[str, int]]]:
     return peak, reserved, live
 
 
+def only_measured(measured, predicted) -> list[int]:
+    """The requested bytes of the tensors live at the measured peak that the predicted peak does
+    not hold (live_at_peak results; every predicted tensor must be among the measured ones)."""
+    missing = sorted(b for _, b in measured[2])
+    for b in sorted(b for _, b in predicted[2]):
+        missing.remove(b)
+    return missing
+
+
 def captured_and_traced(tmp_path: Path, example: str, capture: str, world: int, ranks,
                         *flags) -> dict:
     """{rank: (live_at_peak of its H100 capture goldens/h100/run/CAPTURE.rankR, live_at_peak of
@@ -396,10 +405,7 @@ def test_pipeline_stages_match_their_h100_captures(tmp_path, example, capture, l
 
     measured, predicted = results[0]
     assert measured[0] - predicted[0] == 3 * boundary, (measured[0], predicted[0])
-    missing = sorted(b for _, b in measured[2])
-    for b in sorted(b for _, b in predicted[2]):
-        missing.remove(b)
-    assert missing == [boundary] * 3
+    assert only_measured(measured, predicted) == [boundary] * 3
     assert abs(predicted[1] - measured[1]) / measured[1] < 0.015, (predicted[1], measured[1])
 
 
@@ -423,10 +429,7 @@ def test_pipeline_with_fsdp2_ranks_match_their_h100_capture(tmp_path):
 
     measured, predicted = results[0]
     assert measured[0] - predicted[0] == 3 * boundary, (measured[0], predicted[0])
-    missing = sorted(b for _, b in measured[2])
-    for b in sorted(b for _, b in predicted[2]):
-        missing.remove(b)
-    assert missing == [boundary] * 3
+    assert only_measured(measured, predicted) == [boundary] * 3
     assert abs(predicted[1] / measured[1] - 1) < 0.015, (predicted[1], measured[1])
 
 
@@ -461,10 +464,7 @@ def test_interleaved_stages_match_their_h100_captures(tmp_path, amp):
     if amp == "fp32":
         boundary = 2 * 256 * 256 * 4
         assert measured[0] - predicted[0] == 7 * boundary, (measured[0], predicted[0])
-        missing = sorted(b for _, b in measured[2])
-        for b in sorted(b for _, b in predicted[2]):
-            missing.remove(b)
-        assert missing == [boundary] * 7
+        assert only_measured(measured, predicted) == [boundary] * 7
         assert abs(predicted[1] / measured[1] - 1) < 0.025, (predicted[1], measured[1])
     else:
         assert -0.07 < predicted[0] / measured[0] - 1 < -0.05, (predicted[0], measured[0])
