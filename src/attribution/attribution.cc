@@ -127,6 +127,14 @@ bool ByPhase(const Context& c, Phase phase, Confidence conf, bool from_stack, De
       if (c.released && c.at_free.zero_grad) {
         d.Set(Category::kGradient, Confidence::kHigh,
               "created in backward and freed by zero_grad (a parameter's .grad)");
+      } else if (c.released && c.at_free.fsdp_reduce) {
+        // FSDP2 reduce-scatters a unit's unsharded gradients (matmul outputs autograd stole as
+        // the gathered parameters' .grad) in post_backward and frees them there: gradients,
+        // however short (plain FSDP2) or long (under pipelining, accumulated to the last
+        // backward) they live.
+        d.Set(Category::kGradient, from_stack ? Confidence::kHigh : conf,
+              "created in backward and freed by FSDP2's post_backward (a fully_shard unit's "
+              "unsharded .grad, reduce-scattered there)");
       } else if (same_step && c.release_phase == Phase::kBackward) {
         d.Set(Category::kTemporary, conf,
               from_stack ? "created and freed within backward (gradients of activations, "

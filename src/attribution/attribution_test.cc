@@ -250,6 +250,38 @@ TEST(Attribute, BackwardOutputFreedByZeroGradIsAGradient) {
   EXPECT_EQ(b.Of(a, w).category, Category::kWeight);
 }
 
+// FSDP2 under torch.distributed.pipelining: each micro-batch's backward leaves the unsharded
+// gradient (a matmul output autograd stole as the gathered parameter's .grad) to accumulate, and
+// the stage's last backward reduce-scatters and frees it in FSDP2's post_backward, all within
+// the step's backward phase (the free stack as ranks4_pp_fsdp2_gpt's H100 capture records it).
+// A gradient, not the backward scratch an activation gradient is.
+TEST(Attribute, UnshardedGradientFreedByFsdpPostBackwardIsAGradient) {
+  TraceBuilder b;
+  LoopStacks s(b);
+  const std::string fsdp = "/x/torch/distributed/fsdp/_fully_shard/";
+  const StackId reduce =
+      b.Stack({{fsdp + "_fsdp_collectives.py", 480, "foreach_reduce"},
+               {fsdp + "_fsdp_param_group.py", 530, "post_backward"},
+               {"/x/torch/distributed/pipelining/stage.py", 600, "perform_reduce_grad"},
+               {"/x/torch/distributed/pipelining/schedules.py", 1300, "_step_microbatches"},
+               {"/proj/pp_train.py", 40, "train_step"}});
+  b.Alloc(kWeight, s.create_weight);
+  const uint64_t x1 = b.Alloc(4096, s.forward);
+  const uint64_t x2 = b.Alloc(4096, s.forward);
+  const uint64_t unsharded = b.Alloc(kWeight, s.engine);  // micro-batch 1's backward
+  const uint64_t act_grad = b.Alloc(4096, s.engine);
+  b.Free(act_grad, s.engine);
+  b.Free(x1, s.engine);
+  b.Free(x2, s.engine);  // micro-batch 2's backward accumulated into it in place
+  b.Free(unsharded, reduce);
+  const Attribution a = b.Finish();
+  EXPECT_EQ(b.Of(a, unsharded).category, Category::kGradient);
+  EXPECT_EQ(b.Of(a, unsharded).confidence, Confidence::kHigh);
+  EXPECT_NE(std::string(RuleText(b.Of(a, unsharded).rule_id)).find("FSDP2's post_backward"),
+            std::string::npos);
+  EXPECT_EQ(b.Of(a, act_grad).category, Category::kTemporary);
+}
+
 // Kept past backward, but no weight has its size: an activation gradient the user kept.
 TEST(Attribute, KeptBackwardTensorOfNoWeightSizeIsNotAGradient) {
   TraceBuilder b;
