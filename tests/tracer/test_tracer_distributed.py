@@ -416,11 +416,24 @@ def test_pipeline_with_fsdp2_ranks_match_their_h100_capture(tmp_path):
     the H100 capture (goldens/h100/run/ranks4_pp_fsdp2_gpt_adamw_fp32, torch 2.11): rank 2 (the
     last stage) has the measured max allocated and the bytes of every tensor live at it,
     reserved +1.1%; rank 0 (the first) is short by the three gradient receive buffers torch 2.11
-    keeps (as pp_gpt.py's first stage), reserved -1.0%."""
+    keeps (as pp_gpt.py's first stage), reserved -1.0%.
+
+    At both peaks, report and trace file the same bytes as gradients: the stage's unsharded
+    gradients, accumulated through the step's backwards (the pipeline turns gradient sync off)
+    and reduce-scattered by FSDP2's post_backward after the last: as many bytes as AdamW's two
+    moments of the half-shard each rank keeps."""
     require_binary(BIN)
     boundary = 2 * 256 * 256 * 4
     results = captured_and_traced(tmp_path, "pp_fsdp2_gpt", "ranks4_pp_fsdp2_gpt_adamw_fp32", 4,
                                   (0, 2), "--batch", 8)
+
+    def bytes_of(live, category):
+        return sum(b for c, b in live[2] if c == category)
+
+    for rank, unsharded in ((0, 14_968_832), (2, 14_708_736)):
+        measured, predicted = results[rank]
+        assert bytes_of(measured, "gradient") == bytes_of(predicted, "gradient") == unsharded
+        assert bytes_of(measured, "optimizer_state") == unsharded
 
     measured, predicted = results[2]
     assert predicted[0] == measured[0] == 258_122_240

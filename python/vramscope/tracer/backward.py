@@ -62,10 +62,18 @@ class BackwardExecutor:
     them in C++ where Python cannot read them); leaf tensor hooks and post-accumulate-grad hooks
     are."""
 
-    def __init__(self, tracker: StorageTracker, saved: SavedTensors, param_names: dict):
+    def __init__(self, tracker: StorageTracker, saved: SavedTensors, param_names: dict,
+                 model=None):
         self.tracker = tracker
         self.saved = saved
         self.param_names = param_names          # id(parameter) -> qualified name
+        # FSDP2's unsharded parameters (each unit's gathered copy, the leaves its backward
+        # accumulates into) are not the model's registered ones: named on first sight from
+        # the model's FSDP units, id -> the parameter's qualified name.
+        self._fsdp_units = _fsdp_param_groups(model) if model is not None else []
+        self._module_names = ({id(m): n for n, m in model.named_modules()} if self._fsdp_units
+                              else {})
+        self._unsharded_names: dict = {}
         self._graph_ids = itertools.count(1)
         self._graph_id = -1
         self._storage_baseline = None           # storage use count of a tensor nothing shares
@@ -459,6 +467,30 @@ class BackwardExecutor:
                 result[edge] = out[arg]
         return result
 
+    def _unsharded_name(self, var) -> str | None:
+        """The name of an FSDP2 unit's unsharded parameter `var`, or None for any other leaf.
+        Its .grad is the unit's unsharded gradient, which post_backward reduce-scatters."""
+        if not self._fsdp_units:
+            return None
+        name = self._unsharded_names.get(id(var))
+        if name is None:
+            for group in self._fsdp_units:
+                for p in group.fsdp_params:
+                    unsharded = getattr(p, "_unsharded_param", None)
+                    if unsharded is not None:
+                        self._unsharded_names[id(unsharded)] = self._fsdp_param_name(p)
+            name = self._unsharded_names.get(id(var))
+        return name
+
+    def _fsdp_param_name(self, fsdp_param) -> str:
+        """An FSDPParam's qualified name in the traced model: its module's path and attribute
+        (FSDP2 sets `_param_fqn` only at its root's lazy init, which a pipeline stage skips)."""
+        info = getattr(fsdp_param, "_module_info", None)
+        module = self._module_names.get(id(getattr(info, "module", None)))
+        if module is not None:
+            return f"{module}.{info.param_name}" if module else info.param_name
+        return getattr(fsdp_param, "_param_fqn", None) or "(FSDP2 parameter)"
+
     def _accumulate(self, fn, inputs: list) -> None:
         var = fn.variable
         g = inputs[0] if inputs else None
@@ -466,6 +498,7 @@ class BackwardExecutor:
         if g is None:
             return
         name = self.param_names.get(id(var))
+        unsharded = name is None and (name := self._unsharded_name(var)) is not None
         scope = self.tracker.scope
         self.tracker.backward_module = (scope.module_of_param(name) if (name and scope is not None)
                                         else "backward")
@@ -485,6 +518,18 @@ class BackwardExecutor:
             var.grad.add_(g)
             g = None
         if name is not None:
-            self.tracker.relabel(var.grad, "gradient", f"{name}.grad")
+            self.tracker.relabel(var.grad, "gradient",
+                                 f"{name}.grad (unsharded)" if unsharded else f"{name}.grad")
         for hook in (getattr(var, "_post_accumulate_grad_hooks", None) or {}).values():
             hook(var)
+
+
+def _fsdp_param_groups(model) -> list:
+    """The FSDP2 parameter groups of `model`'s fully_shard units (none without FSDP2)."""
+    groups = []
+    for module in model.modules():
+        get_state = getattr(module, "_get_fsdp_state", None)
+        group = getattr(get_state(), "_fsdp_param_group", None) if get_state else None
+        if group is not None:
+            groups.append(group)
+    return groups

@@ -231,7 +231,7 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
             optimizer = build_optimizer(setup, model, tracker, param_names)
             scope = ModuleScope(model)
             tracker.scope = scope
-            executor = BackwardExecutor(tracker, saved, param_names)
+            executor = BackwardExecutor(tracker, saved, param_names, model)
             if any(m._backward_hooks or getattr(m, "_backward_pre_hooks", None)
                    for m in model.modules()):
                 notes.append("the model registers module backward hooks: they were not run")
