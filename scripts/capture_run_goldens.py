@@ -62,6 +62,10 @@ MODEL_FILE_CASES = [("ranks2_tp_llama_adamw_fp32", "tp_llama.py", 2, ["--batch",
                     # PP 2 x FSDP2 2 (torchtitan's combination), four ranks
                     ("ranks4_pp_fsdp2_gpt_adamw_fp32", "pp_fsdp2_gpt.py", 4,
                      ["--batch", "8", "--seq", "256"]),
+                    # PP 2 x TP 2 (tp_llama.py's decoder, each stage tensor- and
+                    # sequence-parallel), four ranks
+                    ("ranks4_pp_tp_llama_adamw_fp32", "pp_tp_llama.py", 4,
+                     ["--batch", "8", "--seq", "512"]),
                     # the same pipeline under bf16 autocast, 4 micro-batches of 4
                     ("ranks2_pp_gpt_adamw_bf16", "pp_gpt.py", 2,
                      ["--batch", "16", "--seq", "256", "--amp", "bf16"]),

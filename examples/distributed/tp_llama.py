@@ -78,13 +78,15 @@ class Decoder(nn.Module):
         return self.output(self.norm(x))
 
 
-def apply_tensor_parallel(model, mesh):
-    """torchtitan's plan for this decoder over the 1-D tensor-parallel mesh ``mesh``."""
-    parallelize_module(model, mesh, {
-        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-        "norm": SequenceParallel(),
-        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-    })
+def apply_tensor_parallel(model, mesh, ends: bool = True):
+    """torchtitan's plan for this decoder over the 1-D tensor-parallel mesh ``mesh``; with
+    ``ends=False`` only its blocks' (a pipeline stage may lack the embedding or the head)."""
+    if ends:
+        parallelize_module(model, mesh, {
+            "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            "norm": SequenceParallel(),
+            "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+        })
     for block in model.layers:
         parallelize_module(block, mesh, {
             "attention_norm": SequenceParallel(),
