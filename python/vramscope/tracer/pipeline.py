@@ -20,11 +20,13 @@ run is not in the trace (the notes say so).
 
 The peers are the ranks of the traced stage's pipeline group (the whole job, or one dimension of
 a mesh). The peer runs see the real CPU batch moved to the meta device; each rank's run is made
-once. A stage sharded by FSDP2 (over another dimension of the mesh) makes and gathers device
-tensors: its peers are built and run in the trace's fake mode without its tracker, with the
-traced rank's mesh, their own stage coordinate answered by ``get_rank`` in their pipeline group
-(``_mesh_rank``). Refused with one line: PP combined with tensor parallelism or
-DistributedDataParallel (not traced yet)."""
+once. A stage sharded over another dimension of the mesh (FSDP2, or tensor parallelism: DTensor
+parameters) makes and gathers device tensors: its peers are built and run in the trace's fake
+mode without its tracker, with the traced rank's mesh, their own stage coordinate answered by
+``get_rank`` in their pipeline group (``_mesh_rank``); they share the traced rank's other
+coordinates, so under sequence parallelism the metadata is the sequence-sharded activation the
+stage really receives. Refused with one line: PP combined with DistributedDataParallel (not
+traced yet)."""
 
 from __future__ import annotations
 
@@ -169,16 +171,12 @@ class PipelinePeers:
         the fake device as it is."""
         self.group = group
         sharded = [p for p in submodule.parameters() if type(p).__name__ == "DTensor"]
-        tensor_parallel = any(p.device_mesh.ndim > 1 for p in sharded) or (
-            sharded and not any(type(m).__name__.startswith("FSDP") for m in submodule.modules()))
         # the tracer's DistributedDataParallel is TracedDDP, whose no_sync the stage would not use
-        ddp = type(submodule).__name__ in ("DistributedDataParallel", "TracedDDP")
-        if tensor_parallel or ddp:
-            raise TracerError("pipeline parallelism combined with "
-                              + ("tensor parallelism" if tensor_parallel
-                                 else "DistributedDataParallel") + " is not traced yet",
-                              self.where, "trace the stages with FSDP2 (fully_shard) or alone, "
-                              "or predict a built-in family with --pp and --tp/--dp")
+        if type(submodule).__name__ in ("DistributedDataParallel", "TracedDDP"):
+            raise TracerError("pipeline parallelism combined with DistributedDataParallel is not "
+                              "traced yet", self.where, "trace the stages with FSDP2 "
+                              "(fully_shard) or alone, or predict a built-in family with --pp "
+                              "and --dp")
         self.sharded = self.sharded or bool(sharded)
 
     def _schedule_step(self, original):
