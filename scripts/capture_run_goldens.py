@@ -66,6 +66,9 @@ MODEL_FILE_CASES = [("ranks2_tp_llama_adamw_fp32", "tp_llama.py", 2, ["--batch",
                     # sequence-parallel), four ranks
                     ("ranks4_pp_tp_llama_adamw_fp32", "pp_tp_llama.py", 4,
                      ["--batch", "8", "--seq", "512"]),
+                    # PP 2 x DDP 2 (each stage under DistributedDataParallel), four ranks
+                    ("ranks4_pp_ddp_gpt_adamw_fp32", "pp_ddp_gpt.py", 4,
+                     ["--batch", "8", "--seq", "256"]),
                     # the same pipeline under bf16 autocast, 4 micro-batches of 4
                     ("ranks2_pp_gpt_adamw_bf16", "pp_gpt.py", 2,
                      ["--batch", "16", "--seq", "256", "--amp", "bf16"]),

@@ -364,12 +364,14 @@ dist.destroy_process_group()
     # and its interleaved form: two stages per rank under ScheduleInterleaved1F1B
     losses = train("pp_interleaved_gpt.py", 8)
     assert len(losses) == 2 and losses[1] < losses[0], losses
-    # and with FSDP2 over a second mesh dimension: PP 2 x FSDP2 2 on four ranks, whose two last
-    # stages (one per data-parallel rank) both report the loss
+    # and with FSDP2 (then DDP) over a second mesh dimension: PP 2 x FSDP2 2 on four ranks, whose
+    # two last stages (one per data-parallel rank) both report the loss
     losses = train("pp_fsdp2_gpt.py", 8, ranks=4)
     assert len(losses) == 4 and max(losses[2:]) < min(losses[:2]), losses
     # and with tensor parallelism over it: PP 2 x TP 2, whose last stage's two TP ranks compute
     # the same (gathered) logits, so report the same losses
+    losses = train("pp_ddp_gpt.py", 8, ranks=4)
+    assert len(losses) == 4 and max(losses[2:]) < min(losses[:2]), losses
     losses = train("pp_tp_llama.py", 8, ranks=4)
     assert len(losses) == 4 and losses[0] == losses[1] and losses[2] == losses[3], losses
     assert losses[2] < losses[0], losses
@@ -671,25 +673,6 @@ def test_pipelining_outside_its_step_or_on_one_rank_is_refused(tmp_path):
     line = trace_fails(tmp_path, "--model", f"{EXAMPLES / 'pp_gpt.py'}:build", "--world-size", 2,
                        "--fsdp", "--batch", 8, "--seq", 64)
     assert "--fsdp with a torch.distributed.pipelining stage" in line, line
-    # PP combined with DDP: not yet (with TP: test_pipeline_with_tensor_parallelism_*)
-    model = tmp_path / "pp_ddp.py"
-    model.write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(EXAMPLES)!r})\n"
-        "import torch, torch.distributed as dist\n"
-        "from torch.nn.parallel import DistributedDataParallel\n"
-        "from torch.distributed.pipelining import PipelineStage, Schedule1F1B\n"
-        "import pp_gpt\n"
-        "from pp_gpt import build, vramscope_inputs\n"
-        "def vramscope_pipeline_step(model, batch):\n"
-        "    stage = PipelineStage(DistributedDataParallel(model), dist.get_rank(), 2,\n"
-        "                          torch.device('cuda'))\n"
-        "    return pp_gpt.step_schedule(Schedule1F1B(stage, 4, loss_fn=pp_gpt._loss), batch)\n",
-        encoding="utf-8")
-    line = trace_fails(tmp_path, "--model", f"{model}:build", "--world-size", 2, "--batch", 8,
-                       "--seq", 64)
-    assert "pipeline parallelism combined with DistributedDataParallel is not traced yet" in line, \
-        line
 
 
 def test_a_script_style_model_function_runs_as_under_torchrun(tmp_path):
@@ -759,6 +742,47 @@ def test_fsdp_mixed_precision_gathers_in_bf16_and_reduces_in_fp32(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ DDP
+
+
+@pytest.mark.parametrize("rank", [0, 2])
+def test_pipeline_with_ddp_rebuilds_its_buckets_after_the_steps_last_backward(tmp_path, rank):
+    """pp_ddp_gpt.py: pp_gpt.py's two stages over the "pp" dimension of a (2, 2) mesh, each
+    wrapped in DistributedDataParallel over "dp" (rank 0: the first stage, rank 2: the last).
+    The stage drives DDP as torch.distributed.pipelining does: every forward and every backward
+    but the step's last under no_sync, the reducer told to expect the last. So, by hand:
+
+    - the broadcast at construction and the initial bucket are the stage's weights' bytes;
+    - each parameter's .grad is made once a step (its first backward; later micro-batches add
+      to it), 3 steps of it;
+    - the buckets are rebuilt at the second step's first forward (the first synchronised
+      backward is step 1's last; before it, no order was recorded), in the order that backward
+      made the gradients ready, the first closing at 1 MiB: on the first stage its last block's
+      MLP output projection (bias and weight, 1,049,600 B), on the last the untied head's 8 MiB
+      alone. (Were no_sync's backwards counted, the rebuild would come at step 1's second
+      micro-batch.)"""
+    m = load_example("pp_gpt")
+    g = m._GPT
+    h, mlp, vocab, seq_max = g["hidden"], g["mlp"], g["vocab"], g["max_len"]
+    s = trace(tmp_path, "--model", f"{EXAMPLES / 'pp_ddp_gpt.py'}:build", "--world-size", 4,
+              "--rank", rank, "--batch", 8, "--seq", 64, "--steps", 3, "--optimizer", "adamw")
+    block = (4 * h + h * 3 * h + 3 * h + h * h + h + h * mlp + mlp + mlp * h + h)
+    ends = vocab * h + seq_max * h if rank == 0 else 2 * h + vocab * h
+    weights = setup_weights(s)
+    stage_bytes = (2 * block + ends) * 4
+    assert sum(weights.values()) == stage_bytes and all(n.startswith("module.") for n in weights)
+    ddp = [(a["step"], a["name"], a["bytes"]) for a in s.allocated()
+           if (a["name"] or "").startswith("DDP ")]
+    assert ddp[:2] == [(0, "DDP broadcast of the module's states", stage_bytes),
+                       (0, "DDP gradient bucket (initial)", stage_bytes)], ddp
+    rebuilt = ddp[2:]
+    assert {step for step, _, _ in rebuilt} == {2}, ddp
+    assert sum(b for _, _, b in rebuilt) == stage_bytes
+    assert rebuilt[0][2] == (1_049_600 if rank == 0 else vocab * h * 4), rebuilt
+    grads = {}
+    for a in s.allocated():
+        if a["category"] == "gradient" and (a["name"] or "").endswith(".grad"):
+            grads[a["step"]] = grads.get(a["step"], 0) + 1
+    assert grads == {step: len(weights) for step in (1, 2, 3)}, grads
 
 
 def test_ddp_prediction_matches_the_h100_capture(tmp_path):

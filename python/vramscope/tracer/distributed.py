@@ -25,9 +25,13 @@ machine:
 autograd engine, which the tracer's executor replaces, so the emulation allocates what the
 reducer allocates, as torch 2.11 does (goldens/h100/run/ranks2_ddp_*): at construction the
 module's states broadcast through flat copies of at most 250 MiB and one flat gradient bucket
-per dtype; in the second step's forward, buckets in the order the first backward made the
-gradients ready (the first closing at 1 MiB, the others at ``bucket_cap_mb``);
-``gradient_as_bucket_view=True`` makes each gradient a view of its bucket.
+per dtype; in the forward after the first synchronised backward, buckets in the order that
+backward made the gradients ready (the first closing at 1 MiB, the others at ``bucket_cap_mb``);
+``gradient_as_bucket_view=True`` makes each gradient a view of its bucket. A backward under
+``no_sync`` records no order, as the reducer expects no hooks then: a
+``torch.distributed.pipelining`` stage runs every forward and every backward but the step's last
+under it, and asks the reducer to expect the last (``reducer.prepare_for_backward``), so its
+buckets are rebuilt at the second step's first forward.
 
 ``torch.distributed.pipelining``: a model file's ``vramscope_pipeline_step`` runs its stage's
 schedule; the metadata the stages exchange at the first step is answered by running the peers'
@@ -164,15 +168,25 @@ class TracedDDP(torch.nn.Module if torch is not None else object):
         self._ready: list = []             # parameters in the order the first backward made them
         self._ready_ids: set = set()
         self._rebuilt = False
+        self.require_backward_grad_sync = True
+        self._expect_hooks = False         # the next backward is synchronised: its order counts
+        self.reducer = _TracedReducer(self)
 
     def forward(self, *args, **kwargs):
+        # DDP's _pre_forward rebuilds (whether or not under no_sync); its _post_forward has the
+        # reducer expect the backward only outside no_sync
         if not self._rebuilt and self._tracker is not None and self._ready:
             self._rebuild_buckets()
+        self._expect_hooks = torch.is_grad_enabled() and self.require_backward_grad_sync
         return self.module(*args, **kwargs)
 
     @contextlib.contextmanager
     def no_sync(self):
-        yield
+        old, self.require_backward_grad_sync = self.require_backward_grad_sync, False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
 
     def register_comm_hook(self, state, hook):
         pass
@@ -216,7 +230,7 @@ class TracedDDP(torch.nn.Module if torch is not None else object):
                 offset += p.numel()
 
     def _grad_ready(self, param) -> None:
-        if not self._rebuilt and id(param) not in self._ready_ids:
+        if not self._rebuilt and self._expect_hooks and id(param) not in self._ready_ids:
             self._ready_ids.add(id(param))
             self._ready.append(param)
         if self.gradient_as_bucket_view and id(param) in self._views:
@@ -248,6 +262,17 @@ class TracedDDP(torch.nn.Module if torch is not None else object):
                 if p.grad is not None:
                     self._views[id(p)].copy_(p.grad)
                     p.grad = self._views[id(p)]
+
+
+class _TracedReducer:
+    """The part of DDP's C++ reducer a pipeline stage reaches into: ``prepare_for_backward``
+    before the step's last backward, which is then synchronised (its ready order recorded)."""
+
+    def __init__(self, ddp: TracedDDP):
+        self._ddp = ddp
+
+    def prepare_for_backward(self, _outputs) -> None:
+        self._ddp._expect_hooks = True
 
 
 def construct_ddp(model, tracker) -> bool:
@@ -344,6 +369,9 @@ def _patches(world_size: int) -> list:
         stage = importlib.import_module("torch.distributed.pipelining.stage")
         patches.append((stage._PipelineStageBase, "__init__",
                         _stage_guard(stage._PipelineStageBase.__init__)))
+        # a stage tells a DDP submodule by isinstance: it then runs no_sync and the reducer
+        if hasattr(stage, "DistributedDataParallel"):
+            patches.append((stage, "DistributedDataParallel", TracedDDP))
     except (ImportError, AttributeError):
         pass
     return patches

@@ -25,8 +25,8 @@ parameters) makes and gathers device tensors: its peers are built and run in the
 mode without its tracker, with the traced rank's mesh, their own stage coordinate answered by
 ``get_rank`` in their pipeline group (``_mesh_rank``); they share the traced rank's other
 coordinates, so under sequence parallelism the metadata is the sequence-sharded activation the
-stage really receives. Refused with one line: PP combined with DistributedDataParallel (not
-traced yet)."""
+stage really receives. A stage under DistributedDataParallel is the tracer's DDP (distributed.py),
+which the stage drives as it drives DDP (``no_sync``, ``reducer.prepare_for_backward``)."""
 
 from __future__ import annotations
 
@@ -171,12 +171,6 @@ class PipelinePeers:
         the fake device as it is."""
         self.group = group
         sharded = [p for p in submodule.parameters() if type(p).__name__ == "DTensor"]
-        # the tracer's DistributedDataParallel is TracedDDP, whose no_sync the stage would not use
-        if type(submodule).__name__ in ("DistributedDataParallel", "TracedDDP"):
-            raise TracerError("pipeline parallelism combined with DistributedDataParallel is not "
-                              "traced yet", self.where, "trace the stages with FSDP2 "
-                              "(fully_shard) or alone, or predict a built-in family with --pp "
-                              "and --dp")
         self.sharded = self.sharded or bool(sharded)
 
     def _schedule_step(self, original):

@@ -223,8 +223,10 @@ def _trace(setup: Setup, events_path: str, hf_sees_fakes: bool, spec: ModelSpec,
             if setup.world_size > 1 and construct_ddp(model, tracker):
                 notes.append("DistributedDataParallel emulated: the module's states broadcast "
                              "through flat copies of at most 250 MiB, one gradient bucket per "
-                             "dtype, rebuilt in the second forward in the order the gradients "
-                             "were ready (1 MiB, then bucket_cap_mb each), as torch 2.11's "
+                             "dtype, rebuilt in the forward after the first synchronised "
+                             "backward (not under no_sync: a pipeline stage's is the step's "
+                             "last) in the order that backward made the gradients ready (1 MiB, "
+                             "then bucket_cap_mb each), as torch 2.11's "
                              "reducer allocates them; its all-reduces run in place")
             param_names = {id(p): n for n, p in model.named_parameters()}
             header_params = parameter_summary(model)
