@@ -168,12 +168,26 @@ class RoleStepBuilder {
   // step (later micro-batches accumulate into them), in the gathered parameters' dtype.
   void AccumulateUnsharded(size_t chunk, size_t i) {
     std::vector<uint64_t>& grads = unsharded_grads_[chunk][i];
-    if (!grads.empty()) return;
     const Unit& u = chunks_[chunk][i];
+    if (!grads.empty()) {
+      AddedGradients(u, l_.fsdp_mixed_precision ? 2 : element_size_);
+      return;
+    }
     for (const parallel_terms::LayerTensor& t : u.tensors) {
       grads.push_back(Alloc(
           t.elements * (l_.fsdp_mixed_precision ? 2 : element_size_), Category::kGradient,
           fmt::format("{}.{}.grad (unsharded, accumulated)", u.name, t.name), "AccumulateGrad"));
+    }
+  }
+  // A later micro-batch's backward of a unit whose parameters already hold a .grad: each
+  // parameter's gradient is computed into a new tensor (the matmul's output, embedding
+  // backward's dense table) that AccumulateGrad adds into .grad and drops, one at a time.
+  void AddedGradients(const Unit& u, uint64_t element_size) {
+    for (const parallel_terms::LayerTensor& t : u.tensors) {
+      Free(Alloc(t.elements * element_size, Category::kTemporary,
+                 fmt::format("{}.{} gradient of a later micro-batch (accumulated, dropped)", u.name,
+                             t.name),
+                 "AccumulateGrad"));
     }
   }
   // fsdp_pipeline_, after the stage's last backward: each unit's reduce-scatter input (its
@@ -480,12 +494,14 @@ void RoleStepBuilder::Backward(size_t chunk) {
       comm = Alloc(u.communication, Category::kTemporary,
                    fmt::format("{} {} (backward)", u.name, u.communication_what), "collective");
     }
-    if (per_parameter_grads_ && grads_[chunk][i].empty()) {  // later micro-batches add to it
+    if (per_parameter_grads_ && grads_[chunk][i].empty()) {
       for (const parallel_terms::LayerTensor& t : u.tensors) {
         grads_[chunk][i].push_back(Alloc(t.elements * element_size_, Category::kGradient,
                                          fmt::format("{}.{}.grad", u.name, t.name),
                                          "AccumulateGrad"));
       }
+    } else if (per_parameter_grads_) {
+      AddedGradients(u, element_size_);
     }
     if (fsdp_pipeline_) AccumulateUnsharded(chunk, i);
     uint64_t rs = 0;
