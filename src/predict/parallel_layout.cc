@@ -245,10 +245,15 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
       // each micro-batch in flight, and its two fp32 gradients at once in backward. In flight
       // on the last stage: every micro-batch under GPipe, else one (its backward follows its
       // forward).
+      // Under autocast (torch 2.11's, measured) the log-softmax runs in the autocast dtype and
+      // nll_loss saves an fp32 copy of it; backward makes the fp32 gradient of that copy (the
+      // copy then goes), and two in the autocast dtype after it.
       const uint64_t head_in_flight = l.schedule == PipelineSchedule::kGPipe ? l.micro_batches : 1;
       const uint64_t outputs = l.pipeline_return_outputs ? l.micro_batches : head_in_flight;
-      r.logits_bytes =
-          outputs * logits * ActivationElementSize(s) + (head_in_flight + 2) * logits * 4;
+      const uint64_t act = ActivationElementSize(s);
+      r.logits_bytes = outputs * logits * act +
+                       (s.precision.autocast ? head_in_flight * (act + 4) * logits + logits * 4
+                                             : (head_in_flight + 2) * logits * 4);
     } else if (r.head) {
       r.logits_bytes = 2 * logits * 4;
     }
@@ -371,7 +376,7 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
         "pipeline as torch.distributed.pipelining runs {}: one receive buffer per "
         "micro-batch and direction kept for the whole run (p2p buffers), each micro-batch's "
         "stage output kept to its backward, and the last stage's outputs (the logits) kept {}; "
-        "the loss as F.cross_entropy (fp32 log-softmax, two fp32 gradients in backward)",
+        "the loss as F.cross_entropy ({})",
         interleaved ? fmt::format("ScheduleInterleaved1F1B ({} stages per rank, rank r holding "
                                   "stages r, r + {}, ...; rounds of {} micro-batches)",
                                   v, l.pp, l.InterleavedRound())
@@ -380,7 +385,11 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
             : std::string("Schedule1F1B"),
         l.pipeline_return_outputs
             ? "to the step's end (schedule.step(return_outputs=True), the default)"
-            : "to their backward only (schedule.step(return_outputs=False))"));
+            : "to their backward only (schedule.step(return_outputs=False))",
+        s.precision.autocast
+            ? "under autocast: the log-softmax in the autocast dtype and nll_loss's fp32 copy of "
+              "it, in backward that copy's fp32 gradient, then two in the autocast dtype"
+            : "fp32 log-softmax, two fp32 gradients in backward"));
   }
   if (m.experts > 0) {
     out.assumptions.push_back(fmt::format(

@@ -244,7 +244,11 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
   // the up projection (the down projection's input), 4 x 2 ffn / h, as PyTorch's eager autograd
   // saves them.
   const double mlp_tensors = gpt2 ? 2.0 : 4.0;
-  add("input norm's input", 2 * q);
+  // The norms' inputs are the residual stream's (fp32 under autocast with fp32 weights); what
+  // the projections save is autocast's cast of the norms' outputs.
+  const double residual = static_cast<double>(ResidualElementSize(s, l)) /
+                          static_cast<double>(ActivationElementSize(s));
+  add("input norm's input", 2 * q * residual);
   add("attention's input (q/k/v projections)", 2 * q);
   add("latent q (its norm and up projection's inputs)", latent_q);
   add("latent k/v and the shared rotary key", latent_kv);
@@ -254,7 +258,7 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
   add("attention probabilities after dropout", attention * 2 / 5);
   add("v and the output projection's input", vo);
   add("attention output's dropout mask", dropout_mask);
-  add("post-attention norm's input", 2 * q);
+  add("post-attention norm's input", 2 * q * residual);
   add("MLP's input", 2 * q);
   if (!moe) {
     const double mlp = mlp_tensors * 2.0 * static_cast<double>(m.intermediate) / h / t;

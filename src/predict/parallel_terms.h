@@ -129,13 +129,23 @@ inline uint64_t LogitsElements(const ModelSpec& m, const TrainingSetup& s, const
   return s.batch * seq * VocabShard(m, l.tp);
 }
 
+// The bytes of one element of the residual stream (the layers' inputs and outputs): under
+// torch.autocast with fp32 weights it stays fp32 (the embedding's output is, and each residual
+// add promotes the autocast-dtype branch to it), unless FSDP2 gathers the weights in bf16 under
+// its MixedPrecisionPolicy; else the activations' dtype.
+inline uint64_t ResidualElementSize(const TrainingSetup& s, const ParallelLayout& l) {
+  const bool fp32_weights =
+      ElementSize(s.precision.param) == 4 && !(l.fsdp_mixed_precision && ZeroStage(s) >= 3);
+  return s.precision.autocast && fp32_weights ? 4 : ActivationElementSize(s);
+}
+
 // One micro-batch's tensor at a pipeline stage's boundary (what a stage sends on and the
 // gradient that comes back): micro-batch x sequence (over CP; over TP too under sequence
-// parallelism) x hidden, in the activations' dtype.
+// parallelism) x hidden, in the residual stream's dtype.
 inline uint64_t StageBoundaryBytes(const ModelSpec& m, const TrainingSetup& s,
                                    const ParallelLayout& l, uint64_t seq) {
   return s.batch * (l.sequence_parallel ? CeilDiv(seq, l.tp) : seq) * m.hidden *
-         ActivationElementSize(s);
+         ResidualElementSize(s, l);
 }
 
 }  // namespace vramscope::predict::parallel_terms

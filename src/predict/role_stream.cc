@@ -264,6 +264,32 @@ class RoleStepBuilder {
   uint64_t head_output_ = 0;  // one micro-batch's output of the last stage, activations' dtype
   uint64_t logits_fp32_ = 0;  // the same in fp32 (the log-softmax and its gradients)
   std::vector<uint64_t> step_outputs_;  // the last stage's outputs this step
+  // torch.autocast over a pipeline's schedule step (fp32 weights): one autocast region for the
+  // whole step, so each matmul weight's copy in the autocast dtype, made at its unit's first
+  // forward of the step, stays in autocast's cache to the step's end.
+  uint64_t autocast_element_size_ = 0;  // 0: no copies
+  std::vector<uint64_t> autocast_copies_;
+  std::vector<std::vector<bool>> autocast_cached_;  // per chunk, unit
+  void AutocastCopies(size_t chunk, size_t i) {
+    if (autocast_element_size_ == 0 || autocast_cached_[chunk][i]) return;
+    autocast_cached_[chunk][i] = true;
+    const Unit& u = chunks_[chunk][i];
+    if (u.name == "embedding") return;  // a lookup, not an autocast op
+    for (const parallel_terms::LayerTensor& t : u.tensors) {
+      const std::string_view name(t.name);
+      // norms run in fp32 under autocast; every linear's weight and bias is cast
+      if (name.find("norm") != std::string_view::npos || name.rfind("ln_", 0) == 0) continue;
+      // of the whole tensor (under ZeRO-3, the gathered one)
+      autocast_copies_.push_back(Alloc(t.elements * autocast_element_size_, Category::kTemporary,
+                                       fmt::format("{}.{} (autocast copy)", u.name, t.name),
+                                       "aten::_to_copy"));
+    }
+  }
+  void EndAutocast() {
+    for (const uint64_t id : autocast_copies_) Free(id);
+    autocast_copies_.clear();
+    for (std::vector<bool>& chunk : autocast_cached_) chunk.assign(chunk.size(), false);
+  }
 };
 
 // Sizes that must add up to `total`: the last takes what rounding left (never below zero).
@@ -333,7 +359,12 @@ void RoleStepBuilder::MakeChunks() {
       head.elements = parallel_terms::HeadElements(m_, l_);
       head.tensors = parallel_terms::HeadTensors(m_, l_);
       head.head = true;
-      if (torch_pipeline_) {
+      if (torch_pipeline_ && s_.precision.autocast) {
+        // Under autocast the loss's log-softmax runs in the autocast dtype and nll_loss saves
+        // an fp32 copy of it (torch 2.11, measured); the copy must stay last (Backward).
+        head.saved.emplace_back("log-softmax (autocast dtype)", head_output_);
+        head.saved.emplace_back("log-softmax in fp32 (nll_loss's input)", logits_fp32_);
+      } else if (torch_pipeline_) {
         // The loss's fp32 log-softmax (the output itself is kept by the schedule, Forward).
         head.saved.emplace_back("log-softmax (fp32)", logits_fp32_);
       } else {
@@ -347,10 +378,12 @@ void RoleStepBuilder::MakeChunks() {
   kept_.resize(v);
   grads_.resize(v);
   unsharded_grads_.resize(v);
+  autocast_cached_.resize(v);
   for (uint64_t c = 0; c < v; ++c) {
     kept_[c].assign(chunks_[c].size(), 0);
     grads_[c].assign(chunks_[c].size(), {});
     unsharded_grads_[c].assign(chunks_[c].size(), {});
+    autocast_cached_[c].assign(chunks_[c].size(), false);
   }
 }
 
@@ -411,6 +444,7 @@ void RoleStepBuilder::Forward(size_t chunk, uint64_t micro_batch) {
       comm = Alloc(u.communication, Category::kTemporary,
                    fmt::format("{} {} (forward)", u.name, u.communication_what), "collective");
     }
+    AutocastCopies(chunk, i);
     if (u.head && torch_pipeline_) {
       if (l_.pipeline_return_outputs) {
         step_outputs_.push_back(
@@ -478,7 +512,20 @@ void RoleStepBuilder::Backward(size_t chunk) {
     if (data_parallel_buffers_ && zero_ >= 3 && !l_.ReshardAfterForward()) KeepGathered(chunk, i);
     if (gather) GatherWithPrefetch(units, i, i - 1, gathered, partial);
     uint64_t logits_grad = 0;
-    if (u.head && torch_pipeline_ && logits_fp32_ > 0) {
+    if (u.head && torch_pipeline_ && logits_fp32_ > 0 && s_.precision.autocast) {
+      // nll_loss's backward: the fp32 gradient of its fp32 copy of the log-softmax (the copy
+      // goes with it), cast to the autocast dtype, then the log-softmax's backward.
+      const uint64_t loss_grad = Alloc(logits_fp32_, Category::kTemporary,
+                                       "log-softmax's gradient (fp32)", "aten::nll_loss_backward");
+      Free(pass.saved[i].back());
+      pass.saved[i].pop_back();
+      const uint64_t cast = Alloc(head_output_, Category::kTemporary,
+                                  "log-softmax's gradient (autocast dtype)", "aten::_to_copy");
+      Free(loss_grad);
+      logits_grad = Alloc(head_output_, Category::kTemporary, "logits' gradient (autocast dtype)",
+                          "aten::_log_softmax_backward_data");
+      Free(cast);
+    } else if (u.head && torch_pipeline_ && logits_fp32_ > 0) {
       // F.cross_entropy's backward: the gradient of the log-softmax, then of the logits.
       const uint64_t loss_grad = Alloc(logits_fp32_, Category::kTemporary,
                                        "log-softmax's gradient (fp32)", "aten::nll_loss_backward");
@@ -665,6 +712,11 @@ Status RoleStepBuilder::Build() {
   torch_pipeline_ = l_.TorchPipeline();
   per_parameter_grads_ = torch_ddp_ || (torch_pipeline_ && zero_ == 0 && l_.dp * l_.cp == 1);
   fsdp_pipeline_ = torch_pipeline_ && data_parallel_buffers_ && zero_ >= 3 && !deepspeed_;
+  // autocast casts fp32 weights only (not FSDP2's, gathered in bf16 under its policy)
+  if (torch_pipeline_ && s_.precision.autocast && element_size_ == 4 &&
+      !(zero_ >= 3 && l_.fsdp_mixed_precision)) {
+    autocast_element_size_ = ElementSize(*s_.precision.autocast);
+  }
   if (torch_pipeline_) {
     const uint64_t seq = (s_.seq ? s_.seq : m_.default_seq) / l_.cp;
     boundary_ = parallel_terms::StageBoundaryBytes(m_, s_, l_, seq);
@@ -730,6 +782,7 @@ Status RoleStepBuilder::Build() {
     MergeOutputs();
     if (fsdp_pipeline_) ReduceAccumulated();  // perform_reduce_grad, after the last backward
     ReleaseKept();                            // resharded after the step's last backward
+    EndAutocast();                            // the schedule step's autocast region ends
     if (deepspeed_ && zero_ < 3 && l_.pp > 1) {
       for (const uint64_t id : ReduceBuckets(1)) Free(id);  // reduce_gradients(pipeline_parallel)
     }

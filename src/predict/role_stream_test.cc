@@ -6,11 +6,13 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "predict/build_trace.h"
 #include "predict/model_description.h"
 #include "predict/model_spec.h"
 #include "predict/parallel_layout.h"
+#include "predict/parallel_terms.h"
 #include "predict/parallel_test_support.h"
 
 namespace vramscope::predict {
@@ -632,6 +634,41 @@ TEST(RoleStream, LaterMicroBatchesAddTheirGradientsIntoTheFirsts) {
     EXPECT_EQ(added, steps.size() * 3 * stage_gradients) << fsdp;
     EXPECT_EQ(Count(*stream, kAdded).most_live_named, 50257u * 768 * 2) << fsdp;  // wte's
   }
+}
+
+// torch.autocast (bf16) over a pipeline with fp32 weights, as the bf16 H100 captures of
+// pp_gpt.py ran it: the residual stream stays fp32 (so each receive buffer is micro-batch x seq
+// x hidden x 4 B, and each norm's saved input too); each linear's weight and bias gets a bf16
+// copy at its first forward of the step, cached to the step's end (not the norms', not the
+// embedding's); the loss's log-softmax is bf16 with an fp32 copy for nll_loss.
+TEST(RoleStream, AutocastOverAPipelineKeepsWeightCopiesAndAnFp32ResidualStream) {
+  ParallelLayout l;
+  l.pp = 2;
+  l.micro_batches = 4;
+  l.pipeline_impl = model::PipelineImpl::kTorch;
+  TrainingSetup s = Bf16Adam(2, 1024);
+  s.precision.param = DType::kF32;
+  s.precision.autocast = DType::kBF16;
+  const ModelSpec m = Preset("gpt2");
+  const uint64_t tokens = 2 * 1024, h = 768;
+  uint64_t cast = 0;  // one layer's linear weights and biases
+  for (const parallel_terms::LayerTensor& t : parallel_terms::LayerTensors(m, l, false)) {
+    if (std::string_view(t.name).rfind("ln_", 0) != 0) cast += t.elements;
+  }
+  ParallelPrediction p;
+  auto first = Stream(m, s, l, 0, &p);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_EQ(Count(*first, "(autocast copy)").most_live_named, p.roles[0].layers * cast * 2);
+  EXPECT_EQ(Count(*first, "receive buffer").most_live_named, 4 * tokens * h * 4);
+  EXPECT_EQ(Count(*first, "input norm's input").most_live_named,
+            p.roles[0].in_flight * p.roles[0].layers * tokens * h * 4);
+  auto last = Stream(m, s, l, 1, &p);
+  ASSERT_TRUE(last.ok()) << last.status().message();
+  const uint64_t logits = tokens * 50257;
+  EXPECT_EQ(Count(*last, "(autocast copy)").most_live_named,
+            (p.roles[1].layers * cast + logits / tokens * h) * 2);  // and the head's
+  EXPECT_EQ(Count(*last, "log-softmax in fp32").most_live_named, logits * 4);
+  EXPECT_EQ(p.roles[1].logits_bytes, 4 * logits * 2 + logits * (2 + 4) + logits * 4);
 }
 
 TEST(RoleStream, ARoleOutsideThePredictionIsRefused) {
