@@ -262,8 +262,15 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
   add("MLP's input", 2 * q);
   if (!moe) {
     const double mlp = mlp_tensors * 2.0 * static_cast<double>(m.intermediate) / h / t;
-    add(gpt2 ? "MLP's up projection output" : "MLP's gate and up outputs", mlp / 2);
-    add(gpt2 ? "MLP's activation output" : "MLP's activation output and its product", mlp / 2);
+    if (gpt2) {
+      add("MLP's up projection output", mlp / 2);
+      add("MLP's activation output", mlp / 2);
+    } else {  // SwiGLU's four tensors, each its own allocation (as the allocator sees them)
+      add("MLP's gate output", mlp / 4);
+      add("MLP's up output", mlp / 4);
+      add("MLP's activation output", mlp / 4);
+      add("MLP's activation output times the up output", mlp / 4);
+    }
   } else {
     const double k = static_cast<double>(m.experts_per_token) *
                      (l.capacity_factor > 0 ? l.capacity_factor : 1.0);
