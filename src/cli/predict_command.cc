@@ -451,7 +451,8 @@ bool WantsParallel(const PredictOptions& o) {
          o.selective_recompute || o.capacity_factor > 0 || o.micro_batches > 1 ||
          o.schedule != "1f1b" || o.virtual_stages > 1 || o.dp > 0 || o.dp_shard > 0 ||
          o.fit_dim == "layout" || o.dp_impl != "megatron" || o.pp_impl != "megatron" ||
-         o.pp_no_outputs || o.reduce_bucket_size > 0 || o.overlap_comm;
+         o.pp_no_outputs || o.reduce_bucket_size > 0 || o.overlap_comm || o.tp_impl != "megatron" ||
+         o.loss_parallel;
 }
 
 // --tp/--pp/--cp/--ep...: the memory of each rank role, from predict/parallel_layout.h.
@@ -528,6 +529,24 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
     return UsageError(
         "--schedule gpipe is torch.distributed.pipelining's ScheduleGPipe: give --pp-impl torch "
         "with it (Megatron-Core has no GPipe schedule)");
+  }
+  if (o.tp_impl == "torch") {
+    l.tensor_parallel_impl = model::TensorParallelImpl::kTorch;
+  } else if (o.tp_impl != "megatron") {
+    return UsageError(fmt::format("--tp-impl {}: use megatron or torch", o.tp_impl));
+  }
+  if (l.tensor_parallel_impl == model::TensorParallelImpl::kTorch && l.tp < 2 && !fit_layout) {
+    return UsageError(
+        "--tp-impl torch is DTensor's tensor parallelism (parallelize_module): give --tp 2 or "
+        "more");
+  }
+  if (o.loss_parallel) {
+    if (l.tensor_parallel_impl != model::TensorParallelImpl::kTorch) {
+      return UsageError(
+          "--loss-parallel is torch's loss_parallel() over Shard(-1) logits: give --tp-impl "
+          "torch with it (Megatron-Core's loss is always vocabulary-parallel)");
+    }
+    l.loss_parallel = true;
   }
   if (o.pp_no_outputs) {
     if (l.pipeline_impl != model::PipelineImpl::kTorch) {
@@ -958,6 +977,17 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                   "the run, each stage output kept to its backward, the last stage's outputs to "
                   "the step's end)")
       ->check(CLI::IsMember({"megatron", "torch"}));
+  cmd->add_option("--tp-impl", o.tp_impl,
+                  "with --tp: how tensor parallelism holds its activations: megatron (default: "
+                  "Megatron-Core's, Korthikanti et al.'s count: under --sp the projections save "
+                  "their input sequence-sharded, the loss vocabulary-parallel) or torch "
+                  "(DTensor's plans as torchtitan applies them with parallelize_module: under "
+                  "--sp the projections save the all-gathered input, and the head's logits are "
+                  "gathered to every rank, output_layouts=Replicate(), unless --loss-parallel)")
+      ->check(CLI::IsMember({"megatron", "torch"}));
+  cmd->add_flag("--loss-parallel", o.loss_parallel,
+                "--tp-impl torch: the head's logits kept sharded by vocabulary (Shard(-1)) and "
+                "the loss computed under torch's loss_parallel(), torchtitan's default");
   cmd->add_flag("--pp-no-outputs", o.pp_no_outputs,
                 "--pp-impl torch: the schedule stepped with return_outputs=False (the last "
                 "stage keeps each micro-batch's output only to its backward and merges none)");

@@ -58,6 +58,8 @@ struct PredictOptions {
   // DeepSpeed's reduce_bucket_size (elements; 0: its default, 5e8) and overlap_comm.
   std::string dp_impl = "megatron";
   std::string pp_impl = "megatron";
+  std::string tp_impl = "megatron";
+  bool loss_parallel = false;  // --loss-parallel: --tp-impl torch with Shard(-1) logits
   bool pp_no_outputs = false;  // --pp-no-outputs: schedule.step(return_outputs=False)
   uint64_t reduce_bucket_size = 0;
   bool overlap_comm = false;

@@ -17,6 +17,7 @@ enum class PipelineSchedule : uint8_t { k1F1B, kInterleaved, kGPipe };
 enum class DataParallelImpl : uint8_t { kMegatron, kTorch, kDeepSpeed };
 
 enum class PipelineImpl : uint8_t { kMegatron, kTorch };
+enum class TensorParallelImpl : uint8_t { kMegatron, kTorch };
 
 struct ParallelLayout {
   uint64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 0;  // etp 0: as tp
@@ -72,6 +73,17 @@ struct ParallelLayout {
   // kTorch: schedule.step(return_outputs=...). False: the last stage keeps a micro-batch's output
   // only to its backward (the stage's forward cache) and returns no merged outputs.
   bool pipeline_return_outputs = true;
+  // How tensor parallelism holds its activations:
+  // - kMegatron: Megatron-Core's (Korthikanti et al.): under sequence parallelism the column-
+  //   parallel projections save their input sequence-sharded (all-gathered again in backward);
+  //   the loss is vocabulary-parallel (the logits stay sharded);
+  // - kTorch: DTensor's plans as torchtitan applies them (parallelize_module): under sequence
+  //   parallelism the all-gathered (full-sequence) input is what the projections save; the head's
+  //   logits are gathered to every rank (ColwiseParallel(output_layouts=Replicate())) and the
+  //   loss is torch's cross-entropy on them, unless `loss_parallel` (torchtitan's default:
+  //   Shard(-1) logits under loss_parallel()).
+  TensorParallelImpl tensor_parallel_impl = TensorParallelImpl::kMegatron;
+  bool loss_parallel = false;
 
   uint64_t World() const { return tp * pp * dp * cp; }
   uint64_t Etp() const { return etp == 0 ? tp : etp; }
@@ -79,6 +91,10 @@ struct ParallelLayout {
   bool ReshardAfterForward() const { return reshard_after_forward.value_or(pp < 2); }
   // torch.distributed.pipelining's buffers apply: its schedule on 2 or more stages.
   bool TorchPipeline() const { return pipeline_impl == PipelineImpl::kTorch && pp > 1; }
+  // The head's logits gathered whole to each TP rank (DTensor's plan without loss_parallel).
+  bool GatheredLogits() const {
+    return tensor_parallel_impl == TensorParallelImpl::kTorch && !loss_parallel && tp > 1;
+  }
   // The interleaved schedule's round: the micro-batches each model chunk runs before the next
   // one's turn. Megatron's: PP. ScheduleInterleaved1F1B's: the micro-batches split into
   // max(1, m / PP) rounds (all of them in one when m < PP).

@@ -239,7 +239,7 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
     r.activation_bytes =
         static_cast<uint64_t>(std::llround(per_unit * static_cast<double>(r.in_flight)));
     const uint64_t logits = LogitsElements(m, s, l, seq);
-    if (r.head && l.TorchPipeline()) {
+    if (r.head && (l.TorchPipeline() || l.GatheredLogits())) {
       // Every micro-batch's output (the head's, in the activations' dtype) to the step's end
       // (return_outputs=False: each in flight to its backward), the loss's fp32 log-softmax of
       // each micro-batch in flight, and its two fp32 gradients at once in backward. In flight
@@ -248,8 +248,14 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
       // Under autocast (torch 2.11's, measured) the log-softmax runs in the autocast dtype and
       // nll_loss saves an fp32 copy of it; backward makes the fp32 gradient of that copy (the
       // copy then goes), and two in the autocast dtype after it.
-      const uint64_t head_in_flight = l.schedule == PipelineSchedule::kGPipe ? l.micro_batches : 1;
-      const uint64_t outputs = l.pipeline_return_outputs ? l.micro_batches : head_in_flight;
+      // Without a torch pipeline (DTensor's gathered logits): the one output, alive to the
+      // step's end of backward, and its loss.
+      const bool pipeline = l.TorchPipeline();
+      const uint64_t head_in_flight =
+          pipeline && l.schedule == PipelineSchedule::kGPipe ? l.micro_batches : 1;
+      const uint64_t outputs = !pipeline                   ? 1
+                               : l.pipeline_return_outputs ? l.micro_batches
+                                                           : head_in_flight;
       const uint64_t act = ActivationElementSize(s);
       r.logits_bytes = outputs * logits * act +
                        (s.precision.autocast ? head_in_flight * (act + 4) * logits + logits * 4
@@ -341,10 +347,12 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
       torch_ddp ? "PyTorch DDP's gradient buckets from construction (gradient_as_bucket_view "
                   "false) and each layer's .grad from its first backward of a step to the next "
                   "step's zero_grad(set_to_none=True)"
-      : l.TorchPipeline() && zero == 0 && l.dp * l.cp == 1
+      : (l.TorchPipeline() ||
+         (l.tensor_parallel_impl == model::TensorParallelImpl::kTorch && l.tp > 1)) &&
+              zero == 0 && l.dp * l.cp == 1
           ? "each layer's .grad from its first backward of a step to the next step's "
-            "zero_grad(set_to_none=True) (a pipeline stage without data parallelism: no "
-            "gradient buffer)"
+            "zero_grad(set_to_none=True) (torch's pipeline stages or DTensor's TP without data "
+            "parallelism: no gradient buffer)"
           : "gradients in one contiguous buffer per model chunk (Megatron-Core's)",
       s.optimizer.impl == OptimizerImpl::kFused     ? "fused: none"
       : s.optimizer.impl == OptimizerImpl::kForeach ? "foreach: every exp_avg_sq's root at once"
@@ -370,6 +378,16 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
         "gathered ahead; stage3_max_live_parameters and max_reuse_distance (which may keep more "
         "gathered) are not modelled",
         l.reduce_bucket_elements, l.prefetch_bucket_elements));
+  }
+  if (l.tensor_parallel_impl == model::TensorParallelImpl::kTorch && l.tp > 1) {
+    out.assumptions.push_back(fmt::format(
+        "tensor parallelism as DTensor's plans run it (parallelize_module, torchtitan's): {}{}",
+        l.sequence_parallel ? "under sequence parallelism each column-parallel projection "
+                              "saves its all-gathered (full-sequence) input; "
+                            : "",
+        l.loss_parallel ? "the logits kept sharded by vocabulary (Shard(-1)) under loss_parallel()"
+                        : "the head's logits gathered whole to every TP rank "
+                          "(output_layouts=Replicate()) and torch's cross-entropy on them"));
   }
   if (l.TorchPipeline()) {
     out.assumptions.push_back(fmt::format(

@@ -180,6 +180,32 @@ TEST(ParallelLayout, ActivationsFollowKorthikantiForTpAndSp) {
             static_cast<uint64_t>(std::llround(12 * 2 * sbh / 4)));
 }
 
+// DTensor's TP (--tp-impl torch), as torchtitan's plan runs it: under SP the attention's and
+// the MLP's column-parallel projections save their all-gathered input (2 s b h each, where
+// Megatron's save the shard, 2 s b h / t), so a GPT-2 layer (fused attention: no scores) at TP 4
+// with SP holds 34 / 4 + 2 x 2 x 3 / 4 = 11.5 s b h; and the head's logits are gathered to
+// every rank: the whole vocabulary's, its fp32 log-softmax and two fp32 gradients (bf16
+// weights: 2 + 3 x 4 bytes per logit), where --loss-parallel keeps Megatron's shard.
+TEST(ParallelLayout, TorchTensorParallelSavesGatheredInputsAndGathersTheLogits) {
+  const ModelSpec m = Preset("gpt2");
+  TrainingSetup s = Bf16Adam(8, 1024);
+  ParallelLayout l;
+  l.tp = 4;
+  l.sequence_parallel = true;
+  l.tensor_parallel_impl = model::TensorParallelImpl::kTorch;
+  const double sbh = 1024.0 * 8 * 768;
+  auto torch = PredictParallel(m, s, l);
+  ASSERT_TRUE(torch.ok()) << torch.status().message();
+  EXPECT_EQ(torch->roles[0].activation_bytes_per_micro_batch,
+            static_cast<uint64_t>(std::llround(12 * sbh * (34.0 / 4 + 3))));
+  const uint64_t logits = 8ull * 1024 * 50257;
+  EXPECT_EQ(torch->roles[0].logits_bytes, logits * (2 + 3 * 4));
+  l.loss_parallel = true;
+  auto sharded = PredictParallel(m, s, l);
+  ASSERT_TRUE(sharded.ok());
+  EXPECT_EQ(sharded->roles[0].logits_bytes, 2 * 8ull * 1024 * ((50257 + 3) / 4) * 4);
+}
+
 // Mixtral 8x7B at EP=8 over 8 ranks: each holds one expert per layer, all of the attention.
 TEST(ParallelLayout, ExpertParallelSplitsTheExperts) {
   ParallelLayout l;

@@ -198,6 +198,9 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
   const double unit = static_cast<double>(seq) * static_cast<double>(s.batch) * h *
                       (SixteenBitActivations(s) ? 1.0 : 2.0);
   const double q = l.sequence_parallel ? 1.0 / t : 1.0;  // what SP splits of the replicated part
+  // What the column-parallel projections save of their input: under SP, Megatron's the
+  // sequence shard (it gathers again in backward), DTensor's the all-gathered whole.
+  const double gathered = l.tensor_parallel_impl == model::TensorParallelImpl::kTorch ? 1.0 : q;
   std::vector<ActivationTerm> terms;
   auto add = [&](const char* what, double coefficient) {
     if (coefficient > 0) terms.push_back({what, coefficient * unit});
@@ -249,7 +252,7 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
   const double residual = static_cast<double>(ResidualElementSize(s, l)) /
                           static_cast<double>(ActivationElementSize(s));
   add("input norm's input", 2 * q * residual);
-  add("attention's input (q/k/v projections)", 2 * q);
+  add("attention's input (q/k/v projections)", 2 * gathered);
   add("latent q (its norm and up projection's inputs)", latent_q);
   add("latent k/v and the shared rotary key", latent_kv);
   add("q and k", qk);
@@ -259,7 +262,7 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
   add("v and the output projection's input", vo);
   add("attention output's dropout mask", dropout_mask);
   add("post-attention norm's input", 2 * q * residual);
-  add("MLP's input", 2 * q);
+  add("MLP's input", 2 * gathered);
   if (!moe) {
     const double mlp = mlp_tensors * 2.0 * static_cast<double>(m.intermediate) / h / t;
     if (gpt2) {

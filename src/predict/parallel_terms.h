@@ -123,10 +123,10 @@ inline uint64_t ActivationElementSize(const TrainingSetup& s) {
 }
 
 // The elements of one micro-batch's logits on the last stage: micro-batch x sequence (over CP)
-// x the rank's vocabulary shard.
+// x the rank's vocabulary shard (the whole vocabulary when DTensor gathers them).
 inline uint64_t LogitsElements(const ModelSpec& m, const TrainingSetup& s, const ParallelLayout& l,
                                uint64_t seq) {
-  return s.batch * seq * VocabShard(m, l.tp);
+  return s.batch * seq * (l.GatheredLogits() ? m.vocab : VocabShard(m, l.tp));
 }
 
 // The bytes of one element of the residual stream (the layers' inputs and outputs): under

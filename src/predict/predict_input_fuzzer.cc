@@ -228,6 +228,11 @@ void FuzzParallel(const ModelSpec& spec, const TrainingSetup& setup, uint64_t h)
   // The pipeline as Megatron or torch.distributed.pipelining holds it (the latter refuses an
   // interleaved schedule's micro-batches that its rounds do not divide).
   if (((h >> 61) & 1) != 0) l.pipeline_impl = vramscope::model::PipelineImpl::kTorch;
+  // Tensor parallelism as DTensor's plans hold it, the logits gathered or (loss_parallel) not.
+  if (((h >> 62) & 1) != 0) {
+    l.tensor_parallel_impl = vramscope::model::TensorParallelImpl::kTorch;
+    l.loss_parallel = ((h >> 63) & 1) != 0;
+  }
   TrainingSetup s = setup;
   if (s.zero != ZeroMode::kNone && l.dp * l.cp < 2) l.dp = 2;
   auto p = PredictParallel(spec, s, l);

@@ -260,6 +260,9 @@ class RoleStepBuilder {
   bool deepspeed_ = false;  // DeepSpeed's ZeRO-1/2: reduce buckets in each backward
   // torch.distributed.pipelining (ParallelLayout::pipeline_impl kTorch, PP 2 or more).
   bool torch_pipeline_ = false;
+  // torch's cross-entropy on the head's output (a torch pipeline's, or DTensor's gathered
+  // logits): head_output_ and logits_fp32_ are set, the loss's tensors as torch makes them.
+  bool torch_loss_ = false;
   uint64_t boundary_ = 0;     // one micro-batch's stage input, output or their gradients
   uint64_t head_output_ = 0;  // one micro-batch's output of the last stage, activations' dtype
   uint64_t logits_fp32_ = 0;  // the same in fp32 (the log-softmax and its gradients)
@@ -359,13 +362,18 @@ void RoleStepBuilder::MakeChunks() {
       head.elements = parallel_terms::HeadElements(m_, l_);
       head.tensors = parallel_terms::HeadTensors(m_, l_);
       head.head = true;
-      if (torch_pipeline_ && s_.precision.autocast) {
+      if (l_.GatheredLogits() && !torch_pipeline_) {
+        // DTensor's gathered logits, the forward's output, alive to the step's end of backward
+        // (a torch pipeline keeps its outputs itself, Forward).
+        head.saved.emplace_back("logits gathered from the TP ranks", head_output_);
+      }
+      if (torch_loss_ && s_.precision.autocast) {
         // Under autocast the loss's log-softmax runs in the autocast dtype and nll_loss saves
         // an fp32 copy of it (torch 2.11, measured); the copy must stay last (Backward).
         head.saved.emplace_back("log-softmax (autocast dtype)", head_output_);
         head.saved.emplace_back("log-softmax in fp32 (nll_loss's input)", logits_fp32_);
-      } else if (torch_pipeline_) {
-        // The loss's fp32 log-softmax (the output itself is kept by the schedule, Forward).
+      } else if (torch_loss_) {
+        // The loss's fp32 log-softmax (a pipeline's output is kept by the schedule, Forward).
         head.saved.emplace_back("log-softmax (fp32)", logits_fp32_);
       } else {
         // The fp32 logits of the vocabulary shard; their gradient comes in backward.
@@ -512,7 +520,7 @@ void RoleStepBuilder::Backward(size_t chunk) {
     if (data_parallel_buffers_ && zero_ >= 3 && !l_.ReshardAfterForward()) KeepGathered(chunk, i);
     if (gather) GatherWithPrefetch(units, i, i - 1, gathered, partial);
     uint64_t logits_grad = 0;
-    if (u.head && torch_pipeline_ && logits_fp32_ > 0 && s_.precision.autocast) {
+    if (u.head && torch_loss_ && logits_fp32_ > 0 && s_.precision.autocast) {
       // nll_loss's backward: the fp32 gradient of its fp32 copy of the log-softmax (the copy
       // goes with it), cast to the autocast dtype, then the log-softmax's backward.
       const uint64_t loss_grad = Alloc(logits_fp32_, Category::kTemporary,
@@ -525,7 +533,7 @@ void RoleStepBuilder::Backward(size_t chunk) {
       logits_grad = Alloc(head_output_, Category::kTemporary, "logits' gradient (autocast dtype)",
                           "aten::_log_softmax_backward_data");
       Free(cast);
-    } else if (u.head && torch_pipeline_ && logits_fp32_ > 0) {
+    } else if (u.head && torch_loss_ && logits_fp32_ > 0) {
       // F.cross_entropy's backward: the gradient of the log-softmax, then of the logits.
       const uint64_t loss_grad = Alloc(logits_fp32_, Category::kTemporary,
                                        "log-softmax's gradient (fp32)", "aten::nll_loss_backward");
@@ -710,14 +718,19 @@ Status RoleStepBuilder::Build() {
   deepspeed_ =
       data_parallel_buffers_ && l_.data_parallel_impl == model::DataParallelImpl::kDeepSpeed;
   torch_pipeline_ = l_.TorchPipeline();
-  per_parameter_grads_ = torch_ddp_ || (torch_pipeline_ && zero_ == 0 && l_.dp * l_.cp == 1);
+  // plain autograd without data parallelism under a torch pipeline or DTensor's TP: no buffer
+  const bool torch_model_parallel =
+      torch_pipeline_ ||
+      (l_.tensor_parallel_impl == model::TensorParallelImpl::kTorch && l_.tp > 1);
+  per_parameter_grads_ = torch_ddp_ || (torch_model_parallel && zero_ == 0 && l_.dp * l_.cp == 1);
   fsdp_pipeline_ = torch_pipeline_ && data_parallel_buffers_ && zero_ >= 3 && !deepspeed_;
   // autocast casts fp32 weights only (not FSDP2's, gathered in bf16 under its policy)
   if (torch_pipeline_ && s_.precision.autocast && element_size_ == 4 &&
       !(zero_ >= 3 && l_.fsdp_mixed_precision)) {
     autocast_element_size_ = ElementSize(*s_.precision.autocast);
   }
-  if (torch_pipeline_) {
+  torch_loss_ = torch_pipeline_ || l_.GatheredLogits();
+  if (torch_loss_) {
     const uint64_t seq = (s_.seq ? s_.seq : m_.default_seq) / l_.cp;
     boundary_ = parallel_terms::StageBoundaryBytes(m_, s_, l_, seq);
     const uint64_t logits = parallel_terms::LogitsElements(m_, s_, l_, seq);
