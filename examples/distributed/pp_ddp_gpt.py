@@ -19,13 +19,12 @@ from pathlib import Path
 
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "training"))
 from models import _GPT  # noqa: E402
-from pp_gpt import MICRO_BATCHES, GPTStage, _loss, step_schedule, vramscope_inputs  # noqa: E402,F401
+from pp_gpt import GPTStage, _loss, mesh_pipeline_step, vramscope_inputs  # noqa: E402,F401
 
 PP = 2
 _MESHES = {}
@@ -45,10 +44,4 @@ def build():
 
 def vramscope_pipeline_step(model, batch):
     """One 1F1B step of this rank's stage over its pipeline group (the ranks of its dp index)."""
-    mesh = _MESHES[id(model)]
-    stage = mesh["pp"].get_local_rank()
-    if id(model) not in _SCHEDULES:
-        pipeline = PipelineStage(model, stage, PP, next(model.parameters()).device,
-                                 group=mesh["pp"].get_group())
-        _SCHEDULES[id(model)] = Schedule1F1B(pipeline, n_microbatches=MICRO_BATCHES, loss_fn=_loss)
-    return step_schedule(_SCHEDULES[id(model)], batch, first=stage == 0, last=stage == PP - 1)
+    return mesh_pipeline_step(model, batch, _MESHES[id(model)], _SCHEDULES, PP, _loss)

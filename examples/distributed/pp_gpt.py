@@ -105,3 +105,16 @@ def step_schedule(schedule, batch, return_outputs: bool = True, first: bool | No
         kwargs["return_outputs"] = False
     schedule.step(*args, **kwargs)
     return torch.stack(losses).mean() if losses else None
+
+
+def mesh_pipeline_step(model, batch, mesh, schedules: dict, stages: int, loss_fn=_loss):
+    """One 1F1B step of ``model``, this rank's stage, over the "pp" dimension of the 2-D
+    ``mesh`` (its other dimension shards or replicates the stage: pp_fsdp2_gpt.py,
+    pp_tp_llama.py, pp_ddp_gpt.py); the schedule, kept in ``schedules``, made at the first."""
+    stage = mesh["pp"].get_local_rank()
+    if id(model) not in schedules:
+        pipeline = PipelineStage(model, stage, stages, next(model.parameters()).device,
+                                 group=mesh["pp"].get_group())
+        schedules[id(model)] = Schedule1F1B(pipeline, n_microbatches=MICRO_BATCHES,
+                                            loss_fn=loss_fn)
+    return step_schedule(schedules[id(model)], batch, first=stage == 0, last=stage == stages - 1)

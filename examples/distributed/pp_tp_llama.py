@@ -21,13 +21,12 @@ from pathlib import Path
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
                                                parallelize_module)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pp_gpt import MICRO_BATCHES, step_schedule  # noqa: E402
+from pp_gpt import mesh_pipeline_step  # noqa: E402
 from tp_llama import (HIDDEN, LAYERS, VOCAB, Block, apply_tensor_parallel,  # noqa: E402
                       vramscope_inputs, vramscope_loss)  # noqa: F401
 
@@ -88,10 +87,4 @@ def _loss(logits, labels):
 
 def vramscope_pipeline_step(model, batch):
     """One 1F1B step of this rank's stage over its pipeline group (the ranks of its tp index)."""
-    mesh = _MESHES[id(model)]
-    stage = mesh["pp"].get_local_rank()
-    if id(model) not in _SCHEDULES:
-        pipeline = PipelineStage(model, stage, PP, next(model.parameters()).device,
-                                 group=mesh["pp"].get_group())
-        _SCHEDULES[id(model)] = Schedule1F1B(pipeline, n_microbatches=MICRO_BATCHES, loss_fn=_loss)
-    return step_schedule(_SCHEDULES[id(model)], batch, first=stage == 0, last=stage == PP - 1)
+    return mesh_pipeline_step(model, batch, _MESHES[id(model)], _SCHEDULES, PP, _loss)
