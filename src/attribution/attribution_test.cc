@@ -282,6 +282,35 @@ TEST(Attribute, UnshardedGradientFreedByFsdpPostBackwardIsAGradient) {
   EXPECT_EQ(b.Of(a, act_grad).category, Category::kTemporary);
 }
 
+// Under torch.autocast the loss (outside any module) casts its bf16 input to fp32: a _to_copy
+// whose stack holds at::autocast::cached_cast, made during forward and released in backward
+// (the stack as gpt_adamw_bf16's H100 capture records it). Not a batch copied to the device:
+// an activation by its lifetime. The batch's own copy stays an input.
+TEST(Attribute, AutocastCastOutsideModulesIsNotAnInput) {
+  TraceBuilder b;
+  LoopStacks s(b);
+  const StackId cast = b.Stack({{"??", 0, "at::_ops::_to_copy::call(at::Tensor const&)"},
+                                {"??", 0, "at::_ops::to_dtype::call(at::Tensor const&)"},
+                                {"??", 0, "at::autocast::cached_cast(c10::ScalarType)"},
+                                {"??", 0, "at::_ops::nll_loss::call(at::Tensor const&)"},
+                                {"/proj/train.py", 23, "train_step"}});
+  const uint64_t w = b.Alloc(kWeight, s.create_weight);
+  const uint64_t batch = b.Alloc(8 * 4096 * 4, s.to_device);
+  const uint64_t saved = b.Alloc(8 * 4096 * 4, s.forward);
+  const uint64_t fp32 = b.Alloc(8 * 50257 * 4, cast);
+  const uint64_t loss_grad = b.Alloc(4, s.loss_backward);
+  b.Free(fp32, s.engine);
+  const uint64_t g = b.Alloc(kWeight, s.accumulate);
+  b.Free(saved, s.engine);
+  b.Free(loss_grad, s.engine);
+  b.Free(g, s.zero_grad);
+  b.Free(batch, s.user);
+  const Attribution a = b.Finish();
+  EXPECT_EQ(b.Of(a, fp32).category, Category::kActivation);
+  EXPECT_EQ(b.Of(a, batch).category, Category::kInput);
+  EXPECT_EQ(b.Of(a, w).category, Category::kWeight);
+}
+
 // Kept past backward, but no weight has its size: an activation gradient the user kept.
 TEST(Attribute, KeptBackwardTensorOfNoWeightSizeIsNotAGradient) {
   TraceBuilder b;

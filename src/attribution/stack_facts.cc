@@ -104,6 +104,7 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
         f.in_optimizer = true;
       }
       if (StartsWith(function, "Optimizer.zero_grad#")) f.zero_grad = true;
+      if (Contains(function, "at::autocast::")) f.autocast_cast = true;
       const std::string_view op = OpsName(function);
       if (native_op.empty() && !op.empty() && !IsAllocationHelper(op)) native_op = op;
       if (!op.empty() && (op == "_to_copy" || op == "to" || op == "copy_")) f.host_copy = true;
@@ -158,8 +159,10 @@ StackFacts StackFactsCache::Compute(model::StackId stack) {
     f.operation = names_.Intern(python_op);
   }
   if (!module_kind.empty()) f.module_kind = names_.Intern(module_kind);
-  // A copy to the device is an input only when no module or autograd code is on the stack.
-  f.host_copy = f.host_copy && !f.in_forward && !f.in_backward && !f.in_optimizer;
+  // A copy to the device is an input only when no module, autograd or autocast code is on the
+  // stack.
+  f.host_copy =
+      f.host_copy && !f.in_forward && !f.in_backward && !f.in_optimizer && !f.autocast_cast;
   return f;
 }
 

@@ -22,6 +22,9 @@ struct StackFacts {
   bool workspace = false;        // cuBLAS/cuBLASLt/cuDNN workspace
   bool zero_grad = false;        // Optimizer.zero_grad / Module.zero_grad
   bool host_copy = false;        // a copy to the device (Tensor.to / .cuda) outside any module
+  // torch.autocast's cast of an op's argument (at::autocast::cached_cast: the loss's fp32 copy
+  // of bf16 logits, a weight's bf16 copy): a _to_copy on the device, not a batch copied to it.
+  bool autocast_cast = false;
   // FSDP2 (torch.distributed.fsdp.fully_shard): a unit's parameters being all-gathered
   // (FSDPParamGroup.unshard / wait_for_unshard: the copy-in buffer and the unsharded
   // parameters), and its gradients reduce-scattered (FSDPParamGroup.post_backward).
