@@ -59,6 +59,9 @@ MODEL_FILE_CASES = [("ranks2_tp_llama_adamw_fp32", "tp_llama.py", 2, ["--batch",
                      ["--batch", "8", "--seq", "256"]),
                     ("ranks2_pp_gpt_no_outputs_adamw_fp32", "pp_gpt_no_outputs.py", 2,
                      ["--batch", "8", "--seq", "256"]),
+                    # the zero-bubble V: four stages, rank 0 holding the first and the last
+                    ("ranks2_pp_zbv_gpt_adamw_fp32", "pp_zbv_gpt.py", 2,
+                     ["--batch", "8", "--seq", "256"]),
                     # PP 2 x FSDP2 2 (torchtitan's combination), four ranks
                     ("ranks4_pp_fsdp2_gpt_adamw_fp32", "pp_fsdp2_gpt.py", 4,
                      ["--batch", "8", "--seq", "256"]),

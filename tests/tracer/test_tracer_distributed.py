@@ -364,6 +364,9 @@ dist.destroy_process_group()
     # and its interleaved form: two stages per rank under ScheduleInterleaved1F1B
     losses = train("pp_interleaved_gpt.py", 8)
     assert len(losses) == 2 and losses[1] < losses[0], losses
+    # and the zero-bubble V (rank 0 holds both ends), whose split backward is real autograd here
+    losses = train("pp_zbv_gpt.py", 8)
+    assert len(losses) == 2 and losses[1] < losses[0], losses
     # and with FSDP2 (then DDP) over a second mesh dimension: PP 2 x FSDP2 2 on four ranks, whose
     # two last stages (one per data-parallel rank) both report the loss
     losses = train("pp_fsdp2_gpt.py", 8, ranks=4)
@@ -514,6 +517,38 @@ def test_interleaved_stages_each_rank_holds_its_two(tmp_path, rank):
     assert (f"rank {rank} of 2: stage {stages[0]} (computed), stage {stages[1]} (computed)"
             in s.notes()), s.notes()
     assert {a["step"] for a in s.allocated()} >= {1, 2, 3}
+
+
+def test_zero_bubble_stages_split_their_backward(tmp_path):
+    """pp_zbv_gpt.py under ScheduleZBVZeroBubble: four stages of one block over two ranks in a V,
+    rank 0 holding stages 0 and 3 (the embeddings and the head). The schedule splits each
+    backward into an input pass (``stage_backward_input``: autograd.grad to the stage's input,
+    with pre-hooks on the nodes where each weight's graph joins, which keep the gradients
+    arriving there) and a weight pass (``stage_backward_weight``: from those nodes to the
+    weights), except stage 0's, which runs whole at its weight step. By hand:
+
+    - the weights are the two stages' (like the interleaved layout's rank 0);
+    - every weight ends each step with its gradient, named as a gradient (the weight pass sets
+      ``.grad`` itself);
+    - the head's weight gradient is computed once per micro-batch, in the weight pass: the
+      input pass computes no weight gradient (the engine computes only what leads to the
+      inputs; the tracer's node computes them all and takes the unneeded ones back)."""
+    m = load_example("pp_gpt")
+    g = m._GPT
+    h, mlp, vocab, seq_max = g["hidden"], g["mlp"], g["vocab"], g["max_len"]
+    s = trace(tmp_path, "--model", f"{EXAMPLES / 'pp_zbv_gpt.py'}:build", "--world-size", 2,
+              "--rank", 0, "--batch", 8, "--seq", 64, "--steps", 2)
+    block = 4 * h + h * 3 * h + 3 * h + h * h + h + h * mlp + mlp + mlp * h + h
+    weights = setup_weights(s)
+    assert sum(weights.values()) == (2 * block + vocab * h + seq_max * h + 2 * h
+                                     + vocab * h) * 4, sorted(weights)
+    assert "rank 0 of 2: stage 0 (computed), stage 3 (computed)" in s.notes(), s.notes()
+    for step in (1, 2):
+        grads = {a["name"]: a["bytes"] for a in s.allocs.values()
+                 if a["category"] == "gradient" and a["step"] == step}
+        assert grads == {f"{name}.grad": size for name, size in weights.items()}, sorted(grads)
+    head = [a for a in s.allocated(step=2) if a["op"] == "aten::mm" and a["bytes"] == vocab * h * 4]
+    assert len(head) == m.MICRO_BATCHES, [(a["category"], a["name"]) for a in head]
 
 
 @pytest.mark.parametrize("rank", [0, 3])

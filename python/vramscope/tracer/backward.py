@@ -42,6 +42,29 @@ def _clone_obey_contract(grad, var):
     return grad.clone(memory_format=torch.contiguous_format)
 
 
+class HookableNode:
+    """A graph node whose ``register_prehook`` is the executor's: a C++ node's own pre-hooks live
+    where Python cannot run them (the executor runs the graph in Python). The nodes
+    ``torch.distributed.pipelining``'s zero-bubble backward hooks (its "intermediates") are
+    handed out as these (patches.py); everything else is the node's."""
+    __slots__ = ("node", "_executor")
+
+    def __init__(self, node, executor: "BackwardExecutor"):
+        self.node = node
+        self._executor = executor
+
+    def register_prehook(self, hook):
+        return self._executor.register_node_prehook(self.node, hook)
+
+    def __getattr__(self, name):
+        return getattr(self.node, name)
+
+
+def _node(node):
+    """The graph node itself, whether given as one or as a ``HookableNode``."""
+    return node.node if isinstance(node, HookableNode) else node
+
+
 class BackwardExecutor:
     """``loss.backward()`` for fake CUDA tensors, in Python, after torch/csrc/autograd/engine.cpp:
 
@@ -60,7 +83,13 @@ class BackwardExecutor:
 
     Module backward hooks and hooks registered on non-leaf tensors are not run (the engine keeps
     them in C++ where Python cannot read them); leaf tensor hooks and post-accumulate-grad hooks
-    are."""
+    are, and so are the pre-hooks registered through ``register_tensor_hook`` and
+    ``register_node_prehook``.
+
+    ``grad`` (``torch.autograd.grad``) runs only the nodes that lead to its inputs, as the
+    engine does; a node run computes every output the C++ code computes outside the engine, so
+    the results no input needs (which the engine's ``exec_info`` would not have computed) are
+    taken back from the trace (``StorageTracker.retract``) as soon as the node returns."""
 
     def __init__(self, tracker: StorageTracker, saved: SavedTensors, param_names: dict,
                  model=None):
@@ -83,6 +112,9 @@ class BackwardExecutor:
         # pre-hooks are. A node cannot be weakly referenced; its id with its sequence number
         # names it uniquely while it lives, and entries go when their graph has run.
         self._tensor_hooks: dict = {}
+        # pre-hooks on nodes (Node.register_prehook, through HookableNode): (id(node), its
+        # sequence number) -> hooks, run on the node's inputs before it runs
+        self._node_prehooks: dict = {}
         self._hook_ids = itertools.count()
         # Variable._execution_engine.queue_callback: run when the outermost backward ends
         self._final_callbacks: list = []
@@ -123,7 +155,7 @@ class BackwardExecutor:
             if isinstance(t, torch.autograd.graph.GradientEdge):
                 if g is None:
                     raise RuntimeError("a GradientEdge output needs a gradient")
-                roots.append(((t.node, t.output_nr), g))
+                roots.append(((_node(t.node), t.output_nr), g))
                 continue
             if not t.requires_grad:
                 continue
@@ -133,8 +165,9 @@ class BackwardExecutor:
                           else self._leaf_edge(t), g))
         capture = {}
         for i, t in enumerate(inputs):
-            edge = torch.autograd.graph.get_gradient_edge(t)
-            capture.setdefault(edge.node, []).append((edge.output_nr, i))
+            edge = (t if isinstance(t, torch.autograd.graph.GradientEdge)
+                    else torch.autograd.graph.get_gradient_edge(t))
+            capture.setdefault(_node(edge.node), []).append((edge.output_nr, i))
         results = [None] * len(inputs)
         self._run(roots, keep_graph=True if retain_graph is None else bool(retain_graph),
                   capture=capture, results=results)
@@ -175,7 +208,7 @@ class BackwardExecutor:
                 # output once sent and keeps its edge), with its gradient
                 if g is None:
                     raise RuntimeError("a GradientEdge root needs a gradient")
-                roots.append(((t.node, t.output_nr), g))
+                roots.append(((_node(t.node), t.output_nr), g))
                 continue
             if not t.requires_grad:
                 raise RuntimeError(f"element {i} of tensors does not require grad and does not "
@@ -219,6 +252,32 @@ class BackwardExecutor:
 
         return _Handle()
 
+    def register_node_prehook(self, node, hook):
+        """``Node.register_prehook`` (through ``HookableNode``): ``hook(inputs)`` runs before the
+        node does, on the tuple of its input gradients, and what it returns replaces them."""
+        key = (id(node), node._sequence_nr())
+        number = next(self._hook_ids)
+        self._node_prehooks.setdefault(key, {})[number] = hook
+        hooks = self._node_prehooks
+
+        class _Handle:
+            def remove(self):
+                entry = hooks.get(key)
+                if entry is not None:
+                    entry.pop(number, None)
+                    if not entry:
+                        hooks.pop(key, None)
+
+        return _Handle()
+
+    def _run_node_prehooks(self, fn, inputs: list) -> None:
+        hooks = self._node_prehooks.get((id(fn), fn._sequence_nr())) if self._node_prehooks \
+            else None
+        for hook in list(hooks.values()) if hooks else ():
+            result = hook(tuple(inputs))
+            if result is not None:
+                inputs[:] = list(result)
+
     def queue_callback(self, callback) -> None:
         """``Variable._execution_engine.queue_callback``: FSDP2's root post-backward (the last
         reduce-scatter, the resharding) runs when the backward that queued it ends."""
@@ -241,9 +300,10 @@ class BackwardExecutor:
 
     def _forget_tensor_hooks(self, low: int, high: int, graph: set) -> None:
         """The hooks on the graph's nodes from the first to the last it ran (only its own, as
-        SavedTensors.release_graph)."""
-        for key in [k for k in self._tensor_hooks if low <= k[1] <= high and k[1] in graph]:
-            del self._tensor_hooks[key]
+        SavedTensors.release_graph), tensor and node pre-hooks alike."""
+        for hooks in (self._tensor_hooks, self._node_prehooks):
+            for key in [k for k in hooks if low <= k[1] <= high and k[1] in graph]:
+                del hooks[key]
 
     # -- the engine
     def _run(self, roots: list, keep_graph: bool, capture: dict | None = None,
@@ -286,11 +346,16 @@ class BackwardExecutor:
                     if type(fn).__name__ != "AccumulateGrad":
                         low = seq if low is None else min(low, seq)
                         high = seq if high is None else max(high, seq)
+                    self._run_node_prehooks(fn, inputs)
                     edges = fn.next_functions
                     # call_function: the node, then validate_outputs; then release_variables
-                    with (contextlib.nullcontext() if keep_graph else self.saved.running(fn)):
+                    with (contextlib.nullcontext() if keep_graph else self.saved.running(fn)), \
+                            (tracker.deferred() if capture is not None
+                             else contextlib.nullcontext()):
                         outputs = self._call(fn, inputs)
                         del inputs
+                        if capture is not None:
+                            self._drop_unneeded(outputs, edges, needed, capture)
                         for i, (nxt, nr) in enumerate(edges):
                             if i < len(outputs) and outputs[i] is not None and nxt is not None:
                                 outputs[i] = self._validate(outputs[i], nxt, nr)
@@ -319,6 +384,24 @@ class BackwardExecutor:
             graph = {fn._sequence_nr() for fn in deps if type(fn).__name__ != "AccumulateGrad"}
             self.saved.release_graph(low, high, graph)
             self._forget_tensor_hooks(low, high, graph)
+
+    def _drop_unneeded(self, outputs: list, edges, needed: set, capture: dict) -> None:
+        """Under ``grad``: the outputs going to nodes that lead to no input are dropped, and
+        taken back from the trace if the node made them (the engine would not have computed
+        them), unless an output that is needed shares their storage."""
+        kept = set()
+        unneeded = []
+        for i, (nxt, _) in enumerate(edges):
+            if i >= len(outputs) or outputs[i] is None:
+                continue
+            if nxt is not None and (nxt in needed or nxt in capture):
+                kept.add(id(outputs[i].untyped_storage()))
+            else:
+                unneeded.append(i)
+        for i in unneeded:
+            if id(outputs[i].untyped_storage()) not in kept:
+                self.tracker.retract(outputs[i])
+            outputs[i] = None
 
     @staticmethod
     def _dependencies(root_fns) -> dict:

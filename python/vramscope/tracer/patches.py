@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
-from .backward import BackwardExecutor
+import importlib
+
+from .backward import BackwardExecutor, HookableNode
 from .common import DEVICE, patched, torch
 
 
@@ -22,6 +24,8 @@ def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool, autograd_
       computes its inputs' gradients with it), when it runs the executor too;
     - ``torch._C._current_graph_task_id`` answers the executor's graph id, so that non-reentrant
       checkpointing recomputes once per backward rather than once per saved tensor;
+    - with ``autograd_grad``, the zero-bubble schedules' split backward hooks the executor's
+      nodes (``_zero_bubble_patches``);
     - transformers takes export-safe paths when it sees a FakeTensor (``is_tracing``): it then
       materialises the causal mask and passes it to SDPA instead of ``is_causal=True``, which a GPU
       run does not do. Unless ``hf_sees_fakes``, it is told the tensors are not fake; the values it
@@ -37,6 +41,8 @@ def emulation_patches(executor: BackwardExecutor, hf_sees_fakes: bool, autograd_
     ]
     patches.extend(_dtensor_patches(executor.tracker))
     patches.extend(_hook_patches(executor))
+    if autograd_grad:
+        patches.extend(_zero_bubble_patches(executor))
     hf_utils = sys.modules.get("transformers.utils.import_utils")
     if not hf_sees_fakes and hf_utils is not None and hasattr(hf_utils, "is_fake_tensor"):
         patches.append((hf_utils, "is_fake_tensor", lambda x: False))
@@ -78,6 +84,60 @@ def _hook_patches(executor: BackwardExecutor) -> list:
     return [(torch.Tensor, "register_hook", tensor_register_hook),
             (Variable, "_execution_engine", _EngineProxy(Variable._execution_engine, executor)),
             (torch.UntypedStorage, "resize_", storage_resize)]
+
+
+def _zero_bubble_patches(executor: BackwardExecutor) -> list:
+    """``torch.distributed.pipelining``'s zero-bubble schedules (``ScheduleInterleavedZeroBubble``,
+    ``ScheduleZBVZeroBubble``, ``ScheduleDualPipeV``) split a stage's backward in two:
+    ``stage_backward_input`` computes the input gradients and, through pre-hooks on the nodes
+    where that graph meets each weight's (the "intermediates" ``get_param_groups`` finds), keeps
+    the gradients arriving there; ``stage_backward_weight`` later runs the graph from those nodes
+    to the weights. The executor runs the graph, so the intermediates are handed out as
+    ``HookableNode``s whose pre-hooks it runs; not to a peer's run on the meta device, which
+    PyTorch's own engine runs (pipeline.py's ``_real_autograd``)."""
+    try:
+        backward = importlib.import_module("torch.distributed.pipelining._backward")
+    except ImportError:
+        return []
+    original = getattr(backward, "get_param_groups", None)
+    if original is None:
+        return []
+
+    def get_param_groups(*args, **kwargs):
+        groups = original(*args, **kwargs)
+        if torch.autograd.grad == executor.grad:  # the traced rank's graph
+            for group in groups:
+                group["intermediates"] = [HookableNode(node, executor)
+                                          for node in group["intermediates"]]
+        return groups
+
+    patches = [(backward, "get_param_groups", get_param_groups)]
+    weight_pass = getattr(backward, "stage_backward_weight", None)
+    if weight_pass is not None:
+        labelling = _labelling_weight_pass(executor, weight_pass)
+        patches.append((backward, "stage_backward_weight", labelling))
+        stage = importlib.import_module("torch.distributed.pipelining.stage")
+        if getattr(stage, "stage_backward_weight", None) is weight_pass:  # imported by name
+            patches.append((stage, "stage_backward_weight", labelling))
+    return patches
+
+
+def _labelling_weight_pass(executor: BackwardExecutor, weight_pass):
+    """``stage_backward_weight`` sets each weight's ``.grad`` itself from what
+    ``torch.autograd.grad`` returns (no AccumulateGrad node runs, which would name it): the
+    gradients it leaves are named as the executor names them."""
+    def stage_backward_weight(weights, *args, **kwargs):
+        weights = list(weights)
+        result = weight_pass(iter(weights), *args, **kwargs)
+        if torch.autograd.grad == executor.grad:
+            for weight in weights:
+                name = executor.param_names.get(id(weight))
+                if name is not None and weight.grad is not None:
+                    executor.tracker.relabel(weight.grad, "gradient", f"{name}.grad",
+                                             only_from=("temporary",))
+        return result
+
+    return stage_backward_weight
 
 
 def _dtensor_patches(tracker) -> list:

@@ -13,6 +13,7 @@ class EventWriter:
     def __init__(self, path: str):
         self._file = open(path, "w", encoding="utf-8")
         self._held: dict | None = None
+        self._pending: list | None = None  # events held back by hold(), until release()
         self.allocs = 0
         self.frees = 0
         self.closed = False
@@ -23,6 +24,9 @@ class EventWriter:
     def emit(self, event: dict) -> None:
         if self.closed:
             return
+        if self._pending is not None:
+            self._pending.append(event)
+            return
         if self._held is not None:
             self._write(self._held)
         self._held = event
@@ -32,15 +36,29 @@ class EventWriter:
             self.frees += 1
 
     def relabel(self, alloc_id: int, category: str, name: str) -> None:
-        held = self._held
+        held = self._pending[-1] if self._pending else self._held
         if held is not None and held["ev"] == "alloc" and held["id"] == alloc_id:
             held["category"], held["name"] = category, name
             return
         self.emit({"ev": "set", "id": alloc_id, "category": category, "name": name})
 
+    def hold(self) -> None:
+        """From now on events are kept back (not counted, not written) until ``release``."""
+        if self._pending is None:
+            self._pending = []
+
+    def release(self, dropped: set) -> None:
+        """Writes the events kept back since ``hold``, in order, but those of the allocations
+        in ``dropped`` (their alloc, relabels and free): they never happened."""
+        pending, self._pending = self._pending or [], None
+        for event in pending:
+            if event.get("id") not in dropped:
+                self.emit(event)
+
     def close(self) -> None:
         if self.closed:
             return
+        self.release(set())
         if self._held is not None:
             self._write(self._held)
             self._held = None

@@ -337,6 +337,10 @@ class StorageTracker(TorchDispatchMode):
         self._graph: tuple | None = None
         self._fx: tuple | None = None
         self._fused: dict[int, weakref.ref] = {}
+        # inside deferred(): (alloc id, +bytes or -bytes) of each event since it began, and the
+        # allocations taken back since
+        self._window: list | None = None
+        self._retracted: set = set()
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -378,6 +382,41 @@ class StorageTracker(TorchDispatchMode):
             yield
         finally:
             self._fx = saved
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Inside, the events are held back (``EventWriter.hold``) so that ``retract`` can take
+        back an allocation made inside; the peak counts what is left. Nested: the outermost
+        decides."""
+        if self._window is not None:
+            yield
+            return
+        start, self._window, self._retracted = self.current_bytes, [], set()
+        self.writer.hold()
+        try:
+            yield
+        finally:
+            window, self._window = self._window, None
+            current = start
+            for alloc_id, delta in window:
+                if alloc_id not in self._retracted:
+                    current += delta
+                    if current > self.peak_bytes:
+                        self.peak_bytes, self.peak_at = current, (self.step, self.phase)
+            self.writer.release(self._retracted)
+
+    def retract(self, t) -> bool:
+        """Takes back the allocation of ``t``'s storage, made inside the current ``deferred``:
+        it never happened (no alloc, relabel or free of it is written). False when it was made
+        before, or is not the trace's."""
+        rec = self.record_of(t)
+        if (rec is None or self._window is None
+                or not any(i == rec.id and d > 0 for i, d in self._window)):
+            return False
+        del self.live[id(local_shard(t).untyped_storage())]
+        self.current_bytes -= rec.nbytes
+        self._retracted.add(rec.id)
+        return True
 
     def pool_of(self, t) -> int | None:
         rec = self.record_of(t)
@@ -523,7 +562,9 @@ class StorageTracker(TorchDispatchMode):
         rec = _Storage(self._next_id, nbytes, category, name, op)
         self._next_id += 1
         self.current_bytes += nbytes
-        if self.current_bytes > self.peak_bytes:
+        if self._window is not None:  # the peak is counted when the window closes
+            self._window.append((rec.id, nbytes))
+        elif self.current_bytes > self.peak_bytes:
             self.peak_bytes, self.peak_at = self.current_bytes, (self.step, self.phase)
         event = {"ev": "alloc", "id": rec.id, "bytes": nbytes, "category": category,
                  "name": name, "op": op, "module": self.current_module()}
@@ -545,6 +586,8 @@ class StorageTracker(TorchDispatchMode):
 
     def _emit_free(self, rec: _Storage) -> None:
         self.current_bytes -= rec.nbytes
+        if self._window is not None:
+            self._window.append((rec.id, -rec.nbytes))
         self.writer.emit({"ev": "free", "id": rec.id})
 
     def _on_collect(self, key, _ref) -> None:
