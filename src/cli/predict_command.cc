@@ -490,6 +490,14 @@ Status RunParallel(const PredictOptions& o, const predict::PredictRequest& reque
     l.schedule = predict::PipelineSchedule::kInterleaved;
   } else if (o.schedule == "gpipe") {
     l.schedule = predict::PipelineSchedule::kGPipe;
+  } else if (o.schedule == "zbv" || o.schedule == "zb" || o.schedule == "interleaved-zb" ||
+             o.schedule == "dualpipev") {
+    // Zero-bubble schedules split the backward; the tracer runs torch's own (pipeline.py).
+    return UsageError(fmt::format(
+        "--schedule {}: the built-in estimate has no zero-bubble schedule; trace the model "
+        "file that makes the schedule instead (--model FILE.py:build --world-size N --rank R, "
+        "as examples/distributed/pp_zbv_gpt.py), or use 1f1b, interleaved or gpipe",
+        o.schedule));
   } else if (o.schedule != "1f1b") {
     return UsageError(fmt::format("--schedule {}: use 1f1b, interleaved or gpipe", o.schedule));
   }
@@ -956,7 +964,8 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   cmd->add_option("--schedule", o.schedule,
                   "pipeline schedule: 1f1b (default), interleaved, or gpipe (every forward, then "
-                  "every backward; --pp-impl torch's ScheduleGPipe)");
+                  "every backward; --pp-impl torch's ScheduleGPipe); zero-bubble schedules "
+                  "through the tracer only (a model file)");
   cmd->add_option("--reshard-after-forward", o.reshard_after_forward,
                   "with a parallel layout and --zero 3: whether FSDP2 frees a unit's gathered "
                   "weights after its forward (true) or keeps them to the step's last backward "

@@ -711,6 +711,8 @@ def test_fit_layout_finds_the_smallest_tp_x_pp_that_fits(run, out_dir):
     (["--model", "llama2-7b", "--tp", "2", "--dp", "2", "--world-size", "8"], "give one of them"),
     (["--model", "llama2-7b", "--sp"], "--sp needs --tp 2 or more"),
     (["--model", "llama2-7b", "--pp", "2", "--schedule", "zigzag"], "use 1f1b, interleaved or gpipe"),
+    (["--model", "llama2-7b", "--pp", "2", "--schedule", "zbv"],
+     "no zero-bubble schedule; trace the model file"),
     (["--model", "llama2-7b", "--pp", "2", "--virtual-stages", "2"],
      "needs --schedule interleaved"),
     (["--model", "resnet50", "--tp", "2"], "GPT-2 and LLaMA families"),
