@@ -168,6 +168,10 @@ Result<predict::PredictRequest> BuildRequest(const PredictOptions& o) {
   s.max_events = o.max_events;
   s.checkpointing = o.checkpointing;
   s.lora_rank = o.lora;
+  if (o.lora_dropout > 0 && o.lora == 0) {
+    return UsageError("--lora-dropout is the adapters' dropout: give --lora R with it");
+  }
+  s.lora_dropout = o.lora_dropout;
   s.freeze = o.freeze;
   if (o.zero != 0 && o.fsdp) return UsageError("--zero and --fsdp: choose one");
   if (o.zero == 1) s.zero = predict::ZeroMode::kZero1;
@@ -261,6 +265,7 @@ Result<std::vector<std::string>> TracerArgs(const PredictOptions& o) {
             "--steps", std::to_string(o.steps), "--grad-accum", std::to_string(o.grad_accum)});
   if (o.checkpointing) a.push_back("--checkpointing");
   if (o.lora > 0) a.insert(a.end(), {"--lora", std::to_string(o.lora)});
+  if (o.lora_dropout > 0) a.insert(a.end(), {"--lora-dropout", fmt::format("{}", o.lora_dropout)});
   for (const std::string& f : o.freeze) a.insert(a.end(), {"--freeze", f});
   if (o.cuda_graphs) {
     a.push_back("--cuda-graphs");  // implies --compile
@@ -893,6 +898,12 @@ void RegisterPredictCommand(CLI::App& app, PredictOptions& o) {
                 "activation checkpointing of every transformer block");
   cmd->add_option("--lora", o.lora, "LoRA rank: freeze the base weights, train adapters")
       ->check(CLI::Range(0, 65536));
+  cmd->add_option("--lora-dropout", o.lora_dropout,
+                  "dropout on the LoRA adapters' input, as peft's lora_dropout (default 0, "
+                  "peft's; LitGPT's finetune/lora.py uses 0.05): its output and mask are kept "
+                  "for backward")
+      ->check(CLI::Range(0.0, 0.999999))
+      ->option_text("P");
   cmd->add_option("--freeze", o.freeze,
                   "freeze the parameters whose name matches this shell pattern (repeatable), "
                   "e.g. 'model.embed_tokens.*' or 'transformer.h.[0-5].*'");

@@ -31,6 +31,7 @@ struct PredictOptions {
   uint64_t max_events = predict::kDefaultMaxPredictedEvents;  // --max-events
   bool checkpointing = false;
   int lora = 0;
+  double lora_dropout = 0;  // --lora-dropout: peft's lora_dropout (its default, 0)
   std::vector<std::string> freeze;
   int zero = 0;
   bool fsdp = false;

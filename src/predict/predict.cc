@@ -55,6 +55,7 @@ std::string SetupText(const ModelSpec& m, const TrainingSetup& s) {
   if (s.optimizer.master_weights) text += ", fp32 master weights";
   if (s.checkpointing) text += ", activation checkpointing";
   if (s.lora_rank > 0) text += fmt::format(", LoRA r={}", s.lora_rank);
+  if (s.lora_rank > 0 && s.lora_dropout > 0) text += fmt::format(" dropout {}", s.lora_dropout);
   if (!s.freeze.empty()) text += fmt::format(", frozen: {}", fmt::join(s.freeze, " "));
   if (s.grad_accum > 1) text += fmt::format(", {} micro-batches", s.grad_accum);
   if (!s.set_to_none) text += ", zero_grad(set_to_none=False)";

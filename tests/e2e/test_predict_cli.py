@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,28 @@ def test_lora_freezes_the_base_weights(run, out_dir):
     adapters = 32 * 2 * (8 * 4096 + 4096 * 8)
     assert doc["prediction"]["trainable_parameters"] == adapters
     assert doc["prediction"]["parameters"] == llama_parameters() + adapters
+
+
+def test_lora_dropout_keeps_its_output_and_mask(run, out_dir):
+    """--lora-dropout P (peft's lora_dropout; LitGPT's finetune/lora.py uses 0.05): each adapter's
+    input goes through dropout, whose output (kept by lora_A, a trained linear) and bool mask
+    (kept by its backward) are both saved. llama2-7b, batch 1, 64 tokens, bf16: 32 layers x 2
+    adapters (q_proj, v_proj) x (64 x 4096 x 2 B + 64 x 4096 x 1 B) per step; none without it."""
+    def dropout_allocations(*extra):
+        rc, _, err = run("predict", "--model", "llama2-7b", "--lora", "8", "--dtype", "bf16",
+                         "--batch", "1", "--seq", "64", "--steps", "1", "-o", "r.sqlite",
+                         "--force", "-q", *extra, cwd=out_dir)
+        assert rc == 0, err
+        with sqlite3.connect(out_dir / "r.sqlite") as db:
+            return db.execute("SELECT count(*), coalesce(sum(size_bytes), 0) FROM "
+                              "vramscope_allocations WHERE operation = 'aten::native_dropout'"
+                              ).fetchone()
+    assert dropout_allocations() == (0, 0)
+    assert dropout_allocations("--lora-dropout", "0.05") == (
+        32 * 2 * 2, 32 * 2 * (64 * 4096 * 2 + 64 * 4096))
+    j = predict_json(run, "--model", "llama2-7b", "--lora", "8", "--lora-dropout", "0.05",
+                     "--steps", "1", "--seq", "64", cwd=out_dir)
+    assert "LoRA r=8 dropout 0.05" in j["prediction"]["setup"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -954,6 +977,10 @@ ERRORS = {
                      "or give a capacity such as 80GiB"]),
     "zero-without-world-size": (None, ["--model", "gpt2", "--zero", "2"], 2,
                                 ["--zero", "give --world-size N"]),
+    "lora-dropout-without-lora": (None, ["--model", "llama2-7b", "--lora-dropout", "0.05"], 2,
+                                  ["--lora-dropout", "give --lora R with it"]),
+    "lora-dropout-one": (None, ["--model", "llama2-7b", "--lora", "8", "--lora-dropout", "1"],
+                         2, ["--lora-dropout", "1", "not in range"]),
     "truncated-tracer-file": (_write("trace.jsonl", TRUNCATED_TRACE), ["--model", "MODEL"], 1,
                               ["trace.jsonl", "truncated after line 4", 'no "end" line',
                                "run it again"]),

@@ -450,6 +450,14 @@ def test_lora(tmp_path):
     assert len(grads) == 8 and all(".lora_" in a["name"] for a in grads)
     state = s.allocated(category="optimizer_state")
     assert len(state) == 16 and all(".lora_" in a["name"] for a in state)
+    assert not [a for a in s.allocated() if a["op"] == "aten::native_dropout"]
+    # --lora-dropout P: peft's lora_dropout on each adapter's input, its output and mask kept
+    # (2 layers x 2 adapters x 2 per step)
+    s = run(tmp_path, "--model", f"hf:{config}", "--batch", 2, "--seq", 64, "--lora", 8,
+            "--lora-dropout", 0.05, "--amp", "bf16", "--steps", 1)
+    assert "lora_dropout=0.05" in s.notes(), s.notes()
+    dropout = [a["bytes"] for a in s.allocated(1) if a["op"] == "aten::native_dropout"]
+    assert sorted(dropout) == [2 * 64 * 256] * 4 + [2 * 64 * 256 * 4] * 4, dropout
 
 
 def test_llama_7b_scale(tmp_path):

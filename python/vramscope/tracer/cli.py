@@ -54,6 +54,8 @@ def parse_args(argv=None) -> Setup:
                    help="gradient checkpointing (transformers models: "
                         "gradient_checkpointing_enable())")
     p.add_argument("--lora", type=int, metavar="R", help="peft LoRA adapters of rank R")
+    p.add_argument("--lora-dropout", type=float, default=0.0, metavar="P",
+                   help="dropout on the adapters' input (peft's lora_dropout; default 0)")
     p.add_argument("--freeze", action="append", default=[], metavar="PATTERN",
                    help="requires_grad=False for parameters whose name matches this glob "
                         "(repeatable)")
@@ -103,10 +105,17 @@ def parse_args(argv=None) -> Setup:
                           "pass a positive number")
     if a.lora is not None and a.lora < 1:
         raise TracerError("--lora must be at least 1", "the command line", "pass the LoRA rank")
+    if not 0.0 <= a.lora_dropout < 1.0:
+        raise TracerError(f"--lora-dropout {a.lora_dropout} is not a probability below 1",
+                          "the command line", "pass a value in [0, 1), e.g. 0.05")
+    if a.lora_dropout > 0 and a.lora is None:
+        raise TracerError("--lora-dropout without --lora", "the command line",
+                          "add --lora R (the dropout is the adapters')")
     return Setup(model=a.model, output=a.output, inputs=a.inputs, batch=a.batch, seq=a.seq,
                  image_size=a.image_size, dtype=a.dtype, amp=a.amp, optimizer=a.optimizer,
                  optimizer_impl=a.optimizer_impl, zero_grad=a.zero_grad, steps=a.steps,
                  grad_accum=a.grad_accum, checkpointing=a.checkpointing, lora=a.lora,
+                 lora_dropout=a.lora_dropout,
                  freeze=list(a.freeze), sdpa=a.sdpa, compile=a.compile or a.cuda_graphs,
                  cuda_graphs=a.cuda_graphs, world_size=a.world_size, rank=a.rank,
                  fsdp=a.fsdp, fsdp_mp=a.fsdp_mp)

@@ -270,6 +270,8 @@ def apply_lora(spec: ModelSpec, setup: Setup) -> None:
         raise TracerError("--lora needs peft, which is not installed", "--lora",
                           "install it with `pip install peft`") from e
     kwargs = {"r": setup.lora}
+    if setup.lora_dropout > 0:
+        kwargs["lora_dropout"] = setup.lora_dropout
     if spec.is_hf and _hf_task(spec.model_class) == "causal_lm":
         kwargs["task_type"] = "CAUSAL_LM"
     try:
@@ -282,6 +284,7 @@ def apply_lora(spec: ModelSpec, setup: Setup) -> None:
                           "v_proj; gpt2: c_attn): use a model type peft knows") from e
     targets = sorted(config.target_modules) if config.target_modules else []
     spec.notes.append(f"LoRA: peft {peft.__version__} get_peft_model(LoraConfig(r={setup.lora}, "
+                      f"lora_dropout={config.lora_dropout}, "
                       f"target_modules={targets or 'peft default'}))")
 
 

@@ -22,6 +22,7 @@ class Setup:
     grad_accum: int = 1
     checkpointing: bool = False
     lora: int | None = None
+    lora_dropout: float = 0.0   # --lora-dropout: LoraConfig(lora_dropout=...)
     freeze: list = field(default_factory=list)
     sdpa: str = "auto"
     compile: bool = False       # torch.compile (Inductor's graphs and partitioner)
