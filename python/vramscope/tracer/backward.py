@@ -237,28 +237,18 @@ class BackwardExecutor:
             return original(tensor, hook)
         if not tensor.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-        key = (id(fn), fn._sequence_nr(), tensor.output_nr)
-        number = next(self._hook_ids)
-        self._tensor_hooks.setdefault(key, {})[number] = hook
-        hooks = self._tensor_hooks
-
-        class _Handle:
-            def remove(self):
-                entry = hooks.get(key)
-                if entry is not None:
-                    entry.pop(number, None)
-                    if not entry:
-                        hooks.pop(key, None)
-
-        return _Handle()
+        return self._register(self._tensor_hooks, (id(fn), fn._sequence_nr(), tensor.output_nr),
+                              hook)
 
     def register_node_prehook(self, node, hook):
         """``Node.register_prehook`` (through ``HookableNode``): ``hook(inputs)`` runs before the
         node does, on the tuple of its input gradients, and what it returns replaces them."""
-        key = (id(node), node._sequence_nr())
+        return self._register(self._node_prehooks, (id(node), node._sequence_nr()), hook)
+
+    def _register(self, hooks: dict, key: tuple, hook):
+        """Keeps ``hook`` under ``key`` in ``hooks``; returns its handle (``remove()``)."""
         number = next(self._hook_ids)
-        self._node_prehooks.setdefault(key, {})[number] = hook
-        hooks = self._node_prehooks
+        hooks.setdefault(key, {})[number] = hook
 
         class _Handle:
             def remove(self):
