@@ -210,16 +210,18 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
     return terms;
   }
   const bool gpt2 = m.family == Family::kGpt2;
-  // GPT-2 keeps a dropout mask after attention and after the MLP (1 byte each); LLaMA-style
+  // GPT-2 keeps a dropout mask after attention and after the MLP (1 byte each) when its
+  // resid_pdrop is above 0 (F.dropout with p = 0 returns its input: no mask); LLaMA-style
   // decoders train without dropout.
-  const double dropout_mask = gpt2 ? q : 0;
+  const double dropout_mask = gpt2 && m.dropout > 0 ? q : 0;
   const bool fused = m.attention != "eager";
   const double heads = static_cast<double>(m.heads);
   // The scores' 5 a s / h (softmax output 2, its dropout mask 1, the dropped-out probabilities
-  // 2), a = this rank's heads; gone with fused attention (SDPA, flash) or selective
-  // recomputation.
+  // 2; the softmax output alone without attention dropout), a = this rank's heads; gone with
+  // fused attention (SDPA, flash) or selective recomputation.
   const double attention =
       fused || l.selective_recompute ? 0 : 5.0 * heads / t * static_cast<double>(seq) / h;
+  const double attention_dropout = m.attention_dropout > 0 ? 1.0 : 0.0;
   // What attention saves of its own, per rank: q and k for the scores (after the rotary
   // embedding), v, and the output projection's input. Multi-head attention: 2 x 4 h / t. With
   // grouped KV heads, k and v are the rank's KV heads wide (one each when TP exceeds them). With
@@ -257,8 +259,8 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
   add("latent k/v and the shared rotary key", latent_kv);
   add("q and k", qk);
   add("attention scores (softmax output)", attention * 2 / 5);
-  add("attention dropout mask", attention / 5);
-  add("attention probabilities after dropout", attention * 2 / 5);
+  add("attention dropout mask", attention_dropout * attention / 5);
+  add("attention probabilities after dropout", attention_dropout * attention * 2 / 5);
   add("v and the output projection's input", vo);
   add("attention output's dropout mask", dropout_mask);
   add("post-attention norm's input", 2 * q * residual);

@@ -40,6 +40,10 @@ struct Unit {
   std::vector<std::pair<std::string, uint64_t>> saved;
   uint64_t communication = 0;
   std::string communication_what;
+  // Backward's largest transient of a decoder layer, which the saved tensors do not count: the
+  // gradient of the MLP's hidden activation (tokens x this rank's ffn), alive while the MLP's
+  // weight gradients are made. 0 for the embedding, the head and MoE layers (not modelled).
+  uint64_t backward_temporary = 0;
 };
 
 // The saved tensors of one micro-batch's pass through a chunk, freed by its backward.
@@ -81,11 +85,15 @@ class RoleStepBuilder {
     e.id = id;
     out_.events.push_back(e);
   }
+  // A matmul marker (device_rules.cc gives each thread its cuBLAS workspace at its first). A
+  // forward through biased linears runs addmm, through cuBLASLt, whose own workspace comes with
+  // the first (the small GPT's captures: 1 MiB beside the two cuBLAS workspaces).
   void Matmul() {
     StreamEvent e;
     e.kind = StreamEvent::Kind::kMatmul;
     e.thread = thread_;
-    e.op = out_.strings.Intern("aten::mm");
+    const bool biased = m_.family == Family::kGpt2 || m_.qkv_bias || m_.mlp_bias;
+    e.op = out_.strings.Intern(thread_ == Thread::kMain && biased ? "aten::addmm" : "aten::mm");
     out_.events.push_back(e);
   }
   void MarkPhase(int32_t step, Phase phase, std::string_view label) {
@@ -354,6 +362,12 @@ void RoleStepBuilder::MakeChunks() {
           parallel_terms::LargestCommunicationBuffer(m_, s_, l_, seq, is_moe);
       u.communication = comm.bytes;
       u.communication_what = comm.what;
+      if (!is_moe) {
+        // the small GPT's 1F1B capture: a 2 MiB mm output (512 tokens x 1024 x fp32) beside
+        // the MLP's weight gradient at the first stage's peak
+        u.backward_temporary =
+            seq * s_.batch * (m_.intermediate / l_.tp) * parallel_terms::ActivationElementSize(s_);
+      }
       units.push_back(std::move(u));
     }
     if (stage == l_.pp - 1 && c == v - 1) {
@@ -549,6 +563,14 @@ void RoleStepBuilder::Backward(size_t chunk) {
       comm = Alloc(u.communication, Category::kTemporary,
                    fmt::format("{} {} (backward)", u.name, u.communication_what), "collective");
     }
+    const uint64_t hidden_grad =
+        u.backward_temporary > 0
+            ? Alloc(u.backward_temporary, Category::kTemporary,
+                    fmt::format("{}: gradient of the MLP's hidden activation (micro-batch "
+                                "backward)",
+                                u.name),
+                    "backward")
+            : 0;
     if (per_parameter_grads_ && grads_[chunk][i].empty()) {
       for (const parallel_terms::LayerTensor& t : u.tensors) {
         grads_[chunk][i].push_back(Alloc(t.elements * element_size_, Category::kGradient,
@@ -558,6 +580,7 @@ void RoleStepBuilder::Backward(size_t chunk) {
     } else if (per_parameter_grads_) {
       AddedGradients(u, element_size_);
     }
+    if (hidden_grad != 0) Free(hidden_grad);
     if (fsdp_pipeline_) AccumulateUnsharded(chunk, i);
     uint64_t rs = 0;
     if (reduce_scatter && !fsdp_pipeline_) {
