@@ -636,6 +636,44 @@ TEST(RoleStream, LaterMicroBatchesAddTheirGradientsIntoTheFirsts) {
   }
 }
 
+// GPT-2's dropout masks exist only when its config's dropout is above 0 (F.dropout with p = 0
+// returns its input: gpt-small.json, the captured pipelines' model, has none); each decoder
+// layer's backward makes the gradient of its MLP's hidden activation, tokens x ffn, once per
+// micro-batch; a forward through biased linears asks for cuBLASLt's workspace (addmm).
+TEST(RoleStream, DropoutMasksFollowTheConfigAndBackwardMakesTheMlpHiddenGradient) {
+  ParallelLayout l;
+  l.pp = 2;
+  l.micro_batches = 4;
+  l.pipeline_impl = model::PipelineImpl::kTorch;
+  const TrainingSetup s = Bf16Adam(2, 512);
+  for (const double dropout : {0.0, 0.1}) {
+    ModelSpec m = Preset("gpt2");
+    m.dropout = m.attention_dropout = dropout;
+    auto stream = Stream(m, s, l, 0);
+    ASSERT_TRUE(stream.ok()) << stream.status().message();
+    const Tally masks = Count(*stream, "dropout mask");
+    EXPECT_EQ(masks.most_live_named > 0, dropout > 0) << dropout;
+    uint64_t hidden = 0, count = 0;
+    bool addmm = false;
+    for (const StreamEvent& e : stream->events) {
+      if (e.kind == StreamEvent::Kind::kAlloc &&
+          stream->strings.Get(e.name).find("gradient of the MLP's hidden activation") !=
+              std::string_view::npos) {
+        hidden = e.bytes;
+        ++count;
+      }
+      if (e.kind == StreamEvent::Kind::kMatmul && stream->strings.Get(e.op) == "aten::addmm") {
+        addmm = true;
+      }
+    }
+    EXPECT_EQ(hidden, 2u * 512 * 3072 * 2) << dropout;  // micro-batch 2 x 512 tokens x ffn, bf16
+    // the first stage's six layers, every simulated backward of two steps
+    EXPECT_EQ(count % 6, 0u) << count;
+    EXPECT_GT(count, 0u);
+    EXPECT_TRUE(addmm);
+  }
+}
+
 // torch.autocast (bf16) over a pipeline with fp32 weights, as the bf16 H100 captures of
 // pp_gpt.py ran it: the residual stream stays fp32 (so each receive buffer is micro-batch x seq
 // x hidden x 4 B, and each norm's saved input too); each linear's weight and bias gets a bf16
