@@ -92,8 +92,8 @@ class RoleStepBuilder {
     StreamEvent e;
     e.kind = StreamEvent::Kind::kMatmul;
     e.thread = thread_;
-    const bool biased = m_.family == Family::kGpt2 || m_.qkv_bias || m_.mlp_bias;
-    e.op = out_.strings.Intern(thread_ == Thread::kMain && biased ? "aten::addmm" : "aten::mm");
+    e.op = out_.strings.Intern(thread_ == Thread::kMain && biased_linears_ ? "aten::addmm"
+                                                                           : "aten::mm");
     out_.events.push_back(e);
   }
   void MarkPhase(int32_t step, Phase phase, std::string_view label) {
@@ -252,6 +252,7 @@ class RoleStepBuilder {
   int zero_ = 0;
   parallel_terms::ZeroGroups groups_;
   uint64_t element_size_ = 4;
+  bool biased_linears_ = false;  // the forward's linears carry biases: addmm, through cuBLASLt
   bool data_parallel_buffers_ = false;
   bool torch_ddp_ = false;  // PyTorch's DDP: .grad per parameter beside the buckets
   // The parameters' own .grad tensors, made at a step's first backward through them and freed
@@ -736,6 +737,7 @@ Status RoleStepBuilder::Build() {
   zero_ = parallel_terms::ZeroStage(s_);
   groups_ = parallel_terms::ZeroGroupsOf(l_);
   element_size_ = ElementSize(s_.precision.param);
+  biased_linears_ = m_.family == Family::kGpt2 || m_.qkv_bias || m_.mlp_bias;
   data_parallel_buffers_ = r_.data_parallel_bytes > 0;
   torch_ddp_ = data_parallel_buffers_ && l_.data_parallel_impl == model::DataParallelImpl::kTorch;
   deepspeed_ =

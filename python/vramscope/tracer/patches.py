@@ -3,10 +3,9 @@ emulation."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections import defaultdict
-
-import importlib
 
 from .backward import BackwardExecutor, HookableNode
 from .common import DEVICE, patched, torch
