@@ -197,7 +197,25 @@ def main() -> int:
     else:
         facts = gpu_facts(args.python)
     args.out.mkdir(parents=True, exist_ok=True)
-    cases = {}
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+
+    def write_metadata() -> None:
+        # After every case, so a session step cut short by its time-out keeps what finished.
+        meta = {"format": "vramscope-run-goldens-metadata", "version": 1,
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "command": " ".join(sys.argv), "repo_commit": commit,
+                "dry_run_cpu": args.dry_run_cpu, "python": platform.python_version(),
+                "platform": platform.platform(), "gpu": facts, "torch": facts.get("torch"),
+                "steps": 3, "stacks": "all", "cases": cases}
+        (args.out / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+    class Cases(dict):
+        def __setitem__(self, name: str, case: dict) -> None:
+            super().__setitem__(name, case)
+            write_metadata()
+
+    cases = Cases()
     with tempfile.TemporaryDirectory(prefix="vramscope-goldens-") as tmp:
         work = Path(tmp)
         for model, opt, amp in SUITE:
@@ -252,15 +270,7 @@ def main() -> int:
             cases["jax_native"] = run_case(args.vramscope, args.python, "jax_native",
                                            ["-c", JAX_PROGRAM], args.out, work,
                                            ["--native", "--no-python"], env)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    meta = {"format": "vramscope-run-goldens-metadata", "version": 1,
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(sys.argv), "repo_commit": commit, "dry_run_cpu": args.dry_run_cpu,
-            "python": platform.python_version(), "platform": platform.platform(),
-            "gpu": facts, "torch": facts.get("torch"), "steps": 3, "stacks": "all",
-            "cases": cases}
-    (args.out / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+    write_metadata()
     failed = [n for n, c in cases.items() if not c["status"].startswith("ok")]
     print(f"{len(cases) - len(failed)} of {len(cases)} cases captured into {args.out}"
           + (f"; failed: {', '.join(failed)}" if failed else ""))

@@ -48,8 +48,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-STEPS=(preflight device_overheads run_goldens native overhead modern_goldens goldens oom_golden
-  hf_goldens)
+STEPS=(preflight device_overheads jax_goldens run_goldens native overhead modern_goldens goldens
+  oom_golden hf_goldens)
 
 die() {
   echo "gpu_session: $*" >&2
@@ -186,7 +186,7 @@ step_preflight() {
   local missing=0 f
   for f in scripts/capture_run_goldens.py scripts/capture_goldens.py scripts/capture_oom_golden.py \
     scripts/capture_hf_goldens.py scripts/capture_modern_goldens.py bench/capture_overhead.py \
-    scripts/measure_device_overheads.py examples/training/train.py; do
+    scripts/measure_device_overheads.py scripts/capture_jax_goldens.py examples/training/train.py; do
     [[ -f $f ]] || { echo "missing: $f"; missing=1; }
   done
   [[ $missing == 0 ]] || { echo "the checkout lacks the scripts above"; exit 1; }
@@ -322,6 +322,21 @@ step_modern_goldens() {
   fi
 }
 
+step_jax_goldens() {
+  set -euo pipefail
+  cd "$GS_ROOT"
+  local limit=${GS_LIMIT:-150}
+  local per_case=$(((limit - 10) / 4 > 20 ? (limit - 10) / 4 : 20))
+  if [[ $GS_DRY == 1 ]]; then
+    "$GS_PY" -c 'import jax' 2>/dev/null ||
+      not_run "$GS_PY scripts/capture_jax_goldens.py --dry-run-cpu (this Python has no JAX)"
+    "$GS_PY" scripts/capture_jax_goldens.py --out "$GS_STAGE/goldens/$GS_SLUG/jax" --dry-run-cpu \
+      --timeout "$per_case"
+  else
+    "$GS_PY" scripts/capture_jax_goldens.py --out "$GS_STAGE/goldens/$GS_SLUG/jax" --timeout "$per_case"
+  fi
+}
+
 step_goldens() {
   set -euo pipefail
   cd "$GS_ROOT"
@@ -351,7 +366,7 @@ step_hf_goldens() {
     "$GS_PY" scripts/capture_hf_goldens.py --out "$GS_STAGE/goldens/$GS_SLUG/hf" --jobs 3
   fi
 }
-export -f step_preflight step_device_overheads step_run_goldens step_native step_overhead step_modern_goldens \
+export -f step_preflight step_device_overheads step_jax_goldens step_run_goldens step_native step_overhead step_modern_goldens \
   step_goldens step_oom_golden step_hf_goldens
 
 # Seconds a step needs at least (else it is skipped) and at most (its own time-out).
@@ -362,6 +377,9 @@ step_limits() {
     # well under a minute on the device (not yet measured there); 60 s so that a case is never
     # cut short by the step's own time-out.
     device_overheads) echo "60 120" ;;
+    # Two small JAX trainings and two out-of-memory messages, each a fresh Python (about 15 s
+    # each expected on the device; not yet measured there).
+    jax_goldens) echo "40 150" ;;
     run_goldens) echo "60 300" ;;
     native) echo "30 120" ;;
     overhead) echo "60 200" ;;

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-STEPS = ["preflight", "device_overheads", "run_goldens", "native", "overhead", "modern_goldens",
+STEPS = ["preflight", "device_overheads", "jax_goldens", "run_goldens", "native", "overhead", "modern_goldens",
          "goldens", "oom_golden", "hf_goldens"]
 
 
