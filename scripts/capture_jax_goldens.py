@@ -14,7 +14,8 @@ not XLA's up-front reservation):
   the allocator's memory events where XLA records them;
 - `<case>.json`: XLA's compiled.memory_analysis() of the jitted step, the device's memory_stats()
   after each phase (init, first step, last step), the parameter and optimizer-state bytes counted
-  from the arrays, and how many memory events the XSpace holds (counted by name in its bytes).
+  from the arrays, and whether the XSpace names the allocator's memory events (names are interned
+  per plane, so this is a presence, not a count).
 
 Then `oom_eager.json` and `oom_jit.json`: XLA's own out-of-memory messages (an array, and a jitted
 step whose temporaries do not fit) under XLA_PYTHON_CLIENT_MEM_FRACTION, for `explain`.
@@ -110,8 +111,9 @@ if planes:
     raw = open(planes[0], "rb").read()
     with gzip.GzipFile(os.path.join(out, name + ".xplane.pb.gz"), "wb", 9, mtime=0) as g:
         g.write(raw)
-    xplane = {"bytes": len(raw), "memory_allocation_events": raw.count(b"MemoryAllocation"),
-              "memory_deallocation_events": raw.count(b"MemoryDeallocation"),
+    # XSpace interns event names in each plane's metadata: a name's presence, not a count.
+    xplane = {"bytes": len(raw), "has_memory_allocation_name": raw.count(b"MemoryAllocation"),
+              "has_memory_deallocation_name": raw.count(b"MemoryDeallocation"),
               "file": name + ".xplane.pb.gz"}
 nbytes = lambda tree: sum(int(a.nbytes) for a in jax.tree_util.tree_leaves(tree))
 json.dump({"case": name, "dtype": dtype_name, "layers": sizes, "batch": batch,
