@@ -171,14 +171,14 @@ class CpuStagedGroup(dist.ProcessGroup):
 
     def allgather(self, output_lists, inputs, opts=None):
         for outputs, t in zip(output_lists, inputs):
-            hosts = [torch.empty(o.shape, dtype=o.dtype) for o in outputs]
+            hosts = [torch.empty(o.shape, dtype=o.dtype, device="cpu") for o in outputs]
             self._gloo.allgather([hosts], [t.detach().cpu()]).wait()
             for o, h in zip(outputs, hosts):
                 o.copy_(h)
         return self._done(output_lists)
 
     def _allgather_base(self, output, input, opts=None):
-        host = torch.empty(output.shape, dtype=output.dtype)
+        host = torch.empty(output.shape, dtype=output.dtype, device="cpu")
         self._gloo._allgather_base(host, input.detach().cpu()).wait()
         output.copy_(host)
         return self._done(output)
@@ -225,7 +225,7 @@ class CpuStagedGroup(dist.ProcessGroup):
         from torch._C._distributed_c10d import _create_work_from_future
 
         target = tensors[0]
-        host = torch.empty(target.shape, dtype=target.dtype)
+        host = torch.empty(target.shape, dtype=target.dtype, device="cpu")
         work = self._gloo.recv([host], src, tag)
         future = torch.futures.Future()
 
