@@ -1,7 +1,7 @@
 # Turns the files of a Python package into one C++ table, path (relative to the package) -> bytes:
 #   cmake -DPACKAGE_DIR=... -DFILES="a.py|sub/b.py" -DOUTPUT=... -P EmbedPythonPackage.cmake
 # (FILES is separated by "|": a CMake list would be split into separate arguments on the way.)
-# The table is what src/cli/embedded_python.h exposes; src/cli/CMakeLists.txt globs the files.
+# The table is what src/capture/embedded_python.h exposes; src/capture/CMakeLists.txt globs the files.
 string(REPLACE "|" ";" files "${FILES}")
 list(SORT files)
 set(arrays "")
@@ -21,11 +21,11 @@ foreach(file IN LISTS files)
 endforeach()
 file(WRITE "${OUTPUT}.tmp"
   "// Generated from ${PACKAGE_DIR} by cmake/EmbedPythonPackage.cmake. Do not edit.\n"
-  "#include \"cli/embedded_python.h\"\n"
-  "namespace vramscope::cli {\n"
+  "#include \"capture/embedded_python.h\"\n"
+  "namespace vramscope::capture {\n"
   "namespace {\n${arrays}"
   "const EmbeddedFile kFiles[] = {\n${entries}};\n"
   "}  // namespace\n"
   "std::span<const EmbeddedFile> EmbeddedPythonPackage() { return kFiles; }\n"
-  "}  // namespace vramscope::cli\n")
+  "}  // namespace vramscope::capture\n")
 file(RENAME "${OUTPUT}.tmp" "${OUTPUT}")

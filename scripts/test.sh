@@ -97,39 +97,39 @@ if [[ $runs != 0 ]]; then
   # ASan on 2 cores, measured: lane 1 about 200, lane 2 about 215); each lane's output is
   # printed when both are done, and a finding in either fails the run.
   lane1() {
-    fuzz "allocator model + replay (model invariants)" build-fuzz/src/allocator/replay_fuzzer \
-      "src/allocator/fuzz_corpus/*" 2048
+    fuzz "allocator model + replay (model invariants)" build-fuzz/fuzz/replay_fuzzer \
+      "fuzz/replay/corpus/*" 2048
     fuzz "predict inputs (model descriptions, tracer streams) + simulation" \
-      build-fuzz/src/predict/predict_input_fuzzer "src/predict/fuzz_corpus/*" 4096 \
-      -dict=src/predict/predict_input_fuzzer.dict
-    fuzz "pickle reader + snapshot source" build-fuzz/src/sources/pickle/pickle_reader_fuzzer \
-      "src/sources/pickle/fuzz_corpus/*.pickle" 8192
-    fuzz "profiler trace source + analysis" build-fuzz/src/sources/kineto/kineto_source_fuzzer \
-      "src/sources/kineto/fuzz_corpus/*.json" 4096 -dict=src/sources/kineto/kineto_source_fuzzer.dict
+      build-fuzz/fuzz/predict_input_fuzzer "fuzz/predict_input/corpus/*" 4096 \
+      -dict=fuzz/predict_input/predict_input_fuzzer.dict
+    fuzz "pickle reader + snapshot source" build-fuzz/fuzz/pickle_reader_fuzzer \
+      "fuzz/pickle_reader/corpus/*.pickle" 8192
+    fuzz "profiler trace source + analysis" build-fuzz/fuzz/kineto_source_fuzzer \
+      "fuzz/kineto_source/corpus/*.json" 4096 -dict=fuzz/kineto_source/kineto_source_fuzzer.dict
     fuzz "memory timeline source + analysis" \
-      build-fuzz/src/sources/memory_timeline/memory_timeline_source_fuzzer \
-      "src/sources/memory_timeline/fuzz_corpus/*.json" 4096 \
-      -dict=src/sources/memory_timeline/memory_timeline_source_fuzzer.dict
+      build-fuzz/fuzz/memory_timeline_source_fuzzer \
+      "fuzz/memory_timeline_source/corpus/*.json" 4096 \
+      -dict=fuzz/memory_timeline_source/memory_timeline_source_fuzzer.dict
     fuzz "any input file by content, plain or gzipped (streaming inflation, bombs of each kind)" \
-      build-fuzz/src/input_file_fuzzer "src/sources/input_file_fuzz_corpus/*" 8192
+      build-fuzz/fuzz/input_file_fuzzer "fuzz/input_file/corpus/*" 8192
   }
   lane2() {
     fuzz "out-of-memory messages in any text (vramscope explain: parse, explain, render)" \
-      build-fuzz/src/sources/oom_message/oom_message_text_fuzzer \
-      "src/sources/oom_message/fuzz_corpus/*" 8192 \
-      -dict=src/sources/oom_message/oom_message_text_fuzzer.dict
+      build-fuzz/fuzz/oom_message_text_fuzzer \
+      "fuzz/oom_message_text/corpus/*" 8192 \
+      -dict=fuzz/oom_message_text/oom_message_text_fuzzer.dict
     fuzz "native capture traces (.vstrace reader + source) + analysis" \
-      build-fuzz/src/sources/native_trace/native_trace_fuzzer \
-      "src/sources/native_trace/fuzz_corpus/*" 4096
+      build-fuzz/fuzz/native_trace_fuzzer \
+      "fuzz/native_trace/corpus/*" 4096
     # Each run of this one opens and queries a SQLite database (about 250 runs/s under ASan): a
     # fifth of the runs keeps the whole suite within CI's half hour. Longer runs: see README.
     FUZZ_RUNS=$((runs / 5)) fuzz "report database behind 'vramscope view' (load + pyramid + blob)" \
-      build-fuzz/src/report/viewer_report_fuzzer "src/report/viewer_report_fuzz_corpus/*.sqlite" \
-      65536 -dict=src/report/viewer_report_fuzzer.dict
+      build-fuzz/fuzz/viewer_report_fuzzer "fuzz/viewer_report/corpus/*.sqlite" \
+      65536 -dict=fuzz/viewer_report/viewer_report_fuzzer.dict
     fuzz "capture sidecar (parse + apply to traces) + analysis" \
-      build-fuzz/src/sources/run_output/capture_sidecar_fuzzer \
-      "src/sources/run_output/capture_sidecar_fuzz_corpus/*" 8192 \
-      -dict=src/sources/run_output/capture_sidecar_fuzzer.dict
+      build-fuzz/fuzz/capture_sidecar_fuzzer \
+      "fuzz/capture_sidecar/corpus/*" 8192 \
+      -dict=fuzz/capture_sidecar/capture_sidecar_fuzzer.dict
   }
   lane1 >"$work/lane1.log" 2>&1 &
   lane1_pid=$!

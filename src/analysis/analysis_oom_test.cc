@@ -68,7 +68,8 @@ model::Trace FragmentedTrace(uint64_t request, uint64_t device_free) {
 TEST(Oom, FragmentationExplainedAtTheEventNotTheDump) {
   model::Trace t = FragmentedTrace(20 * kMiB, 1 * kMiB);
   const ProjectRoot root("/home/me/proj");
-  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(t), root);
+  const std::unique_ptr<const Analysis> analysis_owner =
+      Analyze(model::Uninterpreted(t), root).value();
   const Analysis& a = *analysis_owner;
   ASSERT_EQ(a.summary.devices.size(), 1u);
   const DeviceSummary& d = a.summary.devices[0];
@@ -110,7 +111,8 @@ TEST(Oom, EnoughOnTheDeviceMeansTheProcessCapStoppedIt) {
   // 64 MiB requested with 24 MiB reserved but free: no fragmentation; the device had 80 GiB free.
   model::Trace t = FragmentedTrace(64 * kMiB, uint64_t{80} << 30);
   const ProjectRoot root("/home/me/proj");
-  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(t), root);
+  const std::unique_ptr<const Analysis> analysis_owner =
+      Analyze(model::Uninterpreted(t), root).value();
   const Analysis& a = *analysis_owner;
   const OomExplanation& o = a.summary.devices.at(0).ooms.at(0);
   EXPECT_FALSE(o.fragmentation);
@@ -127,7 +129,8 @@ TEST(Oom, SmallRequestsLookInTheSmallPoolAndRoundUp) {
   // cannot serve it, and the device had nothing left.
   model::Trace t = FragmentedTrace(1000, 0);
   const ProjectRoot root("/home/me/proj");
-  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(t), root);
+  const std::unique_ptr<const Analysis> analysis_owner =
+      Analyze(model::Uninterpreted(t), root).value();
   const Analysis& a = *analysis_owner;
   const OomExplanation& o = a.summary.devices.at(0).ooms.at(0);
   EXPECT_TRUE(o.small_pool);
@@ -147,7 +150,8 @@ TEST(Oom, WithoutAnOomEventThereIsNothingToExplain) {
     if (t.events.action[i] == Action::kOom) t.events.action[i] = Action::kSnapshot;
   }
   const ProjectRoot root("/home/me/proj");
-  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(t), root);
+  const std::unique_ptr<const Analysis> analysis_owner =
+      Analyze(model::Uninterpreted(t), root).value();
   const Analysis& a = *analysis_owner;
   EXPECT_TRUE(a.summary.devices.at(0).ooms.empty());
 }
@@ -156,7 +160,8 @@ TEST(Oom, FreeBlocksOfExpandableSegmentsAreNotRebuilt) {
   model::Trace t = FragmentedTrace(20 * kMiB, 1 * kMiB);
   t.segments[0].is_expandable = true;
   const ProjectRoot root("/home/me/proj");
-  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(t), root);
+  const std::unique_ptr<const Analysis> analysis_owner =
+      Analyze(model::Uninterpreted(t), root).value();
   const Analysis& a = *analysis_owner;
   const OomExplanation& o = a.summary.devices.at(0).ooms.at(0);
   EXPECT_FALSE(o.state_known);

@@ -140,7 +140,8 @@ TEST(Analyze, BuiltInExampleFigures) {
   auto trace = snapshot::LoadSnapshot(**file);
   ASSERT_TRUE(trace.ok()) << trace.status().message();
   const ProjectRoot root("/home/user/mlp_example");
-  const std::unique_ptr<Analysis> analysis_owner = Analyze(model::Uninterpreted(*trace), root);
+  const std::unique_ptr<const Analysis> analysis_owner =
+      Analyze(model::Uninterpreted(*trace), root).value();
   const Analysis& a = *analysis_owner;
   ASSERT_EQ(a.summary.devices.size(), 1u);
   const DeviceSummary& d = a.summary.devices[0];

@@ -18,12 +18,15 @@
 #include "analysis/timeline.h"
 #include "attribution/attribution.h"
 #include "common/progress.h"
+#include "common/status.h"
 #include "model/interpretation.h"
 #include "model/trace.h"
 
 namespace vramscope::analysis {
 
-// Not movable: the namers refer to the attribution and to each other.
+// Complete when Analyze returns it, and read-only from then on: every site and owner is named
+// once, inside Analyze, so that reporters only read. Not movable: the namers refer to the
+// attribution and to each other.
 struct Analysis {
   Analysis() = default;
   Analysis(const Analysis&) = delete;
@@ -31,8 +34,11 @@ struct Analysis {
 
   attribution::Attribution attribution;
   Timelines timelines;
-  std::unique_ptr<SiteNamer> sites;    // refers to the trace and the project root
-  std::unique_ptr<OwnerNamer> owners;  // refers to the view, `attribution` and `sites`
+  // Every stack's site and every allocation's owner, named (SiteNamer::NameAll,
+  // OwnerNamer::NameAll) after the summary, the out-of-memory points and the what-if runs asked
+  // for theirs, so that the ids are the order of first use.
+  std::unique_ptr<const SiteNamer> sites;    // refers to the trace and the project root
+  std::unique_ptr<const OwnerNamer> owners;  // refers to the view, `attribution` and `sites`
   Summary summary;
   SkylineEntries entries;
   // Bytes by category at the reduced points of each device's curve (parallel to timelines).
@@ -50,11 +56,15 @@ struct Analysis {
 // Points kept per device in the category timeline.
 inline constexpr size_t kCategoryTimelinePoints = 20000;
 
-// The trace and interpretation behind `view`, and `root`, must outlive the result. `replay`: the
-// allocator model's replay (Loaded::simulations), whose segments stand in for recorded ones where
-// the source has none; may be null. `progress`: the stages are named on it; may be null.
-std::unique_ptr<Analysis> Analyze(const model::TraceView& view, const ProjectRoot& root,
-                                  const Simulations* replay = nullptr,
-                                  Progress* progress = nullptr);
+// The trace and interpretation behind `view`, and `root`, must outlive the result. `simulations`:
+// the allocator model's replay (Loaded::simulations), whose segments stand in for recorded ones
+// where the source has none; may be null. `what_if`: runs of the allocator model under other
+// settings, appended to *simulations (which must then be given). `control`: the stages are named
+// on its progress; its token is checked between them.
+Result<std::unique_ptr<const Analysis>> Analyze(const model::TraceView& view,
+                                                const ProjectRoot& root,
+                                                Simulations* simulations = nullptr,
+                                                const WhatIfRequest* what_if = nullptr,
+                                                const Control& control = {});
 
 }  // namespace vramscope::analysis

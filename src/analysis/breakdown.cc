@@ -166,6 +166,12 @@ LiveBreakdown BreakdownAfter(const model::TraceView& view,
   return out;
 }
 
+void OwnerNamer::NameAll() {
+  const size_t n = view_.trace.allocations.size();
+  owner_of_.resize(n);
+  for (size_t i = 0; i < n; ++i) owner_of_[i] = Id(i);
+}
+
 uint32_t OwnerNamer::Id(size_t i) {
   const model::Allocation& allocation = view_.trace.allocations[i];
   const attribution::AllocationInfo& info = attribution_.allocations[i];

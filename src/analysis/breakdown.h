@@ -103,8 +103,14 @@ class OwnerNamer {
   OwnerNamer(const model::TraceView& view, const attribution::Attribution& attribution,
              SiteNamer& sites)
       : view_(view), attribution_(attribution), sites_(sites) {}
-  // The owner of allocation `i` (an index into Trace::allocations).
+  // The owner of allocation `i` (an index into Trace::allocations). Ids are handed out in the
+  // order of first use while the analysis runs; the const overload reads what NameAll() gave
+  // every allocation.
   uint32_t Id(size_t i);
+  uint32_t Id(size_t i) const { return owner_of_[i]; }
+  // Names the owner of every allocation, in allocation order after those already asked for
+  // (Analyze calls it before the namer becomes part of its read-only result).
+  void NameAll();
   const std::string& Label(uint32_t id) const { return labels_[id]; }
   size_t size() const { return labels_.size(); }
 
@@ -116,6 +122,7 @@ class OwnerNamer {
   std::unordered_map<uint64_t, uint32_t> by_key_[2];
   std::unordered_map<std::string, uint32_t> by_label_;
   std::vector<std::string> labels_;
+  std::vector<uint32_t> owner_of_;  // by allocation, after NameAll()
 };
 
 }  // namespace vramscope::analysis

@@ -5,6 +5,8 @@
 #include <set>
 #include <tuple>
 
+#include "model/bounding.h"
+
 namespace vramscope::analysis {
 
 void FillRankFigures(const Summary& summary, RankRow& row) {
@@ -163,15 +165,21 @@ RankContrast ContrastBoundingRank(const std::vector<RankRow>& rows, size_t bound
 }
 
 size_t BoundingRank(const std::vector<RankRow>& rows) {
-  size_t best = 0;
-  for (size_t i = 1; i < rows.size(); ++i) {
-    const RankRow& a = rows[i];
-    const RankRow& b = rows[best];
-    if (std::tie(a.peak_reserved, a.peak_allocated) > std::tie(b.peak_reserved, b.peak_allocated)) {
-      best = i;
-    }
+  return model::BoundingIndex(rows, [](const RankRow& r) {
+    return model::RankPeaks{r.peak_reserved, r.peak_allocated};
+  });
+}
+
+RankComparison CompareRanks(const std::vector<RankRow>& rows) {
+  RankComparison c;
+  c.bounding = BoundingRank(rows);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].reported) c.bounding = i;  // the rank whose report is shown, where one is marked
   }
-  return best;
+  c.by_step = AlignRanksByStep(rows);
+  c.by_phase = AlignRanksByPhase(rows);
+  c.contrast = ContrastBoundingRank(rows, c.bounding);
+  return c;
 }
 
 }  // namespace vramscope::analysis

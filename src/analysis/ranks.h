@@ -94,8 +94,7 @@ void FillRankFigures(const Summary& summary, RankRow& row);
 // found and the allocated curve.
 void FillRankPhases(const attribution::Phases& phases, const Timelines& timelines, RankRow& row);
 
-// The index of the rank that bounds the job: the highest reserved peak (ties: allocated, then the
-// lowest rank).
+// The index of the rank that bounds the job (model/bounding.h's rule).
 size_t BoundingRank(const std::vector<RankRow>& rows);
 
 // The ranks aligned by step (the steps the captures mark: `vramscope run` counts them the same
@@ -105,5 +104,17 @@ std::vector<RankStepSpread> AlignRanksByStep(const std::vector<RankRow>& rows);
 std::vector<RankStepSpread> AlignRanksByPhase(const std::vector<RankRow>& rows);
 
 RankContrast ContrastBoundingRank(const std::vector<RankRow>& rows, size_t bounding);
+
+// The ranks compared, once per result (pipeline::Analyzed::ranks_compared): the bounding rank
+// (the one marked reported, else BoundingRank's), the ranks aligned by step and by phase, and the
+// bounding rank's contrast with the others. Every renderer (terminal, JSON, the viewer's data)
+// shows this.
+struct RankComparison {
+  size_t bounding = 0;
+  std::vector<RankStepSpread> by_step;
+  std::vector<RankStepSpread> by_phase;
+  RankContrast contrast;
+};
+RankComparison CompareRanks(const std::vector<RankRow>& rows);
 
 }  // namespace vramscope::analysis

@@ -152,7 +152,7 @@ class RegionsTest : public ::testing::Test {
     auto t = snapshot::LoadSnapshot(*file);
     ASSERT_TRUE(t.ok()) << t.status().message();
     trace_ = std::make_unique<model::Trace>(std::move(*t));
-    analysis_ = Analyze(model::Uninterpreted(*trace_), root_);
+    analysis_ = Analyze(model::Uninterpreted(*trace_), root_).value();
   }
   // The rows of one kind, by name.
   std::map<std::string, Region> Kind(RegionKind kind) const {
@@ -164,7 +164,7 @@ class RegionsTest : public ::testing::Test {
   }
   ProjectRoot root_{"/proj"};
   std::unique_ptr<model::Trace> trace_;
-  std::unique_ptr<Analysis> analysis_;
+  std::unique_ptr<const Analysis> analysis_;
 };
 
 TEST_F(RegionsTest, ThePeakIsTheOneWorkedByHand) {
@@ -317,7 +317,7 @@ TEST(Regions, ManyUnmatchedRangesStayCheap) {
   auto t = snapshot::LoadSnapshot(*file);
   ASSERT_TRUE(t.ok()) << t.status().message();
   const ProjectRoot root("/proj");
-  const auto a = Analyze(model::Uninterpreted(*t), root);
+  const auto a = Analyze(model::Uninterpreted(*t), root).value();
   EXPECT_EQ(a->regions.ranges.size(), 2u * kRanges);
   EXPECT_THAT(a->regions.notes,
               ::testing::Contains(HasSubstr("100000 START(s) without an END (taken to run to the "

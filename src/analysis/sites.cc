@@ -95,6 +95,16 @@ uint32_t SiteNamer::Site(model::StackId stack) {
   return cache_[stack];
 }
 
+uint32_t SiteNamer::Site(model::StackId stack) const {
+  if (stack < cache_.size() && done_[stack]) return cache_[stack];
+  return Compute(stack);
+}
+
+void SiteNamer::NameAll() {
+  for (model::StackId stack = 0; stack < cache_.size(); ++stack) Site(stack);
+  for (model::FrameId frame = 0; frame < trace_.frames.size(); ++frame) RelativePathIndex(frame);
+}
+
 uint32_t SiteNamer::Compute(model::StackId stack) const {
   if (stack == model::kEmptyStack) return kNoSite;
   // Best candidate per preference level (lower is better); innermost wins within a level.

@@ -33,8 +33,13 @@ class SiteNamer {
   SiteNamer(const model::Trace& trace, const ProjectRoot& root);
 
   static constexpr uint32_t kNoSite = UINT32_MAX;
-  // The site frame of `stack`, or kNoSite when the stack is empty.
+  // The site frame of `stack`, or kNoSite when the stack is empty. Computed on first use while the
+  // analysis runs; the const overload reads what NameAll() computed for every stack.
   uint32_t Site(model::StackId stack);
+  uint32_t Site(model::StackId stack) const;
+  // Names every stack's site and every frame's project path, so that the const accessors only
+  // read (Analyze calls it before the namer becomes part of its read-only result).
+  void NameAll();
   // "train.py:57 main" (project-relative) or "transformers/models/llama/modeling_llama.py:183
   // apply_rotary_pos_emb" (last path components) or "at::native::addmm".
   std::string Label(uint32_t site) const;

@@ -14,9 +14,13 @@ int ExitCodeFor(const Status& status) {
     case StatusCode::kOk:
       return kExitOk;
     case StatusCode::kInvalidInput:
+    case StatusCode::kUnsupported:
+    case StatusCode::kLimitExceeded:
       return kExitBadInput;
     case StatusCode::kUsage:
       return kExitUsage;
+    case StatusCode::kInterrupted:
+      return kExitInterrupted;
     case StatusCode::kInternal:
       return kExitInternal;
   }
@@ -24,6 +28,8 @@ int ExitCodeFor(const Status& status) {
 }
 
 int ReportError(const Status& status) {
+  // An interrupted command says nothing more: the user pressed Ctrl-C (or sent SIGTERM).
+  if (status.code() == StatusCode::kInterrupted) return ExitCodeFor(status);
   fmt::print(stderr, "vramscope: error: {}\n", status.message());
   if (status.code() == StatusCode::kInternal) {
     fmt::print(stderr,

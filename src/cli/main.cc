@@ -7,17 +7,17 @@
 
 #include "cli/exit_codes.h"
 #include "cli/explain_command.h"
+#include "cli/interrupt.h"
 #include "cli/predict_command.h"
 #include "cli/report_command.h"
 #include "cli/run_command.h"
 #include "cli/simulate_command.h"
 #include "cli/view_command.h"
-#include "common/atomic_output.h"
 #include "report/report_input.h"
 
 int main(int argc, char** argv) {
   using namespace vramscope;
-  InstallInterruptCleanup();
+  cli::InstallInterruptHandler();
   CLI::App app{
       "vramscope: where the GPU memory of deep-learning training goes.\n"
       "Reads what PyTorch records of GPU memory (memory snapshots, profiler traces, memory "
@@ -31,17 +31,17 @@ int main(int argc, char** argv) {
       "vramscope"};
   app.set_version_flag("--version", std::string("vramscope ") + report::kToolVersion);
   app.require_subcommand(0, 1);
-  cli::ReportOptions report_options;
+  cli::ReportFlags report_options;
   cli::RegisterReportCommand(app, report_options);
-  cli::SimulateOptions simulate_options;
+  cli::SimulateFlags simulate_options;
   cli::RegisterSimulateCommand(app, simulate_options);
-  cli::ViewOptions view_options;
+  cli::ViewFlags view_options;
   cli::RegisterViewCommand(app, view_options);
-  cli::PredictOptions predict_options;
+  cli::PredictFlags predict_options;
   cli::RegisterPredictCommand(app, predict_options);
-  cli::ExplainOptions explain_options;
+  cli::ExplainFlags explain_options;
   cli::RegisterExplainCommand(app, explain_options);
-  cli::RunOptions run_options;
+  cli::RunFlags run_options;
   cli::RegisterRunCommand(app, run_options);
   // The program `vramscope run` starts keeps its own arguments: CLI11 parses only ours.
   const int own_argc = static_cast<int>(cli::SplitRunCommand(argc, argv, app, run_options));

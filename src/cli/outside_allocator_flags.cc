@@ -2,7 +2,7 @@
 
 namespace vramscope::cli {
 
-void AddOutsideAllocatorFlags(CLI::App& cmd, OutsideAllocatorFlags& flags,
+void AddOutsideAllocatorFlags(CLI::App& cmd, pipeline::OutsideOverrides& flags,
                               const std::string& nccl_default) {
   const auto mib = CLI::Range(uint64_t{0}, uint64_t{1} << 20);
   cmd.add_option("--cuda-context", flags.cuda_context_mib,
@@ -17,12 +17,6 @@ void AddOutsideAllocatorFlags(CLI::App& cmd, OutsideAllocatorFlags& flags,
   cmd.add_option("--nccl-memory", flags.nccl_memory_mib,
                  "MiB NCCL's buffers take (default: " + nccl_default + ")")
       ->check(mib);
-}
-
-void ApplyOutsideAllocatorFlags(const OutsideAllocatorFlags& flags, device::OutsideSetup& setup) {
-  if (flags.cuda_context_mib) setup.context_bytes = *flags.cuda_context_mib << 20;
-  if (flags.library_memory_mib) setup.library_bytes = *flags.library_memory_mib << 20;
-  if (flags.nccl_memory_mib) setup.nccl_bytes = *flags.nccl_memory_mib << 20;
 }
 
 }  // namespace vramscope::cli

@@ -6,7 +6,7 @@
 
 namespace vramscope::cli {
 
-void RegisterReportCommand(CLI::App& app, ReportOptions& o) {
+void RegisterReportCommand(CLI::App& app, ReportFlags& o) {
   CLI::App* cmd = app.add_subcommand(
       "report",
       "Read a recording of GPU memory (a PyTorch memory snapshot, a profiler trace with memory "
@@ -19,7 +19,7 @@ void RegisterReportCommand(CLI::App& app, ReportOptions& o) {
                   "timeline or a .vstrace native trace (each plain or gzipped), or a capture "
                   "folder; omit it to use the built-in example (a snapshot recorded on an NVIDIA "
                   "H200: a 2-layer MLP trained with Adam for 3 steps)");
-  cmd->add_option("-o,--output", o.out.output,
+  cmd->add_option("-o,--output", o.out.files.output,
                   "report database to write (default: the input's name with .sqlite, in the "
                   "current directory; report.sqlite inside a capture folder; "
                   "vramscope-example.sqlite for the built-in example; a default-named report "
@@ -33,7 +33,7 @@ void RegisterReportCommand(CLI::App& app, ReportOptions& o) {
   AddReportOutputFlags(*cmd, o.out, /*with_summary_only=*/true, /*with_timings=*/true);
 }
 
-int RunReportCommand(const ReportOptions& options) {
+int RunReportCommand(const ReportFlags& options) {
   return RunAndReport(options.input, [&] {
     return ReportOnInput(pipeline::ClassifyInput(options.input), options.project_root,
                          options.limits, options.out);

@@ -11,14 +11,14 @@
 
 namespace vramscope::cli {
 
-struct ReportOptions {
+struct ReportFlags {
   std::string input;             // empty: the built-in example
   std::string project_root;      // empty: the current directory
   pipeline::InputLimits limits;  // --max-inflate-ratio
-  ReportOutputOptions out;
+  ReportOutputFlags out;
 };
 
-void RegisterReportCommand(CLI::App& app, ReportOptions& options);
-int RunReportCommand(const ReportOptions& options);
+void RegisterReportCommand(CLI::App& app, ReportFlags& flags);
+int RunReportCommand(const ReportFlags& flags);
 
 }  // namespace vramscope::cli

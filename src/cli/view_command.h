@@ -11,7 +11,7 @@
 
 namespace vramscope::cli {
 
-struct ViewOptions {
+struct ViewFlags {
   std::string input;    // report database or any input of `report`; empty: the built-in example
   std::string compare;  // a second one, shown side by side; empty: none
   std::string output;   // empty: derived from the input's name
@@ -22,7 +22,7 @@ struct ViewOptions {
   pipeline::InputLimits limits;  // --max-inflate-ratio
 };
 
-void RegisterViewCommand(CLI::App& app, ViewOptions& options);
-int RunViewCommand(const ViewOptions& options);
+void RegisterViewCommand(CLI::App& app, ViewFlags& flags);
+int RunViewCommand(const ViewFlags& flags);
 
 }  // namespace vramscope::cli

@@ -6,41 +6,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
-#include <atomic>
+#include <algorithm>
 #include <cerrno>
-#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
 namespace vramscope {
 
 namespace {
-
-// Temporary paths alive right now, for the signal handler. Fixed-size and lock-free: a handler
-// may only touch async-signal-safe state.
-constexpr size_t kMaxPending = 16;
-std::array<std::atomic<const char*>, kMaxPending> g_pending{};
-
-void Register(const std::string& path) {
-  for (auto& slot : g_pending) {
-    const char* expected = nullptr;
-    if (slot.compare_exchange_strong(expected, path.c_str())) return;
-  }
-}
-void Unregister(const std::string& path) {
-  for (auto& slot : g_pending) {
-    const char* expected = path.c_str();
-    if (slot.compare_exchange_strong(expected, nullptr)) return;
-  }
-}
-
-extern "C" void OnInterrupt(int) {
-  for (auto& slot : g_pending) {
-    if (const char* p = slot.load()) unlink(p);
-  }
-  _exit(130);
-}
 
 std::string DirName(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -55,11 +29,6 @@ std::string BaseName(const std::string& path) {
 }
 
 }  // namespace
-
-void InstallInterruptCleanup() {
-  std::signal(SIGINT, OnInterrupt);
-  std::signal(SIGTERM, OnInterrupt);
-}
 
 Result<AtomicOutput> AtomicOutput::Prepare(const std::string& target, bool overwrite) {
   if (target.empty()) return UsageError("the output path is empty");
@@ -88,27 +57,46 @@ Result<AtomicOutput> AtomicOutput::Prepare(const std::string& target, bool overw
 }
 
 AtomicOutput::AtomicOutput(std::string target, std::string temp, bool overwrite)
-    : target_(std::move(target)), temp_(std::move(temp)), overwrite_(overwrite) {
-  Register(temp_);
-}
+    : target_(std::move(target)), temp_(std::move(temp)), overwrite_(overwrite) {}
 
 AtomicOutput::AtomicOutput(AtomicOutput&& other) noexcept
     : target_(std::move(other.target_)),
       temp_(),
       overwrite_(other.overwrite_),
       committed_(other.committed_) {
-  Unregister(other.temp_);
   temp_ = std::move(other.temp_);
   other.temp_.clear();
   other.committed_ = true;
-  if (!committed_) Register(temp_);
 }
 
 AtomicOutput::~AtomicOutput() {
-  if (!committed_ && !temp_.empty()) {
-    unlink(temp_.c_str());
-    Unregister(temp_);
+  if (!committed_ && !temp_.empty()) unlink(temp_.c_str());
+}
+
+Status AtomicOutput::WriteAll(std::string_view bytes, const Control& control) {
+  std::FILE* f = std::fopen(temp_.c_str(), "wb");
+  if (f == nullptr) {
+    return InvalidInput(
+        fmt::format("{}: cannot write {}: {}", target_, temp_, std::strerror(errno)));
   }
+  size_t done = 0;
+  Status status;
+  while (done < bytes.size()) {
+    if (status = control.CheckCancelled("writing the output"); !status.ok()) break;
+    const size_t n = std::min(kWriteChunk, bytes.size() - done);
+    if (std::fwrite(bytes.data() + done, 1, n, f) != n) {
+      status =
+          InvalidInput(fmt::format("{}: writing it failed: {}", target_, std::strerror(errno)));
+      break;
+    }
+    done += n;
+    control.Update(done, bytes.size());
+  }
+  if (std::fclose(f) != 0 && status.ok()) {
+    status = InvalidInput(fmt::format("{}: writing it failed: {}", target_, std::strerror(errno)));
+  }
+  if (status.ok()) status = control.CheckCancelled("writing the output");
+  return status;
 }
 
 Status AtomicOutput::Commit() {
@@ -136,7 +124,6 @@ Status AtomicOutput::Commit() {
                                     std::strerror(err)));
   }
   committed_ = true;
-  Unregister(temp_);
   return Status::Ok();
 }
 

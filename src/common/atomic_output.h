@@ -1,11 +1,16 @@
 // Writes an output file so that a failed or interrupted run leaves nothing half-written: the
 // content goes to a hidden temporary file beside the target, which is renamed into place only
-// by Commit(). Without `overwrite`, an existing target is never replaced (checked up front and
-// again at the rename, which refuses to replace a file that appeared in between).
+// by Commit(). An interrupted run (its Control's token set) unwinds, and the destructor removes
+// the temporary file; nothing here installs a signal handler. Without `overwrite`, an existing
+// target is never replaced (checked up front and again at the rename, which refuses to replace a
+// file that appeared in between).
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 
+#include "common/progress.h"
 #include "common/status.h"
 
 namespace vramscope {
@@ -23,7 +28,13 @@ class AtomicOutput {
 
   const std::string& temp_path() const { return temp_; }
   const std::string& target() const { return target_; }
+  // Writes `bytes` to the temporary file in chunks of kWriteChunk, counting them on
+  // control.progress and stopping with Interrupted, the temporary file left for the destructor,
+  // as soon as control.cancel is set. Writers with their own I/O (SQLite) use temp_path().
+  Status WriteAll(std::string_view bytes, const Control& control = {});
   Status Commit();
+
+  static constexpr size_t kWriteChunk = size_t{1} << 20;
 
  private:
   AtomicOutput(std::string target, std::string temp, bool overwrite);
@@ -33,8 +44,5 @@ class AtomicOutput {
   bool overwrite_ = false;
   bool committed_ = false;
 };
-
-// Removes every uncommitted temporary file and exits with 130; installed for SIGINT/SIGTERM.
-void InstallInterruptCleanup();
 
 }  // namespace vramscope

@@ -69,7 +69,7 @@ Result<std::string> Gunzip(std::span<const uint8_t> compressed, const std::strin
   std::string out;
   RETURN_IF_ERROR(GunzipChunks(compressed, what, [&](std::string_view chunk) -> Status {
     if (out.size() + chunk.size() > max_bytes) {
-      return InvalidInput(
+      return LimitExceeded(
           fmt::format("{}: inflates to more than {} bytes; refusing it", what, max_bytes));
     }
     out.append(chunk);

@@ -1,58 +1,72 @@
-// One progress line on stderr for the stages of a verb that can take more than a moment (read,
-// replay, attribute, analyse, write, build the page). The contract:
-// - shown only when `enabled` (-q turns it off) and stderr is a terminal, so scripts and pipes see
-//   nothing of it;
-// - the line appears once the stages have run half a second together (VRAMSCOPE_PROGRESS_DELAY_MS
-//   overrides, for tests), as one line updated in place: its label, its fraction when the stage can
-//   count its work (Update), and how long it has run; a ticker thread redraws it, so a stage that
-//   cannot count still shows it is alive;
-// - Finish() erases the line before the verb prints its results (and the destructor does).
-// Thread-safe: workers of one stage may call Update concurrently.
+// How a long request reports where it is, and how its caller stops it. Every pipeline request
+// carries a Control: the library names its stages and counts its work on `progress`, and polls
+// `cancel` between units of work (a parse chunk, a stage, a batch of rows, a simulation), returning
+// Interrupted when it is set. Neither may be set: a library call alone shows nothing and runs to
+// its end. The library never installs a signal handler or exits: the CLI's handler sets the token
+// (src/cli/interrupt.h); the Python binding sets it on KeyboardInterrupt.
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
-#include <thread>
+
+#include "common/status.h"
 
 namespace vramscope {
 
+// Where a request is. Implementations: the CLI's progress line on a terminal
+// (cli/terminal_progress.h), a callback for Python and tests. Thread-safe: workers of one stage
+// may call Update concurrently.
 class Progress {
  public:
   enum class Unit { kBytes, kItems };
 
-  explicit Progress(bool enabled);
-  ~Progress();
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
-
-  // A stage begins (the previous one, if any, ends): the line names it.
-  void Stage(std::string label);
+  virtual ~Progress() = default;
+  // A stage begins (the previous one, if any, ends).
+  virtual void Stage(std::string label) = 0;
   // How far the current stage is: `done` of `total` bytes or items.
-  void Update(uint64_t done, uint64_t total, Unit unit = Unit::kBytes);
-  // The stages are over for now: erases the line. A later Stage() shows it again.
-  void Finish();
+  virtual void Update(uint64_t done, uint64_t total, Unit unit = Unit::kBytes) = 0;
+  // The stages are over for now; a later Stage() starts again.
+  virtual void Finish() = 0;
+  // A line worth telling whoever watches, terminal or not ("tracing rank 3 of 8 ...", "replacing
+  // the captures of an earlier run ..."); the CLI prints it on stderr unless -q or --json.
+  virtual void Note(const std::string& line) = 0;
+};
+
+// Set once, from any thread or a signal handler; read by the request between units of work.
+class CancelToken {
+ public:
+  void Cancel() noexcept { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
 
  private:
-  void Tick();         // the ticker thread's loop
-  void DrawLocked();   // with mutex_ held
-  void EraseLocked();  // with mutex_ held
+  std::atomic<bool> cancelled_{false};
+};
+// Cancel() is called from signal handlers: the flag must be lock-free.
+static_assert(std::atomic<bool>::is_always_lock_free);
 
-  const bool enabled_;
-  std::chrono::milliseconds delay_{500};
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::thread ticker_;
-  bool stopping_ = false;
-  std::string label_;                                 // empty: no stage running
-  std::chrono::steady_clock::time_point line_start_;  // the first stage since Finish()
-  std::chrono::steady_clock::time_point stage_start_;
-  uint64_t done_ = 0, total_ = 0;
-  Unit unit_ = Unit::kBytes;
-  bool counted_ = false;  // Update() was called in this stage
-  bool shown_ = false;    // the line is on the terminal
+struct Control {
+  Progress* progress = nullptr;         // null: no progress reported
+  const CancelToken* cancel = nullptr;  // null: not cancellable
+
+  void Stage(std::string label) const {
+    if (progress != nullptr) progress->Stage(std::move(label));
+  }
+  void Update(uint64_t done, uint64_t total, Progress::Unit unit = Progress::Unit::kBytes) const {
+    if (progress != nullptr) progress->Update(done, total, unit);
+  }
+  void Finish() const {
+    if (progress != nullptr) progress->Finish();
+  }
+  void Note(const std::string& line) const {
+    if (progress != nullptr) progress->Note(line);
+  }
+  bool cancelled() const { return cancel != nullptr && cancel->cancelled(); }
+  // Ok, or Interrupted naming what was under way.
+  Status CheckCancelled(const char* what = "the request") const {
+    if (!cancelled()) return Status::Ok();
+    return Interrupted(std::string("interrupted: ") + what + " was cancelled");
+  }
 };
 
 // Null-safe helpers for stages whose caller may have no progress line.

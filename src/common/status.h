@@ -13,9 +13,18 @@
 
 namespace vramscope {
 
-// Maps onto the CLI's exit codes (see src/cli/exit_codes.h): kInvalidInput -> 1, kUsage -> 2,
-// kInternal -> 3.
-enum class StatusCode { kOk = 0, kInvalidInput, kUsage, kInternal };
+// The outcomes of a request, as a caller (the CLI, Python, a test) tells them apart. The CLI maps
+// them onto exit statuses in one place (src/cli/exit_codes.cc): the three input outcomes -> 1,
+// kUsage -> 2, kInternal -> 3, kInterrupted -> 130.
+enum class StatusCode {
+  kOk = 0,
+  kInvalidInput,   // unreadable: the input (a file, a message, a setting's value) is malformed
+  kUnsupported,    // readable, but not something vramscope reads or models
+  kLimitExceeded,  // refused by a limit of the resource contract (docs/design/resource-contract.md)
+  kUsage,          // the request itself is inconsistent (flags, options)
+  kInterrupted,    // the caller's cancellation token was set
+  kInternal,       // a bug in vramscope
+};
 
 class Status {
  public:
@@ -29,8 +38,17 @@ class Status {
   // Prefixes the message with where it happened ("file.pickle: ").
   Status WithPrefix(const std::string& prefix) const { return Status(code_, prefix + message_); }
 
+  // Whatever the input did wrong: unreadable, unsupported or over a limit.
+  bool IsInputError() const {
+    return code_ == StatusCode::kInvalidInput || code_ == StatusCode::kUnsupported ||
+           code_ == StatusCode::kLimitExceeded;
+  }
+
   friend Status InvalidInput(std::string message);
+  friend Status Unsupported(std::string message);
+  friend Status LimitExceeded(std::string message);
   friend Status UsageError(std::string message);
+  friend Status Interrupted(std::string message);
   friend Status InternalError(std::string message);
 
  private:
@@ -43,8 +61,17 @@ class Status {
 inline Status InvalidInput(std::string message) {
   return Status(StatusCode::kInvalidInput, std::move(message));
 }
+inline Status Unsupported(std::string message) {
+  return Status(StatusCode::kUnsupported, std::move(message));
+}
+inline Status LimitExceeded(std::string message) {
+  return Status(StatusCode::kLimitExceeded, std::move(message));
+}
 inline Status UsageError(std::string message) {
   return Status(StatusCode::kUsage, std::move(message));
+}
+inline Status Interrupted(std::string message) {
+  return Status(StatusCode::kInterrupted, std::move(message));
 }
 inline Status InternalError(std::string message) {
   return Status(StatusCode::kInternal, std::move(message));

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <system_error>
 
@@ -19,6 +21,22 @@ TempDir::TempDir(const std::string& prefix) {
 TempDir::~TempDir() {
   std::error_code ec;
   if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+TempFile::TempFile(const std::string& prefix, const std::string& suffix) {
+  std::error_code ec;
+  const auto base = std::filesystem::temp_directory_path(ec);
+  if (ec) return;
+  std::string pattern = (base / (prefix + "XXXXXX" + suffix)).string();
+  const int fd = mkstemps(pattern.data(), static_cast<int>(suffix.size()));
+  if (fd >= 0) {
+    close(fd);
+    path_ = pattern;
+  }
+}
+
+TempFile::~TempFile() {
+  if (!path_.empty()) std::remove(path_.c_str());
 }
 
 Status WriteWholeFile(const std::filesystem::path& path, std::span<const uint8_t> data) {

@@ -25,6 +25,20 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// A private temporary file, <system temp>/<prefix>XXXXXX<suffix>, removed with its scope.
+// path() is empty when it could not be made.
+class TempFile {
+ public:
+  TempFile(const std::string& prefix, const std::string& suffix);
+  ~TempFile();
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // Writes `data` to `path` (replacing it); a failure names the file.
 Status WriteWholeFile(const std::filesystem::path& path, std::span<const uint8_t> data);
 

@@ -62,6 +62,27 @@ OutsideMemory EstimateOutsideAllocator(const OutsideSetup& setup);
 // The set-up of a known GPU (its vendor and architecture), the rest at its defaults.
 OutsideSetup SetupFor(const GpuSpec& gpu);
 
+// The user's overrides of the model's figures, in MiB (--cuda-context, --library-memory,
+// --nccl-memory; the same keywords in Python).
+struct OutsideOverrides {
+  std::optional<uint64_t> cuda_context_mib;
+  std::optional<uint64_t> library_memory_mib;
+  std::optional<uint64_t> nccl_memory_mib;
+
+  void ApplyTo(OutsideSetup& setup) const {
+    if (cuda_context_mib) setup.context_bytes = *cuda_context_mib << 20;
+    if (library_memory_mib) setup.library_bytes = *library_memory_mib << 20;
+    if (nccl_memory_mib) setup.nccl_bytes = *nccl_memory_mib << 20;
+  }
+};
+
+// The memory left to PyTorch's allocator on a GPU of `total` bytes when `outside` bytes are held
+// outside it (the CUDA context, libraries, NCCL): the one rule every verb uses (`predict`'s
+// capacity, a layout's per-rank budget, `simulate --gpu`). 0 when nothing is left.
+inline uint64_t LeftToAllocator(uint64_t total, uint64_t outside) {
+  return total > outside ? total - outside : 0;
+}
+
 // The granularity of the driver's allocations (cudaMalloc, cuMemCreate): 2 MiB pages. A request
 // outside the caching allocator costs its size rounded up to this.
 inline constexpr uint64_t kDriverPage = 2ull << 20;

@@ -146,4 +146,11 @@ struct ParallelPrediction {
   size_t bounding = 0;  // the role with the most bytes per rank
 };
 
+// What the roles are compared with: the memory the allocator may have on each rank (0: none
+// given), and the GPU named.
+struct ParallelCapacity {
+  uint64_t allocator_bytes = 0;
+  std::string gpu;
+};
+
 }  // namespace vramscope::model

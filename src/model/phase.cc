@@ -1,32 +1,17 @@
 #include "model/phase.h"
 
+#include "model/vocabulary.h"
+
 namespace vramscope::model {
 
 const char* PhaseName(Phase phase) {
-  switch (phase) {
-    case Phase::kUnknown:
-      return "unknown";
-    case Phase::kSetup:
-      return "setup";
-    case Phase::kBeforeForward:
-      return "before_forward";
-    case Phase::kForward:
-      return "forward";
-    case Phase::kBackward:
-      return "backward";
-    case Phase::kOptimizer:
-      return "optimizer";
-  }
-  return "unknown";
+  // The report's spelling (model/vocabulary.h); every phase has one.
+  return PhaseNameFor(PhaseProducer::kReport, phase).data();
 }
 
 std::optional<Phase> ParsePhase(std::string_view name) {
-  for (int i = 0; i < kPhaseCount; ++i) {
-    const auto phase = static_cast<Phase>(i);
-    if (name == PhaseName(phase)) return phase;
-  }
-  if (name == "between") return Phase::kBeforeForward;
-  return std::nullopt;
+  if (auto phase = PhaseSpelledBy(PhaseProducer::kReport, name)) return phase;
+  return PhaseSpelledBy(PhaseProducer::kCapture, name);
 }
 
 }  // namespace vramscope::model

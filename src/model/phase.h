@@ -20,9 +20,9 @@ enum class Phase : uint8_t {
 inline constexpr int kPhaseCount = 6;
 
 // "unknown", "setup", "before_forward", "forward", "backward", "optimizer": stable, used in JSON
-// and in the report database.
+// and in the report database (model/vocabulary.h holds them, with every producer's spellings).
 const char* PhaseName(Phase phase);
-// The inverse of PhaseName; also accepts "between" (a capture's name for kBeforeForward).
+// The inverse of PhaseName; also accepts the capture bootstrap's spellings ("between").
 std::optional<Phase> ParsePhase(std::string_view name);
 
 }  // namespace vramscope::model

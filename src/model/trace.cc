@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "model/vocabulary.h"
+
 namespace vramscope::model {
 
 namespace {
@@ -53,7 +55,12 @@ const char* BlockStateName(BlockState state) {
   return "?";
 }
 
-const char* PoolName(Pool pool) { return pool == Pool::kSmall ? "small" : "large"; }
+const char* PoolName(Pool pool) {
+  for (const PoolSpelling& p : kPoolSpellings) {
+    if (p.pool == pool) return p.name.data();
+  }
+  return "large";
+}
 
 void Events::Reserve(size_t n) {
   action.reserve(n);

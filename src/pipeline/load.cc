@@ -27,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // One file of any format, by content.
-Result<Loaded> ReadFile(const Input& input, const std::string& path, const LoadOptions& options) {
+Result<Loaded> ReadFile(const Input& input, const std::string& path, const LoadRequest& request) {
   std::unique_ptr<MappedFile> file;
   if (input.kind == InputKind::kBuiltInExample) {
     file = MappedFile::FromBytes(kBuiltInExampleName, BuiltInExampleSnapshot());
@@ -36,14 +36,17 @@ Result<Loaded> ReadFile(const Input& input, const std::string& path, const LoadO
   }
   Loaded out;
   out.input = input;
-  ProgressStage(options.progress, fmt::format("reading {}", file->path()));
+  request.control.Stage(fmt::format("reading {}", file->path()));
+  RETURN_IF_ERROR(request.control.CheckCancelled("reading the input"));
   sources::SourceOptions source_options;
-  if (Progress* progress = options.progress) {
-    source_options.progress = [progress](uint64_t done, uint64_t total) {
-      progress->Update(done, total);
+  const Control& control = request.control;
+  if (control.progress != nullptr || control.cancel != nullptr) {
+    source_options.progress = [&control](uint64_t done, uint64_t total) {
+      control.Update(done, total);
+      return !control.cancelled();
     };
   }
-  source_options.limits = options.limits;
+  source_options.limits = request.limits;
   ASSIGN_OR_RETURN(out.trace, sources::LoadTrace(*file, source_options, &out.timings));
   out.trace.source.built_in_example = input.kind == InputKind::kBuiltInExample;
   return out;
@@ -52,7 +55,7 @@ Result<Loaded> ReadFile(const Input& input, const std::string& path, const LoadO
 // The allocator model over the loaded trace: the replay against the recording (whose block sizes
 // interpretation adopts), or the model's own run where nothing was recorded to compare with. A
 // trace it cannot replay is an error only with require_replay; else the notes say why.
-Status Replay(Loaded& loaded, const LoadOptions& options) {
+Status Replay(Loaded& loaded, const LoadRequest& options) {
   const model::Trace& trace = loaded.trace;
   if (!trace.facts.has_trace) {
     if (!options.require_replay) return Status::Ok();
@@ -61,9 +64,9 @@ Status Replay(Loaded& loaded, const LoadOptions& options) {
         "with torch.cuda.memory._record_memory_history() before the step you want to see",
         loaded.input.Name()));
   }
-  ProgressStage(options.progress,
-                fmt::format("replaying {} events through the allocator model",
-                            FormatCount(static_cast<int64_t>(trace.events.count()))));
+  options.control.Stage(fmt::format("replaying {} events through the allocator model",
+                                    FormatCount(static_cast<int64_t>(trace.events.count()))));
+  RETURN_IF_ERROR(options.control.CheckCancelled("reading the input"));
   const auto start = std::chrono::steady_clock::now();
   Result<analysis::Simulations> replayed = analysis::ReplayRecording(trace, options.recorded_conf);
   loaded.replay_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -89,7 +92,7 @@ Status InterpretSidecar(const fs::path& sidecar_path, Loaded& loaded) {
 // One process's capture: its snapshot (else its native trace) with the sidecar's phases, names
 // and notes.
 Result<Loaded> LoadCapture(const Input& folder, const sources::Capture& capture,
-                           const LoadOptions& options,
+                           const LoadRequest& options,
                            std::optional<sources::CaptureSidecar>* sidecar_out) {
   const fs::path& file = capture.snapshot.empty() ? capture.native : capture.snapshot;
   ASSIGN_OR_RETURN(Loaded loaded, ReadFile(folder, file.string(), options));
@@ -112,18 +115,20 @@ Result<Loaded> LoadCapture(const Input& folder, const sources::Capture& capture,
 
 // The figures of a rank's row that its own report gives: peaks, steps, phases, what is live at
 // its peak.
-void FillRankRow(const Loaded& loaded, const LoadOptions& options, analysis::RankRow& row) {
-  const analysis::ProjectRoot root(options.project_root);
-  const std::unique_ptr<analysis::Analysis> analysis = analysis::Analyze(loaded.view(), root);
+Status FillRankRow(const Loaded& loaded, const std::string& project_root, analysis::RankRow& row) {
+  const analysis::ProjectRoot root(project_root);
+  ASSIGN_OR_RETURN(const std::unique_ptr<const analysis::Analysis> analysis,
+                   analysis::Analyze(loaded.view(), root));
   analysis::FillRankFigures(analysis->summary, row);
   analysis::FillRankPhases(analysis->attribution.phases, analysis->timelines, row);
+  return Status::Ok();
 }
 
 // The row of one rank: the figures its own report gives, and what its sidecar says.
 Result<analysis::RankRow> RankRowOf(const Input& folder, const sources::Capture& capture,
-                                    const LoadOptions& options) {
-  LoadOptions quiet = options;
-  quiet.progress = nullptr;  // the folder's stage counts the ranks
+                                    const LoadRequest& options) {
+  LoadRequest quiet = options;
+  quiet.control.progress = nullptr;  // the folder's stage counts the ranks
   std::optional<sources::CaptureSidecar> sidecar;
   ASSIGN_OR_RETURN(const Loaded loaded, LoadCapture(folder, capture, quiet, &sidecar));
   analysis::RankRow row;
@@ -132,7 +137,7 @@ Result<analysis::RankRow> RankRowOf(const Input& folder, const sources::Capture&
   row.file = fs::path(capture.snapshot.empty() ? capture.native : capture.snapshot)
                  .lexically_relative(folder.path)
                  .string();
-  FillRankRow(loaded, options, row);
+  RETURN_IF_ERROR(FillRankRow(loaded, options.project_root, row));
   if (sidecar) {
     row.local_rank = sidecar->local_rank;
     row.host = sidecar->hostname;
@@ -150,7 +155,7 @@ constexpr size_t kRankReadJobs = 8;
 
 // The captures `vramscope run` wrote. One process: its capture. Several (ranks): a row each,
 // and the capture of the rank that bounds the job.
-Result<Loaded> LoadCaptureFolder(const Input& input, const LoadOptions& options) {
+Result<Loaded> LoadCaptureFolder(const Input& input, const LoadRequest& options) {
   const fs::path dir(input.path);
   ASSIGN_OR_RETURN(const std::vector<sources::Capture> captures, sources::FindCaptures(dir));
   if (captures.size() == 1) return LoadCapture(input, captures.front(), options, nullptr);
@@ -162,14 +167,12 @@ Result<Loaded> LoadCaptureFolder(const Input& input, const LoadOptions& options)
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::atomic<size_t> done{0};
-  ProgressStage(options.progress, fmt::format("reading {} ranks", captures.size()));
+  options.control.Stage(fmt::format("reading {} ranks", captures.size()));
   auto work = [&] {
     for (size_t i = next++; i < captures.size() && !failed; i = next++) {
       results[i] = RankRowOf(input, captures[i], options);
       if (!results[i]->ok()) failed = true;
-      if (options.progress != nullptr) {
-        options.progress->Update(++done, captures.size(), Progress::Unit::kItems);
-      }
+      options.control.Update(++done, captures.size(), Progress::Unit::kItems);
     }
   };
   std::vector<std::thread> workers;
@@ -197,36 +200,41 @@ Result<Loaded> LoadCaptureFolder(const Input& input, const LoadOptions& options)
 
 }  // namespace
 
-Result<Loaded> Load(const Input& input, const LoadOptions& options) {
-  if (input.kind == InputKind::kCaptureFolder) return LoadCaptureFolder(input, options);
-  ASSIGN_OR_RETURN(Loaded loaded, ReadFile(input, input.path, options));
+Result<Loaded> Load(const LoadRequest& request) {
+  const Input& input = request.input;
+  if (input.kind == InputKind::kCaptureFolder) return LoadCaptureFolder(input, request);
+  ASSIGN_OR_RETURN(Loaded loaded, ReadFile(input, input.path, request));
   // A snapshot `vramscope run` wrote: its sidecar beside it gives phases and names.
   if (input.kind == InputKind::kFile) {
     if (const fs::path sidecar = sources::SidecarBeside(input.path); !sidecar.empty()) {
       RETURN_IF_ERROR(InterpretSidecar(sidecar, loaded));
     }
   }
-  RETURN_IF_ERROR(Replay(loaded, options));
+  RETURN_IF_ERROR(Replay(loaded, request));
+  RETURN_IF_ERROR(request.control.CheckCancelled("reading the input"));
   return loaded;
 }
 
-Result<Loaded> FromTrace(model::Trace trace, const LoadOptions& options) {
+Result<Loaded> FromTrace(model::Trace trace, FromTraceRequest request) {
   Loaded loaded;
   loaded.input = {InputKind::kFile, trace.source.path};
   loaded.trace = std::move(trace);
-  RETURN_IF_ERROR(Replay(loaded, options));
+  LoadRequest replay;
+  replay.project_root = request.project_root;
+  replay.control = request.control;
+  RETURN_IF_ERROR(Replay(loaded, replay));
+  loaded.ranks = std::move(request.ranks);
+  for (std::string& note : request.notes) loaded.interpretation.notes.push_back(std::move(note));
   return loaded;
 }
 
 Result<analysis::RankRow> RankRowOfTrace(model::Trace trace, std::string label, int64_t rank,
-                                         const LoadOptions& options) {
-  LoadOptions quiet = options;
-  quiet.progress = nullptr;
-  ASSIGN_OR_RETURN(const Loaded loaded, FromTrace(std::move(trace), quiet));
+                                         const std::string& project_root) {
+  ASSIGN_OR_RETURN(const Loaded loaded, FromTrace(std::move(trace), {project_root}));
   analysis::RankRow row;
   row.label = std::move(label);
   row.rank = rank;
-  FillRankRow(loaded, options, row);
+  RETURN_IF_ERROR(FillRankRow(loaded, project_root, row));
   return row;
 }
 

@@ -2,8 +2,9 @@
 // (picked by content), a snapshot with the capture sidecar beside it, a folder of captures, the
 // built-in example, or a trace the predictor made — into an immutable model::Trace, and puts what
 // interpretation adds beside it (model::Interpretation): the sidecar's phases and tensor names,
-// and the block sizes the allocator model's replay against the recording establishes. Nothing
-// rewrites the Trace after this.
+// and the block sizes the allocator model's replay against the recording establishes. A Loaded is
+// complete when Load (or FromTrace) returns it: nothing rewrites it afterwards, and Analyze takes
+// it by value.
 #pragma once
 
 #include <optional>
@@ -22,9 +23,11 @@
 
 namespace vramscope::pipeline {
 
-struct LoadOptions {
-  // The verb's progress line: reading and replaying are stages on it. Null: none.
-  Progress* progress = nullptr;
+struct LoadRequest {
+  Input input;
+  // Reading and replaying are stages on control.progress; control.cancel stops the parse between
+  // chunks and the request between stages.
+  Control control;
   // The PYTORCH_CUDA_ALLOC_CONF the recorded run used, for snapshots that do not record their
   // settings (before torch 2.3); it decides the replay, hence the block sizes the report adopts.
   std::optional<std::string> recorded_conf;
@@ -42,8 +45,8 @@ struct Loaded {
   model::Interpretation interpretation;
   // The allocator model's runs: runs[0] of each device is the replay, against the recording when
   // the source holds the allocator's state (a snapshot), else the model's own run over the
-  // recorded requests (profiler traces, memory timelines). Analyze adds what-if runs. nullopt
-  // when there was nothing to replay.
+  // recorded requests (profiler traces, memory timelines). nullopt when there was nothing to
+  // replay.
   std::optional<analysis::Simulations> simulations;
   // A capture folder with several processes: one row each, in rank order; `trace` is the one
   // that bounds the job (the highest reserved peak). Empty otherwise.
@@ -54,16 +57,24 @@ struct Loaded {
   model::TraceView view() const { return {trace, interpretation}; }
 };
 
-// Reads `input`. Errors are one line naming the file (or folder) and what to do.
-Result<Loaded> Load(const Input& input, const LoadOptions& options);
+// Reads request.input. Errors are one line naming the file (or folder) and what to do.
+Result<Loaded> Load(const LoadRequest& request);
 
 // A trace made elsewhere — by the predictor (`vramscope predict`), or by a test or fuzz target from
-// bytes — interpreted like any input read from a file.
-Result<Loaded> FromTrace(model::Trace trace, const LoadOptions& options);
+// bytes — interpreted like any input read from a file, with what its maker knows beside it.
+struct FromTraceRequest {
+  std::string project_root;  // absolute
+  Control control;
+  // `predict --all-ranks`: every traced rank's row, the one this trace is of marked reported.
+  std::vector<analysis::RankRow> ranks;
+  // Said among the report's notes (which rank this is, ...).
+  std::vector<std::string> notes;
+};
+Result<Loaded> FromTrace(model::Trace trace, FromTraceRequest request);
 
 // The per-rank row (analysis/ranks.h) of one rank's trace made elsewhere (`vramscope predict
 // --all-ranks`: each rank traced in turn): the figures its own report would give.
 Result<analysis::RankRow> RankRowOfTrace(model::Trace trace, std::string label, int64_t rank,
-                                         const LoadOptions& options);
+                                         const std::string& project_root);
 
 }  // namespace vramscope::pipeline

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/units.h"
+#include "model/bounding.h"
 #include "predict/parallel_terms.h"
 
 namespace vramscope::predict {
@@ -324,9 +325,11 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
       r.name = fmt::format("{} stages", r.stages.size());
     }
   }
-  for (size_t i = 1; i < out.roles.size(); ++i) {
-    if (out.roles[i].total_bytes > out.roles[out.bounding].total_bytes) out.bounding = i;
-  }
+  // Before the allocator places them, a role's estimate stands for both of its peaks.
+  out.bounding = model::BoundingIndex(out.roles, [](const RankRole& r) {
+    const auto total = static_cast<int64_t>(r.total_bytes);
+    return model::RankPeaks{total, total};
+  });
   out.assumptions.push_back(
       m.family == Family::kGpt2
           ? "activations by Korthikanti et al.'s per-layer formulas (16-bit; doubled in fp32), "

@@ -85,17 +85,16 @@ Result<LoadedModel> LoadModel(const std::string& model) {
 Result<allocator::AllocatorSettings> SettingsFor(const PredictRequest& request) {
   ASSIGN_OR_RETURN(allocator::AllocatorSettings settings,
                    allocator::ParseAllocConf(request.alloc_conf));
-  const uint64_t total =
-      request.capacity ? request.capacity : (request.gpu ? request.gpu->total_memory : 0);
+  const uint64_t total = request.TotalMemory();
   if (total > 0) {
-    if (total <= request.context_bytes) {
+    if (request.AllocatorCapacity() == 0) {
       return UsageError(fmt::format(
           "the GPU's {} (--gpu/--capacity/--fit) leave nothing for the allocator after the "
           "CUDA context's {} (--cuda-context): give a larger capacity or a smaller --cuda-context",
           FormatBytes(static_cast<int64_t>(total)),
           FormatBytes(static_cast<int64_t>(request.context_bytes))));
     }
-    settings.capacity = total - request.context_bytes;
+    settings.capacity = request.AllocatorCapacity();
     settings.total_memory = total;
   }
   return settings;
@@ -113,8 +112,6 @@ Status DescribeAndAddWorkspaces(TensorStream& stream, const PredictRequest& requ
   ASSIGN_OR_RETURN(DeviceRules rules, RulesFor(sm, request.torch_version, vendor));
   model::PredictionInfo& info = stream.info;
   info.torch_version = rules.torch_version;
-  const uint64_t total =
-      request.capacity ? request.capacity : (request.gpu ? request.gpu->total_memory : 0);
   info.gpu =
       request.gpu
           ? fmt::format("{} ({})", request.gpu->name,
@@ -122,7 +119,7 @@ Status DescribeAndAddWorkspaces(TensorStream& stream, const PredictRequest& requ
           : (request.capacity
                  ? fmt::format("a GPU with {}", FormatBytes(static_cast<int64_t>(request.capacity)))
                  : std::string("any (no capacity given)"));
-  info.capacity = total > request.context_bytes ? total - request.context_bytes : 0;
+  info.capacity = request.AllocatorCapacity();
   auto bytes = [](uint64_t b) {
     return fmt::format("{} ({} B)", FormatBytes(static_cast<int64_t>(b)),
                        FormatCount(static_cast<int64_t>(b)));
@@ -209,7 +206,7 @@ Result<BuiltTrace> Predict(const LoadedModel& model, const PredictRequest& reque
 }
 
 Result<FitResult> Fit(const LoadedModel& model, const PredictRequest& request,
-                      FitDimension dimension, uint64_t limit) {
+                      FitDimension dimension, uint64_t limit, const Control& control) {
   if (!model.traced.empty()) {
     return UsageError(
         "--fit needs a model vramscope can resize (a preset, a config or a layer "
@@ -223,6 +220,7 @@ Result<FitResult> Fit(const LoadedModel& model, const PredictRequest& request,
   out.dimension = dimension;
   out.capacity = settings.capacity;
   auto fits = [&](uint64_t size, PeakOnly* peaks) -> Result<bool> {
+    RETURN_IF_ERROR(control.CheckCancelled("the fit"));
     PredictRequest r = request;
     if (dimension == FitDimension::kBatch) {
       r.setup.batch = size;

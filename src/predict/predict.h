@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "common/progress.h"
 #include "common/status.h"
 #include "device/non_pytorch_memory.h"
 #include "model/parallel_prediction.h"
@@ -28,6 +29,13 @@ struct PredictRequest {
   // when the caller gave only a total.
   uint64_t context_bytes = 500ull << 20;
   device::OutsideMemory outside;
+
+  // The GPU's memory: `capacity` when given, else the GPU's; 0: unlimited.
+  uint64_t TotalMemory() const { return capacity ? capacity : (gpu ? gpu->total_memory : 0); }
+  // What the allocator may reserve of it (device::LeftToAllocator); 0: unlimited or nothing left.
+  uint64_t AllocatorCapacity() const {
+    return device::LeftToAllocator(TotalMemory(), context_bytes);
+  }
 };
 
 // The model, loaded once (a preset, a config, a layer list or a tracer stream).
@@ -75,6 +83,6 @@ struct FitResult {
 // Searches the largest batch (or sequence length) whose predicted step fits, with the full
 // simulation at each size: doubling, then bisection. `limit` bounds the search.
 Result<FitResult> Fit(const LoadedModel& model, const PredictRequest& request,
-                      FitDimension dimension, uint64_t limit);
+                      FitDimension dimension, uint64_t limit, const Control& control = {});
 
 }  // namespace vramscope::predict

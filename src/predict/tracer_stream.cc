@@ -11,6 +11,7 @@
 
 #include "common/atomic_output.h"
 #include "common/units.h"
+#include "model/vocabulary.h"
 
 namespace vramscope::predict {
 
@@ -24,15 +25,13 @@ constexpr std::string_view kFormat = "vramscope-tensor-stream";
 // (the CUDA stream an alloc was made on, when not the default one; the tracer's --world-size).
 constexpr int64_t kNewestVersion = 3;
 
+// The tracer's spellings (model/vocabulary.h), and the report's, which streams written by hand
+// or by older tools use.
 std::optional<model::Phase> PhaseOf(std::string_view name) {
-  if (name == "setup") return model::Phase::kSetup;
-  if (name == "zero_grad" || name == "inputs" || name == "before_forward") {
-    return model::Phase::kBeforeForward;
-  }
-  if (name == "forward") return model::Phase::kForward;
-  if (name == "backward") return model::Phase::kBackward;
-  if (name == "optimizer" || name == "step_end") return model::Phase::kOptimizer;
-  return std::nullopt;
+  if (auto phase = model::PhaseSpelledBy(model::PhaseProducer::kTracer, name)) return phase;
+  const auto phase = model::PhaseSpelledBy(model::PhaseProducer::kReport, name);
+  if (phase == model::Phase::kUnknown) return std::nullopt;
+  return phase;
 }
 
 std::string HeaderText(const json& h, const char* key) {
@@ -231,21 +230,10 @@ Result<TensorStream> ReadTracerStream(std::string_view path) {
 namespace {
 
 // The tracer stream's spelling of a phase (its format says "inputs" where reports say
-// "before_forward").
+// "before_forward"; model/vocabulary.h).
 const char* StreamPhaseName(model::Phase p) {
-  switch (p) {
-    case model::Phase::kSetup:
-      return "setup";
-    case model::Phase::kBeforeForward:
-      return "inputs";
-    case model::Phase::kForward:
-      return "forward";
-    case model::Phase::kBackward:
-      return "backward";
-    case model::Phase::kOptimizer:
-      return "optimizer";
-  }
-  return "setup";
+  const std::string_view name = model::PhaseNameFor(model::PhaseProducer::kTracer, p);
+  return name.empty() ? "setup" : name.data();
 }
 
 }  // namespace

@@ -161,7 +161,28 @@ std::string RenderExplainText(const ExplainReport& report) {
       }
     }
   }
-  for (const std::string& line : report.fit_lines) out += line + "\n";
+  if (const auto& fit = report.fit) {
+    out += fmt::format(
+        "\nWith --model {}: the GPU leaves this process {} (the total less other processes{}); "
+        "less {} outside the allocator, predict --fit finds\n",
+        fit->model, FormatBytes(static_cast<int64_t>(fit->capacity)),
+        fit->capped ? " and the cap" : "",
+        FormatBytes(static_cast<int64_t>(fit->outside_allocator)));
+    out += fit->largest_batch == 0
+               ? fmt::format("  no batch fits: batch 1 needs {} reserved\n",
+                             FormatBytes(static_cast<int64_t>(fit->needed_reserved)))
+               : fmt::format(
+                     "  largest batch that fits: {} (peak reserved {}, {} simulations){}\n",
+                     fit->largest_batch, FormatBytes(static_cast<int64_t>(fit->peak_reserved)),
+                     fit->simulations,
+                     fit->batch_that_failed > fit->largest_batch
+                         ? fmt::format("; batch {} must shrink by {:.0f}%", fit->batch_that_failed,
+                                       100.0 *
+                                           static_cast<double>(fit->batch_that_failed -
+                                                               fit->largest_batch) /
+                                           static_cast<double>(fit->batch_that_failed))
+                         : std::string());
+  }
   return out;
 }
 
@@ -228,10 +249,21 @@ nlohmann::json RenderExplainJson(const ExplainReport& report) {
         {"shortfall", e.shortfall ? Range(*e.shortfall) : nlohmann::json()},
     });
   }
-  return {{"source", report.source},
+  nlohmann::json fit = nullptr;
+  if (const auto& f = report.fit) {
+    fit = {{"model", f->model},
+           {"capacity", f->capacity},
+           {"outside_allocator", f->outside_allocator},
+           {"batch_that_failed", f->batch_that_failed},
+           {"largest_batch", f->largest_batch},
+           {"peak_reserved", f->peak_reserved},
+           {"simulations", f->simulations}};
+  }
+  return {{"schema_version", kExplainJsonVersion},
+          {"source", report.source},
           {"messages", messages},
           {"left_out", report.left_out},
-          {"fit", report.fit}};
+          {"fit", fit}};
 }
 
 }  // namespace vramscope::report

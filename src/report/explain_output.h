@@ -9,25 +9,15 @@
 #include <vector>
 
 #include "analysis/oom_message_explain.h"
+#include "pipeline/explain.h"
 
 namespace vramscope::report {
 
-// A message and the places the same text appeared again (several ranks, a logger repeating it).
-struct ExplainedMessage {
-  analysis::OomMessageExplanation explanation;
-  std::vector<size_t> lines;  // where it appears, first included
-  std::vector<int> ranks;     // the "[rankN]:" prefixes seen on it
-};
+// The version of `explain --json`: raised with every change to its keys or their meaning.
+inline constexpr int kExplainJsonVersion = 1;
 
-struct ExplainReport {
-  std::string source;  // "train.log", "standard input", "the argument"
-  std::vector<ExplainedMessage> messages;
-  size_t left_out = 0;  // messages beyond the limit
-  // `--model`: the largest batch predict --fit finds for the memory the message leaves, or why
-  // there is none; empty without --model.
-  std::vector<std::string> fit_lines;
-  nlohmann::json fit;  // null without --model
-};
+using ExplainReport = pipeline::ExplainResult;
+using ExplainedMessage = pipeline::ExplainedMessage;
 
 std::string RenderExplainText(const ExplainReport& report);
 // The findings (cause, decisive, arithmetic, meaning) as `explain --json` and `report --json`

@@ -90,24 +90,12 @@ std::string RenderHtmlViewer(const std::vector<const ViewerReport*>& reports,
   return html;
 }
 
-Status WriteHtmlViewer(const std::string& path, const std::vector<const ViewerReport*>& reports,
-                       const std::string& title) {
-  const std::string html = RenderHtmlViewer(reports, title);
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return InvalidInput(fmt::format("{}: cannot write the page", path));
-  const bool written = std::fwrite(html.data(), 1, html.size(), f) == html.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!written || !closed) {
-    return InvalidInput(fmt::format("{}: writing the page failed (disk full?)", path));
-  }
-  return Status::Ok();
-}
-
 Status WriteViewerPage(const std::vector<std::string>& databases, const std::string& target,
-                       bool overwrite, const std::string& title) {
+                       bool overwrite, const std::string& title, const Control& control) {
   ASSIGN_OR_RETURN(AtomicOutput output, AtomicOutput::Prepare(target, overwrite));
   std::vector<ViewerReport> reports;
   for (const std::string& db : databases) {
+    RETURN_IF_ERROR(control.CheckCancelled("building the viewer page"));
     ASSIGN_OR_RETURN(ViewerReport r, LoadViewerReport(db));
     BuildViewerLod(r);
     reports.push_back(std::move(r));
@@ -119,7 +107,17 @@ Status WriteViewerPage(const std::vector<std::string>& databases, const std::str
     page_title =
         reports.size() == 2 ? reports[0].title + " vs " + reports[1].title : reports[0].title;
   }
-  RETURN_IF_ERROR(WriteHtmlViewer(output.temp_path(), pointers, page_title));
+  RETURN_IF_ERROR(control.CheckCancelled("building the viewer page"));
+  // Progress is counted by the caller's stage; this writes the page in chunks, stopping when
+  // cancelled.
+  Control writing = control;
+  writing.progress = nullptr;
+  const Status written = output.WriteAll(RenderHtmlViewer(pointers, page_title), writing);
+  if (!written.ok()) {
+    return written.code() == StatusCode::kInterrupted
+               ? written
+               : InvalidInput(fmt::format("{}: writing the page failed (disk full?)", target));
+  }
   return output.Commit();
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/progress.h"
 #include "common/status.h"
 #include "report/viewer_data.h"
 
@@ -15,14 +16,10 @@ namespace vramscope::report {
 std::string RenderHtmlViewer(const std::vector<const ViewerReport*>& reports,
                              const std::string& title);
 
-// Writes the page to `path` (a temporary file the caller commits).
-Status WriteHtmlViewer(const std::string& path, const std::vector<const ViewerReport*>& reports,
-                       const std::string& title);
-
 // The page of the report databases `databases` (one, or two side by side) written to `target`
 // atomically; an existing target is replaced only with `overwrite`. `title` empty: the reports'
-// own titles.
+// own titles. control.cancel stops it (Interrupted), leaving nothing behind.
 Status WriteViewerPage(const std::vector<std::string>& databases, const std::string& target,
-                       bool overwrite, const std::string& title);
+                       bool overwrite, const std::string& title, const Control& control = {});
 
 }  // namespace vramscope::report

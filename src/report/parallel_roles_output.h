@@ -10,12 +10,7 @@
 
 namespace vramscope::report {
 
-// What the roles are compared with: the memory the allocator may have on each rank (0: none
-// given), and the GPU named.
-struct ParallelCapacity {
-  uint64_t allocator_bytes = 0;
-  std::string gpu;
-};
+using model::ParallelCapacity;
 
 std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::string& model,
                                 const std::string& setup, const ParallelCapacity& capacity);

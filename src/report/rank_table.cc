@@ -11,22 +11,15 @@ namespace vramscope::report {
 
 namespace {
 
-size_t BoundingIndex(const std::vector<RankRow>& rows) {
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i].reported) return i;
-  }
-  return analysis::BoundingRank(rows);
-}
-
 // The steps aligned across the ranks, then why the bounding rank bounds the job.
-std::string RenderComparison(const std::vector<RankRow>& rows) {
+std::string RenderComparison(const analysis::RankComparison& compared) {
   std::string out;
-  const std::vector<analysis::RankStepSpread> steps = analysis::AlignRanksByStep(rows);
+  const std::vector<analysis::RankStepSpread>& steps = compared.by_step;
   if (!steps.empty()) {
     out += "  aligned by step and phase (each rank's peak in it):\n";
     out += fmt::format("    {:<6} {:>6} {:>16} {:>16} {:>16}  {}\n", "step", "ranks", "lowest",
                        "median", "highest", "highest on");
-    const std::vector<analysis::RankStepSpread> phases = analysis::AlignRanksByPhase(rows);
+    const std::vector<analysis::RankStepSpread>& phases = compared.by_phase;
     for (const analysis::RankStepSpread& s : steps) {
       out += fmt::format("    {:<6} {:>6} {:>16} {:>16} {:>16}  {} ({})\n", s.step, s.ranks,
                          FormatBytes(s.lowest), FormatBytes(s.median), FormatBytes(s.highest),
@@ -39,7 +32,7 @@ std::string RenderComparison(const std::vector<RankRow>& rows) {
       }
     }
   }
-  const analysis::RankContrast c = analysis::ContrastBoundingRank(rows, BoundingIndex(rows));
+  const analysis::RankContrast& c = compared.contrast;
   if (c.others == 0) return out;
   const int64_t above = c.peak_allocated - c.others_median;
   if (above <= 0 && c.held_alone.empty()) {
@@ -84,7 +77,8 @@ nlohmann::json OwnerJson(const analysis::RankOwner& o) {
 
 }  // namespace
 
-std::string RenderRankTable(const std::vector<RankRow>& rows) {
+std::string RenderRankTable(const std::vector<RankRow>& rows,
+                            const analysis::RankComparison& compared) {
   // `predict --all-ranks` rows were traced, not captured (analysis/ranks.h: their file says so).
   const bool traced = std::all_of(rows.begin(), rows.end(), [](const RankRow& r) {
     return r.file == analysis::kTracedRankFile;
@@ -113,7 +107,7 @@ std::string RenderRankTable(const std::vector<RankRow>& rows) {
                        100.0 * static_cast<double>(max_reserved - min_reserved) /
                            static_cast<double>(max_reserved));
   }
-  if (rows.size() > 1) out += RenderComparison(rows);
+  if (rows.size() > 1) out += RenderComparison(compared);
   return out;
 }
 
@@ -152,7 +146,7 @@ nlohmann::json RankTableJson(const std::vector<RankRow>& rows) {
   return out;
 }
 
-nlohmann::json RankComparisonJson(const std::vector<RankRow>& rows) {
+nlohmann::json RankComparisonJson(const analysis::RankComparison& compared) {
   auto spreads = [](const std::vector<analysis::RankStepSpread>& list, bool phases) {
     nlohmann::json out = nlohmann::json::array();
     for (const analysis::RankStepSpread& s : list) {
@@ -166,9 +160,9 @@ nlohmann::json RankComparisonJson(const std::vector<RankRow>& rows) {
     }
     return out;
   };
-  nlohmann::json by_step = spreads(analysis::AlignRanksByStep(rows), false);
-  nlohmann::json by_phase = spreads(analysis::AlignRanksByPhase(rows), true);
-  const analysis::RankContrast c = analysis::ContrastBoundingRank(rows, BoundingIndex(rows));
+  nlohmann::json by_step = spreads(compared.by_step, false);
+  nlohmann::json by_phase = spreads(compared.by_phase, true);
+  const analysis::RankContrast& c = compared.contrast;
   nlohmann::json excess = nlohmann::json::object();
   for (const auto& [category, bytes] : c.category_excess) excess[category] = bytes;
   nlohmann::json alone = nlohmann::json::array();

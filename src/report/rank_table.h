@@ -17,12 +17,14 @@ namespace vramscope::report {
 
 using analysis::RankRow;
 
-// The table, then the ranks aligned by step and why the bounding rank bounds the job.
-std::string RenderRankTable(const std::vector<RankRow>& rows);
+// The table, then the ranks aligned by step and why the bounding rank bounds the job
+// (`compared`: analysis::CompareRanks of the rows, made once by the pipeline).
+std::string RenderRankTable(const std::vector<RankRow>& rows,
+                            const analysis::RankComparison& compared);
 // The rows, each with its steps, categories and owners at its peak.
 nlohmann::json RankTableJson(const std::vector<RankRow>& rows);
-// {"by_step": [...], "bounding": {...}}: AlignRanksByStep and ContrastBoundingRank.
-nlohmann::json RankComparisonJson(const std::vector<RankRow>& rows);
+// {"by_step": [...], "by_phase": [...], "bounding": {...}}.
+nlohmann::json RankComparisonJson(const analysis::RankComparison& compared);
 // vramscope_ranks, vramscope_rank_steps, vramscope_rank_categories and vramscope_rank_owners,
 // written by WriteSqliteReport inside its transaction.
 Status WriteRankTable(Db& db, const std::vector<RankRow>& rows);

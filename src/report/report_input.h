@@ -1,5 +1,5 @@
 // Everything a reporter renders, computed once by the pipeline (src/pipeline). Reporters hold no
-// analysis logic: they read these figures and the trace through its interpretation.
+// analysis logic: they read these figures, all const, and the trace through its interpretation.
 #pragma once
 
 #include <string>
@@ -30,14 +30,14 @@ struct ReportInput {
   const attribution::Attribution& attribution;
   const analysis::Summary& summary;
   const analysis::SkylineEntries& entries;
-  analysis::SiteNamer& sites;
+  const analysis::SiteNamer& sites;
   const analysis::ProjectRoot& project_root;
   // The allocator model's runs (vramscope_sim_* tables); null when none were made.
   const analysis::Simulations* simulations = nullptr;
   // Bytes by category over time (vramscope_category_timeline); null when not computed.
   const std::vector<std::vector<analysis::CategoryPoint>>* category_timelines = nullptr;
-  // Owner labels of the allocations (vramscope_owners); null: computed by the writer.
-  analysis::OwnerNamer* owners = nullptr;
+  // Owner labels of the allocations (vramscope_owners), every allocation named.
+  const analysis::OwnerNamer* owners = nullptr;
   // The per-rank rows of a capture folder with several processes (vramscope_ranks); null or
   // empty otherwise.
   const std::vector<analysis::RankRow>* ranks = nullptr;
@@ -57,13 +57,13 @@ struct ReportInput {
 };
 
 inline ReportInput ReportInput::From(const pipeline::Analyzed& r) {
-  analysis::Analysis& a = *r.analysis;
+  const analysis::Analysis& a = *r.analysis;
   return ReportInput{r.trace(),       r.view(),
                      a.timelines,     a.attribution,
                      a.summary,       a.entries,
                      *a.sites,        r.root,
-                     r.simulations(), &a.category_timelines,
-                     a.owners.get(),  r.loaded.ranks.empty() ? nullptr : &r.loaded.ranks,
+                     r.sims(),        &a.category_timelines,
+                     a.owners.get(),  r.ranks().empty() ? nullptr : &r.ranks(),
                      &a.segments,     &a.regions,
                      &a.device_usage, a.oom_message ? &*a.oom_message : nullptr};
 }

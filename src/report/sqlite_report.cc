@@ -465,12 +465,9 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
                  "INSERT INTO vramscope_allocations VALUES "
                  "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     const model::Events& ev = t.events;
-    // The analysis' owner ids when it made them, else our own.
-    std::unique_ptr<analysis::OwnerNamer> own;
-    if (in.owners == nullptr) {
-      own = std::make_unique<analysis::OwnerNamer>(in.view, in.attribution, in.sites);
-    }
-    analysis::OwnerNamer& owners = in.owners != nullptr ? *in.owners : *own;
+    // The analysis named every allocation's owner (analysis::OwnerNamer::NameAll).
+    if (in.owners == nullptr) return InternalError("the report's input names no owners");
+    const analysis::OwnerNamer& owners = *in.owners;
     auto segment_of = [&](size_t i) -> int64_t {
       return in.segments != nullptr && i < in.segments->allocation_segment.size()
                  ? in.segments->allocation_segment[i]
@@ -588,10 +585,22 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
 
 }  // namespace
 
-Status WriteSqliteReport(const std::string& path, const ReportInput& input,
-                         SqliteReportInfo* info) {
+namespace {
+
+// SQLite's progress handler: a non-zero return interrupts the statement running (SQLITE_INTERRUPT).
+extern "C" int StopWhenCancelled(void* token) {
+  return static_cast<const CancelToken*>(token)->cancelled() ? 1 : 0;
+}
+
+Status WriteDatabase(const std::string& path, const ReportInput& input, SqliteReportInfo* info,
+                     const Control& control) {
   Db db;
   RETURN_IF_ERROR(db.Open(path));
+  if (control.cancel != nullptr) {
+    // Every few thousand virtual-machine steps: a statement in flight stops within microseconds.
+    sqlite3_progress_handler(db.get(), 4096, StopWhenCancelled,
+                             const_cast<CancelToken*>(control.cancel));
+  }
   // The file is private until renamed into place: no journal, no fsync. Large pages make the
   // big tables cheaper to append to; the page cache stays bounded (dirty pages spill).
   RETURN_IF_ERROR(
@@ -627,6 +636,18 @@ Status WriteSqliteReport(const std::string& path, const ReportInput& input,
     sqlite3_finalize(stmt);
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteSqliteReport(const std::string& path, const ReportInput& input, SqliteReportInfo* info,
+                         const Control& control) {
+  RETURN_IF_ERROR(control.CheckCancelled("writing the report"));
+  const Status written = WriteDatabase(path, input, info, control);
+  // A statement the progress handler stopped fails with "interrupted": the cancellation, not a
+  // broken database.
+  if (!written.ok() && control.cancelled()) return control.CheckCancelled("writing the report");
+  return written;
 }
 
 }  // namespace vramscope::report

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "common/progress.h"
 #include "common/status.h"
 #include "report/report_input.h"
 
@@ -19,8 +20,9 @@ struct SqliteReportInfo {
   uint64_t rows = 0;
 };
 
-// Writes the database to `path` (the caller makes it atomic).
+// Writes the database to `path` (the caller makes it atomic). control.cancel stops it between
+// statements and inside one (SQLite's progress handler), with Interrupted.
 Status WriteSqliteReport(const std::string& path, const ReportInput& input,
-                         SqliteReportInfo* info = nullptr);
+                         SqliteReportInfo* info = nullptr, const Control& control = {});
 
 }  // namespace vramscope::report

@@ -79,8 +79,9 @@ class ExampleReport : public ::testing::Test {
   void SetUp() override {
     const std::string example =
         std::string(VRAMSCOPE_SOURCE_DIR) + "/examples/synthetic_mlp_adam_step.pickle";
-    pipeline::LoadOptions load;
-    auto loaded = pipeline::Load(pipeline::ClassifyInput(example), load);
+    pipeline::LoadRequest load;
+    load.input = pipeline::ClassifyInput(example);
+    auto loaded = pipeline::Load(load);
     ASSERT_TRUE(loaded.ok()) << loaded.status().message();
     // The replay against the recording and one what-if run under a capacity too small for the
     // example's peak, so every vramscope_sim_* table has rows.
@@ -100,7 +101,7 @@ class ExampleReport : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove(path_); }
 
-  std::unique_ptr<pipeline::Analyzed> analyzed_;
+  std::unique_ptr<const pipeline::Analyzed> analyzed_;
   std::string path_;
   SqliteReportInfo info_;
 };
@@ -336,7 +337,7 @@ class PredictedReport {
     t.prediction = std::move(p);
     model::BuildAllocations(t);
     root_ = std::make_unique<analysis::ProjectRoot>("");
-    analysis_ = analysis::Analyze(model::Uninterpreted(t), *root_);
+    analysis_ = analysis::Analyze(model::Uninterpreted(t), *root_).value();
     input_ = std::make_unique<ReportInput>(
         ReportInput{t, model::Uninterpreted(t), analysis_->timelines, analysis_->attribution,
                     analysis_->summary, analysis_->entries, *analysis_->sites, *root_, nullptr,
@@ -351,7 +352,7 @@ class PredictedReport {
 
   model::Trace trace_;
   std::unique_ptr<analysis::ProjectRoot> root_;
-  std::unique_ptr<analysis::Analysis> analysis_;
+  std::unique_ptr<const analysis::Analysis> analysis_;
   std::unique_ptr<ReportInput> input_;
   std::string path_;
   Status status_ = Status::Ok();

@@ -14,12 +14,30 @@
 
 #include "analysis/sites.h"
 #include "common/gzip.h"
+#include "model/vocabulary.h"
 #include "report/rank_table.h"
 #include "report/report_input.h"
 
 namespace vramscope::report {
 
 namespace {
+
+// A segment's pool as the viewer's column holds it: model::Pool's code (model/vocabulary.h); the
+// page reads the names from "pool_names", indexed by code.
+uint8_t PoolCode(std::string_view name) {
+  for (const model::PoolSpelling& p : model::kPoolSpellings) {
+    if (p.name == name) return static_cast<uint8_t>(p.pool);
+  }
+  return static_cast<uint8_t>(model::Pool::kLarge);
+}
+static_assert(model::kPoolSpellings[0].pool == model::Pool::kSmall &&
+                  model::kPoolSpellings[1].pool == model::Pool::kLarge,
+              "pool_names is indexed by code");
+nlohmann::json PoolNames() {
+  nlohmann::json names = nlohmann::json::array();
+  for (const model::PoolSpelling& p : model::kPoolSpellings) names.push_back(p.name);
+  return names;
+}
 
 const char* const kCategoryNames[kViewerCategories] = {"weight",     "gradient", "optimizer_state",
                                                        "activation", "input",    "workspace",
@@ -310,7 +328,7 @@ Status LoadDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d,
           segs.address.push_back(static_cast<double>(Int(s, 1)));
           segs.size.push_back(static_cast<double>(Int(s, 2)));
           segs.stream.push_back(static_cast<double>(Int(s, 3)));
-          segs.pool.push_back(Text(s, 4) == "small" ? 1 : 0);
+          segs.pool.push_back(PoolCode(Text(s, 4)));
           segs.start.push_back(local_event(s, 5, -1));
           segs.end.push_back(local_event(s, 6, num_events));
           segs.source = Text(s, 7);
@@ -638,7 +656,8 @@ Status LoadRanks(ReportDb& db, ViewerReport& r) {
         }));
   }
   r.ranks = {{"table", RankTableJson(rows)},
-             {"compared", rows.size() > 1 ? RankComparisonJson(rows) : nlohmann::json(nullptr)}};
+             {"compared", rows.size() > 1 ? RankComparisonJson(analysis::CompareRanks(rows))
+                                          : nlohmann::json(nullptr)}};
   return Status::Ok();
 }
 
@@ -927,7 +946,8 @@ nlohmann::json EncodeDevice(ColumnWriter& w, const ViewerDevice& d, const std::s
                    {"start", w.Add(g + "start", s.start)},
                    {"end", w.Add(g + "end", s.end)},
                    {"stream", w.Add(g + "stream", s.stream)},
-                   {"pool", w.Add(g + "pool", s.pool)}};
+                   {"pool", w.Add(g + "pool", s.pool)},
+                   {"pool_names", PoolNames()}};
   if (!s.private_pools.empty()) {
     j["segments"]["private_pool"] = w.Add(g + "private_pool", s.private_pool);
     j["segments"]["private_pools"] = s.private_pools;

@@ -24,8 +24,9 @@ namespace {
 class Reported {
  public:
   explicit Reported(const std::string& input) {
-    pipeline::LoadOptions load;
-    auto loaded = pipeline::Load(pipeline::ClassifyInput(input), load);
+    pipeline::LoadRequest load;
+    load.input = pipeline::ClassifyInput(input);
+    auto loaded = pipeline::Load(load);
     if (!loaded.ok()) {
       error_ = loaded.status().message();
       return;
@@ -51,7 +52,7 @@ class Reported {
   ~Reported() { std::filesystem::remove(path_); }
 
   std::string error_;
-  std::unique_ptr<pipeline::Analyzed> analyzed_;
+  std::unique_ptr<const pipeline::Analyzed> analyzed_;
   const model::Trace* trace_ = nullptr;
   const analysis::Analysis* analysis_ = nullptr;
   std::string path_;
@@ -211,7 +212,7 @@ TEST(ViewerData, RefusesWhatIsNotAReport) {
 // Damaged reports are refused with one line naming the file, instead of sizing the columns by
 // the ids they hold: each of these once made `vramscope view` take gigabytes (the event range,
 // 23 GB before it was killed; a frame id of 50 million, 17 GB). Their databases are also the
-// fuzzer's regression inputs (viewer_report_fuzz_corpus/damaged_*.sqlite).
+// fuzzer's regression inputs (fuzz/viewer_report/corpus/damaged_*.sqlite).
 TEST(ViewerData, DamagedIdsAreRefusedWithoutAllocatingByThem) {
   const struct {
     const char* name;

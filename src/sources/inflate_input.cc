@@ -77,7 +77,7 @@ Result<std::unique_ptr<MappedFile>> InflateInput(
   Status status = GunzipChunks(file.bytes(), what, [&](std::string_view chunk) -> Status {
     produced += chunk.size();
     if (produced > limit) {
-      return InvalidInput(fmt::format(
+      return LimitExceeded(fmt::format(
           "{}: inflates to more than {} times its compressed size (past {} from {}); real "
           "PyTorch files inflate under 40 times, so this looks like a decompression bomb: if the "
           "file is genuine, raise the limit with --max-inflate-ratio",

@@ -73,7 +73,7 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
           InflateInput(file, options.limits, [&](std::span<const uint8_t> head) -> Status {
             inner = DetectInputFormat(head);
             if (inner == InputFormat::kPickle || inner == InputFormat::kJson) return Status::Ok();
-            return InvalidInput(fmt::format(
+            return Unsupported(fmt::format(
                 "{}: a gzip file holding {}, not a memory snapshot, profiler trace or memory "
                 "timeline; vramscope reads those plain or gzipped",
                 file.path(), InputFormatName(inner)));

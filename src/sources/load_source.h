@@ -15,7 +15,8 @@
 namespace vramscope::sources {
 
 struct SourceOptions {
-  std::function<void(uint64_t, uint64_t)> progress;  // (bytes done, total) while parsing
+  // (bytes done, total) while parsing; returning false stops the parse (Interrupted).
+  std::function<bool(uint64_t, uint64_t)> progress;
   InputLimits limits;
 };
 

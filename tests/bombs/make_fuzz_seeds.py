@@ -22,8 +22,8 @@ KIB = 1024
 
 
 def main() -> None:
-    pickle_corpus = REPO / "src/sources/pickle/fuzz_corpus"
-    any_file = REPO / "src/sources/input_file_fuzz_corpus"
+    pickle_corpus = REPO / "fuzz/pickle_reader/corpus"
+    any_file = REPO / "fuzz/input_file/corpus"
     any_file.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
@@ -41,22 +41,22 @@ def main() -> None:
         shutil.copyfile(bombs.pickle_headed_gzip(t, inflated_bytes=8 * KIB * KIB),
                         any_file / "bomb_pickle_headed.pickle.gz")
         shutil.copyfile(bombs.deep_profiler_trace(t, depth=1500),
-                        REPO / "src/sources/kineto/fuzz_corpus/bomb_deep.json")
+                        REPO / "fuzz/kineto_source/corpus/bomb_deep.json")
         shutil.copyfile(bombs.deep_memory_timeline(t, depth=1500),
-                        REPO / "src/sources/memory_timeline/fuzz_corpus/bomb_deep.json")
-        shutil.copyfile(bombs.deep_layers_config(t), REPO / "src/predict/fuzz_corpus/bomb_layers.json")
-        sidecar_corpus = REPO / "src/sources/run_output/capture_sidecar_fuzz_corpus"
+                        REPO / "fuzz/memory_timeline_source/corpus/bomb_deep.json")
+        shutil.copyfile(bombs.deep_layers_config(t), REPO / "fuzz/predict_input/corpus/bomb_layers.json")
+        sidecar_corpus = REPO / "fuzz/capture_sidecar/corpus"
         deep = bombs.deep_sidecar(t, REPO / "goldens/h200/mlp_adam_fp32.pickle.gz", depth=3000)
         shutil.copyfile(deep.with_name("run.sidecar.json"), sidecar_corpus / "bomb_deep_phases.json")
         # The report database behind `view`: the smallest seed with its allocations an endless view.
-        viewer_corpus = REPO / "src/report/viewer_report_fuzz_corpus"
+        viewer_corpus = REPO / "fuzz/viewer_report/corpus"
         smallest = min((p for p in viewer_corpus.glob("*.sqlite") if not p.name.startswith("bomb_")),
                        key=lambda p: p.stat().st_size)
         shutil.copyfile(bombs.recursive_view_report(t, smallest), viewer_corpus / "bomb_endless_view.sqlite")
         # The ordinary inputs of every source, plain and gzipped, beside the bombs.
-        plain = [REPO / "src/sources/kineto/fuzz_corpus/modern.json",
-                 REPO / "src/sources/memory_timeline/fuzz_corpus/all_actions.json",
-                 REPO / "src/sources/native_trace/fuzz_corpus/every_kind.vstrace"]
+        plain = [REPO / "fuzz/kineto_source/corpus/modern.json",
+                 REPO / "fuzz/memory_timeline_source/corpus/all_actions.json",
+                 REPO / "fuzz/native_trace/corpus/every_kind.vstrace"]
         for path in plain:
             shutil.copyfile(path, any_file / path.name)
             (any_file / (path.name + ".gz")).write_bytes(gzip.compress(path.read_bytes(), mtime=0))

@@ -15,7 +15,7 @@
 
 namespace vramscope::testing {
 
-inline std::unique_ptr<pipeline::Analyzed> ThroughPipeline(model::Trace trace) {
+inline std::unique_ptr<const pipeline::Analyzed> ThroughPipeline(model::Trace trace) {
   const size_t allocations = trace.allocations.size();
   auto loaded = pipeline::FromTrace(std::move(trace), {});
   if (!loaded.ok()) std::abort();  // a trace a source accepted always loads

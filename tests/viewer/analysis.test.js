@@ -16,7 +16,7 @@ async function sampleModel(opts) {
 }
 
 test("allocator state: one segment's blocks, gaps, pending free and byte accounting", async () => {
-  const seg = { address: 0x10000, size: 64 * KiB, start: -1, end: 10, stream: 7, pool: 1 };
+  const seg = { address: 0x10000, size: 64 * KiB, start: -1, end: 10, stream: 7, pool: B.VOCABULARY.pools.small };
   const allocs = [
     { start: -1, end: 10, size: 8 * KiB, requested: 8 * KiB - 100, address: 0x10000, category: 0, segment: 0 },
     { start: 1, end: 3, freeCompleted: 6, size: 4 * KiB, requested: 4 * KiB, address: 0x10000 + 16 * KiB, category: 4, segment: 0 },

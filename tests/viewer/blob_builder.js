@@ -8,6 +8,13 @@
 "use strict";
 
 const zlib = require("node:zlib");
+const fs = require("node:fs");
+const path = require("node:path");
+
+// The one vocabulary's export (src/model/vocabulary.h -> python/vramscope/vocabulary.json): pool
+// codes and names, as the C++ encoder writes them.
+const VOCABULARY = JSON.parse(fs.readFileSync(path.join(__dirname, "..", "..", "python", "vramscope", "vocabulary.json"), "utf8"));
+const POOL_NAMES = Object.entries(VOCABULARY.pools).sort((a, b) => a[1] - b[1]).map(([name]) => name);
 
 const TYPES = {
   f64: Float64Array,
@@ -290,7 +297,8 @@ function buildDevice(spec) {
       start: col("i32", segList.map((s) => s.start)),
       end: col("i32", segList.map((s) => s.end)),
       stream: col("f64", segList.map((s) => s.stream || 0)),
-      pool: col("u8", segList.map((s) => s.pool || 0)),
+      pool: col("u8", segList.map((s) => (s.pool === undefined ? VOCABULARY.pools.large : s.pool))),
+      pool_names: POOL_NAMES,
     },
     phases: spec.phases || [],
     regions: spec.regions || [],
@@ -336,6 +344,7 @@ function buildHeader(reports) {
 }
 
 module.exports = {
+  VOCABULARY,
   TYPES, CATEGORIES, Col, col, encodeRaw, encodeBlob, encodeBase64, levelBuckets,
   eventsFromAllocations, buildDevice, buildReport, buildHeader,
 };

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 
+from ..vocabulary import TRACER_PHASES
+
 try:
     import torch
 except ImportError:  # reported by main() as a one-line error
@@ -27,7 +29,8 @@ VERSION_STREAMS = 3   # --world-size: allocs may also carry "stream"
 CURRENT_CUDA_STREAM = [0]
 DEVICE = "cuda"  # the device whose allocations are traced (faked)
 
-PHASES = ("setup", "zero_grad", "inputs", "forward", "backward", "optimizer", "step_end")
+# The phases the stream may carry: the tracer's spellings of src/model/vocabulary.h's table.
+PHASES = tuple(TRACER_PHASES)
 CATEGORIES = ("weight", "input", "gradient", "activation", "optimizer_state", "temporary")
 
 # cuBLAS users: the C++ side inserts one workspace per thread at the first of these.

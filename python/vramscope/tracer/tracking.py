@@ -9,6 +9,7 @@ import weakref
 
 from .common import (CONV_OPS, CURRENT_CUDA_STREAM, DEVICE, MATMUL_OPS, TorchDispatchMode,
                      local_shard, torch)
+from ..vocabulary import tracer_phase
 from .stream import EventWriter
 
 
@@ -351,7 +352,7 @@ class StorageTracker(TorchDispatchMode):
 
     # -- context
     def set_phase(self, step: int, phase: str) -> None:
-        self.step, self.phase = step, phase
+        self.step, self.phase = step, tracer_phase(phase)
         self._matmul_threads.clear()
         self.writer.emit({"ev": "phase", "step": step, "phase": phase})
 

@@ -61,7 +61,7 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
   if (setup.steps < 1) return UsageError("--steps must be at least 1");
   if (setup.grad_accum < 1) return UsageError("--grad-accum must be at least 1");
   if (m.layers > kMaxModelLayers) {
-    return InvalidInput(fmt::format(
+    return LimitExceeded(fmt::format(
         "{}: {} layers; vramscope models at most {} (the deepest networks trained have about "
         "1,200): check the config",
         m.label, FormatCount(static_cast<int64_t>(m.layers)),

@@ -20,6 +20,12 @@
   // not live at t are listed in `unplaced`; anything inconsistent is said in `problems`.
   const DETAIL_LIMIT = 50000;
 
+  // A segment's pool by its code; the names come with the data ("pool_names", indexed by code:
+  // src/model/vocabulary.h's table).
+  function poolName(S, code) {
+    return Array.isArray(S.pool_names) && typeof S.pool_names[code] === "string" ? S.pool_names[code] : "pool " + code;
+  }
+
   function segmentOrder(m) {
     if (!m._segmentOrder) {
       const S = m.dev.segments;
@@ -62,7 +68,7 @@
     for (const s of segmentOrder(m)) {
       if (s >= count || !live[s]) continue;
       const seg = {
-        index: s, address: S.address[s], size: S.size[s], pool: S.pool[s] === 1 ? "small" : "large",
+        index: s, address: S.address[s], size: S.size[s], pool: poolName(S, S.pool[s]),
         stream: S.stream[s], start: S.start[s], end: S.end[s], blockCount: first[s + 1] - first[s],
         allocatedBytes: alloc[s], pendingBytes: pend[s], freeBytes: S.size[s] - alloc[s] - pend[s], wasteBytes: waste[s],
         blocks: null, gaps: null, largestFree: null,

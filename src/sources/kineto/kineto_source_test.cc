@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "analysis/timeline.h"
 #include "common/gzip.h"
 
 namespace vramscope::kineto {
@@ -68,19 +67,61 @@ std::vector<Action> Actions(const model::Trace& t) {
   return {t.events.action.begin(), t.events.action.end()};
 }
 
+// The memory levels the trace's events imply, computed here from the events alone (an oracle
+// independent of the analysis' curves): each allocation's block bytes from its alloc to its
+// release, allocations alive before the trace at the start, and reserved memory from the start
+// level the source read plus the segment events.
+struct Levels {
+  int64_t allocated_at_start = 0;
+  int64_t peak_allocated = 0, peak_reserved = 0;
+  std::vector<int64_t> allocated, reserved;  // right after every alloc / free_requested
+};
+
+Levels LevelsOf(const model::Trace& t, size_t device_slot = 0) {
+  const int32_t device = t.devices.at(device_slot);
+  std::vector<int64_t> delta(t.events.count(), 0);
+  Levels out;
+  for (const model::Allocation& a : t.allocations) {
+    if (a.device != device) continue;
+    const auto size = static_cast<int64_t>(a.size);
+    if (a.alloc_event == model::kNoEvent) {
+      out.allocated_at_start += size;
+    } else {
+      delta[a.alloc_event] += size;
+    }
+    if (a.ReleaseEvent() != model::kNoEvent) delta[a.ReleaseEvent()] -= size;
+  }
+  int64_t reserved = 0;
+  for (const model::StartLevels& level : t.start_levels) {
+    if (level.device == device) reserved = level.reserved;
+  }
+  int64_t allocated = out.allocated_at_start;
+  out.peak_allocated = allocated;
+  out.peak_reserved = reserved;
+  for (size_t i = 0; i < t.events.count(); ++i) {
+    if (t.events.device[i] != device) continue;
+    allocated += delta[i];
+    const Action a = t.events.action[i];
+    if (a == Action::kSegmentAlloc || a == Action::kSegmentMap) {
+      reserved += static_cast<int64_t>(t.events.size[i]);
+    } else if (a == Action::kSegmentFree || a == Action::kSegmentUnmap) {
+      reserved -= static_cast<int64_t>(t.events.size[i]);
+    }
+    out.peak_allocated = std::max(out.peak_allocated, allocated);
+    out.peak_reserved = std::max(out.peak_reserved, reserved);
+    if (a != Action::kAlloc && a != Action::kFreeRequested) continue;
+    out.allocated.push_back(allocated);
+    out.reserved.push_back(reserved);
+  }
+  return out;
+}
+
 // allocated (and reserved) right after every alloc / free_requested, in event order.
 std::vector<int64_t> AllocatedAtMemoryEvents(const model::Trace& t, size_t device_slot = 0,
                                              std::vector<int64_t>* reserved = nullptr) {
-  const analysis::Timelines timelines = analysis::ComputeTimelines(model::Uninterpreted(t));
-  const analysis::DeviceTimeline& d = timelines.devices.at(device_slot);
-  std::vector<int64_t> out;
-  for (size_t i = d.begin; i < d.end; ++i) {
-    const Action a = t.events.action[i];
-    if (a != Action::kAlloc && a != Action::kFreeRequested) continue;
-    out.push_back(d.allocated[i - d.begin]);
-    if (reserved != nullptr) reserved->push_back(d.ReservedAfter(i));
-  }
-  return out;
+  Levels levels = LevelsOf(t, device_slot);
+  if (reserved != nullptr) *reserved = std::move(levels.reserved);
+  return levels.allocated;
 }
 
 std::vector<std::string> FrameNames(const model::Trace& t, model::StackId stack) {
@@ -193,9 +234,9 @@ TEST(KinetoSource, ReservedChangesBecomeSegmentEvents) {
   EXPECT_EQ(AllocatedAtMemoryEvents(t, 0, &reserved),
             (std::vector<int64_t>{4096, 3 * mb + 4096, 4096, 0}));
   EXPECT_EQ(reserved, (std::vector<int64_t>{2 * mb, 6 * mb, 6 * mb, 2 * mb}));
-  const analysis::Timelines tl = analysis::ComputeTimelines(model::Uninterpreted(t));
-  EXPECT_EQ(tl.devices[0].peak_reserved, 6 * mb);
-  EXPECT_EQ(tl.devices[0].peak_allocated, 3 * mb + 4096);
+  const Levels levels = LevelsOf(t);
+  EXPECT_EQ(levels.peak_reserved, 6 * mb);
+  EXPECT_EQ(levels.peak_allocated, 3 * mb + 4096);
 }
 
 TEST(KinetoSource, UntrackedStartLevelMakesTheCurveMatchTotals) {
@@ -213,8 +254,7 @@ TEST(KinetoSource, UntrackedStartLevelMakesTheCurveMatchTotals) {
   EXPECT_EQ(t.facts.frees_without_alloc, 1u);
   EXPECT_TRUE(t.facts.starts_mid_run);
   EXPECT_EQ(AllocatedAtMemoryEvents(t), (std::vector<int64_t>{10000, 9488, 8488}));
-  const analysis::Timelines tl = analysis::ComputeTimelines(model::Uninterpreted(t));
-  EXPECT_EQ(tl.devices[0].allocated_at_start, 9000);
+  EXPECT_EQ(LevelsOf(t).allocated_at_start, 9000);
 }
 
 TEST(KinetoSource, TimeOrderWithTiesInFileOrderAndFractionalTimes) {
@@ -601,7 +641,7 @@ TEST_P(KinetoFixture, LevelsEqualTheProfilersTotals) {
   std::vector<int64_t> reserved;
   const std::vector<int64_t> allocated = AllocatedAtMemoryEvents(t, 0, &reserved);
   ASSERT_EQ(allocated.size(), expected.size());
-  const analysis::Timelines tl = analysis::ComputeTimelines(model::Uninterpreted(t));
+  const Levels tl = LevelsOf(t);
   if (f.totals) {
     size_t allocated_mismatch = 0, reserved_mismatch = 0, first_mismatch = SIZE_MAX;
     int64_t max_allocated = 0, max_reserved = 0;
@@ -618,8 +658,8 @@ TEST_P(KinetoFixture, LevelsEqualTheProfilersTotals) {
     EXPECT_EQ(reserved_mismatch, 0u);
     EXPECT_EQ(max_allocated, f.peak_allocated);
     EXPECT_EQ(max_reserved, f.peak_reserved);
-    EXPECT_EQ(tl.devices[0].peak_allocated, f.peak_allocated);
-    EXPECT_EQ(tl.devices[0].peak_reserved, f.peak_reserved);
+    EXPECT_EQ(tl.peak_allocated, f.peak_allocated);
+    EXPECT_EQ(tl.peak_reserved, f.peak_reserved);
     EXPECT_TRUE(t.facts.reserved_known);
     EXPECT_THAT(t.source.generation, HasSubstr("Addr/Total Allocated"));
   } else {
@@ -633,7 +673,6 @@ TEST_P(KinetoFixture, LevelsEqualTheProfilersTotals) {
       if (a.alloc_event == model::kNoEvent) alive_before += static_cast<int64_t>(a.size);
       if (a.ReleaseEvent() == model::kNoEvent) alive_at_end += static_cast<int64_t>(a.size);
     }
-    EXPECT_EQ(tl.devices[0].allocated_at_start, alive_before);
     for (int64_t level : allocated) ASSERT_GE(level, 0);
     EXPECT_EQ(allocated.back(), alive_before + signed_sum);
     EXPECT_EQ(allocated.back(), alive_at_end);

@@ -101,8 +101,8 @@ class Builder {
   Result<model::Trace> Build(uint64_t file_bytes) {
     for (const Record& r : in_.records) {
       if (pending_.size() + 2 > model::kMaxEvents) {
-        return InvalidInput(fmt::format("{}: more than {} events; capture a shorter run", path_,
-                                        FormatCount(static_cast<int64_t>(model::kMaxEvents))));
+        return LimitExceeded(fmt::format("{}: more than {} events; capture a shorter run", path_,
+                                         FormatCount(static_cast<int64_t>(model::kMaxEvents))));
       }
       Apply(r);
     }

@@ -741,7 +741,9 @@ Status DocumentBuilder::Run(ParseInfo* info) {
     ++opcodes;
     if (!Step(op, at, &stop)) return error_;
     if (pos_ >= next_progress) {
-      if (options_.progress) options_.progress(pos_, in_.size());
+      if (options_.progress && !options_.progress(pos_, in_.size())) {
+        return Interrupted("interrupted: reading the input was cancelled");
+      }
       next_progress = pos_ + kProgressStep;
     }
   }

@@ -45,8 +45,9 @@ class ListSink {
 };
 
 struct ParseOptions {
-  // Called every few MiB with (bytes consumed, total bytes); may be empty.
-  std::function<void(uint64_t, uint64_t)> progress;
+  // Called every few MiB with (bytes consumed, total bytes); may be empty. Returning false stops
+  // the parse with Interrupted (the caller's cancellation).
+  std::function<bool(uint64_t, uint64_t)> progress;
   // Optional consumer of list items (see ListSink); not owned.
   ListSink* sink = nullptr;
 };

@@ -1182,6 +1182,7 @@ TEST(PickleReaderTest, ProgressCallbackReachesTheEnd) {
     last_done = done;
     last_total = total;
     ++calls;
+    return true;
   };
   const Result<Document> result = Parse(bytes, options);
   ASSERT_TRUE(result.ok()) << result.status().message();

@@ -206,7 +206,8 @@ std::optional<model::Category> CategoryOfKind(const std::string& kind) {
   return std::nullopt;
 }
 
-// The bootstrap's phase names ("between": after an optimizer step, before the next forward).
+// The bootstrap's phase names ("between": after an optimizer step, before the next forward;
+// model/vocabulary.h), and the report's.
 std::optional<model::Phase> PhaseOfName(const std::string& name) {
   const auto phase = model::ParsePhase(name);
   if (phase == model::Phase::kUnknown) return std::nullopt;

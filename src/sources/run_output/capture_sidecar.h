@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "model/interpretation.h"
 #include "model/trace.h"
+#include "model/vocabulary.h"
 
 namespace vramscope::sources {
 
@@ -62,8 +63,9 @@ struct CaptureSidecar {
   std::optional<model::DeviceUsage> nvml;
 };
 
-inline constexpr size_t kMaxNvmlSamples = 100000;  // the bootstrap writes at most 20000
-inline constexpr size_t kMaxNvmlProcesses = 256;   // the bootstrap lists at most 64
+// What the bootstrap writes at most is what is read (model/vocabulary.h: one set of limits).
+inline constexpr size_t kMaxNvmlSamples = model::kCaptureLimits.max_nvml_samples;
+inline constexpr size_t kMaxNvmlProcesses = model::kCaptureLimits.max_nvml_processes;
 
 // Reads a sidecar. nullopt when the file is JSON of another format (an older golden's sidecar);
 // an error naming the file and field when it is malformed.

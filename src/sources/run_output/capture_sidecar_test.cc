@@ -10,7 +10,6 @@
 #include <fstream>
 #include <limits>
 
-#include "attribution/attribution.h"
 #include "sources/run_output/capture_folder.h"
 
 namespace vramscope::sources {
@@ -52,6 +51,15 @@ struct StepTrace {
   }
   // The name the sidecar gave the allocation made by event `i` ("" when none).
   std::string NameOf(uint32_t i) const { return std::string(view().TensorName(i)); }
+  // The (phase, step) the interpretation's marks put event `i` in: the last mark at or before it
+  // (model::PhaseMark: "from event `event` on"); set-up before the first.
+  std::pair<model::Phase, int32_t> PhaseOf(uint32_t i) const {
+    std::pair<model::Phase, int32_t> out{model::Phase::kSetup, 0};
+    for (const model::PhaseMark& m : view().PhaseMarks()) {
+      if (m.event <= i) out = {m.phase, m.step};
+    }
+    return out;
+  }
 };
 
 constexpr const char* kSidecar = R"({
@@ -137,15 +145,13 @@ TEST(CaptureSidecar, PhasesFromPerEventMarks) {
   StepTrace s(/*with_marks=*/true);
   const SidecarApplied applied = s.Apply(Parse(kSidecar));
   EXPECT_TRUE(applied.phases_from_metadata);
-  const attribution::Attribution a = attribution::Attribute(s.view());
-  using attribution::Phase;
+  using model::Phase;
   const std::vector<std::pair<Phase, int32_t>> expected = {
       {Phase::kSetup, 0},     {Phase::kSetup, 0},     {Phase::kForward, 1},
       {Phase::kBackward, 1},  {Phase::kBackward, 1},  {Phase::kBackward, 1},
       {Phase::kOptimizer, 1}, {Phase::kOptimizer, 1}, {Phase::kBeforeForward, 2}};
   for (uint32_t i = 0; i < expected.size(); ++i) {
-    EXPECT_EQ(a.phases.At(i), expected[i].first) << "event " << i;
-    EXPECT_EQ(a.phases.StepAt(i), expected[i].second) << "event " << i;
+    EXPECT_EQ(s.PhaseOf(i), expected[i]) << "event " << i;
   }
 }
 
@@ -154,14 +160,12 @@ TEST(CaptureSidecar, PhasesFromTimesWithoutMarks) {
   const SidecarApplied applied = s.Apply(Parse(kSidecar));
   EXPECT_FALSE(applied.phases_from_metadata);
   EXPECT_EQ(applied.phase_marks, 4u);
-  const attribution::Attribution a = attribution::Attribute(s.view());
-  using attribution::Phase;
-  EXPECT_EQ(a.phases.At(1), Phase::kSetup);  // t=20 ms, before forward began at 25 ms
-  EXPECT_EQ(a.phases.At(2), Phase::kForward);
-  EXPECT_EQ(a.phases.At(3), Phase::kBackward);
-  EXPECT_EQ(a.phases.At(6), Phase::kOptimizer);
-  EXPECT_EQ(a.phases.At(8), Phase::kBeforeForward);
-  EXPECT_EQ(a.phases.StepAt(8), 2);
+  using model::Phase;
+  EXPECT_EQ(s.PhaseOf(1).first, Phase::kSetup);  // t=20 ms, before forward began at 25 ms
+  EXPECT_EQ(s.PhaseOf(2).first, Phase::kForward);
+  EXPECT_EQ(s.PhaseOf(3).first, Phase::kBackward);
+  EXPECT_EQ(s.PhaseOf(6).first, Phase::kOptimizer);
+  EXPECT_EQ(s.PhaseOf(8), std::make_pair(Phase::kBeforeForward, 2));
 }
 
 TEST(CaptureSidecar, NamesAndCategoriesByAddressAndTime) {
@@ -176,12 +180,8 @@ TEST(CaptureSidecar, NamesAndCategoriesByAddressAndTime) {
   // The output at 0x4000 and the next batch there are not named: the sidecar saw no tensor there.
   EXPECT_EQ(s.NameOf(2), "");
   EXPECT_EQ(s.NameOf(8), "");
-  const attribution::Attribution a = attribution::Attribute(s.view());
-  auto category_of_event = [&](int32_t event) {
-    for (size_t i = 0; i < s.t.allocations.size(); ++i) {
-      if (s.t.allocations[i].alloc_event == event) return a.allocations[i].category;
-    }
-    return model::Category::kUnknown;
+  auto category_of_event = [&](uint32_t event) {
+    return s.view().RecordedCategory(event).value_or(model::Category::kUnknown);
   };
   EXPECT_EQ(category_of_event(0), model::Category::kWeight);
   EXPECT_EQ(category_of_event(3), model::Category::kGradient);
@@ -372,7 +372,7 @@ TEST(CaptureSidecar, MalformedNvmlFieldsGetOneLineNamingTheField) {
   }
 }
 
-// Found by capture_sidecar_fuzzer (its corpus keeps the inputs: capture_sidecar_fuzz_corpus/).
+// Found by capture_sidecar_fuzzer (its corpus keeps the inputs: fuzz/capture_sidecar/corpus/).
 
 // A phase that begins after the trace's last event (the real CPU capture's phases all do, against
 // this trace's clock) marks none of its events: no mark may point past the device's events.
@@ -385,8 +385,7 @@ TEST(CaptureSidecarFuzzFinds, PhasesAfterTheLastEventLeaveNoMarkPastIt) {
   EXPECT_EQ(applied.phase_marks, 4u);  // the four phases that hold events
   ASSERT_FALSE(s.in.phase_marks.empty());
   for (const model::PhaseMark& m : s.in.phase_marks) EXPECT_LT(m.event, s.t.events.count());
-  const attribution::Attribution a = attribution::Attribute(s.view());
-  EXPECT_EQ(a.phases.At(8), attribution::Phase::kBeforeForward);  // unchanged
+  EXPECT_EQ(s.PhaseOf(8).first, model::Phase::kBeforeForward);  // unchanged
 }
 
 // Steps and times at the ends of their types: step 2^31-1 followed by the optimizer's "between"

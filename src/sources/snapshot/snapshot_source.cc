@@ -718,7 +718,7 @@ Status Converter::ConvertEntry(Value entry, const Path& where, int32_t device) {
   RETURN_IF_ERROR(ConvertStack(frames, Value(), where, &stack));
   model::Events& ev = trace_.events;
   if (ev.count() >= model::kMaxEvents) {
-    return InvalidInput(
+    return LimitExceeded(
         fmt::format("{}: more than {} trace events; traces this long are not "
                     "supported (record fewer with max_entries)",
                     where.ToString(), model::kMaxEvents));
@@ -996,7 +996,7 @@ class SnapshotSink : public pickle::ListSink {
     // Wants() placed this list in device_traces; a pickle that rebuilds the lists around it
     // before it closes (PyTorch's never does) moves it out of its place, or past the devices a
     // GPU can have. Found by input_file_fuzzer
-    // (src/sources/pickle/fuzz_corpus/regression_trace_list_moved.pickle).
+    // (fuzz/pickle_reader/corpus/regression_trace_list_moved.pickle).
     if (!device) {
       return InvalidInput(
           "device_traces: a device's trace list is no longer where it started when it ends (the "
@@ -1049,7 +1049,10 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
             "torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")",
             sources::InputFormatName(format));
     }
-    return InvalidInput(prefix + hint);
+    // An empty file is damaged; anything else is a format of its own that vramscope does not
+    // read as a snapshot.
+    return format == sources::InputFormat::kEmpty ? InvalidInput(prefix + hint)
+                                                  : Unsupported(prefix + hint);
   }
   const auto t0 = std::chrono::steady_clock::now();
   Converter converter;
@@ -1066,7 +1069,7 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
   parse_options.progress = [&](uint64_t done, uint64_t total) {
     constexpr uint64_t kKeepBehind = uint64_t{4} << 20;
     if (done > kKeepBehind) file.ReleasePages(done - kKeepBehind);
-    if (options.progress) options.progress(done, total);
+    return !options.progress || options.progress(done, total);
   };
   parse_options.sink = options.stream_trace ? &sink : nullptr;
   pickle::ParseInfo info;

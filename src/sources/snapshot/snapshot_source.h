@@ -24,7 +24,8 @@
 namespace vramscope::snapshot {
 
 struct LoadOptions {
-  std::function<void(uint64_t, uint64_t)> progress;  // parse progress (bytes done, total)
+  // Parse progress (bytes done, total); returning false stops the parse (Interrupted).
+  std::function<bool(uint64_t, uint64_t)> progress;
   // Convert trace entries while parsing and release them (bounded memory for long traces).
   // Off only to compare with the whole-document path in tests.
   bool stream_trace = true;

@@ -710,7 +710,7 @@ namespace {
 // the file is refused (whole-document conversion refuses it too, for the bad frame).
 TEST(Streaming, ASharedStackModifiedLaterIsRefused) {
   const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
-                           "/src/sources/pickle/fuzz_corpus/"
+                           "/fuzz/pickle_reader/corpus/"
                            "regression_shared_stack_modified_later.pickle";
   auto file = MappedFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status().message();
@@ -725,9 +725,8 @@ TEST(Streaming, ASharedStackModifiedLaterIsRefused) {
 // Found by the fuzz target: DUP makes device_traces hold one list twice. Its entries were
 // streamed for device 0; device 1 would read the emptied list, so the file is refused.
 TEST(Streaming, TheSameTraceListForTwoDevicesIsRefused) {
-  const std::string path =
-      std::string(VRAMSCOPE_SOURCE_DIR) +
-      "/src/sources/pickle/fuzz_corpus/regression_same_trace_list_twice.pickle";
+  const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
+                           "/fuzz/pickle_reader/corpus/regression_same_trace_list_twice.pickle";
   auto file = MappedFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status().message();
   auto streamed = LoadSnapshot(**file);
@@ -739,9 +738,8 @@ TEST(Streaming, TheSameTraceListForTwoDevicesIsRefused) {
 // Found by the fuzz target: an entry's 'frames' is the trace list itself (a memo reference).
 // While streaming that list is still empty; in the final object it holds the entries.
 TEST(Streaming, FramesThatAreTheTraceListAreRefused) {
-  const std::string path =
-      std::string(VRAMSCOPE_SOURCE_DIR) +
-      "/src/sources/pickle/fuzz_corpus/regression_frames_is_the_trace_list.pickle";
+  const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
+                           "/fuzz/pickle_reader/corpus/regression_frames_is_the_trace_list.pickle";
   auto file = MappedFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status().message();
   auto streamed = LoadSnapshot(**file);
@@ -754,7 +752,7 @@ TEST(Streaming, FramesThatAreTheTraceListAreRefused) {
 // input, refused in one line (it was an internal error, "a bug in vramscope").
 TEST(Streaming, ATraceListThatMovesWhileReadIsRefused) {
   const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
-                           "/src/sources/pickle/fuzz_corpus/regression_trace_list_moved.pickle";
+                           "/fuzz/pickle_reader/corpus/regression_trace_list_moved.pickle";
   auto file = MappedFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status().message();
   auto streamed = LoadSnapshot(**file);
@@ -767,7 +765,7 @@ TEST(Streaming, ATraceListThatMovesWhileReadIsRefused) {
 
 TEST(Streaming, EntriesOutsideTheRootAreRefused) {
   const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
-                           "/src/sources/pickle/fuzz_corpus/"
+                           "/fuzz/pickle_reader/corpus/"
                            "regression_streamed_list_not_in_root.pickle";
   auto file = MappedFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status().message();

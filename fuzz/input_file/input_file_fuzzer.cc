@@ -1,0 +1,48 @@
+// libFuzzer target for what a user hands `vramscope report`: any file, recognised by content
+// (sources/load_source.h), plain or gzipped, through every source, then the whole pipeline.
+//
+// Beyond the sources' own targets it covers the choice of source and the streaming inflation of
+// gzip inputs (sources/inflate_input.h) with the resource contract's limits: the seeds hold a
+// decompression bomb of each kind (zeros, a pickle header before zeros, concatenated members) and
+// a shared-reference snapshot, each refused with one line naming the file.
+//
+// Build: cmake -DVRAMSCOPE_BUILD_FUZZERS=ON with clang (target input_file_fuzzer).
+// Run:   input_file_fuzzer -max_len=8192 fuzz/input_file/corpus
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/mapped_file.h"
+#include "sources/load_source.h"
+#include "support/through_pipeline.h"
+
+namespace {
+
+void Check(bool condition) {
+  if (!condition) __builtin_trap();
+}
+
+const std::string kPath = "fuzz.input";
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  const auto file = vramscope::MappedFile::FromBytes(
+      kPath, std::span(reinterpret_cast<const uint8_t*>(input.data()), input.size()));
+  vramscope::sources::SourceOptions options;
+  // The contract's ratio, with a small allowance so that a bomb is refused at 100x an input of
+  // at most max_len bytes rather than at the 64 MiB every real gzip input may reach.
+  options.limits.inflate_allowance_bytes = uint64_t{1} << 20;
+  auto trace = vramscope::sources::LoadTrace(*file, options);
+  if (!trace.ok()) {
+    const std::string& message = trace.status().message();
+    Check(trace.status().IsInputError());
+    Check(message.rfind(kPath + ": ", 0) == 0);
+    Check(message.find('\n') == std::string::npos);
+    return 0;
+  }
+  Check(trace->events.count() <= vramscope::model::kMaxEvents);
+  vramscope::testing::ThroughPipeline(std::move(*trace));
+  return 0;
+}

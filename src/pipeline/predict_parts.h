@@ -1,0 +1,38 @@
+// The parts of pipeline::Predict, one file each (internal to src/pipeline): the request resolved
+// (predict.cc), a parallel layout's roles (predict_layout.cc), the user's own model through the
+// tracer, one rank or all of them (predict_traced.cc).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipeline/predict.h"
+
+namespace vramscope::pipeline::predict_parts {
+
+// Whether the request asks for a parallel layout (or the model has experts, which only the
+// per-rank estimate models).
+bool WantsParallel(const PredictRequest& r);
+
+// A parallel layout of a built-in family: every rank role placed by the allocator model.
+Result<PredictResult> PredictLayout(const PredictRequest& r, const predict::PredictRequest& request,
+                                    const predict::ModelSpec& spec);
+
+// The tracer's arguments for the request's set-up.
+Result<std::vector<std::string>> TracerArgs(const PredictRequest& r);
+
+// The user's model traced (one rank under world_size): the tracer's stream, written to
+// `stream_path`.
+Status TraceModel(const PredictRequest& r, const std::string& stream_path);
+
+// Every rank of the user's job traced: the bounding rank's report with every rank's row.
+Result<PredictResult> PredictAllRanks(const PredictRequest& r,
+                                      const predict::PredictRequest& request);
+
+// A predicted trace through the pipeline like any input (`ranks`, `notes`: FromTraceRequest's).
+Result<std::unique_ptr<const Analyzed>> AnalyzePrediction(predict::BuiltTrace built,
+                                                          const PredictRequest& r,
+                                                          std::vector<analysis::RankRow> ranks = {},
+                                                          std::vector<std::string> notes = {});
+
+}  // namespace vramscope::pipeline::predict_parts
