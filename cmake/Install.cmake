@@ -25,10 +25,11 @@ endif()
 install(TARGETS vramscope RUNTIME DESTINATION "${vramscope_bin_destination}")
 
 if(SKBUILD)
-  # The package as it is in the source tree, Python files only (no __pycache__ or editor files).
+  # The package as it is in the source tree: its Python files and vocabulary.json (no __pycache__ or
+  # editor files).
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/python/vramscope/"
           DESTINATION "${SKBUILD_PLATLIB_DIR}/vramscope"
-          FILES_MATCHING PATTERN "*.py"
+          FILES_MATCHING PATTERN "*.py" PATTERN "*.json"
           PATTERN "__pycache__" EXCLUDE)
 endif()
 

@@ -349,7 +349,8 @@ def test_a_write_that_fails(run_script, out_dir):
 
 
 def test_a_broken_bootstrap_prints_one_line(run_script, inject_dir):
-    (inject_dir / "vramscope" / "bootstrap.py").write_text("raise RuntimeError('broken')\n")
+    broken = inject_dir / "vramscope" / "capture" / "__init__.py"
+    broken.write_text("raise RuntimeError('broken')\n")
     r = run_script(NO_TORCH)
     assert (r.rc, r.stdout) == (3, "hello False\n")
     assert r.stderr == ("vramscope: could not load the capture bootstrap (RuntimeError: broken); "
@@ -363,6 +364,24 @@ def test_a_bad_setting_prints_one_line(run_script):
         "vramscope: VRAMSCOPE_STEPS='three' is not a whole number; unset it or use "
         "'vramscope run'; this process runs on without capture"]
     assert r.files() == []
+
+
+def test_a_misspelled_phase_is_a_bug(run_script):
+    """Phases are named from the one vocabulary (src/model/vocabulary.h's capture phases): entering
+    one it does not have is a ValueError (in a hook: capture stops with one line), recording or
+    not."""
+    source = r'''
+from vramscope.capture import phases
+for name in ("setup", "forward", "backward", "optimizer", "between"):
+    phases._enter_phase(1, name)
+try:
+    phases._enter_phase(1, "forwards")
+except ValueError as e:
+    print("ValueError:", e)
+'''
+    r = run_script(source)
+    assert (r.rc, r.stderr) == (0, ""), r.stderr
+    assert r.stdout.startswith("ValueError: 'forwards' is no capture phase "), r.stdout
 
 
 def test_forked_children_do_not_write(run_script):

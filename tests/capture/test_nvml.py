@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "fake_nvml"
-BOOTSTRAP = HERE.parents[1] / "python" / "vramscope" / "bootstrap.py"
+PACKAGE = HERE.parents[1] / "python" / "vramscope"
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -150,8 +150,9 @@ class FakeCuda:
 
 @pytest.fixture
 def nvml(monkeypatch, capsys):
-    """(bootstrap, fake pynvml) loaded afresh, the bootstrap's state as on a GPU after CUDA's
-    start; call start() to set NVML up."""
+    """(the bootstrap's nvml module, fake pynvml) loaded afresh, the bootstrap's state as on a GPU
+    after CUDA's start; call start() to set NVML up."""
+    loaded = []
 
     def load(mode="ok", visible=None, rank=None):
         monkeypatch.setenv("FAKE_NVML", mode)
@@ -165,13 +166,17 @@ def nvml(monkeypatch, capsys):
             monkeypatch.setenv("RANK", rank)
         fake = _load("pynvml", FAKE / "pynvml.py")
         monkeypatch.setitem(sys.modules, "pynvml", fake)
-        b = _load(f"vramscope_bootstrap_{mode}", BOOTSTRAP)
+        name = f"vramscope_fresh_{len(loaded)}_{mode}"
+        loaded.append(name)
+        b = _load_package(name).capture.nvml
         s = b._state
         s.cpu_mode, s.nvml_mode, s.started_us, s.step, s.phase = False, "", 100, 0, "setup"
         s.torch = types.SimpleNamespace(cuda=FakeCuda())
         return b, fake
 
-    return load
+    yield load
+    for key in [k for k in sys.modules if k.split(".")[0] in loaded]:
+        del sys.modules[key]
 
 
 def _load(name, path):
@@ -179,6 +184,18 @@ def _load(name, path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _load_package(name):
+    """python/vramscope loaded afresh as the package `name` (its own capture state), with its
+    capture package imported; the caller removes `name` and its modules from sys.modules."""
+    spec = importlib.util.spec_from_file_location(name, PACKAGE / "__init__.py",
+                                                  submodule_search_locations=[str(PACKAGE)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    spec.loader.exec_module(package)
+    importlib.import_module(f"{name}.capture.nvml")
+    return package
 
 
 def test_on_a_gpu_the_device_is_matched_by_pci_bus_id_and_torch_counters_recorded(nvml, capsys):
@@ -234,7 +251,7 @@ def test_other_processes_are_bounded(nvml):
     b, _ = nvml("many")
     b._nvml_start()
     x = b._nvml_sidecar()["samples"][0]
-    assert len(x["other_processes"]) == b.MAX_NVML_PROCESSES == 64
+    assert len(x["other_processes"]) == b.CAPTURE_LIMITS["max_nvml_processes"] == 64
     assert x["other_processes_more"] == 72 - 64
     assert x["other_processes"][0] == {"pid": 4242, "used": 300 * MiB}  # the largest first
     assert x["other_processes"][1] == {"pid": 10069, "used": 69 * MiB}
