@@ -17,18 +17,18 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/allocator_constants.h"
 
 namespace vramscope::allocator {
 
-inline constexpr uint64_t kMiB = uint64_t{1} << 20;
-// The allocator's constants (c10/cuda/CUDACachingAllocator.cpp), unchanged from 1.13 to 2.11.
-inline constexpr uint64_t kMinBlockSize = 512;      // every block is a multiple of this
-inline constexpr uint64_t kSmallSize = 1 * kMiB;    // requests up to this go to the small pool
-inline constexpr uint64_t kSmallBuffer = 2 * kMiB;  // segment size of the small pool
-inline constexpr uint64_t kMinLargeAlloc =
-    10 * kMiB;  // below this a large request gets kLargeBuffer
-inline constexpr uint64_t kLargeBuffer = 20 * kMiB;
-inline constexpr uint64_t kRoundLarge = 2 * kMiB;  // larger segments round up to this
+// The allocator's constants, defined once in the model (model/allocator_constants.h).
+using model::kLargeBuffer;
+using model::kMiB;
+using model::kMinBlockSize;
+using model::kMinLargeAlloc;
+using model::kRoundLarge;
+using model::kSmallBuffer;
+using model::kSmallSize;
 inline constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
 // roundup_power2_divisions has one entry per power-of-two MiB bucket: 1 MiB, 2 MiB, ... 32 GiB.
 inline constexpr size_t kRoundupBuckets = 16;

@@ -4,39 +4,26 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <vector>
 
 namespace vramscope::attribution {
 
 namespace {
 
-// Rule sentences by id. Rules are string literals, so their addresses identify them.
-std::vector<const char*>& RuleTable() {
-  static std::vector<const char*> table = {""};
-  return table;
-}
-std::mutex& RuleMutex() {
-  static std::mutex m;
-  return m;
-}
-
-uint8_t RuleId(const char* rule) {
-  std::lock_guard<std::mutex> lock(RuleMutex());
-  std::vector<const char*>& table = RuleTable();
-  for (size_t i = 0; i < table.size(); ++i) {
-    if (table[i] == rule) return static_cast<uint8_t>(i);
+// A rule's id in this attribution's table (Attribution::rules), added at its first use. Rules are
+// string literals, so their addresses identify them.
+uint8_t RuleId(std::vector<const char*>& rules, const char* rule) {
+  for (size_t i = 0; i < rules.size(); ++i) {
+    if (rules[i] == rule) return static_cast<uint8_t>(i);
   }
-  table.push_back(rule);
-  return static_cast<uint8_t>(table.size() - 1);
+  rules.push_back(rule);
+  return static_cast<uint8_t>(rules.size() - 1);
 }
 
 }  // namespace
 
-const char* RuleText(uint8_t rule_id) {
-  std::lock_guard<std::mutex> lock(RuleMutex());
-  const std::vector<const char*>& table = RuleTable();
-  return rule_id < table.size() ? table[rule_id] : "";
+const char* Attribution::RuleText(uint8_t rule_id) const {
+  return rule_id < rules.size() ? rules[rule_id] : "";
 }
 
 const char* ConfidenceName(Confidence confidence) {
@@ -94,15 +81,16 @@ struct Context {
 
 class Decider {
  public:
-  explicit Decider(AllocationInfo& info) : info_(info) {}
+  Decider(AllocationInfo& info, std::vector<const char*>& rules) : info_(info), rules_(rules) {}
   void Set(Category c, Confidence conf, const char* rule) {
     info_.category = c;
     info_.confidence = conf;
-    info_.rule_id = RuleId(rule);
+    info_.rule_id = RuleId(rules_, rule);
   }
 
  private:
   AllocationInfo& info_;
+  std::vector<const char*>& rules_;
 };
 
 // Lifetime rules shared by the stack-driven and the timing-only paths. `phase` is where the
@@ -200,8 +188,9 @@ bool ByPhase(const Context& c, Phase phase, Confidence conf, bool from_stack, De
   return false;
 }
 
-void Decide(const Context& c, const model::TraceView& view, AllocationInfo& info) {
-  Decider d(info);
+void Decide(const Context& c, const model::TraceView& view, AllocationInfo& info,
+            std::vector<const char*>& rules) {
+  Decider d(info, rules);
   const model::Allocation& a = c.a;
   const StackFacts& s = c.at_alloc;
   if (a.alloc_event != model::kNoEvent) {
@@ -289,9 +278,10 @@ void Decide(const Context& c, const model::TraceView& view, AllocationInfo& info
 // when there are three of them for each gradient of one size and the trace shows an optimizer
 // step, two of each three are Adam's moments.
 void RefineBySizes(const model::TraceView& view, const Phases& phases,
-                   std::vector<AllocationInfo>& infos, std::vector<std::string>& notes) {
+                   std::vector<AllocationInfo>& infos, std::vector<std::string>& notes,
+                   std::vector<const char*>& rules) {
   const model::Trace& trace = view.trace;
-  const uint8_t persistent = RuleId(kRulePersistent);
+  const uint8_t persistent = RuleId(rules, kRulePersistent);
   bool optimizer_seen = false;
   for (const Iteration& it : phases.iterations) optimizer_seen |= it.has_optimizer;
   std::map<std::pair<int32_t, uint64_t>, uint64_t> gradients;  // (device, size) -> count
@@ -303,7 +293,7 @@ void RefineBySizes(const model::TraceView& view, const Phases& phases,
     if (infos[i].rule_id == persistent) {
       if (a.requested_size == 8519680) {
         infos[i].category = Category::kWorkspace;
-        infos[i].rule_id = RuleId(kRuleWorkspaceBySize);
+        infos[i].rule_id = RuleId(rules, kRuleWorkspaceBySize);
       } else {
         state[key].push_back(i);
       }
@@ -320,7 +310,7 @@ void RefineBySizes(const model::TraceView& view, const Phases& phases,
   }
   // As many leaves per size as the state allows (Adam keeps two tensors per leaf, momentum
   // one), the latest allocated first: the trained copy is usually made after the original.
-  const uint8_t leaf = RuleId(kRuleTrainedLeaf);
+  const uint8_t leaf = RuleId(rules, kRuleTrainedLeaf);
   std::map<std::pair<int32_t, uint64_t>, uint64_t> leaves_left;
   for (const auto& [key, states] : optimizer_state) {
     if (gradients.count(key) > 0) leaves_left[key] = std::max<uint64_t>(1, states / 2);
@@ -344,7 +334,7 @@ void RefineBySizes(const model::TraceView& view, const Phases& phases,
     weight_sizes[{trace.allocations[i].device, trace.allocations[i].requested_size}] = true;
     any_weight = true;
   }
-  const uint8_t not_a_gradient = RuleId(kRuleNotAGradient);
+  const uint8_t not_a_gradient = RuleId(rules, kRuleNotAGradient);
   uint64_t demoted = 0;
   for (size_t i = 0; i < infos.size() && any_weight; ++i) {
     const model::Allocation& a = trace.allocations[i];
@@ -372,7 +362,7 @@ void RefineBySizes(const model::TraceView& view, const Phases& phases,
     const size_t moments = 2 * g->second;
     for (size_t k = members.size() - moments; k < members.size(); ++k) {
       infos[members[k]].category = Category::kOptimizerState;
-      infos[members[k]].rule_id = RuleId(kRuleAdamBySize);
+      infos[members[k]].rule_id = RuleId(rules, kRuleAdamBySize);
       ++moved;
       moved_bytes += view.BlockSize(members[k]);
     }
@@ -418,7 +408,7 @@ Attribution Attribute(const model::TraceView& view) {
                     a.alloc_event == model::kNoEvent,
                     backward != step_backward.end() && backward->second};
     AllocationInfo info;
-    Decide(c, view, info);
+    Decide(c, view, info, out.rules);
     info.phase = c.alloc_phase;
     info.operation = at_alloc.operation;
     info.module_kind = at_alloc.module_kind;
@@ -430,7 +420,7 @@ Attribution Attribute(const model::TraceView& view) {
     }
     out.allocations.push_back(info);
   }
-  RefineBySizes(view, phases, out.allocations, out.notes);
+  RefineBySizes(view, phases, out.allocations, out.notes, out.rules);
   out.names = std::move(facts.names());
   out.notes.insert(out.notes.begin(), fmt::format("phases found from {}", phases.evidence));
   return out;

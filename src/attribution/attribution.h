@@ -39,16 +39,14 @@ const char* ConfidenceName(Confidence confidence);
 struct AllocationInfo {
   Category category = Category::kUnknown;
   Confidence confidence = Confidence::kLow;
-  uint8_t rule_id = 0;  // RuleText(rule_id): a sentence a user can read, why this category
+  uint8_t rule_id =
+      0;  // Attribution::RuleText(rule_id): a sentence a user reads, why this category
   Phase phase = Phase::kUnknown;  // the phase of its alloc event (kUnknown: before the trace)
   // Ids into Attribution::names.
   model::StringId operation = model::kEmptyString;    // "aten::addmm", "linear", ...
   model::StringId module_kind = model::kEmptyString;  // "linear", "conv", ... (nn.Module file)
 };
 static_assert(sizeof(AllocationInfo) == 12, "one per tensor allocation: keep it small");
-
-// The sentence of a rule id; ids are stable within a process (one per distinct rule).
-const char* RuleText(uint8_t rule_id);
 
 struct Attribution {
   std::vector<AllocationInfo> allocations;  // parallel to Trace::allocations
@@ -58,6 +56,9 @@ struct Attribution {
   // The operation and module names AllocationInfo refers to.
   model::StringTable names;
   std::string_view Name(model::StringId id) const { return names.Get(id); }
+  // The rules' sentences by id (AllocationInfo::rule_id), in order of first use; [0] is "".
+  std::vector<const char*> rules = {""};
+  const char* RuleText(uint8_t rule_id) const;
 };
 
 Attribution Attribute(const model::TraceView& view);

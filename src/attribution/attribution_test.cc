@@ -160,7 +160,7 @@ class TwoSteps : public ::testing::Test {
     a_ = b_.Finish();
   }
   Category Cat(uint64_t addr) { return b_.Of(a_, addr).category; }
-  std::string Why(uint64_t addr) { return RuleText(b_.Of(a_, addr).rule_id); }
+  std::string Why(uint64_t addr) { return a_.RuleText(b_.Of(a_, addr).rule_id); }
 
   TraceBuilder b_;
   LoopStacks stacks_{b_};
@@ -229,8 +229,8 @@ TEST_F(TwoSteps, StepScratchIsTemporary) {
 
 TEST_F(TwoSteps, EveryRuleHasASentence) {
   for (const AllocationInfo& info : a_.allocations) {
-    EXPECT_NE(std::string(RuleText(info.rule_id)), "");
-    EXPECT_NE(info.category, Category::kUnknown) << RuleText(info.rule_id);
+    EXPECT_NE(std::string(a_.RuleText(info.rule_id)), "");
+    EXPECT_NE(info.category, Category::kUnknown) << a_.RuleText(info.rule_id);
   }
 }
 
@@ -277,7 +277,7 @@ TEST(Attribute, UnshardedGradientFreedByFsdpPostBackwardIsAGradient) {
   const Attribution a = b.Finish();
   EXPECT_EQ(b.Of(a, unsharded).category, Category::kGradient);
   EXPECT_EQ(b.Of(a, unsharded).confidence, Confidence::kHigh);
-  EXPECT_NE(std::string(RuleText(b.Of(a, unsharded).rule_id)).find("FSDP2's post_backward"),
+  EXPECT_NE(std::string(a.RuleText(b.Of(a, unsharded).rule_id)).find("FSDP2's post_backward"),
             std::string::npos);
   EXPECT_EQ(b.Of(a, act_grad).category, Category::kTemporary);
 }
@@ -321,7 +321,7 @@ TEST(Attribute, KeptBackwardTensorOfNoWeightSizeIsNotAGradient) {
   b.Free(x, s.engine);
   const Attribution a = b.Finish();
   EXPECT_EQ(b.Of(a, kept).category, Category::kTemporary);
-  EXPECT_NE(std::string(RuleText(b.Of(a, kept).rule_id)).find("no weight has its size"),
+  EXPECT_NE(std::string(a.RuleText(b.Of(a, kept).rule_id)).find("no weight has its size"),
             std::string::npos);
 }
 
@@ -419,7 +419,7 @@ TEST(Attribute, TrainedLeafCopiedToTheDeviceIsAWeight) {
   b.Alloc(kWeight, s.adam_state);
   b.Free(g, s.zero_grad);
   const Attribution a = b.Finish();
-  EXPECT_EQ(b.Of(a, leaf).category, Category::kWeight) << RuleText(b.Of(a, leaf).rule_id);
+  EXPECT_EQ(b.Of(a, leaf).category, Category::kWeight) << a.RuleText(b.Of(a, leaf).rule_id);
   EXPECT_EQ(b.Of(a, target).category, Category::kInput);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "model/allocator_constants.h"
 #include "model/vocabulary.h"
 
 namespace vramscope::model {
@@ -123,9 +124,8 @@ void StableSortEventsByDevice(Events& e) {
 }
 
 uint64_t RoundedRequestSize(uint64_t requested) {
-  constexpr uint64_t kMinBlock = 512;
-  if (requested < kMinBlock) return kMinBlock;
-  return (requested + kMinBlock - 1) / kMinBlock * kMinBlock;
+  if (requested < kMinBlockSize) return kMinBlockSize;
+  return (requested + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
 }
 
 void BuildAllocations(Trace& trace) {

@@ -477,7 +477,8 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
       const model::Allocation& a = t.allocations[i];
       const attribution::AllocationInfo& info = in.attribution.allocations[i];
       auto [rule_it, new_rule] = rule_ids.emplace(info.rule_id, rule_ids.size());
-      if (new_rule) RETURN_IF_ERROR(rule.Row(rule_it->second, attribution::RuleText(info.rule_id)));
+      if (new_rule)
+        RETURN_IF_ERROR(rule.Row(rule_it->second, in.attribution.RuleText(info.rule_id)));
       const uint32_t site_frame = in.sites.Site(a.alloc_stack);
       auto [site_it, new_site] = site_ids.emplace(site_frame, site_ids.size());
       if (new_site) RETURN_IF_ERROR(site.Row(site_it->second, in.sites.Label(site_frame)));

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <vector>
 
+#include "model/allocator_constants.h"
+
 namespace vramscope::snapshot {
 
 namespace {
@@ -15,11 +17,8 @@ using model::Block;
 using model::BlockState;
 using model::Segment;
 
-constexpr uint64_t kMinBlockSize = 512;  // PyTorch's kMinBlockSize
-// The granularity of every segment size PyTorch can produce: kSmallBuffer (2 MiB), kLargeBuffer
-// (20 MiB) and kRoundLarge (2 MiB) are multiples of it, and so is large_segment_size_mb (parsed
-// as a whole number of MiB, > 10) which newer versions let replace kLargeBuffer.
-constexpr uint64_t kSegmentGranularity = uint64_t{1} << 20;
+using model::kMinBlockSize;        // PyTorch's (model/allocator_constants.h)
+using model::kSegmentGranularity;  // what every segment size PyTorch makes is a multiple of
 
 std::string Hex(uint64_t v) { return fmt::format("0x{:x}", v); }
 
