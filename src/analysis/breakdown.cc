@@ -169,6 +169,7 @@ LiveBreakdown BreakdownAfter(const model::TraceView& view,
 void OwnerNamer::NameAll() {
   const size_t n = view_.trace.allocations.size();
   owner_of_.resize(n);
+  by_name_.reserve(n);
   for (size_t i = 0; i < n; ++i) owner_of_[i] = Id(i);
 }
 
@@ -190,12 +191,18 @@ uint32_t OwnerNamer::Id(size_t i) {
                          info.category == attribution::Category::kOptimizerState ||
                          info.category == attribution::Category::kInput ||
                          info.category == attribution::Category::kWorkspace;
-      std::string label = state || info.operation == model::kEmptyString
+      const model::StringId operation = state ? model::kEmptyString : info.operation;
+      // The same name (the same interned bytes) with the same operation has the same label:
+      // built once (a predicted step names every tensor, and repeats its names every step).
+      const NamedKey named{tensor.data(), tensor.size(), operation};
+      if (const auto it = by_name_.find(named); it != by_name_.end()) return it->second;
+      std::string label = operation == model::kEmptyString
                               ? std::string(tensor)
-                              : fmt::format("{} @ {}", attribution_.Name(info.operation), tensor);
+                              : fmt::format("{} @ {}", attribution_.Name(operation), tensor);
       auto [it, inserted] =
           by_label_.emplace(std::move(label), static_cast<uint32_t>(labels_.size()));
       if (inserted) labels_.push_back(it->first);
+      by_name_.emplace(named, it->second);
       return it->second;
     }
   }

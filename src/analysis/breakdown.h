@@ -120,6 +120,21 @@ class OwnerNamer {
   SiteNamer& sites_;
   // (stack << 32 | name) -> id, apart for allocations made before the trace and in it.
   std::unordered_map<uint64_t, uint32_t> by_key_[2];
+  // A tensor name the source gave (by the address and length of its bytes, which the trace or
+  // its interpretation holds for the namer's life) and the operation shown with it -> id.
+  struct NamedKey {
+    const char* data;
+    size_t size;
+    model::StringId operation;
+    bool operator==(const NamedKey&) const = default;
+  };
+  struct NamedKeyHash {
+    size_t operator()(const NamedKey& k) const {
+      return std::hash<const void*>()(k.data) ^ (k.size * 0x9e3779b97f4a7c15ull) ^
+             (static_cast<size_t>(k.operation) << 17);
+    }
+  };
+  std::unordered_map<NamedKey, uint32_t, NamedKeyHash> by_name_;
   std::unordered_map<std::string, uint32_t> by_label_;
   std::vector<std::string> labels_;
   std::vector<uint32_t> owner_of_;  // by allocation, after NameAll()

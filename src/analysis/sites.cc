@@ -101,7 +101,7 @@ uint32_t SiteNamer::Site(model::StackId stack) const {
 }
 
 void SiteNamer::NameAll() {
-  for (model::StackId stack = 0; stack < cache_.size(); ++stack) Site(stack);
+  for (const model::Allocation& a : trace_.allocations) Site(a.alloc_stack);
   for (model::FrameId frame = 0; frame < trace_.frames.size(); ++frame) RelativePathIndex(frame);
 }
 

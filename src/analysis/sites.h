@@ -37,8 +37,9 @@ class SiteNamer {
   // analysis runs; the const overload reads what NameAll() computed for every stack.
   uint32_t Site(model::StackId stack);
   uint32_t Site(model::StackId stack) const;
-  // Names every stack's site and every frame's project path, so that the const accessors only
-  // read (Analyze calls it before the namer becomes part of its read-only result).
+  // Names the site of every allocation's stack and every frame's project path, so that what
+  // reporters ask of the const accessors is already there (Analyze calls it before the namer
+  // becomes part of its read-only result); other stacks are computed when asked, uncached.
   void NameAll();
   // "train.py:57 main" (project-relative) or "transformers/models/llama/modeling_llama.py:183
   // apply_rotary_pos_emb" (last path components) or "at::native::addmm".
