@@ -6,8 +6,8 @@
     python3 scripts/doc_blocks.py --write          # regenerate the shown output from real runs
     python3 scripts/doc_blocks.py --list           # every block, its directive and line
 
-Pages covered (PAGES): README.md, docs/predict-models.md and docs/report-database.md, the pages a
-user follows to install, run every verb, describe a model and query a report. Not covered:
+Pages covered (PAGES): README.md, docs/guide/*.md and docs/*.md, found by glob: the pages a user
+follows to install, run every verb, describe a model and query a report. Not covered:
 docs/benchmarks.md (its commands are benchmarks that take minutes and print timings of the
 machine they ran on), docs/accuracy.md (a report generated from the goldens by
 scripts/accuracy.py and scripts/families_vs_tracer.py --write: regenerated, not followed; its
@@ -91,7 +91,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = ("README.md", "docs/predict-models.md", "docs/report-database.md")
+# The pages a user follows, found by glob so that no page (and no block) escapes: the README, the
+# guides (one per command) and the reference pages beside them.
+PAGE_GLOBS = ("README.md", "docs/guide/*.md", "docs/*.md")
+# Not followed: generated reports and measurements (see above).
+NOT_PAGES = ("docs/benchmarks.md", "docs/accuracy.md")
+
+
+def pages() -> list[Path]:
+    found = []
+    for pattern in PAGE_GLOBS:
+        for path in sorted(REPO.glob(pattern)):
+            if str(path.relative_to(REPO)) not in NOT_PAGES and path not in found:
+                found.append(path)
+    return found
+
+
+PAGES = tuple(str(p.relative_to(REPO)) for p in pages())
 KINDS = ("run", "output", "sql", "usage", "code", "not-run")
 RUN_KINDS = ("run", "output")
 COMMAND_TIMEOUT_S = 600

@@ -10,7 +10,7 @@
 # transformers, peft, accelerate and lightning from PyPI, installed once into a virtual environment
 # under ~/.cache/vramscope (VRAMSCOPE_TORCH_VENV to choose another).
 # Set VRAMSCOPE_FUZZ_RUNS=0 to skip the fuzzing step. The run is reproducible (a fixed seed,
-# VRAMSCOPE_FUZZ_SEED, default 1); exploratory fuzzing is a separate, longer run (see README).
+# VRAMSCOPE_FUZZ_SEED, default 1); exploratory fuzzing is a separate, longer run (see docs/guide/development.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -122,7 +122,7 @@ if [[ $runs != 0 ]]; then
       build-fuzz/fuzz/native_trace_fuzzer \
       "fuzz/native_trace/corpus/*" 4096
     # Each run of this one opens and queries a SQLite database (about 250 runs/s under ASan): a
-    # fifth of the runs keeps the whole suite within CI's half hour. Longer runs: see README.
+    # fifth of the runs keeps the whole suite within CI's half hour. Longer runs: see docs/guide/development.md.
     FUZZ_RUNS=$((runs / 5)) fuzz "report database behind 'vramscope view' (load + pyramid + blob)" \
       build-fuzz/fuzz/viewer_report_fuzzer "fuzz/viewer_report/corpus/*.sqlite" \
       65536 -dict=fuzz/viewer_report/viewer_report_fuzzer.dict

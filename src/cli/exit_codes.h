@@ -1,4 +1,4 @@
-// Exit codes every subcommand uses (README.md, "Exit status"): scripts rely on them.
+// Exit codes every subcommand uses (docs/guide/README.md, "Exit statuses"): scripts rely on them.
 #pragma once
 
 #include <functional>

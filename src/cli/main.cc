@@ -1,5 +1,5 @@
 // vramscope: see where the GPU memory of a training step goes. `main` only dispatches to the
-// subcommands (one file each); flags mean the same in every subcommand (README.md).
+// subcommands (one file each); flags mean the same in every subcommand (docs/guide/README.md).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>

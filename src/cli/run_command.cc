@@ -100,7 +100,7 @@ int RunRunCommand(RunFlags o) {
     fmt::print(stderr, "vramscope: the program {}\n", run.program_description);
   }
   if (!run.captured) {
-    // Not an error of the program's: its status stands (README, "Exit status"), and the line
+    // Not an error of the program's: its status stands (docs/guide/README.md, "Exit statuses"), and the line
     // says what was not captured.
     if (run.sidecars > 0) {
       // The bootstrap's CPU test mode (VRAMSCOPE_CAPTURE_CPU) writes sidecars only.

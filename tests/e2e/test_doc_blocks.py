@@ -1,6 +1,6 @@
-"""The README and the pages a user follows are executed (scripts/doc_blocks.py): every command
-block runs twice in a fresh temporary folder, and every shown output, figures included, is what
-the command prints. One test per block; a page that breaks the rules (a block without a
+"""The README, the guides and the pages a user follows are executed (scripts/doc_blocks.py):
+every command block runs twice in a fresh temporary folder, and every shown output, figures
+included, is what the command prints. One test per block; a page that breaks the rules (a block without a
 directive) fails its own test. Blocks that read ../shared/fixtures skip when it is absent, blocks
 that need PyTorch when no torch Python is found (unless CI says it must be there).
 
@@ -67,9 +67,9 @@ TP_COMMAND = "vramscope predict --model llama2-7b --tp 2"
 def test_a_changed_figure_fails_on_its_line_and_write_restores_it(doc_env, tmp_path):
     """Change one figure of a shown output: the check names that line, what it shows and what
     the command prints, and nothing else; --write puts the printed figure back."""
-    page = tmp_path / "README.md"
-    original = (REPO / "README.md").read_text()
-    block = find_block(REPO / "README.md", TP_COMMAND)
+    page = tmp_path / "predict.md"
+    original = (REPO / "docs" / "guide" / "predict.md").read_text()
+    block = find_block(REPO / "docs" / "guide" / "predict.md", TP_COMMAND)
     offset = next(n for n, line in enumerate(block.lines) if line.lstrip().startswith("first stage"))
     lineno = block.first_line + offset  # 1-based line on the page
     lines = original.split("\n")
@@ -192,3 +192,22 @@ def test_a_not_run_block_must_name_what_checks_it(doc_env, tmp_path):
             assert result.errors == []
         else:
             assert len(result.errors) == 1 and expected in result.errors[0], result.errors
+
+
+def test_every_guide_and_reference_page_is_checked():
+    """doc_blocks finds its pages by glob: the README, every guide and every reference page (no
+    block escapes), and not the generated reports."""
+    pages = set(doc_blocks.PAGES)
+    guides = {str(p.relative_to(REPO)) for p in (REPO / "docs" / "guide").glob("*.md")}
+    assert guides and guides <= pages, guides - pages
+    assert {"README.md", "docs/report-database.md", "docs/predict-models.md"} <= pages
+    assert not {"docs/benchmarks.md", "docs/accuracy.md"} & pages
+
+
+def test_the_readme_is_a_front_door():
+    """At most 300 lines, and it links every guide."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    for guide in (REPO / "docs" / "guide").glob("*.md"):
+        if guide.name != "README.md":
+            assert f"docs/guide/{guide.name}" in readme, guide.name

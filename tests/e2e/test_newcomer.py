@@ -1,6 +1,6 @@
 """The first hour, as a new user lives it: an empty folder with one real snapshot, every verb run
 twice with the outputs it names itself and with --json, then the exit statuses and the files left
-behind (README.md, "Exit status").
+behind (docs/guide/README.md, "Exit statuses").
 
 The rules checked here: a default-named output replaces vramscope's own earlier output of the
 same kind and says so, and never anything else; an output the user named keeps "never overwrite
@@ -63,7 +63,7 @@ def test_json_and_summary_only_write_nothing(folder):
                 doc = json.loads(out)
                 assert doc["report"] is None
                 assert doc["peak_usage_bytes"] == BUILT_IN_PEAK_ALLOCATED
-    # The README's pipe: the figure and nothing else on stdout, no database left behind.
+    # The report guide's pipe (docs/guide/report.md): the figure and nothing else on stdout, no database left behind.
     code, out, err = run_binary("report", "s.pickle", "--json", cwd=folder)
     assert json.loads(out)["peak_usage_bytes"] == BUILT_IN_PEAK_ALLOCATED
     # Named, the database is written, and the JSON says where.
@@ -175,7 +175,7 @@ def test_report_of_a_capture_folder_twice(folder):
                               "rank1.sidecar.json", "report.html", "report.sqlite"]
 
 
-# Exit statuses, one row of README.md's table each: 0 done, 1 bad input or an output that may
+# Exit statuses, one row of docs/guide/README.md's table each: 0 done, 1 bad input or an output that may
 # not be replaced, 2 bad usage. (3, an internal error, is a bug: no input is known to cause it.)
 EXIT_STATUSES = [
     (0, ["report", "s.pickle", "-q"]),
