@@ -26,16 +26,14 @@ step whose temporaries do not fit) under XLA_PYTHON_CLIENT_MEM_FRACTION, for `ex
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from golden_capture.common import run_info, utc_now, write_json
+from golden_capture.driver import run_process
 
 # One case, run in a child Python: argv = case name, dtype, out folder, hidden width, batch.
 CASE_PROGRAM = r'''
@@ -161,12 +159,10 @@ CASES = [("mlp_adam_fp32", "fp32", 2048, 1024), ("mlp_adam_bf16", "bf16", 2048, 
 
 
 def run(cmd: list[str], env: dict, timeout: float) -> tuple[int, str]:
-    try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        return p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return 124, out + f"\n(killed after {timeout:.0f} s)"
+    p = run_process(cmd, env=env, timeout=timeout)
+    if p["timed_out"]:
+        return 124, p["stdout"] + p["stderr"] + f"\n(killed after {timeout:.0f} s)"
+    return p["rc"], p["stdout"] + p["stderr"]
 
 
 def main() -> int:
@@ -182,16 +178,12 @@ def main() -> int:
     if args.dry_run_cpu:
         env["JAX_PLATFORMS"] = "cpu"
     cases: dict[str, dict] = {}
-    meta_path = args.out / "metadata.json"
 
     def write_metadata() -> None:
         # Written after every case, so a step cut short by its time-out keeps what finished.
         meta = {"format": "vramscope-jax-goldens-metadata", "version": 1,
-                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "command": " ".join(sys.argv), "dry_run_cpu": args.dry_run_cpu,
-                "python": platform.python_version(), "platform": platform.platform(),
-                "cases": cases}
-        meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+                **run_info(utc_now(), args.dry_run_cpu, quote_command=False), "cases": cases}
+        write_json(args.out / "metadata.json", meta, indent=1)
 
     with tempfile.TemporaryDirectory(prefix="vramscope-jax-") as tmp:
         for name, dtype, width, batch in CASES:

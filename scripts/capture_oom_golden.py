@@ -13,18 +13,15 @@ The cap is torch.cuda.set_per_process_memory_fraction, so the failure is the all
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "examples" / "training"))
+from golden_capture.common import TRAINING_DIR, driver_version, gzip_file, write_json
+
+sys.path.insert(0, str(TRAINING_DIR))
 
 
 def main() -> int:
@@ -71,16 +68,9 @@ def main() -> int:
              if k.startswith(("allocated_bytes.all", "reserved_bytes.all", "active_bytes.all",
                               "requested_bytes.all", "num_", "inactive_split_bytes.all"))}
     torch.cuda.memory._record_memory_history(enabled=None)
-    with open(raw, "rb") as f, gzip.GzipFile(out / "oom_gpt_fp32.pickle.gz", "wb", 9,
-                                             mtime=0) as g:
-        shutil.copyfileobj(f, g)
+    gzip_file(raw, out / "oom_gpt_fp32.pickle.gz")
     raw.unlink()
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
-                                 "--format=csv,noheader"], capture_output=True, text=True,
-                                timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        driver = ""
+    driver = driver_version()[0] or ""
     sidecar = {
         "format": "vramscope-oom-golden", "version": 1,
         "model": "gpt (examples/training/models.py GPT defaults)", "batch": args.batch,
@@ -93,7 +83,7 @@ def main() -> int:
         "max_memory_allocated": torch.cuda.max_memory_allocated(),
         "max_memory_reserved": torch.cuda.max_memory_reserved(),
     }
-    (out / "oom_gpt_fp32.json").write_text(json.dumps(sidecar, indent=1) + "\n")
+    write_json(out / "oom_gpt_fp32.json", sidecar, indent=1)
     print(json.dumps({k: sidecar[k] for k in ("failure", "cap_bytes", "max_memory_allocated",
                                               "max_memory_reserved")}, indent=1))
     print(f"{out / 'oom_gpt_fp32.pickle.gz'}: {(out / 'oom_gpt_fp32.pickle.gz').stat().st_size} B")

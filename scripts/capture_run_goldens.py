@@ -25,19 +25,18 @@ sidecars with phases and names, no snapshots); nothing it writes is ground truth
 from __future__ import annotations
 
 import argparse
-import datetime
-import gzip
 import json
 import os
-import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from golden_capture.common import (REPO, gpu_facts, gzip_file, repo_commit, run_info, utc_now,
+                                   write_json)
+from golden_capture.driver import WrittenCases, run_process
+
 TRAIN = REPO / "examples" / "training" / "train.py"
 TRAIN_MODEL_FILE = REPO / "examples" / "distributed" / "train_model_file.py"
 
@@ -102,34 +101,13 @@ print(float(loss(w, x)))
 """
 
 
-def gpu_facts(python: str) -> dict:
-    probe = ("import json, torch; p = torch.cuda.get_device_properties(0); print(json.dumps({"
-             "'name': p.name, 'total_memory': p.total_memory, 'compute_capability': "
-             "f'{p.major}.{p.minor}', 'torch': torch.__version__, 'torch_cuda': torch.version.cuda,"
-             " 'cudnn': torch.backends.cudnn.version()}))")
-    facts = json.loads(subprocess.run([python, "-c", probe], check=True, capture_output=True,
-                                      text=True).stdout)
-    try:
-        facts["driver_version"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], check=True,
-            capture_output=True, text=True).stdout.splitlines()[0].strip()
-    except (OSError, subprocess.CalledProcessError, IndexError):
-        facts["driver_version"] = None
-    return facts
-
-
 def run_command(cmd: list[str], env: dict, timeout: float | None) -> tuple[int, str]:
     """Runs cmd in its own session; past timeout the whole session (torchrun's ranks too) is
     killed, so a hung collective costs the case, not the GPU session."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=timeout)
-        return proc.returncode, err
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
-        return 124, (err or "") + f"\n(killed after {timeout:.0f} s)"
+    p = run_process(cmd, env=env, timeout=timeout, new_session=True)
+    if p["timed_out"]:
+        return 124, p["stderr"] + f"\n(killed after {timeout:.0f} s)"
+    return p["rc"], p["stderr"]
 
 
 def run_case(vramscope: str, python: str, name: str, program: list[str], out: Path,
@@ -159,9 +137,7 @@ def run_case(vramscope: str, python: str, name: str, program: list[str], out: Pa
             entry["max_memory_allocated"] = max(p["memory"]["max_allocated"] for p in phases)
             entry["max_memory_reserved"] = max(p["memory"]["max_reserved"] for p in phases)
         if sidecar.get("snapshot"):
-            with open(capture / sidecar["snapshot"], "rb") as f, gzip.GzipFile(
-                    out / f"{prefix}.pickle.gz", "wb", 9, mtime=0) as g:
-                shutil.copyfileobj(f, g)
+            gzip_file(capture / sidecar["snapshot"], out / f"{prefix}.pickle.gz")
             entry["snapshot"] = f"{prefix}.pickle.gz"
     if len(sidecars) > 1:
         ends = {r["end_reason"] for r in case["ranks"].values()}
@@ -197,25 +173,17 @@ def main() -> int:
     else:
         facts = gpu_facts(args.python)
     args.out.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = repo_commit() or ""
 
     def write_metadata() -> None:
         # After every case, so a session step cut short by its time-out keeps what finished.
         meta = {"format": "vramscope-run-goldens-metadata", "version": 1,
-                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "command": " ".join(sys.argv), "repo_commit": commit,
-                "dry_run_cpu": args.dry_run_cpu, "python": platform.python_version(),
-                "platform": platform.platform(), "gpu": facts, "torch": facts.get("torch"),
-                "steps": 3, "stacks": "all", "cases": cases}
-        (args.out / "metadata.json").write_text(json.dumps(meta, indent=1) + "\n")
+                **run_info(utc_now(), args.dry_run_cpu, quote_command=False, commit=commit),
+                "gpu": facts, "torch": facts.get("torch"), "steps": 3, "stacks": "all",
+                "cases": cases}
+        write_json(args.out / "metadata.json", meta, indent=1)
 
-    class Cases(dict):
-        def __setitem__(self, name: str, case: dict) -> None:
-            super().__setitem__(name, case)
-            write_metadata()
-
-    cases = Cases()
+    cases = WrittenCases(write_metadata)
     with tempfile.TemporaryDirectory(prefix="vramscope-goldens-") as tmp:
         work = Path(tmp)
         for model, opt, amp in SUITE:

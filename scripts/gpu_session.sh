@@ -186,7 +186,8 @@ step_preflight() {
   local missing=0 f
   for f in scripts/capture_run_goldens.py scripts/capture_goldens.py scripts/capture_oom_golden.py \
     scripts/capture_hf_goldens.py scripts/capture_modern_goldens.py bench/capture_overhead.py \
-    scripts/measure_device_overheads.py scripts/capture_jax_goldens.py examples/training/train.py; do
+    scripts/measure_device_overheads.py scripts/capture_jax_goldens.py scripts/golden_capture/driver.py \
+    examples/training/train.py; do
     [[ -f $f ]] || { echo "missing: $f"; missing=1; }
   done
   [[ $missing == 0 ]] || { echo "the checkout lacks the scripts above"; exit 1; }
