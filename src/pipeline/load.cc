@@ -230,7 +230,10 @@ Result<Loaded> FromTrace(model::Trace trace, FromTraceRequest request) {
 
 Result<analysis::RankRow> RankRowOfTrace(model::Trace trace, std::string label, int64_t rank,
                                          const std::string& project_root) {
-  ASSIGN_OR_RETURN(const Loaded loaded, FromTrace(std::move(trace), {project_root}));
+  ASSIGN_OR_RETURN(
+      const Loaded loaded,
+      FromTrace(std::move(trace),
+                {.project_root = project_root, .control = {}, .ranks = {}, .notes = {}}));
   analysis::RankRow row;
   row.label = std::move(label);
   row.rank = rank;

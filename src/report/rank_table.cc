@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/units.h"
+#include "report/report_schema.h"
 #include "report/sqlite_writer.h"
 
 namespace vramscope::report {
@@ -180,13 +181,9 @@ nlohmann::json RankComparisonJson(const analysis::RankComparison& compared) {
 }
 
 Status WriteRankTable(Db& db, const std::vector<RankRow>& rows) {
-  RETURN_IF_ERROR(db.Exec(
-      "CREATE TABLE vramscope_ranks (label TEXT NOT NULL PRIMARY KEY, rank INTEGER, "
-      "local_rank INTEGER, host TEXT, device INTEGER NOT NULL, device_name TEXT, file TEXT NOT "
-      "NULL, peak_allocated_bytes INTEGER NOT NULL, peak_reserved_bytes INTEGER NOT NULL, "
-      "peak_step INTEGER NOT NULL, peak_phase TEXT, steps INTEGER NOT NULL, end_reason TEXT, "
-      "oom INTEGER NOT NULL, reported INTEGER NOT NULL);"));
-  Insert insert(db, "INSERT INTO vramscope_ranks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  // vramscope_ranks and the four tables beside it: the schema's "ranks" group.
+  RETURN_IF_ERROR(db.Exec(schema::CreateTablesSql("ranks").c_str()));
+  Insert insert(db, schema::InsertSql("vramscope_ranks"));
   for (const RankRow& r : rows) {
     RETURN_IF_ERROR(insert.Row(r.label, Insert::MaybeInt{r.rank.value_or(0), r.rank.has_value()},
                                Insert::MaybeInt{r.local_rank.value_or(0), r.local_rank.has_value()},
@@ -195,22 +192,10 @@ Status WriteRankTable(Db& db, const std::vector<RankRow>& rows) {
                                r.peak_phase, r.steps, r.end_reason, static_cast<int64_t>(r.oom),
                                static_cast<int64_t>(r.reported)));
   }
-  RETURN_IF_ERROR(
-      db.Exec("CREATE TABLE vramscope_rank_steps (label TEXT NOT NULL, step INTEGER NOT NULL, "
-              "peak_allocated_bytes INTEGER NOT NULL, peak_phase TEXT, PRIMARY KEY (label, "
-              "step));"
-              "CREATE TABLE vramscope_rank_phases (label TEXT NOT NULL, step INTEGER NOT NULL, "
-              "phase TEXT NOT NULL, peak_allocated_bytes INTEGER NOT NULL, PRIMARY KEY (label, "
-              "step, phase));"
-              "CREATE TABLE vramscope_rank_categories (label TEXT NOT NULL, category TEXT NOT "
-              "NULL, bytes INTEGER NOT NULL, PRIMARY KEY (label, category));"
-              "CREATE TABLE vramscope_rank_owners (label TEXT NOT NULL, position INTEGER NOT "
-              "NULL, category TEXT NOT NULL, owner TEXT NOT NULL, bytes INTEGER NOT NULL, "
-              "PRIMARY KEY (label, position));"));
-  Insert step(db, "INSERT INTO vramscope_rank_steps VALUES (?,?,?,?)");
-  Insert phase(db, "INSERT INTO vramscope_rank_phases VALUES (?,?,?,?)");
-  Insert category(db, "INSERT INTO vramscope_rank_categories VALUES (?,?,?)");
-  Insert owner(db, "INSERT INTO vramscope_rank_owners VALUES (?,?,?,?,?)");
+  Insert step(db, schema::InsertSql("vramscope_rank_steps"));
+  Insert phase(db, schema::InsertSql("vramscope_rank_phases"));
+  Insert category(db, schema::InsertSql("vramscope_rank_categories"));
+  Insert owner(db, schema::InsertSql("vramscope_rank_owners"));
   for (const RankRow& r : rows) {
     for (const analysis::RankStep& s : r.step_peaks) {
       RETURN_IF_ERROR(

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "report/prediction_fit.h"
+#include "report/report_schema.h"
 #include "report/sqlite_tables.h"
 
 namespace vramscope::report {
@@ -16,15 +17,13 @@ Status WriteAttributionTables(Db& db, const ReportInput& in, uint64_t* rows) {
   const auto time_of = [&](int64_t e) {
     return Insert::Time(e == model::kNoEvent ? model::kNoTime : t.events.time_us[e]);
   };
-  Insert phase(db, "INSERT INTO vramscope_phases VALUES (?,?,?,?,?,?,?)");
+  Insert phase(db, schema::InsertSql("vramscope_phases"));
   for (const attribution::PhaseSpan& s : in.attribution.phases.spans) {
     RETURN_IF_ERROR(phase.Row(s.device, s.step, attribution::PhaseName(s.phase), s.first_event,
                               s.last_event, time_of(s.first_event), time_of(s.last_event)));
   }
-  Insert iteration(db,
-                   "INSERT INTO vramscope_iterations VALUES "
-                   "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-  Insert owner(db, "INSERT INTO vramscope_owners_at_peak VALUES (?,?,?,?,?)");
+  Insert iteration(db, schema::InsertSql("vramscope_iterations"));
+  Insert owner(db, schema::InsertSql("vramscope_owners_at_peak"));
   for (const analysis::DeviceSummary& d : in.summary.devices) {
     for (const analysis::IterationSummary& it : d.iterations) {
       const auto& c = it.at_peak;
@@ -40,7 +39,7 @@ Status WriteAttributionTables(Db& db, const ReportInput& in, uint64_t* rows) {
           owner.Row(d.device, attribution::CategoryName(o.category), o.label, o.bytes, o.count));
     }
   }
-  Insert point(db, "INSERT INTO vramscope_category_timeline VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+  Insert point(db, schema::InsertSql("vramscope_category_timeline"));
   if (in.category_timelines != nullptr) {
     for (size_t d = 0; d < in.category_timelines->size(); ++d) {
       const int32_t device = t.devices[d];
@@ -57,10 +56,8 @@ Status WriteAttributionTables(Db& db, const ReportInput& in, uint64_t* rows) {
 
 // Every out-of-memory the trace records, explained (analysis/oom.h), and who held the bytes then.
 Status WriteOomTables(Db& db, const ReportInput& in, uint64_t* rows) {
-  Insert oom(db,
-             "INSERT INTO vramscope_oom VALUES "
-             "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-  Insert owner(db, "INSERT INTO vramscope_owners_at_oom VALUES (?,?,?,?,?,?)");
+  Insert oom(db, schema::InsertSql("vramscope_oom"));
+  Insert owner(db, schema::InsertSql("vramscope_owners_at_oom"));
   const auto text = [](const std::string& s) { return Insert::MaybeText{s, !s.empty()}; };
   const auto bytes_if = [](bool known, uint64_t v) {
     return Insert::MaybeInt{static_cast<int64_t>(v), known};
@@ -140,7 +137,7 @@ Status WritePredictionTable(Db& db, const ReportInput& in, uint64_t* rows) {
       entries[it->second].second = value;
     }
   }
-  Insert row(db, "INSERT INTO vramscope_prediction VALUES (?, ?)");
+  Insert row(db, schema::InsertSql("vramscope_prediction"));
   for (const auto& [key, value] : entries) RETURN_IF_ERROR(row.Row(key, value));
   *rows += row.rows();
   return Status::Ok();

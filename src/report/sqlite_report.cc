@@ -13,6 +13,7 @@
 
 #include "report/prediction_fit.h"
 #include "report/rank_table.h"
+#include "report/report_schema.h"
 #include "report/sqlite_tables.h"
 
 namespace vramscope::report {
@@ -54,174 +55,6 @@ CREATE TABLE misc_sizes (
 )sql";
 
 namespace {
-
-// Our own tables. Sizes are bytes; event ids index vramscope_events; stack ids index
-// vramscope_stacks (0 = no stack recorded).
-const char* const kVramscopeSchema = R"sql(
-CREATE TABLE vramscope_metadata (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE vramscope_notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
-CREATE TABLE vramscope_devices (
-  device INTEGER PRIMARY KEY,
-  events INTEGER NOT NULL,
-  segments INTEGER NOT NULL,
-  blocks INTEGER NOT NULL,
-  allocated_at_dump_bytes INTEGER NOT NULL,
-  reserved_at_dump_bytes INTEGER NOT NULL,
-  active_at_dump_bytes INTEGER NOT NULL,
-  requested_at_dump_bytes INTEGER NOT NULL,
-  peak_allocated_bytes INTEGER NOT NULL,
-  peak_allocated_event INTEGER,
-  peak_allocated_time_us INTEGER,
-  peak_reserved_bytes INTEGER NOT NULL,
-  peak_reserved_event INTEGER,
-  peak_reserved_time_us INTEGER,
-  reserved_at_peak_allocated_bytes INTEGER NOT NULL,
-  estimated_block_sizes INTEGER NOT NULL
-);
-CREATE TABLE vramscope_allocator_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE vramscope_frames (
-  id INTEGER PRIMARY KEY, file_path TEXT NOT NULL, line_number INTEGER NOT NULL,
-  function TEXT NOT NULL, kind TEXT NOT NULL);
-CREATE TABLE vramscope_fx_frames (
-  frame_id INTEGER PRIMARY KEY, node_op TEXT, node_name TEXT, node_target TEXT,
-  original_trace TEXT, original_file TEXT, original_line INTEGER, original_function TEXT);
-CREATE TABLE vramscope_stacks (
-  id INTEGER PRIMARY KEY, parent_id INTEGER NOT NULL, frame_id INTEGER NOT NULL,
-  depth INTEGER NOT NULL);
-CREATE TABLE vramscope_segments (
-  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, address INTEGER NOT NULL,
-  total_size INTEGER NOT NULL, allocated_size INTEGER NOT NULL, active_size INTEGER NOT NULL,
-  requested_size INTEGER NOT NULL, stream INTEGER NOT NULL, pool TEXT NOT NULL,
-  pool_id_0 INTEGER NOT NULL, pool_id_1 INTEGER NOT NULL, is_expandable INTEGER NOT NULL,
-  stack_id INTEGER NOT NULL);
-CREATE TABLE vramscope_blocks (
-  id INTEGER PRIMARY KEY, segment_id INTEGER NOT NULL, address INTEGER NOT NULL,
-  size INTEGER NOT NULL, requested_size INTEGER NOT NULL, state TEXT NOT NULL,
-  stack_id INTEGER NOT NULL);
-CREATE TABLE vramscope_events (
-  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, action TEXT NOT NULL,
-  address INTEGER NOT NULL, size INTEGER NOT NULL, stream INTEGER NOT NULL, time_us INTEGER,
-  stack_id INTEGER NOT NULL, device_free_bytes INTEGER, allocated_bytes INTEGER NOT NULL,
-  reserved_bytes INTEGER NOT NULL);
-CREATE TABLE vramscope_timeline (
-  device INTEGER NOT NULL, event INTEGER NOT NULL, time_us INTEGER,
-  allocated_bytes INTEGER NOT NULL, reserved_bytes INTEGER NOT NULL,
-  PRIMARY KEY (device, event)) WITHOUT ROWID;
-CREATE TABLE vramscope_allocations (
-  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, address INTEGER NOT NULL,
-  requested_bytes INTEGER NOT NULL, size_bytes INTEGER NOT NULL, size_exact INTEGER NOT NULL,
-  stream INTEGER NOT NULL, alive_at_end INTEGER NOT NULL,
-  alloc_event INTEGER, alloc_time_us INTEGER, alloc_stack_id INTEGER NOT NULL,
-  free_requested_event INTEGER, free_requested_time_us INTEGER, free_stack_id INTEGER NOT NULL,
-  free_completed_event INTEGER, free_completed_time_us INTEGER,
-  category TEXT NOT NULL, confidence TEXT NOT NULL, rule_id INTEGER NOT NULL, operation TEXT,
-  site_id INTEGER NOT NULL, user_metadata TEXT, compile_context TEXT,
-  phase TEXT NOT NULL, step INTEGER NOT NULL, owner_id INTEGER NOT NULL,
-  size_evidence TEXT NOT NULL, segment_id INTEGER);
-CREATE TABLE vramscope_segment_timeline (
-  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, address INTEGER NOT NULL,
-  size_bytes INTEGER NOT NULL, stream INTEGER NOT NULL, pool TEXT NOT NULL,
-  pool_evidence TEXT NOT NULL, expandable INTEGER NOT NULL, first_event INTEGER,
-  end_event INTEGER, source TEXT NOT NULL, synthetic_address INTEGER NOT NULL,
-  pool_id_0 INTEGER NOT NULL, pool_id_1 INTEGER NOT NULL);
-CREATE TABLE vramscope_regions (
-  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
-  remainder INTEGER NOT NULL, allocations INTEGER NOT NULL, allocated_bytes INTEGER NOT NULL,
-  live_at_peak_bytes INTEGER NOT NULL, live_at_peak_count INTEGER NOT NULL,
-  peak_bytes INTEGER NOT NULL, peak_event INTEGER, first_event INTEGER, last_event INTEGER,
-  start_time_us INTEGER, end_time_us INTEGER, ranges INTEGER NOT NULL);
-CREATE TABLE vramscope_region_ranges (
-  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, region_id INTEGER NOT NULL,
-  name TEXT NOT NULL, depth INTEGER NOT NULL, start_time_us INTEGER, end_time_us INTEGER,
-  first_event INTEGER, last_event INTEGER, unmatched_start INTEGER NOT NULL,
-  unmatched_end INTEGER NOT NULL);
-CREATE TABLE vramscope_owners (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
-CREATE TABLE vramscope_category_timeline (
-  device INTEGER NOT NULL, event INTEGER, time_us INTEGER,
-  weight INTEGER NOT NULL, gradient INTEGER NOT NULL, optimizer_state INTEGER NOT NULL,
-  activation INTEGER NOT NULL, input INTEGER NOT NULL, workspace INTEGER NOT NULL,
-  temporary INTEGER NOT NULL, unknown INTEGER NOT NULL);
-CREATE TABLE vramscope_iterations (
-  device INTEGER NOT NULL, step INTEGER NOT NULL, first_event INTEGER NOT NULL,
-  last_event INTEGER NOT NULL, start_time_us INTEGER, end_time_us INTEGER,
-  forward_begin_event INTEGER, backward_begin_event INTEGER, optimizer_begin_event INTEGER,
-  peak_allocated_bytes INTEGER NOT NULL, peak_event INTEGER, peak_phase TEXT NOT NULL,
-  weight INTEGER NOT NULL, gradient INTEGER NOT NULL, optimizer_state INTEGER NOT NULL,
-  activation INTEGER NOT NULL, input INTEGER NOT NULL, workspace INTEGER NOT NULL,
-  temporary INTEGER NOT NULL, unknown INTEGER NOT NULL, PRIMARY KEY (device, step));
-CREATE TABLE vramscope_phases (
-  device INTEGER NOT NULL, step INTEGER NOT NULL, phase TEXT NOT NULL,
-  first_event INTEGER NOT NULL, last_event INTEGER NOT NULL, start_time_us INTEGER,
-  end_time_us INTEGER);
-CREATE TABLE vramscope_owners_at_peak (
-  device INTEGER NOT NULL, category TEXT NOT NULL, owner TEXT NOT NULL, bytes INTEGER NOT NULL,
-  count INTEGER NOT NULL);
-CREATE TABLE vramscope_oom (
-  device INTEGER NOT NULL, event INTEGER NOT NULL, time_us INTEGER, step INTEGER NOT NULL,
-  phase TEXT NOT NULL, requested_bytes INTEGER NOT NULL, block_bytes INTEGER NOT NULL,
-  segment_bytes INTEGER NOT NULL, pool TEXT NOT NULL, stream INTEGER NOT NULL,
-  stack_id INTEGER NOT NULL, site TEXT, operation TEXT, device_free_bytes INTEGER,
-  allocated_bytes INTEGER NOT NULL, reserved_bytes INTEGER NOT NULL,
-  reserved_free_bytes INTEGER NOT NULL, largest_free_block_bytes INTEGER,
-  usable_free_bytes INTEGER, free_block_bytes INTEGER, free_blocks_note TEXT,
-  expandable_segments INTEGER NOT NULL, fragmentation INTEGER NOT NULL, limited_by TEXT NOT NULL,
-  cap_at_least_bytes INTEGER, cap_below_bytes INTEGER, live_bytes INTEGER NOT NULL,
-  live_count INTEGER NOT NULL,
-  weight INTEGER NOT NULL, gradient INTEGER NOT NULL, optimizer_state INTEGER NOT NULL,
-  activation INTEGER NOT NULL, input INTEGER NOT NULL, workspace INTEGER NOT NULL,
-  temporary INTEGER NOT NULL, unknown INTEGER NOT NULL, verdict TEXT NOT NULL, hint TEXT NOT NULL,
-  PRIMARY KEY (device, event));
-CREATE TABLE vramscope_owners_at_oom (
-  device INTEGER NOT NULL, event INTEGER NOT NULL, category TEXT NOT NULL, owner TEXT NOT NULL,
-  bytes INTEGER NOT NULL, count INTEGER NOT NULL);
-CREATE TABLE vramscope_rules (id INTEGER PRIMARY KEY, text TEXT NOT NULL);
-CREATE TABLE vramscope_sites (id INTEGER PRIMARY KEY, label TEXT NOT NULL);
-CREATE TABLE vramscope_live_at_peak (
-  device INTEGER NOT NULL, site TEXT NOT NULL, category TEXT NOT NULL, bytes INTEGER NOT NULL,
-  count INTEGER NOT NULL);
-CREATE TABLE vramscope_categories_at_peak (
-  device INTEGER NOT NULL, category TEXT NOT NULL, bytes INTEGER NOT NULL,
-  count INTEGER NOT NULL, PRIMARY KEY (device, category));
-CREATE TABLE vramscope_annotations (
-  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, time_us INTEGER, key TEXT NOT NULL,
-  value TEXT NOT NULL);
-CREATE TABLE vramscope_sim_runs (
-  id INTEGER PRIMARY KEY, device INTEGER NOT NULL, kind TEXT NOT NULL, alloc_conf TEXT NOT NULL,
-  capacity_bytes INTEGER, memory_fraction REAL, events_replayed INTEGER NOT NULL,
-  initial_segments INTEGER NOT NULL, initial_reserved_bytes INTEGER NOT NULL,
-  initial_allocations INTEGER NOT NULL,
-  peak_reserved_bytes INTEGER NOT NULL, peak_reserved_event INTEGER,
-  allocated_at_peak_reserved_bytes INTEGER NOT NULL, fragmentation_at_peak REAL NOT NULL,
-  peak_allocated_bytes INTEGER NOT NULL, cuda_mallocs INTEGER NOT NULL,
-  cuda_frees INTEGER NOT NULL, alloc_retries INTEGER NOT NULL,
-  oom_event INTEGER, oom_requested_bytes INTEGER,
-  allocs_compared INTEGER, allocs_at_recorded_address INTEGER,
-  segment_allocs_recorded INTEGER, segment_allocs_matched INTEGER,
-  segment_frees_recorded INTEGER, segment_frees_matched INTEGER,
-  reserved_points_compared INTEGER, reserved_points_equal INTEGER,
-  final_segments_recorded INTEGER, final_segments_matched INTEGER,
-  final_blocks_recorded INTEGER, final_blocks_matched INTEGER, divergences INTEGER);
-CREATE TABLE vramscope_sim_timeline (
-  run INTEGER NOT NULL, event INTEGER NOT NULL, allocated_bytes INTEGER NOT NULL,
-  reserved_bytes INTEGER NOT NULL, requested_bytes INTEGER NOT NULL,
-  PRIMARY KEY (run, event)) WITHOUT ROWID;
-CREATE TABLE vramscope_sim_segment_events (
-  run INTEGER NOT NULL, seq INTEGER NOT NULL, event INTEGER NOT NULL, action TEXT NOT NULL,
-  pool TEXT NOT NULL, address INTEGER NOT NULL, size_bytes INTEGER NOT NULL,
-  stream INTEGER NOT NULL, PRIMARY KEY (run, seq)) WITHOUT ROWID;
-CREATE TABLE vramscope_sim_final_blocks (
-  run INTEGER NOT NULL, segment_address INTEGER NOT NULL, pool TEXT NOT NULL,
-  expandable INTEGER NOT NULL, stream INTEGER NOT NULL, address INTEGER NOT NULL,
-  size_bytes INTEGER NOT NULL, requested_bytes INTEGER NOT NULL, state TEXT NOT NULL,
-  PRIMARY KEY (run, address)) WITHOUT ROWID;
-CREATE TABLE vramscope_sim_notes (
-  run INTEGER NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
-  PRIMARY KEY (run, seq)) WITHOUT ROWID;
-)sql";
-
-// Only in the reports of `vramscope predict`: what the prediction assumed (key/value rows).
-const char* const kPredictionSchema =
-    "CREATE TABLE vramscope_prediction (key TEXT PRIMARY KEY, value TEXT);";
 
 // Devices that hold memory: the rows of vramscope_devices.
 std::string DeviceList(const analysis::Summary& summary) {
@@ -300,12 +133,14 @@ Status WriteSkylineTables(Db& db, const ReportInput& in, uint64_t* rows) {
 Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
   const model::Trace& t = in.trace;
   {
-    Insert meta(db, "INSERT INTO vramscope_metadata VALUES (?, ?)");
+    Insert meta(db, schema::InsertSql("vramscope_metadata"));
     const model::SourceInfo& src = t.source;
     const model::TraceFacts& f = t.facts;
     const std::pair<const char*, std::string> entries[] = {
         {"tool", "vramscope"},
         {"tool_version", kToolVersion},
+        // The version of the vramscope_* tables (report/report_schema.json); absent: version 1.
+        {schema::kVersionKey.data(), std::to_string(schema::ReportSchema().version)},
         {"created_utc", UtcNow()},
         {"source_path", src.path},
         {"source_format", in.view.Format()},
@@ -341,7 +176,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     };
     for (const auto& [k, v] : entries) RETURN_IF_ERROR(meta.Row(k, v));
     *rows += meta.rows();
-    Insert note(db, "INSERT INTO vramscope_notes VALUES (?, ?)");
+    Insert note(db, schema::InsertSql("vramscope_notes"));
     int64_t n = 0;
     for (const auto& text : in.view.Notes()) RETURN_IF_ERROR(note.Row(++n, text));
     for (const auto& text : in.attribution.notes) RETURN_IF_ERROR(note.Row(++n, text));
@@ -351,7 +186,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     *rows += note.rows();
   }
   {
-    Insert dev(db, "INSERT INTO vramscope_devices VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    Insert dev(db, schema::InsertSql("vramscope_devices"));
     for (const auto& d : in.summary.devices) {
       RETURN_IF_ERROR(dev.Row(
           d.device, d.events, d.segments, d.blocks, d.allocated_at_dump, d.reserved_at_dump,
@@ -368,7 +203,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     *rows += setting.rows();
   }
   {
-    Insert frame(db, "INSERT INTO vramscope_frames VALUES (?, ?, ?, ?, ?)");
+    Insert frame(db, schema::InsertSql("vramscope_frames"));
     for (size_t i = 0; i < t.frames.size(); ++i) {
       const model::Frame& f = t.frames.Get(static_cast<model::FrameId>(i));
       RETURN_IF_ERROR(frame.Row(static_cast<int64_t>(i), t.strings.Get(f.filename),
@@ -377,7 +212,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     }
     // FX metadata of generated-code frames (augment_with_fx_traces=True), by frame id, in id
     // order so that the table does not depend on the hash map's order.
-    Insert fx(db, "INSERT INTO vramscope_fx_frames VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    Insert fx(db, schema::InsertSql("vramscope_fx_frames"));
     std::vector<model::FrameId> fx_ids;
     fx_ids.reserve(t.fx_frames.size());
     for (const auto& [id, x] : t.fx_frames) fx_ids.push_back(id);
@@ -394,7 +229,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
                  text(x.original_function)));
     }
     *rows += fx.rows();
-    Insert stack(db, "INSERT INTO vramscope_stacks VALUES (?, ?, ?, ?)");
+    Insert stack(db, schema::InsertSql("vramscope_stacks"));
     for (size_t i = 1; i < t.stacks.size(); ++i) {
       const auto id = static_cast<model::StackId>(i);
       RETURN_IF_ERROR(stack.Row(static_cast<int64_t>(i), t.stacks.parent(id), t.stacks.frame(id),
@@ -403,7 +238,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     *rows += frame.rows() + stack.rows();
   }
   {
-    Insert seg(db, "INSERT INTO vramscope_segments VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    Insert seg(db, schema::InsertSql("vramscope_segments"));
     for (size_t i = 0; i < t.segments.size(); ++i) {
       const model::Segment& s = t.segments[i];
       RETURN_IF_ERROR(seg.Row(static_cast<int64_t>(i), s.device, s.address, s.total_size,
@@ -411,7 +246,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
                               model::PoolName(s.pool), s.pool_id[0], s.pool_id[1], s.is_expandable,
                               s.stack));
     }
-    Insert block(db, "INSERT INTO vramscope_blocks VALUES (?,?,?,?,?,?,?)");
+    Insert block(db, schema::InsertSql("vramscope_blocks"));
     for (size_t i = 0; i < t.blocks.size(); ++i) {
       const model::Block& b = t.blocks[i];
       RETURN_IF_ERROR(block.Row(static_cast<int64_t>(i), b.segment, b.address, b.size,
@@ -423,8 +258,8 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     // Alloc/free events live in vramscope_allocations (each is one end of a lifetime); this
     // table keeps every other event (segments, OOMs, snapshot markers, annotations) with the
     // allocated / reserved levels after it.
-    Insert event(db, "INSERT INTO vramscope_events VALUES (?,?,?,?,?,?,?,?,?,?,?)");
-    Insert point(db, "INSERT INTO vramscope_timeline VALUES (?, ?, ?, ?, ?)");
+    Insert event(db, schema::InsertSql("vramscope_events"));
+    Insert point(db, schema::InsertSql("vramscope_timeline"));
     const model::Events& ev = t.events;
     for (size_t d = 0; d < t.devices.size(); ++d) {
       const analysis::DeviceTimeline& tl = in.timelines.devices[d];
@@ -459,11 +294,9 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     // Rules and sites are few and repeated by many allocations: one row each, referenced by id.
     std::unordered_map<uint8_t, int64_t> rule_ids;
     std::unordered_map<uint32_t, int64_t> site_ids;
-    Insert rule(db, "INSERT INTO vramscope_rules VALUES (?, ?)");
-    Insert site(db, "INSERT INTO vramscope_sites VALUES (?, ?)");
-    Insert alloc(db,
-                 "INSERT INTO vramscope_allocations VALUES "
-                 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    Insert rule(db, schema::InsertSql("vramscope_rules"));
+    Insert site(db, schema::InsertSql("vramscope_sites"));
+    Insert alloc(db, schema::InsertSql("vramscope_allocations"));
     const model::Events& ev = t.events;
     // The analysis named every allocation's owner (analysis::OwnerNamer::NameAll).
     if (in.owners == nullptr) return InternalError("the report's input names no owners");
@@ -507,7 +340,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
           Insert::MaybeInt{segment_of(i), segment_of(i) >= 0}));
     }
     *rows += alloc.rows() + rule.rows() + site.rows();
-    Insert owner(db, "INSERT INTO vramscope_owners VALUES (?, ?)");
+    Insert owner(db, schema::InsertSql("vramscope_owners"));
     for (uint32_t id = 0; id < owners.size(); ++id) {
       RETURN_IF_ERROR(owner.Row(id, owners.Label(id)));
     }
@@ -516,7 +349,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
   RETURN_IF_ERROR(WriteAttributionTables(db, in, rows));
   RETURN_IF_ERROR(WriteOomTables(db, in, rows));
   if (in.segments != nullptr) {
-    Insert seg(db, "INSERT INTO vramscope_segment_timeline VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    Insert seg(db, schema::InsertSql("vramscope_segment_timeline"));
     const analysis::SegmentTimeline& st = *in.segments;
     for (size_t k = 0; k < st.segments.size(); ++k) {
       const analysis::SegmentSpan& s = st.segments[k];
@@ -536,8 +369,8 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
   }
   if (in.regions != nullptr) {
     // Memory by region (analysis/regions.h); ids are positions in RegionBreakdowns::regions.
-    Insert region(db, "INSERT INTO vramscope_regions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    Insert range(db, "INSERT INTO vramscope_region_ranges VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+    Insert region(db, schema::InsertSql("vramscope_regions"));
+    Insert range(db, schema::InsertSql("vramscope_region_ranges"));
     const analysis::RegionBreakdowns& rb = *in.regions;
     for (size_t k = 0; k < rb.regions.size(); ++k) {
       const analysis::Region& r = rb.regions[k];
@@ -558,8 +391,8 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     *rows += region.rows() + range.rows();
   }
   {
-    Insert live(db, "INSERT INTO vramscope_live_at_peak VALUES (?, ?, ?, ?, ?)");
-    Insert cat(db, "INSERT INTO vramscope_categories_at_peak VALUES (?, ?, ?, ?)");
+    Insert live(db, schema::InsertSql("vramscope_live_at_peak"));
+    Insert cat(db, schema::InsertSql("vramscope_categories_at_peak"));
     for (const auto& d : in.summary.devices) {
       for (const auto& g : d.live_at_peak_by_site) {
         RETURN_IF_ERROR(
@@ -572,7 +405,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     *rows += live.rows() + cat.rows();
   }
   {
-    Insert ann(db, "INSERT INTO vramscope_annotations VALUES (?, ?, ?, ?, ?)");
+    Insert ann(db, schema::InsertSql("vramscope_annotations"));
     int64_t id = 0;
     for (const auto& a : t.annotations) {
       for (const auto& [k, v] : a.fields) {
@@ -610,13 +443,15 @@ Status WriteDatabase(const std::string& path, const ReportInput& input, SqliteRe
               "PRAGMA cache_size = -4096; PRAGMA user_version = 1;"));
   RETURN_IF_ERROR(db.Exec("BEGIN"));
   RETURN_IF_ERROR(db.Exec(kSkylineSchema));
-  RETURN_IF_ERROR(db.Exec(kVramscopeSchema));
+  // Our own tables, made from the schema's data (report/report_schema.h). Sizes are bytes; event
+  // ids index vramscope_events; stack ids index vramscope_stacks (0 = no stack recorded).
+  RETURN_IF_ERROR(db.Exec(schema::CreateTablesSql("report").c_str()));
   uint64_t rows = 0;
   RETURN_IF_ERROR(WriteSkylineTables(db, input, &rows));
   RETURN_IF_ERROR(WriteVramscopeTables(db, input, &rows));
   RETURN_IF_ERROR(WriteSimulationTables(db, input, &rows));
   if (IsPredictedTrace(input.trace)) {
-    RETURN_IF_ERROR(db.Exec(kPredictionSchema));
+    RETURN_IF_ERROR(db.Exec(schema::CreateTablesSql("prediction").c_str()));
     RETURN_IF_ERROR(WritePredictionTable(db, input, &rows));
   }
   if (input.ranks != nullptr && !input.ranks->empty()) {

@@ -88,8 +88,9 @@ class ExampleReport : public ::testing::Test {
     analysis::WhatIfRequest what_if;
     what_if.what_if.emplace_back("");
     what_if.capacity = 64ull << 20;
-    auto analyzed =
-        pipeline::Analyze(std::move(loaded).value(), {"/home/user/mlp_example", what_if});
+    auto analyzed = pipeline::Analyze(
+        std::move(loaded).value(),
+        {.project_root = "/home/user/mlp_example", .what_if = what_if, .control = {}});
     ASSERT_TRUE(analyzed.ok()) << analyzed.status().message();
     analyzed_ = std::move(analyzed).value();
     path_ = (std::filesystem::temp_directory_path() /

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "report/report_schema.h"
 #include "report/sqlite_tables.h"
 
 namespace vramscope::report {
@@ -55,13 +56,11 @@ const char* BlockStateText(allocator::BlockView::State s) {
 
 Status WriteSimulationTables(Db& db, const ReportInput& in, uint64_t* rows) {
   if (in.simulations == nullptr) return Status::Ok();
-  Insert run_row(db,
-                 "INSERT INTO vramscope_sim_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                 "?,?,?,?,?,?,?,?,?,?,?,?,?)");
-  Insert point(db, "INSERT INTO vramscope_sim_timeline VALUES (?,?,?,?,?)");
-  Insert seg(db, "INSERT INTO vramscope_sim_segment_events VALUES (?,?,?,?,?,?,?,?)");
-  Insert block(db, "INSERT INTO vramscope_sim_final_blocks VALUES (?,?,?,?,?,?,?,?,?)");
-  Insert note(db, "INSERT INTO vramscope_sim_notes VALUES (?,?,?,?)");
+  Insert run_row(db, schema::InsertSql("vramscope_sim_runs"));
+  Insert point(db, schema::InsertSql("vramscope_sim_timeline"));
+  Insert seg(db, schema::InsertSql("vramscope_sim_segment_events"));
+  Insert block(db, schema::InsertSql("vramscope_sim_final_blocks"));
+  Insert note(db, schema::InsertSql("vramscope_sim_notes"));
   int64_t id = 0;
   for (const analysis::DeviceSimulation& dev : in.simulations->devices) {
     for (const analysis::SimulationRun& run : dev.runs) {

@@ -55,6 +55,7 @@ class Insert {
   Insert(Db& db, const char* sql) : db_(db) {
     if (sqlite3_prepare_v2(db.get(), sql, -1, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
   }
+  Insert(Db& db, const std::string& sql) : Insert(db, sql.c_str()) {}
   ~Insert() { sqlite3_finalize(stmt_); }
   bool ok() const { return stmt_ != nullptr; }
 
@@ -70,6 +71,12 @@ class Insert {
   template <typename... Args>
   Status Row(const Args&... args) {
     if (stmt_ == nullptr) return db_.Error("cannot prepare an insert");
+    // A column added to the schema (report/report_schema.json) and not written here would be
+    // left NULL without a word: a row binds exactly one value per column.
+    if (static_cast<int>(sizeof...(args)) != sqlite3_bind_parameter_count(stmt_)) {
+      return InternalError(fmt::format("{} binds {} values to {} columns", sqlite3_sql(stmt_),
+                                       sizeof...(args), sqlite3_bind_parameter_count(stmt_)));
+    }
     int index = 0;
     (Bind(++index, args), ...);
     const int rc = sqlite3_step(stmt_);

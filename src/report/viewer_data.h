@@ -1,6 +1,7 @@
-// What the HTML viewer embeds: one report database read back into columns, its timeline
-// aggregated into level-of-detail pyramids, and the whole encoded as the blob the page decodes.
-// The blob's format is the contract with the page's scripts: docs/design/viewer.md.
+// What the HTML viewer embeds: one report database read back into columns (viewer_data.cc,
+// viewer_device_reader.cc), its timeline aggregated into level-of-detail pyramids (viewer_lod.cc),
+// and the whole encoded as the blob the page decodes (viewer_blob.cc). The blob's format is the
+// contract with the page's scripts: docs/design/viewer.md.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,9 @@ namespace vramscope::report {
 
 // The categories in the order the page colours them (model::Category's names).
 inline constexpr int kViewerCategories = 8;
+inline constexpr const char* kViewerCategoryNames[kViewerCategories] = {
+    "weight", "gradient",  "optimizer_state", "activation",
+    "input",  "workspace", "temporary",       "unknown"};
 // Region bands: rows of nested annotation ranges drawn (deeper ones share the last row), and the
 // most bands one device carries (a long run records a range per step and per optimizer call).
 inline constexpr int kViewerRangeRows = 4;

@@ -31,8 +31,9 @@ class Reported {
       error_ = loaded.status().message();
       return;
     }
-    auto analyzed =
-        pipeline::Analyze(std::move(loaded).value(), {"/nonexistent/project", std::nullopt});
+    auto analyzed = pipeline::Analyze(
+        std::move(loaded).value(),
+        {.project_root = "/nonexistent/project", .what_if = std::nullopt, .control = {}});
     if (!analyzed.ok()) {
       error_ = analyzed.status().message();
       return;

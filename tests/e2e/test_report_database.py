@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BUILT_IN_ALLOCATED_AT_DUMP, BUILT_IN_NAME, BUILT_IN_PATH,
+from conftest import (REPO, BUILT_IN_ALLOCATED_AT_DUMP, BUILT_IN_NAME, BUILT_IN_PATH,
                       BUILT_IN_RESERVED_AT_DUMP, BUILT_IN_SIDECAR, CATEGORIES, SKYLINE_TABLES,
                       SPEC_SCHEMA, open_db, real_snapshot_files, run_binary)
 
@@ -329,6 +329,33 @@ def test_entries_add_up_to_their_categories(report):
 # --------------------------------------------------------------------------------------------
 # vramscope_ tables
 # --------------------------------------------------------------------------------------------
+
+
+REPORT_SCHEMA = json.loads((REPO / "src" / "report" / "report_schema.json").read_text())
+
+
+def test_vramscope_tables_are_the_schema_data(report):
+    """Every vramscope_ table of a report is the one src/report/report_schema.json declares: the
+    tables of the "report" group, no other, each with the data's columns in order, their types,
+    NOT NULL and keys (read back from SQLite, not from the DDL text); and the report says which
+    version of the data it follows."""
+    declared = {t["name"]: t for t in REPORT_SCHEMA["tables"]}
+    present = {n for (n,) in report.query(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'vramscope%'")}
+    assert present == {n for n, t in declared.items() if t["group"] == "report"}
+    for name in sorted(present):
+        table = declared[name]
+        columns = report.query(f"SELECT name, type, \"notnull\", pk FROM pragma_table_info('{name}')")
+        keys = table.get("primary_key") or [c["name"] for c in table["columns"]
+                                             if c.get("primary_key")]
+        expected = [(c["name"], c["type"], int(bool(c.get("not_null"))),
+                     keys.index(c["name"]) + 1 if c["name"] in keys else 0)
+                    for c in table["columns"]]
+        assert columns == expected, name
+        sql = report.scalar("SELECT sql FROM sqlite_master WHERE name = ?", name)
+        assert sql.endswith("WITHOUT ROWID") == bool(table.get("without_rowid")), name
+    assert report.scalar("SELECT value FROM vramscope_metadata WHERE key = 'schema_version'") == \
+        str(REPORT_SCHEMA["schema_version"])
 
 
 def test_metadata(report, tool_version):

@@ -25,7 +25,12 @@ SUPPORT = "support/"  # tests/support/, on the include path of tests and fuzz ta
 def allowed() -> dict[str, set[str]]:
     """{stage: the stages it may include}, from the doc's table."""
     table = {}
-    for line in DOC.read_text().splitlines():
+    lines = DOC.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("| stage (`src/")), None)
+    assert start is not None, f"no stage table ('| stage (`src/…`) | ...') in {DOC}"
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break  # the stage table ends; later tables (the verbs') are not stages
         m = re.match(r"\| `([a-z_/]+)` \|.*\| ([^|]+) \|$", line)
         if m:
             deps = m.group(2).strip()
