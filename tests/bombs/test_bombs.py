@@ -172,4 +172,4 @@ def test_a_report_whose_table_is_an_endless_view_is_refused(work: Path, tmp_path
     assert rc == 0, err
     path = bombs.recursive_view_report(work, report)
     refused(work, ["view", path.name, "-o", "page.html"], names=path.name,
-            says="it has no table vramscope_allocations")
+            says="has no table vramscope_allocations")
