@@ -1,8 +1,9 @@
 // libFuzzer target for `vramscope explain`: finds the out-of-memory messages in arbitrary text,
 // explains each and renders the explanation as text and JSON. Checks that every figure read is a
-// well-formed range (lo <= hi), that a message's line lies within the text, and that the
-// renderings are produced; ASan/UBSan catch the rest. The text's size bounds every search
-// (oom_message_text.h), so no input may take long.
+// well-formed range (lo <= hi) and never NVML's "not available" (2^64 B), that a message's line
+// lies within the text, that the verdict has a sentence and its holders are well-formed,
+// non-negative and ranked, and that the renderings are produced; ASan/UBSan catch the rest. The
+// text's size bounds every search (oom_message_text.h), so no input may take long.
 //
 // Build: cmake -DVRAMSCOPE_BUILD_FUZZERS=ON with clang (target oom_message_text_fuzzer).
 // Run:   oom_message_text_fuzzer -max_len=8192
@@ -23,7 +24,16 @@ void Check(bool condition) {
 }
 
 void CheckFigure(const std::optional<vramscope::model::PrintedBytes>& b) {
-  if (b) Check(b->lo <= b->hi && !b->text.empty());
+  if (b) Check(b->lo <= b->hi && !b->text.empty() && !b->IsNotAvailable());
+}
+
+void CheckVerdict(const vramscope::analysis::OomVerdict& v) {
+  Check(!v.sentence.empty());
+  for (size_t i = 0; i < v.holdings.size(); ++i) {
+    const auto& h = v.holdings[i];
+    Check(0 <= h.bytes.lo && h.bytes.lo <= h.bytes.hi);
+    if (i > 0) Check(v.holdings[i - 1].bytes.Mid() >= h.bytes.Mid());
+  }
 }
 
 }  // namespace
@@ -45,6 +55,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     vramscope::report::ExplainedMessage em;
     em.explanation = vramscope::analysis::ExplainOomMessage(m, options);
     for (const auto& s : em.explanation.shares) Check(s.bytes.lo <= s.bytes.hi);
+    for (const auto& p : m.processes) Check(!p.in_use.IsNotAvailable());
+    CheckVerdict(em.explanation.verdict);
     em.lines.push_back(m.line);
     report.messages.push_back(std::move(em));
   }

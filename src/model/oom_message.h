@@ -19,6 +19,8 @@ struct PrintedBytes {
   uint64_t lo = 0;   // the smallest size that prints so
   uint64_t hi = 0;   // the largest
   uint64_t Mid() const { return lo + (hi - lo) / 2; }
+  // NVML's and the allocator's "not available": 2^64 - 1 B (no GPU has 8 EiB).
+  bool IsNotAvailable() const { return lo >= (uint64_t{1} << 63); }
 };
 
 // Which text it is: the generations of the caching allocator's message, or an error that does not
@@ -75,6 +77,11 @@ struct OomMessage {
   std::optional<PrintedBytes> cached;
   std::optional<PrintedBytes> inactive;
   std::optional<PrintedBytes> other_allocations;  // MPS: what else holds the unified memory
+  // The figures printed as NVML's or the allocator's "not available" (2^64 - 1 B, printed as
+  // 17179869184.00 GiB: Windows' NVML for this process's memory; cudaMallocAsync's "no limit"):
+  // their keys ("this_process_in_use", "allowed", "process 1234"). Such a figure is never read as
+  // one: its field is left unset (the process dropped) and `text` shows "[not available]" there.
+  std::vector<std::string> not_available;
   // The message's own advice, quoted back only to say whether it applies.
   bool suggests_expandable_segments = false;
   bool suggests_max_split_size = false;

@@ -1,5 +1,7 @@
 #include "sources/oom_message/oom_message_text.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -74,12 +76,54 @@ size_t RankPrefix(std::string_view s, size_t pos, int* rank) {
 
 // The window of a message as one line: line breaks, the rank prefixes of continued lines and
 // runs of blanks each become one space.
+// Rich's log handler (RichHandler, used by many training and diffusion tools) wraps a long
+// message and right-aligns the source location, "model_manager.py:47", at the end of its first
+// line. At `i`, a run of two or more spaces: the length of such a column up to the line's end,
+// else 0.
+size_t RichSourceColumn(std::string_view s, size_t i) {
+  size_t j = i;
+  while (j < s.size() && s[j] == ' ') ++j;
+  if (j - i < 2) return 0;
+  const size_t name = j;
+  while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) != 0 || s[j] == '_' ||
+                          s[j] == '-' || s[j] == '.')) {
+    ++j;
+  }
+  if (j - name < 4 || s.substr(name, j - name).find(".py") != j - name - 3) return 0;
+  if (j >= s.size() || s[j] != ':') return 0;
+  const size_t digits = ++j;
+  while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j])) != 0) ++j;
+  if (j == digits) return 0;
+  while (j < s.size() && s[j] == ' ') ++j;
+  return j < s.size() && s[j] == '\n' ? j - i : 0;
+}
+
 std::string Flatten(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   bool space = false;
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
+    // Markdown's bold ("**17179869184.00 GiB**", as users emphasise a figure in an issue) is
+    // never part of PyTorch's text.
+    if (c == '*' && i + 1 < s.size() && s[i + 1] == '*') {
+      ++i;
+      continue;
+    }
+    // A message quoted inside another program's string keeps its line breaks as "\n" (Rust's
+    // and Python's repr, JSON logs): whitespace, as the break was.
+    if (c == '\\' && i + 1 < s.size() && s[i + 1] == 'n') {
+      ++i;
+      space = true;
+      continue;
+    }
+    if (c == ' ') {
+      if (const size_t column = RichSourceColumn(s, i)) {
+        i += column - 1;
+        space = true;
+        continue;
+      }
+    }
     if (c == '\n') {
       space = true;
       while (i + 1 < s.size() && IsSpace(s[i + 1])) ++i;
@@ -264,7 +308,7 @@ struct Phrase {
   std::string_view backend;
   std::string_view library;
 };
-constexpr std::array<Phrase, 16> kPhrases = {{
+constexpr std::array<Phrase, 19> kPhrases = {{
     {"CUDA out of memory", OomMessageKind::kAllocatorBare, "CUDA", ""},
     {"HIP out of memory", OomMessageKind::kAllocatorBare, "HIP", ""},
     {"XPU out of memory", OomMessageKind::kAllocatorBare, "XPU", ""},
@@ -278,12 +322,28 @@ constexpr std::array<Phrase, 16> kPhrases = {{
     {"CUDNN_STATUS_ALLOC_FAILED", OomMessageKind::kLibraryError, "CUDA", "cuDNN"},
     {"MIOPEN_STATUS_ALLOC_FAILED", OomMessageKind::kLibraryError, "HIP", "MIOpen"},
     {"Cuda failure 'out of memory'", OomMessageKind::kLibraryError, "CUDA", "NCCL"},
+    {"Cuda failure 2 'out of memory'", OomMessageKind::kLibraryError, "CUDA", "NCCL"},
+    // PyTorch 0.x's THC: "cuda runtime error (2) : out of memory at .../THCStorage.cu:66".
+    {"cuda runtime error (2) : out of memory", OomMessageKind::kDriverError, "CUDA", ""},
+    {"cuda runtime err(2): out of memory", OomMessageKind::kDriverError, "CUDA", ""},
     {"Allocation on device", OomMessageKind::kAsyncAllocator, "CUDA", ""},
     {"MPS backend out of memory", OomMessageKind::kMps, "MPS", ""},
     // The device-generic allocator's wording (c10 CachingDeviceAllocator, seen in source copies
     // of 2025 main): CUDA's text without "CUDA".
     {"Out of memory. Tried to allocate", OomMessageKind::kAllocatorBare, "", ""},
 }};
+
+// "Tried to allocate" starts a message of its own only this far (in bytes) after the last one
+// began: within a message (2.x's "CUDA out of memory. Tried to allocate", MPS's after its
+// figures) it is a clause.
+constexpr std::string_view kFragment = "Tried to allocate ";
+constexpr size_t kFragmentGap = 400;
+
+// Whether the words at `pos` go on with a sentence: a space and a lower-case word.
+bool InSentence(std::string_view s, size_t pos) {
+  return pos + 1 < s.size() && s[pos] == ' ' &&
+         std::islower(static_cast<unsigned char>(s[pos + 1])) != 0;
+}
 
 // The first `keep` anchors of `s` (each message's window ends at the next one), and how many
 // there are in all: a text of millions of messages costs a count, not a list.
@@ -292,18 +352,32 @@ std::vector<Anchor> FindAnchors(std::string_view s, size_t keep, size_t* total) 
   *total = 0;
   // Every phrase contains "out of memory", "ALLOC_FAILED" or an error enum: scan once for the
   // phrases' distinctive letters and check each phrase there.
+  size_t last = std::string_view::npos;  // where the last message started
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
+    if (c == 'T' && s.substr(i, kFragment.size()) == kFragment &&
+        (last == std::string_view::npos || i - last > kFragmentGap)) {
+      // A message pasted from "Tried to allocate" on, its first words left behind.
+      if (anchors.size() < keep) anchors.push_back({i, OomMessageKind::kAllocatorBare, "", ""});
+      ++*total;
+      last = i;
+      i += kFragment.size() - 1;
+      continue;
+    }
     if (c != 'C' && c != 'H' && c != 'X' && c != 'c' && c != 'h' && c != 'M' && c != 'A' &&
         c != 'O') {
       continue;
     }
     for (const Phrase& p : kPhrases) {
       if (s.substr(i, p.text.size()) != p.text) continue;
+      // "CUDA out of memory occurred when warming up ..." (vLLM's own error about PyTorch's):
+      // the phrase inside a sentence, not a message.
+      if (p.kind == OomMessageKind::kAllocatorBare && InSentence(s, i + p.text.size())) continue;
       // "CUDA error: out of memory" also contains no "CUDA out of memory"; a driver error inside
       // an allocator message's own text does not occur, so each phrase starts its own message.
       if (anchors.size() < keep) anchors.push_back({i, p.kind, p.backend, p.library});
       ++*total;
+      last = i;
       i += p.text.size() - 1;
       break;
     }
@@ -357,6 +431,14 @@ void ReadAllocatorClauses(const Tokenized& t, OomMessage& m) {
     m.private_pools = *c->figures[1];
   } else if (auto c = FindClause(t, "Of the allocated memory \x01 is allocated by PyTorch")) {
     m.allocated_by_pytorch = *c->figures[0];
+  } else if (auto c = FindClause(t,
+                                 "\x01 is allocated by PyTorch, with \x01 allocated in "
+                                 "private pools")) {
+    // Users who shorten the message drop "Of the allocated memory"; the clause is PyTorch's.
+    m.allocated_by_pytorch = *c->figures[0];
+    m.private_pools = *c->figures[1];
+  } else if (auto c = FindClause(t, "\x01 is allocated by PyTorch")) {
+    m.allocated_by_pytorch = *c->figures[0];
   }
   if (auto c = FindClause(t, "\x01 is reserved by PyTorch but unallocated")) {
     m.reserved_unallocated = *c->figures[0];
@@ -403,6 +485,34 @@ void ReadMpsClauses(const Tokenized& t, OomMessage& m) {
   if (auto c = FindClause(t, "other allocations: \x01")) m.other_allocations = *c->figures[0];
   if (auto c = FindClause(t, "max allowed: \x01")) m.allowed = *c->figures[0];
   if (auto c = FindClause(t, "Tried to allocate \x01")) m.tried_to_allocate = *c->figures[0];
+}
+
+// Unsets every figure printed as "not available" (model::PrintedBytes::IsNotAvailable) and says
+// so in `not_available` and in the kept text.
+void DropNotAvailable(OomMessage& m) {
+  std::vector<std::string> printed;
+  for (const model::OomMessageFigure& f : model::OomMessageFigures()) {
+    std::optional<PrintedBytes>& field = m.*f.field;
+    if (field && field->IsNotAvailable()) {
+      m.not_available.push_back(f.key);
+      printed.push_back(field->text);
+      field.reset();
+    }
+  }
+  for (auto it = m.processes.begin(); it != m.processes.end();) {
+    if (it->in_use.IsNotAvailable()) {
+      m.not_available.push_back(fmt::format("process {}", it->pid));
+      printed.push_back(it->in_use.text);
+      it = m.processes.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const std::string& p : printed) {
+    for (size_t at = m.text.find(p); at != std::string::npos; at = m.text.find(p, at)) {
+      m.text.replace(at, p.size(), "[not available]");
+    }
+  }
 }
 
 }  // namespace
@@ -459,6 +569,7 @@ std::vector<OomMessage> FindOomMessages(std::string_view text, size_t max_messag
     } else if (a.kind == OomMessageKind::kMps) {
       ReadMpsClauses(Tokenize(flat), m);
     }
+    DropNotAvailable(m);
     out.push_back(std::move(m));
   }
   return out;
