@@ -6,6 +6,7 @@
 #include <cctype>
 #include <limits>
 
+#include "analysis/oom_accounting.h"
 #include "common/units.h"
 
 namespace vramscope::analysis {
@@ -16,19 +17,10 @@ using model::OomMessage;
 using model::OomMessageKind;
 using model::PrintedBytes;
 
-constexpr int64_t kMax = std::numeric_limits<int64_t>::max() / 4;
+constexpr int64_t kMax = kByteRangeMax;
 
-ByteRange R(const PrintedBytes& b) {
-  return {static_cast<int64_t>(std::min<uint64_t>(b.lo, kMax)),
-          static_cast<int64_t>(std::min<uint64_t>(b.hi, kMax))};
-}
-ByteRange Exact(int64_t v) { return {v, v}; }
-ByteRange operator+(ByteRange a, ByteRange b) { return {a.lo + b.lo, a.hi + b.hi}; }
-ByteRange operator-(ByteRange a, ByteRange b) { return {a.lo - b.hi, a.hi - b.lo}; }
-
-// a >= b for every value the ranges allow / for some.
-bool Always(ByteRange a, ByteRange b) { return a.lo >= b.hi; }
-bool Sometimes(ByteRange a, ByteRange b) { return a.hi >= b.lo; }
+ByteRange R(const PrintedBytes& b) { return RangeOf(b); }
+ByteRange Exact(int64_t v) { return ExactRange(v); }
 
 // What one process is expected to hold outside the allocator, as a range: a measured or given
 // figure within 10%, a documented one within 25%, an assumed one within 50%. A cause that rests
@@ -44,6 +36,75 @@ ByteRange ExpectedRange(const device::OutsideMemory& outside) {
     r.hi += b + spread;
   }
   return r;
+}
+
+// The expected range over several set-ups (each a known GPU, or an architecture plausible for
+// the message): from the smallest low end to the largest high end.
+ByteRange UnionOfExpected(const std::vector<device::OutsideSetup>& setups) {
+  ByteRange r{kMax, 0};
+  for (const device::OutsideSetup& s : setups) {
+    const ByteRange one = ExpectedRange(device::EstimateOutsideAllocator(s));
+    r.lo = std::min(r.lo, one.lo);
+    r.hi = std::max(r.hi, one.hi);
+  }
+  return r.lo > r.hi ? ExactRange(0) : r;
+}
+
+// What one process holds outside the allocator here. The GPUs of the message's capacity when the
+// catalog has them; else every architecture plausible for a card of that capacity, backend and
+// message era (1.x messages predate lazy module loading, so their contexts may hold all of
+// PyTorch's kernels), marked assumed. docs/design/explain.md lists the choice.
+ExpectedOutside ExpectedOutsideFor(const OomMessage& m, const std::vector<device::GpuSpec>& gpus,
+                                   const device::OutsideSetup& base) {
+  std::vector<device::OutsideSetup> setups;
+  for (const device::GpuSpec& g : gpus) {
+    device::OutsideSetup s = base;
+    s.vendor = g.vendor;
+    s.sm = g.sm;
+    s.gpu_name = g.name;
+    setups.push_back(s);
+  }
+  if (!setups.empty()) return {UnionOfExpected(setups), false};
+  const bool amd = m.backend == "HIP";
+  const uint64_t total = m.total_capacity ? m.total_capacity->hi : 0;
+  std::vector<int> archs;
+  if (amd) {
+    archs = {0};
+  } else if (total < (33ull << 29)) {  // under 16.5 GiB: consumer and small data-centre cards
+    archs = {61, 75, 86, 89};
+  } else if (total < (40ull << 30)) {
+    archs = {70, 75, 80, 86, 89, 90};
+  } else {
+    archs = {80, 89, 90, 100};
+  }
+  const bool legacy = m.kind == OomMessageKind::kAllocatorLegacy;
+  for (const int sm : archs) {
+    for (const bool lazy : {true, false}) {
+      if (!lazy && !legacy) continue;
+      device::OutsideSetup s = base;
+      s.vendor = amd ? device::Vendor::kAmd : device::Vendor::kNvidia;
+      if (!amd) s.sm = sm;
+      s.lazy_loading = lazy;
+      setups.push_back(s);
+    }
+  }
+  ByteRange r = UnionOfExpected(setups);
+  // No context takes half a card: on a small one the architectures' figures overstate it.
+  if (total > 0) {
+    r.hi = std::min<int64_t>(r.hi, static_cast<int64_t>(total / 2));
+    r.lo = std::min(r.lo, r.hi);
+  }
+  return {r, true};
+}
+
+// Whether the GPU shares its memory with the host: an AMD GPU the catalog has no discrete card of
+// this capacity for, whose "total" is that of an APU's memory (the GTT carve-out of Strix Halo,
+// 32 to 128 GiB; MI300A's 128 GiB). Discrete AMD cards above 128 GiB (MI325X, MI355X) are not
+// APUs. NVIDIA's unified parts (Jetson, Grace Hopper's coherent memory) print as discrete cards
+// and are not guessed.
+bool IsUnifiedMemory(const OomMessage& m, const std::vector<device::GpuSpec>& gpus) {
+  return m.backend == "HIP" && gpus.empty() && m.total_capacity &&
+         m.total_capacity->lo >= (32ull << 30) && m.total_capacity->hi <= (129ull << 30);
 }
 
 bool ExpandableSegmentsOn(const std::string& conf) {
@@ -152,43 +213,24 @@ void CapacityAdvice(const Context& c, ByteRange needed_more, ByteRange allocated
   }
 }
 
-void ExplainAllocator(Context& c) {
+void ExplainAllocator(Context& c, const OomAccounting& a) {
   const OomMessage& m = c.m;
   OomMessageExplanation& out = c.out;
-  const ByteRange request = R(*m.tried_to_allocate);
-  const ByteRange free = R(*m.free);
-  const ByteRange total = R(*m.total_capacity);
-  const bool legacy = m.kind == OomMessageKind::kAllocatorLegacy;
-
-  // What this PyTorch reserved, and of it what was not allocated.
-  std::optional<ByteRange> allocated, unallocated, reserved;
-  if (legacy) {
-    if (m.already_allocated) allocated = R(*m.already_allocated);
-    if (m.reserved_total && allocated) {
-      reserved = R(*m.reserved_total);
-      unallocated = *reserved - *allocated;
-      // Never below 0 (a message whose reserved is below its allocated, as pasted figures can
-      // be, gives 0).
-      unallocated->lo = std::max<int64_t>(unallocated->lo, 0);
-      unallocated->hi = std::max(unallocated->hi, unallocated->lo);
-    } else if (m.cached && allocated) {
-      unallocated = R(*m.cached);
-      reserved = *allocated + *unallocated;
-    }
-  } else {
-    if (m.allocated_by_pytorch) allocated = R(*m.allocated_by_pytorch);
-    if (m.reserved_unallocated) unallocated = R(*m.reserved_unallocated);
-    if (allocated && unallocated) reserved = *allocated + *unallocated;
-  }
+  const ByteRange request = a.request, free = a.free, total = a.total;
+  const bool legacy = a.legacy;
+  const std::optional<ByteRange> allocated = a.allocated, unallocated = a.unallocated,
+                                 reserved = a.reserved, self = a.self;
+  const std::vector<model::OomProcess>& others = a.others;
+  const ByteRange other_sum = a.other_sum;
 
   out.shares.push_back({"total capacity", total, "stated"});
   out.shares.push_back({"free on the device", free, "stated (cudaMemGetInfo)"});
   if (allocated) {
-    if (m.private_pools) {
-      out.shares.push_back({"allocated to tensors", *allocated - R(*m.private_pools),
+    if (a.private_pools) {
+      out.shares.push_back({"allocated to tensors", *a.Tensors(),
                             "allocated by PyTorch less the private pools' cached blocks"});
       out.shares.push_back(
-          {"cached in private pools (CUDA graphs, MemPools)", R(*m.private_pools), "stated"});
+          {"cached in private pools (CUDA graphs, MemPools)", *a.private_pools, "stated"});
     } else {
       out.shares.push_back({"allocated by PyTorch", *allocated, "stated"});
     }
@@ -202,38 +244,21 @@ void ExplainAllocator(Context& c) {
     out.shares.push_back({"reserved by PyTorch", *reserved,
                           legacy && m.reserved_total ? "stated" : "allocated + unallocated"});
   }
-
-  // The processes NVML listed. In a container NVML gives host PIDs, so this process may be
-  // listed as "Process N" without the "Including non-PyTorch memory" clause: one process holding
-  // at least what PyTorch reserved is taken to be this one.
-  std::vector<model::OomProcess> others = m.processes;
-  std::optional<ByteRange> self;
-  if (m.this_process_in_use) self = R(*m.this_process_in_use);
-  if (!self && reserved && !others.empty()) {
-    std::vector<size_t> holders;
-    for (size_t i = 0; i < others.size(); ++i) {
-      if (Always(R(others[i].in_use), *reserved)) holders.push_back(i);
-    }
-    if (holders.size() == 1) {
-      self = R(others[holders[0]].in_use);
-      out.shares.push_back(
-          {fmt::format("process {} (taken to be this one: it holds what PyTorch reserved; in a "
-                       "container NVML shows host PIDs)",
-                       others[holders[0]].pid),
-           *self, "stated"});
-      others.erase(others.begin() + static_cast<std::ptrdiff_t>(holders[0]));
-    }
+  if (a.self_pid) {
+    out.shares.push_back(
+        {fmt::format("process {} (taken to be this one: it holds what PyTorch reserved; in a "
+                     "container NVML shows host PIDs)",
+                     *a.self_pid),
+         *self, "stated"});
   } else if (self) {
     out.shares.push_back({"this process, in all", *self, "stated (NVML)"});
   }
-  ByteRange other_sum = Exact(0);
-  for (const model::OomProcess& p : others) other_sum = other_sum + R(p.in_use);
   if (!others.empty()) {
     out.shares.push_back(
         {fmt::format("{} other process{}", others.size(), others.size() == 1 ? "" : "es"),
          other_sum, "the processes listed"});
   }
-  const ByteRange expected = ExpectedRange(out.expected_outside);
+  const ByteRange expected = out.expected_outside_range.bytes;
   std::optional<ByteRange> non_pytorch;
   if (self && reserved) {
     non_pytorch = *self - *reserved;
@@ -248,7 +273,7 @@ void ExplainAllocator(Context& c) {
   }
 
   // The causes.
-  const bool capped = m.allowed && R(*m.allowed).hi < kMax / 2;
+  const bool capped = a.allowed.has_value();
   if (capped && reserved) {
     const ByteRange allowed = R(*m.allowed);
     const ByteRange wanted = *reserved + request;
@@ -402,7 +427,7 @@ void ExplainAsync(Context& c) {
   out.shares.push_back({"allocated by PyTorch (cudaMallocAsync)", allocated, "stated"});
   out.shares.push_back({"outside PyTorch (its context, other processes)", outside,
                         "device limit - free - allocated"});
-  const ByteRange expected = ExpectedRange(out.expected_outside);
+  const ByteRange expected = out.expected_outside_range.bytes;
   TestCause(out, OomMessageCause::kOtherProcesses, free, outside - expected, request,
             fmt::format("the memory outside PyTorch beyond one context ({} expected)",
                         FormatByteRange(expected)),
@@ -505,13 +530,12 @@ OomMessageExplanation ExplainOomMessage(const model::OomMessage& message,
     setup.vendor = device::Vendor::kAmd;
   }
   out.expected_outside = device::EstimateOutsideAllocator(setup);
+  out.expected_outside_range = ExpectedOutsideFor(message, out.gpus, options.outside);
 
   switch (message.kind) {
     case OomMessageKind::kAllocator:
     case OomMessageKind::kAllocatorLegacy:
-      if (message.tried_to_allocate && message.free && message.total_capacity) {
-        ExplainAllocator(c);
-      }
+      if (const std::optional<OomAccounting> a = AccountFor(message)) ExplainAllocator(c, *a);
       break;
     case OomMessageKind::kAsyncAllocator:
       ExplainAsync(c);
@@ -554,6 +578,8 @@ OomMessageExplanation ExplainOomMessage(const model::OomMessage& message,
                      return a.bytes.lo > b.bytes.lo;
                    });
   if (!out.findings.empty()) out.cause = out.findings.front().cause;
+  out.verdict = DecideOomVerdict(message, AccountFor(message), out.expected_outside_range,
+                                 IsUnifiedMemory(message, out.gpus));
   // The advice in the findings' order, then the general.
   std::vector<std::string> advice;
   for (const OomFinding& f : out.findings)

@@ -21,20 +21,13 @@
 #include <string>
 #include <vector>
 
+#include "analysis/byte_range.h"
+#include "analysis/oom_verdict.h"
 #include "device/gpu_catalog.h"
 #include "device/non_pytorch_memory.h"
 #include "model/oom_message.h"
 
 namespace vramscope::analysis {
-
-// Bytes known to lie in [lo, hi].
-struct ByteRange {
-  int64_t lo = 0;
-  int64_t hi = 0;
-};
-
-// "4.39 GiB", or "4.38 GiB to 4.40 GiB" when the range shows in two decimals.
-std::string FormatByteRange(ByteRange range);
 
 enum class OomMessageCause : uint8_t {
   kMemoryFractionCap,
@@ -67,6 +60,9 @@ struct GpuShare {
 
 struct OomMessageExplanation {
   model::OomMessage message;
+  // What held the GPU: the dominant holder in one sentence, then every holder ranked. The
+  // findings below are the proximate cause (why this one request failed).
+  OomVerdict verdict;
   std::vector<GpuShare> shares;
   std::vector<OomFinding> findings;  // decisive ones first, in the order of the header
   OomMessageCause cause = OomMessageCause::kUnknown;  // the first decisive finding's, or the
@@ -76,6 +72,10 @@ struct OomMessageExplanation {
   // expects of one process there.
   std::vector<device::GpuSpec> gpus;
   device::OutsideMemory expected_outside;
+  // What one process holds outside the allocator, as a range: over the GPUs the message's
+  // capacity matches, or (none matched) over the architectures plausible for its capacity,
+  // backend and era, then marked assumed.
+  ExpectedOutside expected_outside_range;
   // The memory this process could have used: total, less other processes and the cap; what
   // `predict --fit` should fit into. Unset when the message does not say.
   std::optional<ByteRange> available_to_pytorch;

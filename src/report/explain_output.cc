@@ -61,6 +61,43 @@ nlohmann::json Figure(const std::optional<model::PrintedBytes>& b) {
   return {{"text", b->text}, {"lo", b->lo}, {"hi", b->hi}};
 }
 
+// The verdict and the holders, largest first, each with its arithmetic.
+std::string VerdictText(const analysis::OomVerdict& v) {
+  std::string out =
+      fmt::format("Verdict ({}): {}\n", analysis::OomHolderName(v.holder), v.sentence);
+  if (v.holdings.empty()) return out;
+  out += "What held the GPU, largest first\n";
+  size_t width = 0;
+  for (const analysis::OomHolding& h : v.holdings) width = std::max(width, h.what.size());
+  width = std::min<size_t>(width, 60);
+  for (size_t i = 0; i < v.holdings.size(); ++i) {
+    const analysis::OomHolding& h = v.holdings[i];
+    out += fmt::format("  {}. {:<{}}  {:>22}  {}{}\n", i + 1, h.what, width,
+                       analysis::FormatByteRange(h.bytes), h.arithmetic,
+                       h.assumed ? " (assumed)" : "");
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json OomVerdictJson(const analysis::OomVerdict& v) {
+  nlohmann::json holders = nlohmann::json::array();
+  for (const analysis::OomHolding& h : v.holdings) {
+    holders.push_back({{"holder", analysis::OomHolderName(h.holder)},
+                       {"what", h.what},
+                       {"bytes", Range(h.bytes)},
+                       {"arithmetic", h.arithmetic},
+                       {"assumed", h.assumed}});
+  }
+  return {{"holder", analysis::OomHolderName(v.holder)},
+          {"sentence", v.sentence},
+          {"close", v.close},
+          {"holders", holders}};
+}
+
+namespace {
+
 std::string Where(const ExplainedMessage& m) {
   std::string where = fmt::format("line {}", m.lines.front());
   if (m.lines.size() > 1) {
@@ -92,6 +129,20 @@ std::string RenderExplainText(const ExplainReport& report) {
                        em.lines.size() > 1
                            ? fmt::format(": the same message {} times", em.lines.size())
                            : std::string());
+    out += VerdictText(e.verdict);
+    // The proximate cause: why this one request failed, beside what held the GPU.
+    for (size_t i = 0; i < e.findings.size(); ++i) {
+      const analysis::OomFinding& f = e.findings[i];
+      out += fmt::format("{}: {} ({})\n", i == 0 ? "Why this request failed" : "Also",
+                         CauseText(f.cause),
+                         f.decisive ? "decisive: holds for every size the rounded figures allow"
+                                    : "possible: holds for some of them");
+      out += fmt::format("  {}\n  {}\n", f.arithmetic, f.meaning);
+    }
+    if (!e.advice.empty()) {
+      out += "What to change\n";
+      for (const std::string& a : e.advice) out += fmt::format("  - {}\n", a);
+    }
     if (m.tried_to_allocate) {
       // 2.1+ prints the segment it asked CUDA for; 1.x printed the request (rounded to 512 B).
       out += fmt::format("  asked for {} ({})\n", m.tried_to_allocate->text,
@@ -116,8 +167,16 @@ std::string RenderExplainText(const ExplainReport& report) {
     for (const model::OomProcess& p : m.processes) {
       figures.emplace_back(fmt::format("process {} in use", p.pid), &p.in_use);
     }
-    if (!figures.empty()) {
+    if (!figures.empty() || !m.not_available.empty()) {
       out += "Figures read (and the bytes each can stand for)\n";
+      // NVML's or the allocator's "not available" (2^64 - 1 B) is not a size: named, never
+      // shown as one.
+      for (const std::string& key : m.not_available) {
+        out += fmt::format(
+            "  {:<28} {:>14}  printed as 2^64 B: NVML or the allocator could "
+            "not tell\n",
+            key, "[not available]");
+      }
       for (const auto& [name, b] : figures) {
         out += fmt::format("  {:<28} {:>14}  {}\n", name, b->text,
                            b->lo == b->hi
@@ -127,7 +186,7 @@ std::string RenderExplainText(const ExplainReport& report) {
       }
     }
     if (!e.shares.empty()) {
-      out += "What the GPU held\n";
+      out += "Derived from the figures\n";
       size_t width = 0;
       for (const analysis::GpuShare& s : e.shares) width = std::max(width, s.what.size());
       width = std::min<size_t>(width, 56);
@@ -136,21 +195,17 @@ std::string RenderExplainText(const ExplainReport& report) {
                            analysis::FormatByteRange(s.bytes), s.how);
       }
     }
-    if (e.findings.empty()) {
-      out += "Cause: not enough figures to tell\n";
-    }
-    for (size_t i = 0; i < e.findings.size(); ++i) {
-      const analysis::OomFinding& f = e.findings[i];
-      out += fmt::format("{}: {} ({})\n", i == 0 ? "Cause" : "Also", CauseText(f.cause),
-                         f.decisive ? "decisive: holds for every size the rounded figures allow"
-                                    : "possible: holds for some of them");
-      out += fmt::format("  {}\n  {}\n", f.arithmetic, f.meaning);
-    }
-    if (!e.advice.empty()) {
-      out += "What to change\n";
-      for (const std::string& a : e.advice) out += fmt::format("  - {}\n", a);
-    }
-    if (!e.expected_outside.figures.empty() && m.kind != model::OomMessageKind::kMps) {
+    if (!e.expected_outside.figures.empty() && m.kind != model::OomMessageKind::kMps &&
+        e.expected_outside_range.assumed) {
+      out += fmt::format(
+          "Expected outside PyTorch for one process: {} (assumed: the message names no GPU the "
+          "catalog has, so a range over the architectures plausible for its capacity{}; --gpu "
+          "names it)\n",
+          analysis::FormatByteRange(e.expected_outside_range.bytes),
+          m.kind == model::OomMessageKind::kAllocatorLegacy
+              ? ", with and without lazy kernel loading (the message predates PyTorch 2.1)"
+              : "");
+    } else if (!e.expected_outside.figures.empty() && m.kind != model::OomMessageKind::kMps) {
       out += fmt::format("Expected outside PyTorch for one process{}: {}\n",
                          e.gpus.empty() ? std::string() : " on " + e.gpus.front().name,
                          FormatBytes(static_cast<int64_t>(e.expected_outside.Total())));
@@ -239,8 +294,17 @@ nlohmann::json RenderExplainJson(const ExplainReport& report) {
         {"figures", figures},
         {"processes", processes},
         {"what_the_gpu_held", shares},
+        {"verdict", OomVerdictJson(e.verdict)},
+        // The proximate cause: why this one request failed (the verdict says what held the GPU).
+        {"proximate",
+         {{"cause", analysis::OomMessageCauseName(e.cause)},
+          {"findings", OomFindingsJson(e.findings)}}},
         {"cause", analysis::OomMessageCauseName(e.cause)},
         {"findings", OomFindingsJson(e.findings)},
+        {"not_available", m.not_available},
+        {"expected_outside_pytorch_range",
+         {{"bytes", Range(e.expected_outside_range.bytes)},
+          {"assumed", e.expected_outside_range.assumed}}},
         {"advice", e.advice},
         {"gpus", gpus},
         {"expected_outside_pytorch", OutsideMemoryJson(e.expected_outside)},

@@ -14,7 +14,10 @@
 namespace vramscope::report {
 
 // The version of `explain --json`: raised with every change to its keys or their meaning.
-inline constexpr int kExplainJsonVersion = 1;
+// 2: each message's `verdict` (the dominant holder, its sentence, the ranked holders),
+// `proximate` (the cause and findings, also still at the top level), `not_available` and
+// `expected_outside_pytorch_range`.
+inline constexpr int kExplainJsonVersion = 2;
 
 using ExplainReport = pipeline::ExplainResult;
 using ExplainedMessage = pipeline::ExplainedMessage;
@@ -23,6 +26,8 @@ std::string RenderExplainText(const ExplainReport& report);
 // The findings (cause, decisive, arithmetic, meaning) as `explain --json` and `report --json`
 // give them.
 nlohmann::json OomFindingsJson(const std::vector<analysis::OomFinding>& findings);
+// The verdict: {holder, sentence, close, holders: [{holder, what, bytes, arithmetic, assumed}]}.
+nlohmann::json OomVerdictJson(const analysis::OomVerdict& verdict);
 // The non-PyTorch memory model's figures (item, bytes, evidence, source, flag).
 nlohmann::json OutsideMemoryJson(const device::OutsideMemory& outside);
 nlohmann::json RenderExplainJson(const ExplainReport& report);

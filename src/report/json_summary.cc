@@ -191,6 +191,7 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
   json oom_message = nullptr;
   if (in.oom_message != nullptr) {
     oom_message = {{"text", in.oom_message->message.text},
+                   {"verdict", OomVerdictJson(in.oom_message->verdict)},
                    {"cause", analysis::OomMessageCauseName(in.oom_message->cause)},
                    {"findings", OomFindingsJson(in.oom_message->findings)},
                    {"advice", in.oom_message->advice}};

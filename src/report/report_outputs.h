@@ -18,8 +18,10 @@
 namespace vramscope::report {
 
 // The version of `report --json` (and `run --json`, `predict --json`): raised with every change
-// to the document's keys or their meaning (docs/report-json.md).
-inline constexpr int kReportJsonVersion = 1;
+// to the document's keys or their meaning (docs/design/architecture.md, "JSON").
+// 2: `oom_message.verdict`, the dominant holder of PyTorch's out-of-memory message
+// (explain_output.h's OomVerdictJson).
+inline constexpr int kReportJsonVersion = 2;
 
 struct ReportFiles {
   // The database; empty: DefaultOutputName of the input, unless !database_by_default or only a

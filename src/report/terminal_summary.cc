@@ -293,9 +293,11 @@ void OomMessageBlock(const analysis::OomMessageExplanation& e,
                      const std::function<void(const std::string&)>& line) {
   line("");
   line("PyTorch's out-of-memory message, explained (as 'vramscope explain' does):");
+  line(fmt::format("  verdict ({}): {}", analysis::OomHolderName(e.verdict.holder),
+                   e.verdict.sentence));
   for (size_t i = 0; i < e.findings.size(); ++i) {
     const analysis::OomFinding& f = e.findings[i];
-    line(fmt::format("  {}: {} ({}): {}", i == 0 ? "cause" : "also",
+    line(fmt::format("  {}: {} ({}): {}", i == 0 ? "why this request failed" : "also",
                      analysis::OomMessageCauseName(f.cause), f.decisive ? "decisive" : "possible",
                      f.arithmetic));
   }

@@ -27,7 +27,7 @@ def run_with_stdin(text: str, *args):
     return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["file"][:2] for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c["file"].removesuffix(".txt") for c in CASES])
 def test_every_real_message_is_read_and_explained(case, tmp_path):
     code, out, err = run_binary("explain", "--json", DATA / case["file"], cwd=tmp_path)
     assert code == 0, err
@@ -46,7 +46,10 @@ def test_every_real_message_is_read_and_explained(case, tmp_path):
                 expected[new] = expected[old]
         for name in FIGURES:
             figure = got["figures"][name]
-            if expected.get(name) is None:
+            if name in got["not_available"]:
+                # NVML's "not available" (2^64 B): named as such, never read as a size.
+                assert figure is None and expected[name].startswith("1717986918"), name
+            elif expected.get(name) is None:
                 assert figure is None, (name, figure)
             else:
                 assert figure["text"] == expected[name], name

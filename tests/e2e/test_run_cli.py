@@ -405,8 +405,10 @@ def test_a_captured_oom_message_is_explained_in_the_report(tmp_path):
                                 cwd=tmp_path)
     assert code == 0, err
     explained = json.loads(out)["oom_message"]
+    assert explained["verdict"]["holder"] == "cap"
     assert explained["cause"] == "memory_fraction_cap"
     assert "allowed 3.00 GiB" in explained["findings"][0]["arithmetic"]
     code, out, err = run_binary("report", "--summary-only", runs, cwd=tmp_path)
     assert "PyTorch's out-of-memory message, explained" in out
-    assert "cause: memory_fraction_cap (decisive)" in out
+    assert "verdict (cap): A memory cap of 3.00 GiB stopped PyTorch" in out
+    assert "why this request failed: memory_fraction_cap (decisive)" in out
