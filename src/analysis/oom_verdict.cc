@@ -106,11 +106,11 @@ std::vector<OomHolding> Holdings(const OomAccounting& a, ExpectedOutside expecte
   }
   // 1.x (and 2.x without NVML): all that is neither free nor PyTorch's is one undivided figure:
   // this process's context and libraries and other processes together (the message does not tell
-  // them apart). More than one process is expected to hold outside the allocator, it is other
-  // processes'; within that, this process's own; on a GPU sharing its memory, the host's.
+  // them apart). Within what one process is expected to hold outside the allocator, it is taken
+  // as this process's own; beyond it, as other processes' (what maintainers reading such
+  // messages in the threads of tests/data/oom_messages name; the text says it cannot tell); on a
+  // GPU sharing its memory with the host, as the host's.
   const ByteRange outside = NonNegative(a.total - a.free - *a.reserved - a.other_sum);
-  // Beyond one context, the readers of such messages (maintainers in the threads of
-  // tests/data/oom_messages) name other processes; the verdict says it cannot tell.
   const OomHolder holder = unified                          ? OomHolder::kUnifiedMemory
                            : outside.lo > expected.bytes.hi ? OomHolder::kOtherProcesses
                                                             : OomHolder::kProcessOutsidePyTorch;
