@@ -14,6 +14,23 @@ std::string ReportRow::Text(int col) const {
                                     static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
 }
 
+namespace {
+
+// An error is one line: SQLite's messages quote the file's own text (a malformed schema's SQL,
+// a metadata value), which may hold line breaks or control characters, and any length of it.
+std::string OneLine(std::string_view text) {
+  constexpr size_t kMaxQuoted = 200;
+  std::string out;
+  for (const char c : text.substr(0, kMaxQuoted)) {
+    const auto u = static_cast<unsigned char>(c);
+    out.push_back(u < 0x20 || u == 0x7f ? ' ' : c);
+  }
+  if (text.size() > kMaxQuoted) out += "...";
+  return out;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ReportDb>> ReportDb::Open(const std::string& path,
                                                  const schema::Schema& schema) {
   std::unique_ptr<ReportDb> db(new ReportDb(path, schema));
@@ -21,7 +38,7 @@ Result<std::unique_ptr<ReportDb>> ReportDb::Open(const std::string& path,
                       nullptr) != SQLITE_OK) {
     return InvalidInput(
         fmt::format("{}: cannot open it as a SQLite database: {}", path,
-                    db->db_ != nullptr ? sqlite3_errmsg(db->db_) : "out of memory"));
+                    db->db_ != nullptr ? OneLine(sqlite3_errmsg(db->db_)) : "out of memory"));
   }
   if (Status layout = db->ReadLayout(); !layout.ok()) {
     if (sqlite3_errcode(db->db_) == SQLITE_NOTADB) {
@@ -182,8 +199,9 @@ Status ReportDb::Query(const std::string& sql, const RowFn& row) {
 }
 
 Status ReportDb::Damaged(const std::string& message) const {
-  return InvalidInput(fmt::format(
-      "{}: cannot read the report ({}); write it again with 'vramscope report'", path_, message));
+  return InvalidInput(
+      fmt::format("{}: cannot read the report ({}); write it again with 'vramscope report'", path_,
+                  OneLine(message)));
 }
 
 }  // namespace vramscope::report

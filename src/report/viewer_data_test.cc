@@ -236,6 +236,13 @@ TEST(ViewerData, DamagedIdsAreRefusedWithoutAllocatingByThem) {
        {"UPDATE vramscope_owners SET id = 99999999 WHERE id = (SELECT max(id) FROM "
         "vramscope_owners)"},
        "vramscope_owners has an id 99999999 in"},
+      // SQLite quotes a malformed schema's own text, line breaks and all (a fuzzer's find):
+      // the error stays one line.
+      {"malformed schema",
+       {"PRAGMA writable_schema = ON",
+        "UPDATE sqlite_master SET sql = 'CREATE TABLE vramscope_owners(id,' || char(10) || "
+        "' peak_rese' WHERE name = 'vramscope_owners'"},
+       "malformed database schema (vramscope_owners) "},
       {"phase names",
        {"CREATE TEMP TABLE t AS SELECT * FROM vramscope_allocations",
         "UPDATE t SET alloc_event = NULL, free_requested_event = NULL, free_completed_event = NULL",
