@@ -236,6 +236,10 @@ TEST(ViewerData, DamagedIdsAreRefusedWithoutAllocatingByThem) {
        {"UPDATE vramscope_owners SET id = 99999999 WHERE id = (SELECT max(id) FROM "
         "vramscope_owners)"},
        "vramscope_owners has an id 99999999 in"},
+      {"segment source",
+       {"UPDATE vramscope_segment_timeline SET source = 'rec' || char(10) || 'orded' WHERE id = "
+        "(SELECT min(id) FROM vramscope_segment_timeline)"},
+       "vramscope_segment_timeline has a segment of source 'rec orded'"},
       // SQLite quotes a malformed schema's own text, line breaks and all (a fuzzer's find):
       // the error stays one line.
       {"malformed schema",

@@ -214,6 +214,9 @@ Status LoadViewerDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d, ViewerId
   if (db.HasTable("vramscope_segment_timeline")) {
     std::map<std::pair<int64_t, int64_t>, int32_t> pool_numbers;
     std::vector<int32_t> private_pool;
+    // What the analysis writes (analysis::SegmentSourceName): "recorded" (the snapshot's
+    // segments), "model" (the allocator model's) or "none"; anything else is damage.
+    std::string bad_source;
     // Pool ids read as NULL (0: the default pools) in reports written before they were.
     RETURN_IF_ERROR(
         db.Select("vramscope_segment_timeline",
@@ -228,6 +231,10 @@ Status LoadViewerDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d, ViewerId
                     segs.start.push_back(local_event(s, 5, -1));
                     segs.end.push_back(local_event(s, 6, num_events));
                     segs.source = s.Text(7);
+                    if (segs.source != "recorded" && segs.source != "model" &&
+                        segs.source != "none" && bad_source.empty()) {
+                      bad_source = segs.source.empty() ? "(empty)" : segs.source.substr(0, 40);
+                    }
                     const std::pair<int64_t, int64_t> id{s.Int(8), s.Int(9)};
                     int32_t number = 0;
                     if (id.first != 0 || id.second != 0) {
@@ -239,6 +246,12 @@ Status LoadViewerDevice(ReportDb& db, ViewerReport& r, ViewerDevice& d, ViewerId
                     }
                     private_pool.push_back(number);
                   }));
+    if (!bad_source.empty()) {
+      return db.Damaged(fmt::format(
+          "vramscope_segment_timeline has a segment of source '{}'; a segment is 'recorded', "
+          "'model' or 'none'",
+          bad_source));
+    }
     if (!pool_numbers.empty()) segs.private_pool = std::move(private_pool);
   } else {
     r.notes.push_back(fmt::format(
