@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_binary
+from conftest import REPO, run_binary, unpack_two_rank_capture
 
 GOLDENS = REPO / "goldens"
 
@@ -170,23 +170,7 @@ def test_captures_of_vramscope_run_match_pytorch(tmp_path, folder, entry):
 def test_the_two_ranks_of_a_torchrun_capture_are_reported_together(tmp_path):
     """A folder holding both ranks' captures (DDP over gloo, two ranks sharing an H100) gives the
     per-rank table with both ranks and PyTorch's peaks."""
-    metas = sorted(GOLDENS.glob("*/run/metadata.json"))
-    cases = [(m.parent, json.loads(m.read_text())["cases"].get("ranks2_ddp_gpt_adamw_fp32"))
-             for m in metas]
-    cases = [(f, c) for f, c in cases if c and c.get("status") == "ok"]
-    # Committed in goldens/h100/run (not a ../shared fixture): missing is a defect, not a skip.
-    assert cases, "goldens/*/run/ holds no ranks2_ddp_gpt_adamw_fp32 capture"
-    import gzip
-    import shutil
-    folder, case = cases[0]
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    for rank, entry in case["ranks"].items():
-        sidecar = json.loads((folder / entry["sidecar"]).read_text())
-        with gzip.open(folder / entry["snapshot"]) as f, open(runs / sidecar["snapshot"],
-                                                              "wb") as g:
-            shutil.copyfileobj(f, g)
-        (runs / f"{rank}.sidecar.json").write_text(json.dumps(sidecar))
+    runs, case = unpack_two_rank_capture(tmp_path)
     code, out, err = run_binary("report", "--summary-only", runs, cwd=tmp_path, timeout=120)
     assert code == 0, err
     assert "2 processes captured; per rank:" in out, out

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, open_db, run_binary
+from conftest import REPO, open_db, run_binary, unpack_two_rank_capture
 
 SCHEMA_FILE = REPO / "src" / "report" / "report_schema.json"
 SCHEMA = json.loads(SCHEMA_FILE.read_text())
@@ -97,21 +97,7 @@ def test_predict_writes_the_prediction_group(tmp_path):
 
 
 def test_a_folder_of_ranks_writes_the_ranks_group(tmp_path):
-    metas = sorted(GOLDENS.glob("*/run/metadata.json"))
-    cases = [(m.parent, json.loads(m.read_text())["cases"].get("ranks2_ddp_gpt_adamw_fp32"))
-             for m in metas]
-    cases = [(f, c) for f, c in cases if c and c.get("status") == "ok"]
-    # Committed in goldens/h100/run: missing is a defect, not a skip.
-    assert cases, "goldens/*/run/ holds no ranks2_ddp_gpt_adamw_fp32 capture"
-    folder, case = cases[0]
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    for rank, entry in case["ranks"].items():
-        sidecar = json.loads((folder / entry["sidecar"]).read_text())
-        with gzip.open(folder / entry["snapshot"]) as f, open(runs / sidecar["snapshot"],
-                                                              "wb") as g:
-            shutil.copyfileobj(f, g)
-        (runs / f"{rank}.sidecar.json").write_text(json.dumps(sidecar))
+    runs, _ = unpack_two_rank_capture(tmp_path)
     rc, _, err = run_binary("report", "-q", runs, "-o", "r.sqlite", cwd=tmp_path, timeout=180)
     assert rc == 0, err
     assert_group_tables(tmp_path / "r.sqlite", {"report", "ranks"})
