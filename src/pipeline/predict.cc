@@ -209,7 +209,7 @@ Result<std::unique_ptr<const Analyzed>> AnalyzeStep(const PredictRequest& r,
   // The stream once: written when asked for, then run through the allocator.
   r.control.Stage("predicting the step's tensors");
   RETURN_IF_ERROR(r.control.CheckCancelled("the prediction"));
-  ASSIGN_OR_RETURN(predict::TensorStream stream, predict::PredictStream(model, request));
+  ASSIGN_OR_RETURN(predict::TensorStream stream, predict::PredictStream(model, request, r.control));
   if (!r.emit_stream.empty()) {
     RETURN_IF_ERROR(predict::WriteTensorStream(stream, r.emit_stream, r.force));
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/progress.h"
 #include "predict/device_rules.h"
 #include "predict/layers.h"
 #include "predict/step_simulator.h"
@@ -113,6 +114,9 @@ struct TrainingSetup {
 
 // Runs the training steps of `model` under `setup` through the step simulator. The stream has
 // no workspaces yet (AddWorkspaces adds them for a GPU).
-Result<TensorStream> SimulateTraining(const ModelSpec& model, const TrainingSetup& setup);
+// `control`'s token is checked before every micro-batch: a long simulation (many steps of a big
+// model) stops within one micro-batch of Ctrl-C.
+Result<TensorStream> SimulateTraining(const ModelSpec& model, const TrainingSetup& setup,
+                                      const Control& control = {});
 
 }  // namespace vramscope::predict

@@ -161,7 +161,8 @@ Status DescribeAndAddWorkspaces(TensorStream& stream, const PredictRequest& requ
 
 }  // namespace
 
-Result<TensorStream> PredictStream(const LoadedModel& model, const PredictRequest& request) {
+Result<TensorStream> PredictStream(const LoadedModel& model, const PredictRequest& request,
+                                   const Control& control) {
   // The rules are checked first: an unknown torch version is refused before any simulation.
   const int sm = request.gpu ? request.gpu->sm : 90;
   const device::Vendor vendor = request.gpu ? request.gpu->vendor : device::Vendor::kNvidia;
@@ -171,7 +172,7 @@ Result<TensorStream> PredictStream(const LoadedModel& model, const PredictReques
     ASSIGN_OR_RETURN(stream, ReadTracerStream(model.traced));
   } else {
     const ModelSpec& m = *model.spec;
-    ASSIGN_OR_RETURN(stream, SimulateTraining(m, request.setup));
+    ASSIGN_OR_RETURN(stream, SimulateTraining(m, request.setup, control));
     model::PredictionInfo& info = stream.info;
     info.model = m.family == Family::kLayerList
                      ? m.label

@@ -48,8 +48,10 @@ Result<LoadedModel> LoadModel(const std::string& model);
 // The set-up in words, as the report's `setup` line: "batch 8, seq 512, float32 weights, ...".
 std::string SetupText(const ModelSpec& model, const TrainingSetup& setup);
 
-// The stream of the request (with workspaces) and its description; no allocator yet.
-Result<TensorStream> PredictStream(const LoadedModel& model, const PredictRequest& request);
+// The stream of the request (with workspaces) and its description; no allocator yet. `control`'s
+// token stops a long simulation (SimulateTraining).
+Result<TensorStream> PredictStream(const LoadedModel& model, const PredictRequest& request,
+                                   const Control& control = {});
 
 // The stream of one rank role of a parallel layout (predict/role_stream.h) with its workspaces
 // and description, for the allocator model to place; `prediction` is PredictParallel's for

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -1034,3 +1037,21 @@ def test_mi300x_uses_rocms_workspaces_as_the_real_trace_shows(run, out_dir):
     assert p["gpu"].startswith("AMD Instinct MI300X (191.98 GiB)")
     assert any("hipBLAS keeps one 128.00 MiB workspace" in a for a in p["assumptions"])
     assert list_dir(out_dir) == []
+
+
+def test_sigint_stops_a_long_prediction_at_once(vramscope_bin, tmp_path):
+    """Ctrl-C (and the Python API's cancel, which sends SIGINT) stops a prediction inside its
+    step simulation, not after it: 1,000 steps of a 405B model take minutes, the interrupt
+    one micro-batch (exit 130, no output written)."""
+    out = tmp_path / "out.sqlite"
+    proc = subprocess.Popen([vramscope_bin, "predict", "--model", "llama3-405b", "--batch", "64",
+                             "--steps", "1000", "--max-events", "100000000", "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    assert proc.poll() is None, "the prediction ended before the signal"
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert time.monotonic() - sent < 10  # one micro-batch under ASan; the whole run is minutes
+    assert list(tmp_path.iterdir()) == []

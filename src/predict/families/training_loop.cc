@@ -56,7 +56,8 @@ std::unique_ptr<Model> MakeModel(const ModelSpec& m, const TrainingSetup& s) {
 
 }  // namespace
 
-Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& setup) {
+Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& setup,
+                                      const Control& control) {
   if (setup.batch == 0) return UsageError("--batch must be at least 1");
   if (setup.steps < 1) return UsageError("--steps must be at least 1");
   if (setup.grad_accum < 1) return UsageError("--grad-accum must be at least 1");
@@ -119,6 +120,7 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
     if (setup.zero_grad) sim.ZeroGrad(setup.set_to_none);
     StepTensors kept;
     for (int micro = 1; micro <= setup.grad_accum; ++micro) {
+      RETURN_IF_ERROR(control.CheckCancelled("the prediction"));
       stream.Phase(step, Phase::kBeforeForward, "inputs");
       std::vector<TensorId> inputs = model->Inputs(ops);
       stream.Phase(step, Phase::kForward, "forward");
