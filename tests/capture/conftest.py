@@ -1,4 +1,4 @@
-"""Tests of the capture bootstrap (python/vramscope/capture/, docs/design/capture.md).
+"""Tests of the capture bootstrap (python/vramscope/bootstrap/, docs/design/capture.md).
 
 Each test runs a real script in a subprocess with PYTHONPATH laid out exactly as `vramscope run`
 lays it out (<tmp>/sitecustomize.py, the whole package as <tmp>/vramscope/) and the contract's

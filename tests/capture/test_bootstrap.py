@@ -349,7 +349,7 @@ def test_a_write_that_fails(run_script, out_dir):
 
 
 def test_a_broken_bootstrap_prints_one_line(run_script, inject_dir):
-    broken = inject_dir / "vramscope" / "capture" / "__init__.py"
+    broken = inject_dir / "vramscope" / "bootstrap" / "__init__.py"
     broken.write_text("raise RuntimeError('broken')\n")
     r = run_script(NO_TORCH)
     assert (r.rc, r.stdout) == (3, "hello False\n")
@@ -371,7 +371,7 @@ def test_a_misspelled_phase_is_a_bug(run_script):
     one it does not have is a ValueError (in a hook: capture stops with one line), recording or
     not."""
     source = r'''
-from vramscope.capture import phases
+from vramscope.bootstrap import phases
 for name in ("setup", "forward", "backward", "optimizer", "between"):
     phases._enter_phase(1, name)
 try:

@@ -168,7 +168,7 @@ def nvml(monkeypatch, capsys):
         monkeypatch.setitem(sys.modules, "pynvml", fake)
         name = f"vramscope_fresh_{len(loaded)}_{mode}"
         loaded.append(name)
-        b = _load_package(name).capture.nvml
+        b = _load_package(name).bootstrap.nvml
         s = b._state
         s.cpu_mode, s.nvml_mode, s.started_us, s.step, s.phase = False, "", 100, 0, "setup"
         s.torch = types.SimpleNamespace(cuda=FakeCuda())
@@ -194,7 +194,7 @@ def _load_package(name):
     package = importlib.util.module_from_spec(spec)
     sys.modules[name] = package
     spec.loader.exec_module(package)
-    importlib.import_module(f"{name}.capture.nvml")
+    importlib.import_module(f"{name}.bootstrap.nvml")
     return package
 
 

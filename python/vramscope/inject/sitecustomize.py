@@ -1,7 +1,7 @@
 """vramscope's capture bootstrap, injected by ``vramscope run`` (docs/design/capture.md).
 
 ``vramscope run`` writes this file as ``sitecustomize.py`` into a temporary folder first on
-PYTHONPATH, with the package ``vramscope/`` beside it (the bootstrap is ``vramscope/capture/``).
+PYTHONPATH, with the package ``vramscope/`` beside it (the bootstrap is ``vramscope/bootstrap/``).
 It starts the bootstrap (which does nothing unless VRAMSCOPE_CAPTURE_DIR is set), then runs the
 ``sitecustomize`` this file shadows (a distribution's or a virtual environment's), as Python would
 have.
@@ -12,9 +12,9 @@ def _vramscope_start():
     import sys
 
     try:
-        import vramscope.capture
+        import vramscope.bootstrap
 
-        vramscope.capture.install()
+        vramscope.bootstrap.install()
     except BaseException as e:  # noqa: BLE001 - never stop the user's program from starting
         try:
             sys.stderr.write(f"vramscope: could not load the capture bootstrap ({type(e).__name__}: "
