@@ -29,7 +29,7 @@ if(SKBUILD)
   # editor files).
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/python/vramscope/"
           DESTINATION "${SKBUILD_PLATLIB_DIR}/vramscope"
-          FILES_MATCHING PATTERN "*.py" PATTERN "*.json"
+          FILES_MATCHING PATTERN "*.py" PATTERN "*.json" PATTERN "py.typed"
           PATTERN "__pycache__" EXCLUDE)
 endif()
 

@@ -1,8 +1,35 @@
-"""vramscope's Python side: the tracer that predicts a training step's GPU memory without a GPU.
+"""vramscope from Python: where the GPU memory of a training step goes, and whether it fits.
 
-``python3 -m vramscope.tracer --help`` (with ``PYTHONPATH=python``); the stream it writes is read by
-``vramscope predict``. See docs/design/tracer.md for the contract.
+The verbs of the command line as calls returning typed results (docs/guide/python.md)::
+
+    import vramscope
+    r = vramscope.report("snapshot.pickle")        # or a profiler trace, a capture folder...
+    r.device().peak_allocated.bytes, r.device().categories_at_peak["activation"].bytes
+    vramscope.predict("llama3-8b", batch=4, seq=2048, dtype="bf16", gpu="h100-80gb")
+    vramscope.explain(open("train.log").read()).messages[0].verdict
+    vramscope.simulate("snapshot.pickle", alloc_conf="expandable_segments:True")
+
+Importing the package imports only the standard library: the tracer (``vramscope.tracer``) and
+the capture bootstrap (``vramscope.bootstrap``) that ``vramscope run`` injects load torch only
+when their own code runs.
 """
 
+from .api import RunResult, explain, predict, report, run, simulate, view
+from .errors import (EngineNotFound, InputError, InternalError, UsageError,
+                     VramscopeError)
+from .explanation import Explanation, OomMessageExplanation
+from .results import (CATEGORIES, Allocations, DeviceReport, Iteration, OwnerBytes, Peak,
+                      Report, Timeline)
+from .simulation import Simulation, SimulationRun
+
+# The tracer's stream format (read by `vramscope predict`; docs/design/tracer.md).
 STREAM_FORMAT = "vramscope-tensor-stream"
 STREAM_VERSION = 1
+
+__all__ = [
+    "report", "predict", "simulate", "view", "explain", "run", "RunResult",
+    "Report", "DeviceReport", "Peak", "Iteration", "OwnerBytes", "Timeline", "Allocations",
+    "CATEGORIES", "Simulation", "SimulationRun", "Explanation", "OomMessageExplanation",
+    "VramscopeError", "InputError", "UsageError", "InternalError", "EngineNotFound",
+    "STREAM_FORMAT", "STREAM_VERSION",
+]

@@ -14,11 +14,11 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "vocabulary.j
     _TABLE = json.load(_f)
 
 # name -> the report's phase it means, per producer, in the table's order
-REPORT_PHASES: dict = dict(_TABLE["phases"]["report"])
-CAPTURE_PHASES: dict = dict(_TABLE["phases"]["capture"])
-TRACER_PHASES: dict = dict(_TABLE["phases"]["tracer"])
-POOLS: dict = dict(_TABLE["pools"])  # name -> code
-CAPTURE_LIMITS: dict = dict(_TABLE["capture_limits"])
+REPORT_PHASES: dict[str, str] = dict(_TABLE["phases"]["report"])
+CAPTURE_PHASES: dict[str, str] = dict(_TABLE["phases"]["capture"])
+TRACER_PHASES: dict[str, str] = dict(_TABLE["phases"]["tracer"])
+POOLS: dict[str, int] = dict(_TABLE["pools"])  # name -> code
+CAPTURE_LIMITS: dict[str, int] = dict(_TABLE["capture_limits"])
 
 
 def capture_phase(name: str) -> str:

@@ -12,19 +12,21 @@ unpickles a file it did not build itself except through an unpickler that refuse
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import pickle
 import re
-import shutil
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+sys.path.insert(0, str(REPO / "tests" / "support"))
+from captures import unpack_two_rank_capture  # noqa: E402,F401 (for the tests' imports)
 BIN = Path(os.environ.get("VRAMSCOPE_BIN", REPO / "build" / "vramscope"))
 SHARED = Path(os.environ.get("VRAMSCOPE_SHARED_DIR", REPO.parent / "shared"))
 SPEC_SCHEMA = SHARED / "spec" / "report-schema.md"
@@ -264,23 +266,3 @@ def small_snapshot(inputs_dir) -> Path:
     return write_pickle(inputs_dir / "small.pickle", small_training_snapshot())
 
 
-def unpack_two_rank_capture(tmp_path: Path) -> tuple[Path, dict]:
-    """The committed two-rank DDP capture (goldens/*/run, ranks2_ddp_gpt_adamw_fp32) unpacked
-    into tmp_path/runs as `vramscope run` writes a folder (each rank's snapshot and sidecar):
-    the folder, and the case's metadata (PyTorch's figures per rank)."""
-    metas = sorted((REPO / "goldens").glob("*/run/metadata.json"))
-    cases = [(m.parent, json.loads(m.read_text())["cases"].get("ranks2_ddp_gpt_adamw_fp32"))
-             for m in metas]
-    cases = [(f, c) for f, c in cases if c and c.get("status") == "ok"]
-    # Committed in goldens/h100/run (not a ../shared fixture): missing is a defect, not a skip.
-    assert cases, "goldens/*/run/ holds no ranks2_ddp_gpt_adamw_fp32 capture"
-    folder, case = cases[0]
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    for rank, entry in case["ranks"].items():
-        sidecar = json.loads((folder / entry["sidecar"]).read_text())
-        with gzip.open(folder / entry["snapshot"]) as f, open(runs / sidecar["snapshot"],
-                                                              "wb") as g:
-            shutil.copyfileobj(f, g)
-        (runs / f"{rank}.sidecar.json").write_text(json.dumps(sidecar))
-    return runs, case

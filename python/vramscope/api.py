@@ -1,0 +1,238 @@
+"""vramscope's verbs as Python calls: ``report``, ``simulate``, ``view``, ``predict``, ``explain``
+and ``run``, each equal to its command (docs/guide/python.md lists every argument).
+
+Each call runs the C++ core through the installed ``vramscope`` program (``_engine``) and returns
+a typed result (``results``). Arguments that name an option of the command not listed in a
+signature are passed through ``**options``: ``predict(model="gpt2", lora=8, zero=2)`` is
+``vramscope predict --model gpt2 --lora 8 --zero 2`` (an underscore is a dash; ``True`` is the
+bare flag; a list repeats the flag), and an option the command does not have is a
+:class:`~vramscope.errors.UsageError`, as on the command line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from . import _engine
+from .errors import InputError, UsageError
+from .explanation import Explanation, explanation_from_json
+from .results import Report, report_from_json
+from .simulation import Simulation, simulation_from_json
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# What `explain` says of a text that holds no out-of-memory message.
+_NO_MESSAGE = "no out-of-memory message found"
+
+__all__ = ["report", "simulate", "view", "predict", "explain", "run", "RunResult"]
+
+
+def _flags(options: Mapping[str, Any]) -> list[str]:
+    """``name=value`` keyword arguments as the command's flags (see the module's contract)."""
+    args: list[str] = []
+    for name, value in options.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                args += [flag, str(item)]
+        else:
+            args += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
+    return args
+
+
+def _database_target(database: Union[PathLike, bool], scratch_name: str) -> Optional[Path]:
+    """Where a call writes its report database: a given path, a private temporary file (True),
+    or none (False)."""
+    if database is False:
+        return None
+    if database is True:
+        folder = Path(tempfile.mkdtemp(prefix="vramscope-"))
+        return folder / scratch_name
+    return Path(database)
+
+
+def _own_scratch(result: Report, database: Union[PathLike, bool]) -> Report:
+    """A database the call made in a temporary folder lives as long as its result: the folder is
+    removed when the result is garbage-collected (or at exit)."""
+    if database is True and result.database is not None:
+        weakref.finalize(result, shutil.rmtree, str(result.database.parent), True)
+    return result
+
+
+def report(path: Optional[PathLike] = None, *, database: Union[PathLike, bool] = True,
+           html: Optional[PathLike] = None, force: bool = False,
+           project_root: Optional[PathLike] = None, **options: Any) -> Report:
+    """The memory report of a recording: a snapshot, profiler trace, memory timeline, native
+    trace or capture folder (``None``: the built-in example), as ``vramscope report``.
+
+    ``database``: where to write the report database (default: a temporary file, kept for the
+    result's ``timeline()`` and ``allocations()``; ``False``: none). ``html``: also write the
+    viewer there. ``force``: replace existing outputs. Other options as the command's
+    (``max_inflate_ratio=...``, ``device=...``).
+    """
+    target = _database_target(database, "report.sqlite")
+    args = ["report"] + ([os.fspath(path)] if path is not None else [])
+    args += ["--json", "--quiet"]
+    if target is not None:
+        args += ["-o", str(target)]
+    if html is not None:
+        args += ["--html", os.fspath(html)]
+    if force:
+        args.append("--force")
+    if project_root is not None:
+        args += ["--project-root", os.fspath(project_root)]
+    args += _flags(options)
+    document, _ = _engine.run_json(args)
+    return _own_scratch(report_from_json(document, target, Path(html) if html is not None
+                                         else None), database)
+
+
+def _model_argument(model: Any, scratch: Path) -> str:
+    """``--model``'s value for a preset or path, a transformers config object (written to
+    ``config.json`` as ``save_pretrained`` would) or a torch ``nn.Module`` (traced in-process on
+    fake tensors)."""
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    if hasattr(model, "to_json_file") and hasattr(model, "model_type"):
+        config_path = scratch / "config.json"
+        model.to_json_file(str(config_path))
+        return str(config_path)
+    if type(model).__module__.startswith("torch") or hasattr(model, "named_parameters"):
+        raise UsageError("predict(model=<nn.Module>) is not available yet: give a preset, a "
+                         "config.json or a transformers config object, or FILE.py:FUNCTION "
+                         "for your own model", 2)
+    raise UsageError(f"predict(model=...) takes a preset name, a path, or a transformers config "
+                     f"object, not {type(model).__name__}", 2)
+
+
+def predict(model: Any, *, batch: Optional[int] = None, seq: Optional[int] = None,
+            dtype: Optional[str] = None, optimizer: Optional[str] = None,
+            gpu: Optional[str] = None, fit: Optional[str] = None,
+            database: Union[PathLike, bool] = True, html: Optional[PathLike] = None,
+            force: bool = False, **options: Any) -> Report:
+    """The report of training steps predicted without a GPU, as ``vramscope predict``.
+
+    ``model``: a preset (``"gpt2"``, ``"llama3-8b"``...), a Hugging Face ``config.json`` path, a
+    ``transformers`` config object, a layer list, ``"FILE.py:FUNCTION"`` or a tracer stream.
+    ``batch``, ``seq``, ``dtype``, ``optimizer``, ``gpu``, ``fit`` and every other option
+    (``checkpointing=True``, ``lora=8``, ``zero=3, world_size=8``...) as the command's.
+    """
+    target = _database_target(database, "prediction.sqlite")
+    with tempfile.TemporaryDirectory(prefix="vramscope-model-") as scratch:
+        args = ["predict", "--model", _model_argument(model, Path(scratch)), "--json", "--quiet"]
+        args += _flags({"batch": batch, "seq": seq, "dtype": dtype, "optimizer": optimizer,
+                        "gpu": gpu, "fit": fit})
+        if target is not None:
+            args += ["-o", str(target)]
+        if html is not None:
+            args += ["--html", os.fspath(html)]
+        if force:
+            args.append("--force")
+        args += _flags(options)
+        document, _ = _engine.run_json(args)
+    return _own_scratch(report_from_json(document, target, Path(html) if html is not None
+                                         else None), database)
+
+
+def simulate(path: Optional[PathLike] = None, *, capacity: Optional[str] = None,
+             alloc_conf: Optional[str] = None, compare: Optional[Sequence[str]] = None,
+             **options: Any) -> Simulation:
+    """The allocator model's replay of a recording and its what-if runs, as
+    ``vramscope simulate``: ``capacity`` (``"24GiB"``), ``alloc_conf`` (a
+    ``PYTORCH_CUDA_ALLOC_CONF``), ``compare`` (several, side by side), and the command's other
+    options (``gpu=``, ``memory_fraction=``, ``recorded_conf=``...)."""
+    args = ["simulate"] + ([os.fspath(path)] if path is not None else [])
+    args += ["--json", "--quiet"]
+    args += _flags({"capacity": capacity, "alloc_conf": alloc_conf})
+    for conf in compare or ():
+        args += ["--compare", conf]
+    args += _flags(options)
+    # A what-if that runs out of memory is a result (status 0), not an error.
+    document, _ = _engine.run_json(args)
+    return simulation_from_json(document)
+
+
+def view(path: Optional[PathLike] = None, *, output: Optional[PathLike] = None,
+         compare: Optional[PathLike] = None, title: Optional[str] = None, force: bool = False,
+         **options: Any) -> Path:
+    """Writes the self-contained HTML viewer of a report or recording, as ``vramscope view``,
+    and returns the page's path (default: the input's name with ``.html``)."""
+    args = ["view"] + ([os.fspath(path)] if path is not None else []) + ["--quiet"]
+    if output is None:
+        folder = Path(tempfile.mkdtemp(prefix="vramscope-view-"))
+        output = folder / "view.html"
+    args += ["-o", os.fspath(output)]
+    if compare is not None:
+        args += ["--compare", os.fspath(compare)]
+    if title is not None:
+        args += ["--title", title]
+    if force:
+        args.append("--force")
+    args += _flags(options)
+    _engine.run_engine(args)
+    return Path(output)
+
+
+def explain(text: str, **options: Any) -> Explanation:
+    """What the out-of-memory messages in ``text`` (a message, a traceback or a whole log) mean,
+    as ``vramscope explain``: an :class:`Explanation` whose ``messages`` is empty when the text
+    holds none. Options as the command's (``alloc_conf=``, ``gpu=``, ``model=``...)."""
+    if not isinstance(text, str):
+        raise UsageError(f"explain() takes the text of a message or log, not "
+                         f"{type(text).__name__}", 2)
+    try:
+        document, _ = _engine.run_json(["explain", "-", "--json", *_flags(options)], stdin=text)
+    except InputError as error:
+        # The command's status 1 for a text without a message: an empty answer here, so that a
+        # loop over logs needs no try.
+        if _NO_MESSAGE in error.message:
+            return Explanation((), 0, {})
+        raise
+    return explanation_from_json(document)
+
+
+class RunResult:
+    """What ``run`` did: the program's exit status, the capture folder and its report (``None``
+    when the program made no capture, e.g. it never used CUDA)."""
+
+    def __init__(self, exit_code: int, folder: Path, report: Optional[Report]) -> None:
+        self.exit_code = exit_code
+        self.folder = folder
+        self.report = report
+
+    def __repr__(self) -> str:
+        return f"RunResult(exit_code={self.exit_code}, folder={str(self.folder)!r})"
+
+
+def run(command: Sequence[str], *, output: Optional[PathLike] = None,
+        steps: Optional[int] = None, force: bool = False, **options: Any) -> RunResult:
+    """Runs a training command unchanged and captures its GPU memory, as ``vramscope run``
+    (``native=True``, ``stacks="all"``, ``phase_memory=True``... as the command's). The
+    program's output goes where this process's goes. A program that fails (an out-of-memory
+    error included) is not an exception: ``exit_code`` says it, and the report holds what it
+    captured."""
+    if isinstance(command, str) or not command:
+        raise UsageError("run() takes the command as a list of arguments, e.g. "
+                         "['python', 'train.py']", 2)
+    folder = Path(output) if output is not None else Path(tempfile.mkdtemp(prefix="vramscope-run-"))
+    args = ["run", "-o", str(folder), "--no-report"]
+    if output is None or force:
+        args.append("--force")
+    args += _flags({"steps": steps}) + _flags(options) + ["--", *command]
+    exit_code = _engine.run_passthrough(args)
+    captured = any(folder.glob("*.pickle")) or any(folder.glob("*.vstrace"))
+    if not captured:
+        if exit_code == 2:
+            raise UsageError("vramscope run refused its arguments (see the message above)", 2)
+        return RunResult(exit_code, folder, None)
+    return RunResult(exit_code, folder, report(folder, database=folder / "report.sqlite",
+                                               force=True))

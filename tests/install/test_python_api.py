@@ -1,0 +1,146 @@
+"""The Python API (docs/guide/python.md) from the freshly installed package, in the fresh virtual
+environment `pip install .` made (conftest.py): it finds its own installed program, its typed
+results equal the report database's columns on every golden and real fixture, a transformers
+config object predicts what its config.json does, errors are typed, and Ctrl-C stops a call and
+leaves the interpreter alive."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SOURCE, clean_env, torch_python
+
+sys.path.insert(0, str(SOURCE / "tests" / "support"))
+from captures import unpack_two_rank_capture  # noqa: E402
+
+SHARED = Path(os.environ.get("VRAMSCOPE_SHARED_DIR") or SOURCE.parent / "shared")
+FIXTURES = SHARED / "fixtures" / "real"
+HERE = Path(__file__).resolve().parent
+
+
+def installed_python(installed, code, *args, timeout=600, **kwargs):
+    return subprocess.run([str(installed.python), "-c", code, *args], capture_output=True,
+                          text=True, env=clean_env(), timeout=timeout, **kwargs)
+
+
+def test_every_field_equals_the_database(installed, tmp_path):
+    """Every golden snapshot, trace and capture folder, and every real fixture: the API's fields
+    against the database's columns (api_against_database.py reads it with its own SQL)."""
+    inputs = sorted(str(p) for p in (SOURCE / "goldens").rglob("*")
+                    if p.name.endswith((".pickle.gz", ".json.gz", ".vstrace")))
+    runs, _ = unpack_two_rank_capture(tmp_path)
+    inputs.append(str(runs))
+    fixtures = sorted(str(p) for p in FIXTURES.iterdir()
+                      if p.name.endswith((".pickle", ".json.gz"))) if FIXTURES.is_dir() else []
+    if not fixtures:
+        print(f"no real fixtures at {FIXTURES}: the goldens only")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run([str(installed.python), str(HERE / "api_against_database.py"),
+                           str(work), *inputs, *fixtures], capture_output=True, text=True,
+                          env=clean_env(), timeout=1200, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["mismatches"] == []
+    assert result["checked"] == len(inputs) + len(fixtures)
+    assert result["checked"] > 100 and result["fields"] > 100 * result["checked"], result
+
+
+def test_transformers_config_object_equals_its_config_json(installed, tmp_path):
+    """predict(model=GPT2Config()) is `vramscope predict --model config.json` for the file
+    GPT2Config().to_json_file() writes (transformers lives in the torch environment)."""
+    python = torch_python()
+    if not python.exists() or subprocess.run([str(python), "-c", "import transformers"],
+                                             capture_output=True, env=clean_env()).returncode:
+        pytest.skip(f"no Python with transformers at {python}")
+    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import vramscope\n"
+            "from transformers import GPT2Config\n"
+            "r = vramscope.predict(GPT2Config(), batch=2, seq=128, database=False)\n"
+            "GPT2Config().to_json_file(sys.argv[2])\n"
+            "d = r.device()\n"
+            "print(json.dumps([d.peak_allocated.bytes, d.peak_reserved.bytes, "
+            "{c: s.bytes for c, s in d.categories_at_peak.items()}]))\n")
+    config = tmp_path / "config.json"
+    env = clean_env(PATH=f"{installed.bin}{os.pathsep}{os.environ.get('PATH', '')}")
+    proc = subprocess.run([str(python), "-c", code, str(installed.site_packages), str(config)],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    api = json.loads(proc.stdout.strip().splitlines()[-1])
+    cli = subprocess.run([str(installed.vramscope), "predict", "--model", str(config), "--batch",
+                          "2", "--seq", "128", "--json", "--quiet"], capture_output=True,
+                         text=True, env=clean_env(), timeout=600)
+    assert cli.returncode == 0, cli.stderr
+    device = json.loads(cli.stdout)["devices"][0]
+    assert api == [device["peak_allocated"]["bytes"], device["peak_reserved"]["bytes"],
+                   {c["category"]: c["bytes"] for c in device["live_at_peak"]["by_category"]}]
+    assert api[0] > 1 << 30  # GPT-2 small, batch 2 x 128 under AdamW: model states alone ~2 GB
+
+
+def test_errors_are_typed_with_the_commands_line(installed, tmp_path):
+    code = ("import vramscope\n"
+            "for call in (lambda: vramscope.report('missing.pickle'),\n"
+            "             lambda: vramscope.predict('gpt2', no_such_option=1),\n"
+            "             lambda: vramscope.predict(3.5)):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except vramscope.VramscopeError as e:\n"
+            "        print(type(e).__name__, e.exit_code, e.message)\n"
+            "print(bool(vramscope.explain('no message here')))\n")
+    proc = installed_python(installed, code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "InputError 1 missing.pickle: no such file"
+    assert lines[1].startswith("UsageError 2 ") and "--no-such-option" in lines[1]
+    assert lines[2].startswith("UsageError 2 predict(model=...) takes")
+    assert lines[3] == "False"
+
+
+def test_ctrl_c_stops_the_call_and_leaves_python_alive(installed, tmp_path):
+    """SIGINT to a Python inside a long call (the program predicting a 405B model over many
+    steps): KeyboardInterrupt reaches the caller, the program is gone, and the interpreter goes
+    on to its next statement."""
+    code = ("import os, sys, time, vramscope\n"
+            "print('started', flush=True)\n"
+            "t = time.monotonic()\n"
+            "try:\n"
+            "    vramscope.predict('llama3-405b', batch=64, steps=1000, max_events=100000000, "
+            "database=False)\n"
+            "    print('finished')\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted after', round(time.monotonic() - t, 1), flush=True)\n"
+            "print('alive', vramscope.explain('x').messages)\n")
+    proc = subprocess.Popen([str(installed.python), "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=tmp_path)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "interrupted after" in out and "alive ()" in out, (out, err)
+    assert "finished" not in out
+    leftovers = subprocess.run(["pgrep", "-f", "llama3-405b"], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == "", "the vramscope program outlived the interrupt"
+
+
+def test_typed_package_passes_mypy_strict_on_the_examples(installed, tmp_path):
+    """The installed package is typed (py.typed): `mypy --strict` on examples/python_api/, run
+    in the fresh environment against what pip installed, not the checkout."""
+    assert (installed.site_packages / "vramscope" / "py.typed").is_file()
+    pip = subprocess.run([str(installed.python), "-m", "pip", "install", "-q",
+                          "--disable-pip-version-check", "mypy"], capture_output=True, text=True,
+                         env=clean_env(), timeout=600)
+    if pip.returncode != 0:
+        pytest.skip(f"pip cannot install mypy: {pip.stderr.strip()[-300:]}")
+    examples = sorted(str(p) for p in (SOURCE / "examples" / "python_api").glob("*.py"))
+    assert examples
+    proc = subprocess.run([str(installed.python), "-m", "mypy", "--strict", "--no-incremental",
+                           *examples], capture_output=True, text=True, env=clean_env(),
+                          timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("Success: no issues found")
