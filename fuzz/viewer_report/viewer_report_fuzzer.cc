@@ -1,5 +1,5 @@
-// libFuzzer target for the report-database reader behind `vramscope view`
-// (LoadViewerReport + BuildViewerLod + EncodeViewerBlob).
+// libFuzzer target for the report-database readers behind `vramscope view`
+// (LoadViewerReport + BuildViewerLod + EncodeViewerBlob) and `vramscope diff` (ReadDiffSide).
 //
 // The input is the bytes of a SQLite file: it is written to a temporary file and read as a
 // report, as `vramscope view report.sqlite` does. A failure must be one InvalidInput line naming
@@ -25,6 +25,8 @@
 #include <string>
 
 #include "common/gzip.h"
+#include "report/diff_outputs.h"
+#include "report/diff_side_reader.h"
 #include "report/viewer_data.h"
 
 namespace {
@@ -180,9 +182,32 @@ void CheckBlob(const ViewerReport& r) {
 
 }  // namespace
 
+// `vramscope diff`'s reader of the same file (report/diff_side_reader.h): a failure is one
+// input-error line naming the file; a side it reads compares with itself as no change, and
+// renders.
+void CheckDiffSide(const std::string& path) {
+  auto side = vramscope::report::ReadDiffSide(path, "fuzz", {});
+  if (!side.ok()) {
+    const std::string& message = side.status().message();
+    Check(side.status().IsInputError());
+    Check(message.rfind(path + ": ", 0) == 0);
+    Check(message.find('\n') == std::string::npos);
+    return;
+  }
+  auto diff = vramscope::analysis::CompareReports(*side, *side, std::nullopt);
+  if (!diff.ok()) return;  // no device: nothing to compare
+  for (const auto& device : diff->devices) {
+    Check(device.peak_allocated.Delta() == 0 && device.owners.empty() && device.sites.empty());
+  }
+  vramscope::report::DiffResult result{std::move(diff).value(), {}};
+  Check(!vramscope::report::DiffText(result, 10).empty());
+  Check(vramscope::report::DiffJson(result).is_object());
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = ReportPath();
   WriteInput(path, data, size);
+  CheckDiffSide(path);
   auto report = vramscope::report::LoadViewerReport(path);
   if (!report.ok()) {
     const std::string& message = report.status().message();

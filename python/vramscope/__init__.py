@@ -8,13 +8,15 @@ The verbs of the command line as calls returning typed results (docs/guide/pytho
     vramscope.predict("llama3-8b", batch=4, seq=2048, dtype="bf16", gpu="h100-80gb")
     vramscope.explain(open("train.log").read()).messages[0].verdict
     vramscope.simulate("snapshot.pickle", alloc_conf="expandable_segments:True")
+    assert vramscope.diff("before.sqlite", "after.pickle", fail_if=["peak_allocated > +10%"])
 
 Importing the package imports only the standard library: the tracer (``vramscope.tracer``) and
 the capture bootstrap (``vramscope.bootstrap``) that ``vramscope run`` injects load torch only
 when their own code runs.
 """
 
-from .api import RunResult, explain, predict, report, run, simulate, view
+from .api import RunResult, diff, explain, predict, report, run, simulate, view
+from .comparison import Change, Comparison, DeviceComparison, GateOutcome, Growth
 from .errors import (EngineNotFound, InputError, InternalError, UsageError,
                      VramscopeError)
 from .explanation import Explanation, OomMessageExplanation
@@ -27,7 +29,8 @@ STREAM_FORMAT = "vramscope-tensor-stream"
 STREAM_VERSION = 1
 
 __all__ = [
-    "report", "predict", "simulate", "view", "explain", "run", "RunResult",
+    "report", "predict", "simulate", "view", "explain", "run", "diff", "RunResult",
+    "Comparison", "DeviceComparison", "Change", "Growth", "GateOutcome",
     "Report", "DeviceReport", "Peak", "Iteration", "OwnerBytes", "Timeline", "Allocations",
     "CATEGORIES", "Simulation", "SimulationRun", "Explanation", "OomMessageExplanation",
     "VramscopeError", "InputError", "UsageError", "InternalError", "EngineNotFound",

@@ -69,7 +69,7 @@ def run_engine(args: Sequence[str], *, stdin: str | None = None,
     completed = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     if process.returncode in ok_codes:
         return completed
-    raise error_for(process.returncode, _one_line(stderr, process.returncode))
+    raise error_for(process.returncode, one_line(stderr, process.returncode))
 
 
 def run_json(args: Sequence[str], *, stdin: str | None = None,
@@ -99,7 +99,7 @@ def _stop(process: subprocess.Popen[Any]) -> None:
         pass
 
 
-def _one_line(stderr: str, exit_code: int) -> str:
+def one_line(stderr: str, exit_code: int) -> str:
     """The program's error line without its ``vramscope: error:`` prefix."""
     lines = [line for line in stderr.splitlines() if line.strip()]
     for line in reversed(lines):

@@ -11,6 +11,7 @@ bare flag; a list repeats the flag), and an option the command does not have is 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from . import _engine
-from .errors import InputError, UsageError
+from .comparison import Comparison, comparison_from_json
+from .errors import InputError, InternalError, UsageError
 from .explanation import Explanation, explanation_from_json
 from .results import Report, report_from_json
 from .simulation import Simulation, simulation_from_json
@@ -29,7 +31,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 # What `explain` says of a text that holds no out-of-memory message.
 _NO_MESSAGE = "no out-of-memory message found"
 
-__all__ = ["report", "simulate", "view", "predict", "explain", "run", "RunResult"]
+__all__ = ["report", "simulate", "view", "predict", "explain", "run", "diff", "RunResult"]
 
 
 def _flags(options: Mapping[str, Any]) -> list[str]:
@@ -198,6 +200,28 @@ def explain(text: str, **options: Any) -> Explanation:
             return Explanation((), 0, {})
         raise
     return explanation_from_json(document)
+
+
+def diff(a: PathLike, b: PathLike, *, fail_if: Optional[Sequence[str]] = None,
+         device: Optional[int] = None, **options: Any) -> Comparison:
+    """Two reports compared, as ``vramscope diff A B``: report databases or anything ``report``
+    reads, in any mix. ``fail_if``: gates such as ``"peak_allocated > +10%"`` (the grammar is
+    docs/guide/diff.md's); a crossed gate is not an exception: the result's ``failed`` is true
+    (and the result is false), so that a test can ``assert vramscope.diff(...)``."""
+    args = ["diff", os.fspath(a), os.fspath(b), "--json", "--quiet"]
+    for gate in fail_if or ():
+        args += ["--fail-if", gate]
+    args += _flags({"device": device}) + _flags(options)
+    # Status 1 with the document on stdout is a crossed gate; without one, an input error.
+    completed = _engine.run_engine(args, ok_codes=(0, 1))
+    if completed.returncode == 1 and not completed.stdout.strip():
+        raise InputError(_engine.one_line(completed.stderr, 1), 1)
+    try:
+        document = json.loads(completed.stdout)
+    except json.JSONDecodeError:
+        raise InternalError("vramscope diff printed no JSON document; please report it",
+                            3) from None
+    return comparison_from_json(document)
 
 
 class RunResult:

@@ -201,6 +201,10 @@ EXIT_STATUSES = [
     (7, ["run", "--", "sh", "-c", "exit 7"]),
     (1, ["run", "-o", "s.pickle", "--", "true"]),  # the capture folder cannot be used
     (2, ["run", "--steps", "-3", "--", "true"]),
+    (0, ["diff", "s.pickle", "s.pickle", "--fail-if", "peak_allocated > +0%", "-q"]),
+    (1, ["diff", "s.pickle", "s.pickle", "--fail-if", "peak_allocated >= +0%", "-q"]),
+    (1, ["diff", "s.pickle", "absent.pickle"]),
+    (2, ["diff", "s.pickle", "s.pickle", "--fail-if", "peak_vram > 1GiB"]),
 ]
 
 
