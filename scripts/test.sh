@@ -21,8 +21,10 @@ venv=$root/build-test/venv
 if [[ ! -x $venv/bin/python ]]; then
   python3 -m venv "$venv"
 fi
-"$venv/bin/python" -c 'import pytest, playwright' 2>/dev/null ||
-  "$venv/bin/python" -m pip install -q pytest playwright
+"$venv/bin/python" -c 'import pytest, playwright, jsonschema' 2>/dev/null ||
+  "$venv/bin/python" -m pip install -q pytest playwright jsonschema
+# Every --json document the end-to-end tests make is validated against schemas/ (must, here).
+export VRAMSCOPE_REQUIRE_SCHEMAS=1
 # The tracer's and the bootstrap's tests need PyTorch, transformers and the training frameworks
 # (from PyPI: several GB). They get their own virtual environment outside the checkout, made once
 # and reused by later runs (like pip's cache).

@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 sys.path.insert(0, str(REPO / "tests" / "support"))
 from captures import unpack_two_rank_capture  # noqa: E402,F401 (for the tests' imports)
+from json_documents import VERBS, document_name  # noqa: E402
 BIN = Path(os.environ.get("VRAMSCOPE_BIN", REPO / "build" / "vramscope"))
 SHARED = Path(os.environ.get("VRAMSCOPE_SHARED_DIR", REPO.parent / "shared"))
 SPEC_SCHEMA = SHARED / "spec" / "report-schema.md"
@@ -73,11 +74,54 @@ def real_snapshot_params() -> list:
 
 
 def run_binary(*args, cwd, timeout: float = 60, env=None) -> tuple[int, str, str]:
-    """Runs vramscope with `args` in `cwd`; returns (exit code, stdout, stderr)."""
-    proc = subprocess.run([str(BIN), *[str(a) for a in args]], cwd=str(cwd), env=env,
+    """Runs vramscope with `args` in `cwd`; returns (exit code, stdout, stderr). A JSON document
+    it prints (--json) is validated against its schema (schemas/, check_json_schema)."""
+    args = [str(a) for a in args]
+    proc = subprocess.run([str(BIN), *args], cwd=str(cwd), env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
-    return (proc.returncode, proc.stdout.decode("utf-8", "replace"),
-            proc.stderr.decode("utf-8", "replace"))
+    out = proc.stdout.decode("utf-8", "replace")
+    if "--json" in args and out.lstrip().startswith("{"):
+        check_json_schema(args, out)
+    return (proc.returncode, out, proc.stderr.decode("utf-8", "replace"))
+
+
+SCHEMAS = REPO / "schemas"
+_validators: dict[str, object] = {}
+
+
+def check_json_schema(args: list[str], out: str) -> None:
+    """Every --json document a test makes is one its schema allows (schemas/<document>.schema.json,
+    written by scripts/json_schemas.py): the field contract of docs/guide/README.md. jsonschema
+    comes with scripts/test.sh's environment; without it (a bare local run) documents are not
+    checked unless VRAMSCOPE_REQUIRE_SCHEMAS=1. With VRAMSCOPE_RECORD_JSON=DIR, documents are
+    saved there instead, for scripts/json_schemas.py --samples DIR."""
+    try:
+        import jsonschema
+    except ImportError:
+        if os.environ.get("VRAMSCOPE_REQUIRE_SCHEMAS") == "1":
+            raise
+        return
+    verb = next((a for a in args if a in VERBS), None)
+    if verb is None:
+        return
+    try:
+        document = json.loads(out)
+    except json.JSONDecodeError:
+        return  # not one document (a test of a failure): the test itself judges it
+    name = document_name(verb, document)
+    record = os.environ.get("VRAMSCOPE_RECORD_JSON")
+    if record:
+        # scripts/json_schemas.py --samples: what the tests make, to write the schemas from.
+        folder = Path(record)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.{len(list(folder.glob(name + '.*')))}.json").write_text(out)
+        return
+    if name not in _validators:
+        schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+        _validators[name] = jsonschema.Draft202012Validator(schema)
+    errors = sorted(_validators[name].iter_errors(document), key=lambda e: list(e.path))
+    assert not errors, (f"vramscope {' '.join(args)}: its JSON breaks schemas/{name}.schema.json: "
+                        f"{errors[0].message} at {list(errors[0].absolute_path)}")
 
 
 def list_dir(path: Path) -> list[str]:
