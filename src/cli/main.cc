@@ -9,6 +9,7 @@
 #include "cli/exit_codes.h"
 #include "cli/explain_command.h"
 #include "cli/interrupt.h"
+#include "cli/mcp_command.h"
 #include "cli/predict_command.h"
 #include "cli/report_command.h"
 #include "cli/run_command.h"
@@ -28,7 +29,9 @@ int main(int argc, char** argv) {
       "questions; writes an interactive HTML viewer; predicts the same report for a model and "
       "training set-up without a GPU; captures a training run with no change to its code "
       "(vramscope run -- python train.py); explains an out-of-memory message "
-      "(vramscope explain); compares two reports, with thresholds for CI (vramscope diff).",
+      "(vramscope explain); compares two reports, with thresholds for CI (vramscope diff); serves "
+      "all of it to coding "
+      "agents (vramscope mcp).",
       "vramscope"};
   app.set_version_flag("--version", std::string("vramscope ") + report::kToolVersion);
   app.require_subcommand(0, 1);
@@ -46,6 +49,8 @@ int main(int argc, char** argv) {
   cli::RegisterRunCommand(app, run_options);
   cli::DiffFlags diff_options;
   cli::RegisterDiffCommand(app, diff_options);
+  cli::McpFlags mcp_options;
+  cli::RegisterMcpCommand(app, mcp_options);
   // The program `vramscope run` starts keeps its own arguments: CLI11 parses only ours.
   const int own_argc = static_cast<int>(cli::SplitRunCommand(argc, argv, app, run_options));
   try {
@@ -70,6 +75,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("run")) return cli::RunRunCommand(run_options);
   if (app.got_subcommand("explain")) return cli::RunExplainCommand(explain_options);
   if (app.got_subcommand("diff")) return cli::RunDiffCommand(diff_options);
+  if (app.got_subcommand("mcp")) return cli::RunMcpCommand(mcp_options);
   fmt::print(stderr, "{}", app.help());
   fmt::print(stderr,
              "\nvramscope: error: no command given; try 'vramscope report' to see the "

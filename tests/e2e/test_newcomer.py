@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -243,3 +244,20 @@ def test_an_output_never_overwrites_the_input_or_another_output(folder, args, li
     assert assert_one_error_line(err) == "vramscope: error: " + line
     assert (folder / "s.pickle").read_bytes() == before
     assert list_dir(folder) == ["s.pickle"]
+
+
+def test_mcp_without_the_mcp_package_is_one_line(folder):
+    """`vramscope mcp` with a Python that lacks the optional `mcp` package: the line says how to
+    get it (tests/install/test_mcp.py runs a real session where it is installed)."""
+    if subprocess.run([sys.executable, "-c", "import mcp"], capture_output=True).returncode == 0:
+        pytest.skip(f"{sys.executable} has mcp installed")
+    code, out, err = run_binary("mcp", "--python", sys.executable, cwd=folder)
+    assert code == 1 and out == ""
+    line = assert_one_error_line(err)
+    assert "pip install mcp" in line
+
+
+def test_mcp_with_a_python_that_cannot_run_is_a_usage_error(folder):
+    code, out, err = run_binary("mcp", "--python", str(folder / "no-python"), cwd=folder)
+    assert code == 2 and out == ""
+    assert "cannot be run" in assert_one_error_line(err)
