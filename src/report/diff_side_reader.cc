@@ -27,6 +27,15 @@ struct StepRange {
   int64_t first_event = 0, last_event = 0;
 };
 
+// Adds `delta` to `into` unless the sum overflows (a damaged file's sizes can be anything).
+bool Add(int64_t& into, int64_t delta) { return !__builtin_add_overflow(into, delta, &into); }
+
+// A size the report holds: no allocation, category or peak is negative or beyond what any device
+// could hold; else the file is damaged. Sums of such sizes are added with Add.
+bool PlausibleBytes(int64_t bytes) {
+  return bytes >= 0 && static_cast<uint64_t>(bytes) <= model::kMaxPlausibleLiveBytes;
+}
+
 // Bytes live as each step begins (right before its first event), in all and by owner, in one
 // pass over the allocations: an allocation adds its bytes to every step start inside its
 // lifetime (made before the start: its alloc event earlier, or before the trace; freed at the
@@ -40,6 +49,7 @@ Status ReadLiveAtStepStarts(ReportDb& db, DiffDevice& d, const std::vector<StepR
   for (const StepRange& r : ranges) starts.push_back(r.first_event);
   std::vector<int64_t> total(n + 1, 0);
   std::unordered_map<int64_t, std::vector<int64_t>> by_owner;
+  bool damaged = false;
   RETURN_IF_ERROR(db.Select(
       "vramscope_allocations", {"alloc_event", "free_requested_event", "size_bytes", "owner_id"},
       "WHERE device = " + std::to_string(d.device), [&](const ReportRow& row) {
@@ -50,28 +60,33 @@ Status ReadLiveAtStepStarts(ReportDb& db, DiffDevice& d, const std::vector<StepR
         const auto last = row.IsNull(1)
                               ? starts.end()
                               : std::upper_bound(starts.begin(), starts.end(), row.Int(1));
-        if (first >= last) return;
+        const int64_t bytes = row.Int(2);
+        if (!PlausibleBytes(bytes)) damaged = true;
+        if (first >= last || damaged) return;
         const size_t i0 = static_cast<size_t>(first - starts.begin());
         const size_t i1 = static_cast<size_t>(last - starts.begin());
-        const int64_t bytes = row.Int(2);
-        total[i0] += bytes;
-        total[i1] -= bytes;
         auto& owner = by_owner[row.IsNull(3) ? -1 : row.Int(3)];
         owner.resize(n + 1, 0);
-        owner[i0] += bytes;
-        owner[i1] -= bytes;
+        if (!Add(total[i0], bytes) || !Add(total[i1], -bytes) || !Add(owner[i0], bytes) ||
+            !Add(owner[i1], -bytes)) {
+          damaged = true;
+        }
       }));
   int64_t running = 0;
-  for (size_t i = 0; i < n; ++i) d.steps[i].live_at_start = running += total[i];
+  for (size_t i = 0; i < n && !damaged; ++i) {
+    damaged = !Add(running, total[i]);
+    d.steps[i].live_at_start = running;
+  }
   for (auto& [id, diffs] : by_owner) {
     const std::string label =
         id >= 0 && static_cast<size_t>(id) < owner_labels.size() ? owner_labels[id] : "(unnamed)";
     int64_t live = 0;
-    for (size_t i = 0; i < n; ++i) {
-      live += diffs[i];
-      if (live != 0) d.steps[i].owners_at_start[label] += live;
+    for (size_t i = 0; i < n && !damaged; ++i) {
+      damaged = !Add(live, diffs[i]) || !Add(d.steps[i].owners_at_start[label], live);
+      if (d.steps[i].owners_at_start[label] == 0) d.steps[i].owners_at_start.erase(label);
     }
   }
+  if (damaged) return db.Damaged("vramscope_allocations holds sizes no device could hold");
   return Status::Ok();
 }
 
@@ -86,6 +101,8 @@ Result<analysis::DiffSide> ReadDiffSide(const std::string& database, const std::
       db->Select("vramscope_metadata", {"key", "value"}, "WHERE key = 'predicted'",
                  [&](const ReportRow& row) { side.predicted = row.Text(1) == "true"; }));
   std::map<int64_t, int64_t> peak_events;
+  // A size no device could hold anywhere below: the file is damaged (checked once all is read).
+  bool damaged = false;
   RETURN_IF_ERROR(
       db->Select("vramscope_devices",
                  {"device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_allocated_event"},
@@ -94,6 +111,7 @@ Result<analysis::DiffSide> ReadDiffSide(const std::string& database, const std::
                    d.device = static_cast<int32_t>(row.Int(0));
                    d.peak_allocated = row.Int(1);
                    d.peak_reserved = row.Int(2);
+                   damaged |= !PlausibleBytes(d.peak_allocated) || !PlausibleBytes(d.peak_reserved);
                    peak_events[d.device] = row.IsNull(3) ? model::kNoEvent : row.Int(3);
                    side.devices.push_back(std::move(d));
                  }));
@@ -101,21 +119,24 @@ Result<analysis::DiffSide> ReadDiffSide(const std::string& database, const std::
   RETURN_IF_ERROR(db->Select("vramscope_categories_at_peak", {"device", "category", "bytes"}, "",
                              [&](const ReportRow& row) {
                                if (DiffDevice* d = DeviceOf(side, row.Int(0))) {
-                                 d->categories[row.Text(1)] += row.Int(2);
+                                 damaged |= !PlausibleBytes(row.Int(2)) ||
+                                            !Add(d->categories[row.Text(1)], row.Int(2));
                                }
                              }));
   RETURN_IF_ERROR(db->Select("vramscope_owners_at_peak", {"device", "category", "owner", "bytes"},
                              "", [&](const ReportRow& row) {
                                if (DiffDevice* d = DeviceOf(side, row.Int(0))) {
-                                 d->owners[{row.Text(1), row.Text(2)}] += row.Int(3);
+                                 damaged |= !PlausibleBytes(row.Int(3)) ||
+                                            !Add(d->owners[{row.Text(1), row.Text(2)}], row.Int(3));
                                }
                              }));
-  RETURN_IF_ERROR(db->Select("vramscope_live_at_peak", {"device", "site", "bytes"}, "",
-                             [&](const ReportRow& row) {
-                               if (DiffDevice* d = DeviceOf(side, row.Int(0))) {
-                                 d->sites[row.Text(1)] += row.Int(2);
-                               }
-                             }));
+  RETURN_IF_ERROR(db->Select(
+      "vramscope_live_at_peak", {"device", "site", "bytes"}, "", [&](const ReportRow& row) {
+        if (DiffDevice* d = DeviceOf(side, row.Int(0))) {
+          damaged |= !PlausibleBytes(row.Int(2)) || !Add(d->sites[row.Text(1)], row.Int(2));
+        }
+      }));
+  if (damaged) return db->Damaged("it holds sizes no device could hold");
   std::vector<std::string> owner_labels;
   RETURN_IF_ERROR(db->CheckDenseIds("vramscope_owners"));
   RETURN_IF_ERROR(
@@ -134,6 +155,7 @@ Result<analysis::DiffSide> ReadDiffSide(const std::string& database, const std::
           DiffStep s;
           s.step = static_cast<int32_t>(row.Int(0));
           s.peak_allocated = row.Int(3);
+          damaged |= !PlausibleBytes(s.peak_allocated);
           s.peak_phase = row.Text(4);
           const int64_t peak = peak_events[d.device];
           if (peak != model::kNoEvent && row.Int(1) <= peak && peak <= row.Int(2)) {
@@ -144,6 +166,7 @@ Result<analysis::DiffSide> ReadDiffSide(const std::string& database, const std::
           d.steps.push_back(std::move(s));
         }));
     RETURN_IF_ERROR(control.CheckCancelled("reading the reports"));
+    if (damaged) return db->Damaged("vramscope_iterations holds peaks no device could hold");
     for (size_t i = 1; i < ranges.size(); ++i) {
       if (ranges[i].first_event <= ranges[i - 1].first_event) {
         return db->Damaged("vramscope_iterations' steps do not begin in the order of their events");

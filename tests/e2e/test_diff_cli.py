@@ -172,3 +172,20 @@ def test_a_missing_input_is_one_line(run, tmp_path):
     rc, out, err = run("diff", str(FP32), str(tmp_path / "nope.pickle"))
     assert rc == 1 and out == ""
     assert err == f"vramscope: error: {tmp_path / 'nope.pickle'}: no such file\n"
+
+
+def test_a_damaged_report_is_one_line_not_an_overflow(run, tmp_path):
+    """Sizes no device could hold (a damaged or hand-edited database) are refused as damage,
+    never summed into an overflow."""
+    import sqlite3
+
+    db = tmp_path / "damaged.sqlite"
+    rc, _, err = run("report", str(FP32), "-o", str(db), "-q")
+    assert rc == 0, err
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE vramscope_allocations SET size_bytes = 9223372036854775807 "
+                  "WHERE id = (SELECT min(id) FROM vramscope_allocations)")
+    rc, out, err = run("diff", str(FP32), str(db))
+    assert rc == 1 and out == "", err
+    assert err.count("\n") == 1 and "cannot read the report" in err and "no device could hold" \
+        in err, err
