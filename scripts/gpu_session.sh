@@ -21,6 +21,8 @@
 #                      capture_run_goldens.py: 10 trainings, the OOM case, JAX natively if present)
 #         native       `vramscope run --native` on a PyTorch training (CUPTI found on the
 #                      machine), and the report of its .vstrace
+#         pytest_plugin  the pytest plugin's GPU path: tests/install/plugin_project/step_limits.py
+#                      measured on the GPU (one step under its gpu_memory limit, one over)
 #         overhead     bench/capture_overhead.py (plain / stacks python / stacks all / native only)
 #         modern_goldens  scripts/capture_modern_goldens.py (goldens/<gpu>/modern/: torch.compile
 #                      default and reduce-overhead, CUDA graphs with a shared and with separate
@@ -48,8 +50,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-STEPS=(preflight device_overheads jax_goldens run_goldens native overhead modern_goldens goldens
-  oom_golden hf_goldens)
+STEPS=(preflight device_overheads jax_goldens run_goldens native pytest_plugin overhead
+  modern_goldens goldens oom_golden hf_goldens)
 
 die() {
   echo "gpu_session: $*" >&2
@@ -338,6 +340,23 @@ step_jax_goldens() {
   fi
 }
 
+# The pytest plugin's measured path (python/vramscope/pytest_plugin.py): the same two tests the
+# CPU predicts in tests/install/test_pytest_plugin.py, now measured; its output is kept. The dry
+# run is the CPU's prediction (the tracer), through the same plumbing.
+step_pytest_plugin() {
+  set -euo pipefail
+  cd "$GS_ROOT"
+  local out="$GS_STAGE/goldens/$GS_SLUG/pytest_plugin.txt" rc=0
+  mkdir -p "$(dirname "$out")"
+  VRAMSCOPE_BIN=$GS_BIN PYTHONPATH=$GS_ROOT/python "$GS_PY" -m pytest -q -p no:cacheprovider \
+    -p vramscope.pytest_plugin tests/install/plugin_project/step_limits.py >"$out" 2>&1 || rc=$?
+  tail -n 5 "$out"
+  local how="measured on"
+  [[ $GS_DRY == 1 ]] && how="predicted without a GPU"
+  # One test under its limit passes, one over it fails, saying how the step was sized.
+  [[ $rc == 1 ]] && grep -q "1 failed, 1 passed" "$out" && grep -q "$how" "$out"
+}
+
 step_goldens() {
   set -euo pipefail
   cd "$GS_ROOT"
@@ -368,7 +387,7 @@ step_hf_goldens() {
   fi
 }
 export -f step_preflight step_device_overheads step_jax_goldens step_run_goldens step_native step_overhead step_modern_goldens \
-  step_goldens step_oom_golden step_hf_goldens
+  step_goldens step_oom_golden step_hf_goldens step_pytest_plugin
 
 # Seconds a step needs at least (else it is skipped) and at most (its own time-out).
 step_limits() {
@@ -386,6 +405,9 @@ step_limits() {
     # case) and VRAMSCOPE_RUN_GOLDEN_CASES reruns the rest in a second call.
     run_goldens) echo "60 300" ;;
     native) echo "30 120" ;;
+    # Two training steps of a 2-layer MLP, each measured in the pytest process: seconds on a
+    # GPU (not yet measured there); on the CPU the tracer's two predictions take about 30 s.
+    pytest_plugin) echo "20 90" ;;
     overhead) echo "60 200" ;;
     # Two compiled GPT trainings (cold Inductor compiles: expected to take about a minute each
     # on 16 cores, not yet measured on the device: its first gpu_session.md will say) run beside

@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu_session.sh"
 BIN = Path(os.environ.get("VRAMSCOPE_BIN", REPO / "build" / "vramscope"))
 PYTHON = os.environ.get("VRAMSCOPE_TORCH_PYTHON", "")
-STEPS = ["preflight", "device_overheads", "jax_goldens", "run_goldens", "native", "overhead", "modern_goldens",
-         "goldens", "oom_golden", "hf_goldens"]
+STEPS = ["preflight", "device_overheads", "jax_goldens", "run_goldens", "native", "pytest_plugin",
+         "overhead", "modern_goldens", "goldens", "oom_golden", "hf_goldens"]
 # The steps a dry run cannot stand in for on the CPU: printed, never run.
 GPU_ONLY = {"native", "oom_golden"}
 
@@ -112,6 +112,7 @@ def test_dry_run_runs_every_step_with_its_cpu_stand_in(bundle, tmp_path):
                  "goldens/dry-run-cpu/run/linear_sgd_fp32.sidecar.json",
                  "goldens/dry-run-cpu/linear_sgd_fp32.sidecar.json",
                  "goldens/dry-run-cpu/capture_overhead.txt", "logs/native.log",
+                 "goldens/dry-run-cpu/pytest_plugin.txt",
                  "goldens/dry-run-cpu/modern/metadata.json",
                  "goldens/dry-run-cpu/modern/compile_reduce_overhead.sidecar.json",
                  "goldens/dry-run-cpu/modern/graphs_shared_pool.sidecar.json",
