@@ -105,7 +105,10 @@ def test_ctrl_c_stops_the_call_and_leaves_python_alive(installed, tmp_path):
     """SIGINT to a Python inside a long call (the program predicting a 405B model over many
     steps): KeyboardInterrupt reaches the caller, the program is gone, and the interpreter goes
     on to its next statement."""
-    code = ("import os, sys, time, vramscope\n"
+    # Ctrl-C as an interactive Python has it, even when this test runs where SIGINT is ignored
+    # (a background job of a shell: its children inherit SIG_IGN).
+    code = ("import os, signal, sys, time, vramscope\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "print('started', flush=True)\n"
             "t = time.monotonic()\n"
             "try:\n"
