@@ -203,7 +203,12 @@ class Report:
         """The processes of a capture folder (empty for one process)."""
         if self.database is None:
             return ()
-        return tuple(RankRow(*row) for row in _report_db.ranks(self.database))
+        rows = []
+        for label, rank, device, allocated, reserved, step, phase, reported in _report_db.ranks(
+                self.database):
+            rows.append(RankRow(label, rank, device, allocated, reserved, step, phase,
+                                bool(reported)))
+        return tuple(rows)
 
     def _repr_html_(self) -> str:
         from ._notebook import report_html

@@ -17,7 +17,7 @@ import pytest
 from conftest import SOURCE, clean_env, torch_python
 
 sys.path.insert(0, str(SOURCE / "tests" / "support"))
-from captures import unpack_two_rank_capture  # noqa: E402
+from captures import unpack_capture, unpack_two_rank_capture  # noqa: E402
 
 SHARED = Path(os.environ.get("VRAMSCOPE_SHARED_DIR") or SOURCE.parent / "shared")
 FIXTURES = SHARED / "fixtures" / "real"
@@ -147,3 +147,63 @@ def test_typed_package_passes_mypy_strict_on_the_examples(installed, tmp_path):
                           timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("Success: no issues found")
+
+
+REPORT_MANY = """
+import json, sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+import vramscope
+
+
+def main():
+    folder = Path(sys.argv[1])
+    paths = sorted(str(p) for p in folder.glob("*.pickle"))[::-1]  # any order: rows come sorted
+    report = vramscope.report(folder, database=folder / "r.sqlite", force=True)
+    out = {"folder": [list(r.__dict__.values()) for r in report.ranks()]}
+    with ProcessPoolExecutor(2) as pool:
+        pooled = vramscope.report_many(paths, pool)
+    out["pool"] = [list(r.__dict__.values()) for r in pooled.rows]
+    out["bounding"] = pooled.bounding.label
+    if sys.argv[2] == "dask":
+        from distributed import Client, LocalCluster
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            rows = vramscope.report_many(paths, client).rows
+        out["dask"] = [list(r.__dict__.values()) for r in rows]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":  # Dask's and the pool's workers import this file
+    main()
+"""
+
+
+def test_report_many_on_a_process_pool_and_dask_equals_report_folder(installed, tmp_path):
+    """A four-rank pipeline-parallel job (ranks 2 and 3 hold more): each rank reported by a
+    worker of a ProcessPoolExecutor, and of a Dask LocalCluster, merged into the same rank rows
+    as `vramscope report FOLDER`."""
+    runs, case = unpack_capture(tmp_path, "ranks4_pp_fsdp2_gpt_adamw_fp32")
+    dask = subprocess.run([str(installed.python), "-m", "pip", "install", "-q",
+                           "--disable-pip-version-check", "dask[distributed]"],
+                          capture_output=True, text=True, env=clean_env(), timeout=900)
+    mode = "dask" if dask.returncode == 0 else "pool"
+    if mode == "pool":
+        print(f"pip cannot install dask: the process pool only ({dask.stderr.strip()[-200:]})")
+    script = tmp_path / "report_many.py"
+    script.write_text(REPORT_MANY)
+    proc = subprocess.run([str(installed.python), str(script), str(runs), mode],
+                          capture_output=True, text=True, env=clean_env(), timeout=900,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(got["folder"]) == 4
+    assert got["pool"] == got["folder"]
+    # PyTorch's own peaks of the ranks, and the bounding one the folder's report names.
+    assert [r[4] for r in got["pool"]] == [case["ranks"][f"rank{i}"]["max_memory_reserved"]
+                                           for i in range(4)]
+    assert got["bounding"] == "rank2"
+    if mode == "dask":
+        assert got["dask"] == got["folder"]
+    elif os.environ.get("VRAMSCOPE_REQUIRE_INSTALL") == "1":
+        pytest.fail("dask could not be installed from PyPI")
