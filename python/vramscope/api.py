@@ -84,15 +84,8 @@ def report(path: Optional[PathLike] = None, *, database: Union[PathLike, bool] =
     target = _database_target(database, "report.sqlite")
     args = ["report"] + ([os.fspath(path)] if path is not None else [])
     args += ["--json", "--quiet"]
-    if target is not None:
-        args += ["-o", str(target)]
-    if html is not None:
-        args += ["--html", os.fspath(html)]
-    if force:
-        args.append("--force")
-    if project_root is not None:
-        args += ["--project-root", os.fspath(project_root)]
-    args += _flags(options)
+    args += _flags({"output": target, "html": html, "force": force,
+                    "project_root": project_root, **options})
     document, _ = _engine.run_json(args)
     return _own_scratch(report_from_json(document, target, Path(html) if html is not None
                                          else None), database)
@@ -132,14 +125,8 @@ def predict(model: Any, *, batch: Optional[int] = None, seq: Optional[int] = Non
     with tempfile.TemporaryDirectory(prefix="vramscope-model-") as scratch:
         args = ["predict", "--model", _model_argument(model, Path(scratch)), "--json", "--quiet"]
         args += _flags({"batch": batch, "seq": seq, "dtype": dtype, "optimizer": optimizer,
-                        "gpu": gpu, "fit": fit})
-        if target is not None:
-            args += ["-o", str(target)]
-        if html is not None:
-            args += ["--html", os.fspath(html)]
-        if force:
-            args.append("--force")
-        args += _flags(options)
+                        "gpu": gpu, "fit": fit, "output": target, "html": html, "force": force,
+                        **options})
         document, _ = _engine.run_json(args)
     return _own_scratch(report_from_json(document, target, Path(html) if html is not None
                                          else None), database)
