@@ -22,6 +22,7 @@ from .errors import (EngineNotFound, InputError, InternalError, UsageError,
 from .explanation import Explanation, OomMessageExplanation
 from .results import (CATEGORIES, Allocations, DeviceReport, Iteration, OwnerBytes, Peak,
                       Report, Timeline)
+from .inprocess import Capture, capture, profile
 from .ranks import RankSet, report_many
 from .results import RankRow
 from .simulation import Simulation, SimulationRun
@@ -32,7 +33,7 @@ STREAM_VERSION = 1
 
 __all__ = [
     "report", "predict", "simulate", "view", "explain", "run", "diff", "RunResult",
-    "report_many", "RankSet", "RankRow",
+    "report_many", "RankSet", "RankRow", "capture", "profile", "Capture",
     "Comparison", "DeviceComparison", "Change", "Growth", "GateOutcome",
     "Report", "DeviceReport", "Peak", "Iteration", "OwnerBytes", "Timeline", "Allocations",
     "CATEGORIES", "Simulation", "SimulationRun", "Explanation", "OomMessageExplanation",

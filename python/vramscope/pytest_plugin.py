@@ -104,17 +104,17 @@ def _shim(model_fn: Callable[..., Any], batch_fn: Callable[..., Any],
 def _measured(model_fn: Callable[..., Any], batch_fn: Callable[..., Any], optimizer: str,
               batch: int, steps: int, loss_fn: Optional[Callable[..., Any]],
               folder: Path) -> Any:
-    """The real step on the GPU: recorded with PyTorch's allocator history, then reported."""
+    """The real step on the GPU, captured in-process as `vramscope run` would (phases, names),
+    then reported."""
     import torch
 
-    from . import api
+    from .inprocess import Capture
 
     kinds = {"adamw": (torch.optim.AdamW, {}), "adam": (torch.optim.Adam, {}),
              "sgd": (torch.optim.SGD, {"lr": 0.01}),
              "momentum": (torch.optim.SGD, {"lr": 0.01, "momentum": 0.9})}
     cls, kwargs = kinds[optimizer]
-    torch.cuda.memory._record_memory_history(max_entries=1_000_000)
-    try:
+    with Capture(steps, folder=folder / "capture") as capture:
         model = model_fn().cuda()
         opt = cls(model.parameters(), **kwargs)
         for _ in range(steps):
@@ -129,11 +129,7 @@ def _measured(model_fn: Callable[..., Any], batch_fn: Callable[..., Any], optimi
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-        snapshot = folder / "step.pickle"
-        torch.cuda.memory._dump_snapshot(str(snapshot))
-    finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    return api.report(snapshot, database=folder / "step.sqlite", force=True)
+    return capture.report(database=folder / "step.sqlite", force=True)
 
 
 @pytest.fixture

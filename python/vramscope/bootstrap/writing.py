@@ -58,11 +58,20 @@ def _atexit():
             _write("exit")
 
 
+# The handlers are the process's, installed once: an in-process capture (vramscope.capture) may
+# start the recording again after an earlier one ended.
+_handlers_installed = False
+
+
 def _install_exit_handlers():
     import atexit
     import signal
     import threading
 
+    global _handlers_installed
+    if _handlers_installed:
+        return
+    _handlers_installed = True
     s = _state
     atexit.register(_atexit)
     s.prev_excepthook = sys.excepthook
