@@ -21,20 +21,21 @@ venv=$root/build-test/venv
 if [[ ! -x $venv/bin/python ]]; then
   python3 -m venv "$venv"
 fi
-"$venv/bin/python" -c 'import pytest, playwright, jsonschema' 2>/dev/null ||
-  "$venv/bin/python" -m pip install -q pytest playwright jsonschema
+"$venv/bin/python" -c 'import pytest, playwright, jsonschema, nbclient, ipykernel' 2>/dev/null ||
+  "$venv/bin/python" -m pip install -q pytest playwright jsonschema nbclient nbformat ipykernel
 # Every --json document the end-to-end tests make is validated against schemas/ (must, here).
 export VRAMSCOPE_REQUIRE_SCHEMAS=1
 # The tracer's and the bootstrap's tests need PyTorch, transformers and the training frameworks
 # (from PyPI: several GB). They get their own virtual environment outside the checkout, made once
 # and reused by later runs (like pip's cache).
 torch_venv=${VRAMSCOPE_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/vramscope/torch-venv}
-if ! "$torch_venv/bin/python" -c 'import torch, transformers, peft, accelerate, lightning, pytest' \
-  2>/dev/null; then
+torch_modules="torch, transformers, peft, accelerate, lightning, pytest, nbclient, ipykernel"
+if ! "$torch_venv/bin/python" -c "import $torch_modules" 2>/dev/null; then
   echo "== installing torch, transformers, peft, accelerate and lightning into $torch_venv (once) =="
   mkdir -p "$(dirname "$torch_venv")"
   [[ -x $torch_venv/bin/python ]] || python3 -m venv "$torch_venv"
-  "$torch_venv/bin/python" -m pip install -q torch transformers peft accelerate lightning pytest
+  "$torch_venv/bin/python" -m pip install -q torch transformers peft accelerate lightning pytest \
+    nbclient nbformat ipykernel
 fi
 # The viewer's browser tests drive Debian's Chromium (Playwright's own browser download is not
 # needed); here they must run, not skip.

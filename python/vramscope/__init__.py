@@ -27,6 +27,13 @@ from .ranks import RankSet, report_many
 from .results import RankRow
 from .simulation import Simulation, SimulationRun
 
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext vramscope``: the ``%vramscope`` and ``%%vramscope`` magics (docs/guide/python.md)."""
+    from ._notebook import load_ipython_extension as load
+
+    load(ipython)
+
+
 # The tracer's stream format (read by `vramscope predict`; docs/design/tracer.md).
 STREAM_FORMAT = "vramscope-tensor-stream"
 STREAM_VERSION = 1

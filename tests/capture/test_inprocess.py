@@ -84,3 +84,42 @@ def test_captures_in_process_one_after_another(run_script, tmp_path):
     assert "already recording" in got["nested"] and got["b"] == "exception"
     assert got["c"] == ["steps", 1]
     assert got["d"] == ["exception", "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+
+
+def test_the_cell_magic_captures_a_cell_in_a_real_notebook(tmp_path, monkeypatch):
+    """`%%vramscope 1` in a notebook (nbclient, an ipykernel of this Python): the cell runs under
+    a capture of one optimizer step, its variables stay defined, and on the CPU the magic says
+    there is no snapshot to report (the sidecar is written)."""
+    from pathlib import Path
+
+    import pytest
+
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", str(repo / "python"))
+    monkeypatch.setenv("VRAMSCOPE_CAPTURE_CPU", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in [
+        "%load_ext vramscope",
+        "%%vramscope 1\n"
+        "import torch\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "opt = torch.optim.Adam(model.parameters())\n"
+        "for _ in range(3):\n"
+        "    model(torch.randn(3, 4)).sum().backward()\n"
+        "    opt.step()\n"
+        "shape = tuple(model.weight.shape)",
+        "shape",
+    ]]
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    [shown] = [o for o in nb.cells[1].outputs if o.get("output_type") == "execute_result"]
+    assert "the cell made no snapshot in" in shown["data"]["text/html"]
+    folder = shown["data"]["text/html"].split("the cell made no snapshot in ")[1].split(" (")[0]
+    [sidecar] = Path(folder).glob("*.sidecar.json")
+    assert json.loads(sidecar.read_text())["end"]["reason"] == "steps"
+    [value] = [o for o in nb.cells[2].outputs if o.get("output_type") == "execute_result"]
+    assert value["data"]["text/plain"] == "(2, 4)"
