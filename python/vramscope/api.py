@@ -19,7 +19,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from . import _engine
+from . import _engine, traced
 from .comparison import Comparison, comparison_from_json
 from .errors import InputError, InternalError, UsageError
 from .explanation import Explanation, explanation_from_json
@@ -101,10 +101,6 @@ def _model_argument(model: Any, scratch: Path) -> str:
         config_path = scratch / "config.json"
         model.to_json_file(str(config_path))
         return str(config_path)
-    if type(model).__module__.startswith("torch") or hasattr(model, "named_parameters"):
-        raise UsageError("predict(model=<nn.Module>) is not available yet: give a preset, a "
-                         "config.json or a transformers config object, or FILE.py:FUNCTION "
-                         "for your own model", 2)
     raise UsageError(f"predict(model=...) takes a preset name, a path, or a transformers config "
                      f"object, not {type(model).__name__}", 2)
 
@@ -113,20 +109,33 @@ def predict(model: Any, *, batch: Optional[int] = None, seq: Optional[int] = Non
             dtype: Optional[str] = None, optimizer: Optional[str] = None,
             gpu: Optional[str] = None, fit: Optional[str] = None,
             database: Union[PathLike, bool] = True, html: Optional[PathLike] = None,
-            force: bool = False, **options: Any) -> Report:
+            force: bool = False, inputs: Any = None, **options: Any) -> Report:
     """The report of training steps predicted without a GPU, as ``vramscope predict``.
 
     ``model``: a preset (``"gpt2"``, ``"llama3-8b"``...), a Hugging Face ``config.json`` path, a
-    ``transformers`` config object, a layer list, ``"FILE.py:FUNCTION"`` or a tracer stream.
+    ``transformers`` config object, a layer list, ``"FILE.py:FUNCTION"``, a tracer stream, or a
+    ``torch.nn.Module`` traced in this process on fake tensors, with ``inputs`` (a function of
+    the batch size returning one CPU batch, or a batch) and ``loss`` in ``options`` (a function
+    of the output and the batch; default: the output's ``loss``, else its mean square).
     ``batch``, ``seq``, ``dtype``, ``optimizer``, ``gpu``, ``fit`` and every other option
     (``checkpointing=True``, ``lora=8``, ``zero=3, world_size=8``...) as the command's.
     """
     target = _database_target(database, "prediction.sqlite")
     with tempfile.TemporaryDirectory(prefix="vramscope-model-") as scratch:
+        setup: dict[str, Any] = {"batch": batch, "seq": seq, "dtype": dtype,
+                                 "optimizer": optimizer}
+        if traced.is_module(model):
+            if fit is not None:
+                raise UsageError("predict(model=<nn.Module>, fit=...): a traced module is one "
+                                 "batch size; give FILE.py:FUNCTION to fit", 2)
+            stream = traced.trace_module(model, inputs, Path(scratch), steps=options.pop(
+                "steps", None), loss=options.pop("loss", None), **setup)
+            model, setup = stream, {}
+        elif inputs is not None:
+            raise UsageError("predict(inputs=...) goes with an nn.Module model", 2)
         args = ["predict", "--model", _model_argument(model, Path(scratch)), "--json", "--quiet"]
-        args += _flags({"batch": batch, "seq": seq, "dtype": dtype, "optimizer": optimizer,
-                        "gpu": gpu, "fit": fit, "output": target, "html": html, "force": force,
-                        **options})
+        args += _flags({**setup, "gpu": gpu, "fit": fit, "output": target, "html": html,
+                        "force": force, **options})
         document, _ = _engine.run_json(args)
     return _own_scratch(report_from_json(document, target, Path(html) if html is not None
                                          else None), database)
