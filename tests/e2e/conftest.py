@@ -309,4 +309,9 @@ def out_dir(tmp_path) -> Path:
 def small_snapshot(inputs_dir) -> Path:
     return write_pickle(inputs_dir / "small.pickle", small_training_snapshot())
 
-
+def predict_json(run, *args, cwd=None) -> dict:
+    """`vramscope predict ARGS --json` through the `run` fixture: its document (status 0, quiet)."""
+    rc, out, err = run("predict", *args, "--json", cwd=cwd)
+    assert rc == 0, err
+    assert err == "", err
+    return json.loads(out)
