@@ -315,3 +315,15 @@ def predict_json(run, *args, cwd=None) -> dict:
     assert rc == 0, err
     assert err == "", err
     return json.loads(out)
+
+
+def watch_page(page) -> list[str]:
+    """The errors a browser page (Playwright) meets from now on, its frames' included: console
+    errors, uncaught exceptions, and any request to the network, which is refused (a vramscope page
+    is self-contained)."""
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("http*://**", lambda route: (errors.append("network: " + route.request.url),
+                                            route.abort()))
+    return errors

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from conftest import BIN, REPO
+from conftest import BIN, REPO, watch_page
 
 CHROMIUM = os.environ.get("VRAMSCOPE_CHROMIUM") or shutil.which("chromium") or ""
 REQUIRED = os.environ.get("VRAMSCOPE_REQUIRE_BROWSER") == "1"
@@ -87,11 +87,7 @@ def test_the_inline_viewers_load_offline_in_chromium(notebook, tmp_path):
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                     args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 900})
-        errors: list[str] = []
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.route("http*://**", lambda route: (errors.append("network: " + route.request.url),
-                                                route.abort()))
+        errors = watch_page(page)
         page.goto(page_file.as_uri())
         frames = [f for f in page.frames if f != page.main_frame]
         states = []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILT_IN_PATH, BUILT_IN_PEAK_ALLOCATED, REAL_FIXTURES, run_binary
+from conftest import BUILT_IN_PATH, BUILT_IN_PEAK_ALLOCATED, REAL_FIXTURES, run_binary, watch_page
 
 CHROMIUM = os.environ.get("VRAMSCOPE_CHROMIUM") or shutil.which("chromium") or ""
 REQUIRED = os.environ.get("VRAMSCOPE_REQUIRE_BROWSER") == "1"
@@ -45,12 +45,7 @@ def browser():
 def open_page(browser, path: Path):
     """Opens a viewer page from disk; returns the page and the list of console errors."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    # Nothing may be fetched from the network.
-    page.route("http*://**", lambda route: (errors.append("network: " + route.request.url),
-                                            route.abort()))
+    errors = watch_page(page)  # nothing may be fetched from the network
     page.goto(path.as_uri())
     page.wait_for_function("window.vramscopeApp && (window.vramscopeApp.ready || "
                            "window.vramscopeApp.error)", timeout=60_000)
