@@ -72,18 +72,18 @@ def predict(model: str, batch: Optional[int] = None, seq: Optional[int] = None,
     bf16-amp, fp16-amp; `optimizer` adamw, adam, sgd, momentum, none; `gpu` h100-80gb, a100-80gb,
     l4, t4...; `fit`: a GPU or size to find the largest batch that fits. `options`: any other
     flag of `vramscope predict` by name (lora, checkpointing, zero, world_size, tp, pp...)."""
-    named: dict[str, Any] = {"batch": batch, "seq": seq, "dtype": dtype, "optimizer": optimizer,
-                             "gpu": gpu, "fit": fit}
-    for key, value in (options or {}).items():
-        key = key.replace("-", "_")
-        if named.get(key) is not None:
-            return _document(lambda: _twice(key))
-        named[key] = value
-    return _document(lambda: api.predict(model, database=False, **named))
+    def call() -> Any:
+        named: dict[str, Any] = {"batch": batch, "seq": seq, "dtype": dtype,
+                                 "optimizer": optimizer, "gpu": gpu, "fit": fit}
+        for key, value in (options or {}).items():
+            key = key.replace("-", "_")
+            if named.get(key) is not None:
+                raise UsageError(f"predict: {key} is given twice (as an argument and in "
+                                 "options)", 2)
+            named[key] = value
+        return api.predict(model, database=False, **named)
 
-
-def _twice(key: str) -> Any:
-    raise UsageError(f"predict: {key} is given twice (as an argument and in options)", 2)
+    return _document(call)
 
 
 def diff(a: str, b: str, fail_if: Optional[list[str]] = None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import copy
 import importlib
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -24,14 +25,10 @@ _DTYPES = {"fp32": ("fp32", "none"), "bf16": ("bf16", "none"), "fp16": ("fp16", 
 
 
 def is_module(model: Any) -> bool:
-    torch = importlib.import_module("torch") if _torch_loaded() else None
+    """Whether `model` is a torch.nn.Module (torch is never imported for the asking: a module
+    object exists only where torch already is)."""
+    torch = sys.modules.get("torch")
     return torch is not None and isinstance(model, torch.nn.Module)
-
-
-def _torch_loaded() -> bool:
-    import sys
-
-    return "torch" in sys.modules
 
 
 def trace_module(module: Any, inputs: Any, folder: Path, *, batch: Optional[int],
