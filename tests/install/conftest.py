@@ -145,3 +145,12 @@ def torch_python():
                 Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
                 / "vramscope" / "torch-venv" / "bin" / "python")
     return path
+
+
+def skip_unless_required(why: str) -> None:
+    """What a test of this folder cannot get here (a package from PyPI, a Python with torch):
+    a skip on a machine without it, a failure where VRAMSCOPE_REQUIRE_INSTALL=1 (CI) says it
+    must run."""
+    if REQUIRE:
+        pytest.fail(why + " (VRAMSCOPE_REQUIRE_INSTALL=1)")
+    pytest.skip(why)

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import SOURCE, clean_env
+from conftest import SOURCE, clean_env, skip_unless_required
 
 
 def test_a_real_client_session_lists_and_calls_every_tool(installed, tmp_path):
@@ -15,7 +15,7 @@ def test_a_real_client_session_lists_and_calls_every_tool(installed, tmp_path):
                           "--disable-pip-version-check", "mcp", "jsonschema"],
                          capture_output=True, text=True, env=clean_env(), timeout=900)
     if pip.returncode != 0:
-        pytest.skip(f"pip cannot install mcp: {pip.stderr.strip()[-300:]}")
+        skip_unless_required(f"pip cannot install mcp: {pip.stderr.strip()[-300:]}")
     goldens = SOURCE / "goldens" / "h100"
     proc = subprocess.run(
         [str(installed.python), str(SOURCE / "tests" / "install" / "mcp_session.py"),

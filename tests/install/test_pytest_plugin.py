@@ -7,9 +7,8 @@ import os
 import shutil
 import subprocess
 
-import pytest
 
-from conftest import SOURCE, clean_env, torch_python
+from conftest import SOURCE, clean_env, skip_unless_required, torch_python
 
 HERE = SOURCE / "tests" / "install"
 
@@ -45,7 +44,7 @@ def test_a_step_over_its_limit_fails_and_one_under_passes(installed, tmp_path):
     python = torch_python()
     if not python.exists() or subprocess.run([str(python), "-c", "import torch, pytest"],
                                              capture_output=True).returncode:
-        pytest.skip(f"no Python with torch and pytest at {python}")
+        skip_unless_required(f"no Python with torch and pytest at {python}")
     shutil.copy(HERE / "plugin_project" / "step_limits.py", tmp_path / "test_step_limits.py")
     proc = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "test_step_limits.py"], capture_output=True, text=True,
