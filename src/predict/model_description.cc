@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/units.h"
+#include "predict/hub_cache.h"
 
 namespace vramscope::predict {
 
@@ -540,35 +541,63 @@ Result<ModelSpec> ParseModelJson(std::string_view text, std::string_view where) 
       where));
 }
 
+namespace {
+
+// A model description file, named `where` in errors.
+Result<ModelSpec> ReadModelFile(const std::filesystem::path& path, std::string_view where) {
+  std::ifstream in{path, std::ios::binary};
+  if (!in) {
+    return InvalidInput(fmt::format("{}: cannot be read ({})", where, path.string()));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > (64u << 20)) {
+    return InvalidInput(fmt::format("{}: larger than 64 MiB; not a model description", where));
+  }
+  return ParseModelJson(text.str(), where);
+}
+
+}  // namespace
+
+Result<ModelSpec> LoadHubConfig(const HubId& id, const CachedConfig& found) {
+  // The label names the commit read, so that a report says which config it predicted.
+  return ReadModelFile(found.config, fmt::format("{}@{}", id.repo, found.commit.substr(0, 12)));
+}
+
 Result<ModelSpec> LoadModelSpec(std::string_view model) {
   const auto& presets = Presets();
   if (const auto it = presets.find(std::string(model)); it != presets.end()) return it->second;
+  if (IsHubModel(model)) {
+    const HubId id = *ParseHubId(model);
+    const std::filesystem::path cache = HubCacheDir();
+    if (const std::optional<CachedConfig> found = FindCachedConfig(cache, id)) {
+      return LoadHubConfig(id, *found);
+    }
+    return InvalidInput(fmt::format(
+        "--model {}: no file of that name, and its config.json is not in the Hugging Face cache "
+        "({}); download it with '{}' (HF_TOKEN set for a gated model)",
+        model, cache.string(), HubDownloadCommand(id)));
+  }
   std::error_code ec;
   const std::filesystem::path path{std::string(model)};
   if (std::filesystem::is_directory(path, ec)) {
     return InvalidInput(fmt::format(
         "--model {}: a folder; give its config.json (or a layer list, or a tracer .jsonl)", model));
   }
-  std::ifstream in{path, std::ios::binary};
-  if (!in) {
+  if (!std::filesystem::exists(path, ec)) {
     // A path that names a file is a missing input (1); a bare word, an unknown preset (2).
     const bool looks_like_file =
         model.find('/') != std::string_view::npos || model.find('.') != std::string_view::npos;
     if (looks_like_file) {
       return InvalidInput(fmt::format(
-          "--model {}: cannot be read (no such file?); give a config.json, a layer list or a "
-          "tracer .jsonl",
+          "--model {}: cannot be read (no such file?); give a config.json, a layer list, a "
+          "tracer .jsonl or a Hugging Face Hub id (org/name)",
           model));
     }
     return UsageError(fmt::format("--model {}: not a preset (presets: {}) nor a file", model,
                                   fmt::join(PresetNames(), ", ")));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().size() > (64u << 20)) {
-    return InvalidInput(fmt::format("{}: larger than 64 MiB; not a model description", model));
-  }
-  return ParseModelJson(text.str(), model);
+  return ReadModelFile(path, model);
 }
 
 }  // namespace vramscope::predict

@@ -1,6 +1,7 @@
 // Where a ModelSpec comes from: a preset name ("gpt2", "llama2-7b", "resnet50"), a Hugging Face
 // style config.json (model_type gpt2, llama, mistral, qwen2, bert, roberta, vit), or a vramscope
-// layer list (a JSON file {"layers": [...]}; docs/predict-models.md).
+// layer list (a JSON file {"layers": [...]}; docs/predict-models.md), or the config.json of a
+// Hugging Face Hub id in the local cache.
 #pragma once
 
 #include <string>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "predict/hub_cache.h"
 #include "predict/model_spec.h"
 
 namespace vramscope::predict {
@@ -15,9 +17,14 @@ namespace vramscope::predict {
 // The preset names, in the order --help lists them.
 std::vector<std::string> PresetNames();
 
-// A preset, a config.json path or a layer-list path. Errors name the file, the field (as a
+// A preset, a config.json path, a layer-list path, or a Hugging Face Hub id ("org/name",
+// "org/name@revision") whose config.json is in the local cache (predict/hub_cache.h; offline:
+// a missing one is an error saying how to download it). Errors name the file, the field (as a
 // JSON pointer) and what is expected.
 Result<ModelSpec> LoadModelSpec(std::string_view model);
+
+// A Hub id's config.json found in the cache, labelled "org/name@<12 hex of the commit>".
+Result<ModelSpec> LoadHubConfig(const HubId& id, const CachedConfig& found);
 
 // The same from JSON text (tests and fuzzing); `where` names the source in errors.
 Result<ModelSpec> ParseModelJson(std::string_view text, std::string_view where);
