@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -96,6 +97,91 @@ Result<ChildOutcome> RunChild(const std::vector<std::string>& command,
     out.description =
         fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   }
+  return out;
+}
+
+Result<BoundedOutcome> RunBounded(const std::vector<std::string>& command,
+                                  std::chrono::milliseconds timeout, size_t max_output) {
+  int pipes[3][2];  // stdout, stderr, exec's errno
+  for (int i = 0; i < 3; ++i) {
+    if (pipe2(pipes[i], O_CLOEXEC) != 0) {
+      const int err = errno;
+      for (int j = 0; j < i; ++j) close(pipes[j][0]), close(pipes[j][1]);
+      return InternalError(fmt::format("cannot start '{}': {}", command.front(), strerror(err)));
+    }
+  }
+  int(&out_pipe)[2] = pipes[0];
+  int(&err_pipe)[2] = pipes[1];
+  int(&report_pipe)[2] = pipes[2];
+  std::vector<std::string> args = command;
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_RDONLY);
+    if (null >= 0) dup2(null, STDIN_FILENO);
+    dup2(out_pipe[1], STDOUT_FILENO);  // dup2 clears O_CLOEXEC on the copy
+    dup2(err_pipe[1], STDERR_FILENO);
+    execvp(argv[0], argv.data());
+    const int err = errno;
+    (void)!write(report_pipe[1], &err, sizeof(err));
+    _exit(127);
+  }
+  for (int fd : {out_pipe[1], err_pipe[1], report_pipe[1]}) close(fd);
+  if (pid < 0) {
+    for (int fd : {out_pipe[0], err_pipe[0], report_pipe[0]}) close(fd);
+    return InternalError(fmt::format("cannot start '{}': {}", command.front(), strerror(errno)));
+  }
+  int exec_errno = 0;
+  ssize_t got = 0;
+  while ((got = read(report_pipe[0], &exec_errno, sizeof(exec_errno))) < 0 && errno == EINTR) {
+  }
+  close(report_pipe[0]);
+
+  BoundedOutcome out;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&out.out, &out.err};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      out.timed_out = true;
+      kill(pid, SIGKILL);
+      break;
+    }
+    const int ready = poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    if (ready < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2 && ready > 0; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buffer[4096];
+      const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+      if (n > 0) {
+        std::string& sink = *sinks[i];
+        sink.append(buffer, std::min(static_cast<size_t>(n),
+                                     max_output - std::min(max_output, sink.size())));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;  // poll skips negative descriptors
+        --open_fds;
+      }
+    }
+  }
+  for (const pollfd& p : fds) {
+    if (p.fd >= 0) close(p.fd);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (got == static_cast<ssize_t>(sizeof(exec_errno))) {
+    return InvalidInput(fmt::format("cannot run '{}': {}", command.front(), strerror(exec_errno)));
+  }
+  out.exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1);
   return out;
 }
 
