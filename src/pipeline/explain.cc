@@ -9,6 +9,7 @@
 
 #include "common/units.h"
 #include "device/gpu_catalog.h"
+#include "pipeline/hub_download.h"
 #include "sources/oom_message/oom_message_text.h"
 
 namespace vramscope::pipeline {
@@ -56,6 +57,7 @@ Result<ExplainFit> FitModel(const ExplainRequest& r, const ExplainResult& result
   ASSIGN_OR_RETURN(predict::PredictRequest request, ResolvePredictRequest(po));
   request.capacity = static_cast<uint64_t>(std::max<int64_t>(e->available_to_pytorch->lo, 1));
   request.gpu.reset();
+  RETURN_IF_ERROR(FetchHubConfig(po.model, po.python, r.control));
   ASSIGN_OR_RETURN(predict::LoadedModel model, predict::LoadModel(po.model));
   ASSIGN_OR_RETURN(
       predict::FitResult fit,

@@ -8,6 +8,7 @@
 #include "capture/tracer_process.h"
 #include "common/units.h"
 #include "device/non_pytorch_memory.h"
+#include "pipeline/hub_download.h"
 #include "pipeline/predict_parts.h"
 #include "predict/model_description.h"
 #include "predict/tracer_stream.h"
@@ -276,6 +277,8 @@ Result<PredictResult> Predict(const PredictRequest& r) {
         r.all_ranks ? "--all-ranks" : "--rank"));
   }
   ASSIGN_OR_RETURN(const predict::PredictRequest request, Resolve(r));
+  // A Hub id not in the local cache: its config.json downloaded into it, then read like a file.
+  RETURN_IF_ERROR(FetchHubConfig(r.model, r.python, r.control));
   // A parallel layout, or a mixture of experts: the per-rank estimate of the built-in families.
   if (!NeedsTracer(r.model) && !predict::IsTracerStreamFile(r.model)) {
     ASSIGN_OR_RETURN(const predict::LoadedModel loaded, predict::LoadModel(r.model));
