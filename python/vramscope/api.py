@@ -92,7 +92,7 @@ def report(path: Optional[PathLike] = None, *, database: Union[PathLike, bool] =
 
 
 def _model_argument(model: Any, scratch: Path) -> str:
-    """``--model``'s value for a preset or path, a transformers config object (written to
+    """``--model``'s value for a preset, path or Hub id, a transformers config object (written to
     ``config.json`` as ``save_pretrained`` would) or a torch ``nn.Module`` (traced in-process on
     fake tensors)."""
     if isinstance(model, (str, os.PathLike)):
@@ -113,7 +113,9 @@ def predict(model: Any, *, batch: Optional[int] = None, seq: Optional[int] = Non
     """The report of training steps predicted without a GPU, as ``vramscope predict``.
 
     ``model``: a preset (``"gpt2"``, ``"llama3-8b"``...), a Hugging Face ``config.json`` path, a
-    ``transformers`` config object, a layer list, ``"FILE.py:FUNCTION"``, a tracer stream, or a
+    Hub id (``"meta-llama/Llama-3.2-1B"``, ``"org/name@revision"``: its ``config.json`` from the
+    local Hugging Face cache, else downloaded by ``huggingface_hub``), a ``transformers`` config
+    object, a layer list, ``"FILE.py:FUNCTION"``, a tracer stream, or a
     ``torch.nn.Module`` traced in this process on fake tensors, with ``inputs`` (a function of
     the batch size returning one CPU batch, or a batch) and ``loss`` in ``options`` (a function
     of the output and the batch; default: the output's ``loss``, else its mean square).

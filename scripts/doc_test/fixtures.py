@@ -139,6 +139,25 @@ def fx_hf_config(ctx):
     shutil.copy(REPO / "examples/predict/gpt-small.json", ctx.work / "path/to/config.json")
 
 
+def fx_hub_cache(ctx):
+    """The Hugging Face cache (~/.cache/huggingface/hub, HF_HUB_OFFLINE=1: never the network)
+    holding meta-llama/Llama-3.2-1B's config.json, examples/predict/llama3.2-1b.json, laid out as
+    huggingface_hub writes it: refs/main naming the commit, the snapshot's file a link into
+    blobs/."""
+    repo = ctx.home / ".cache/huggingface/hub/models--meta-llama--Llama-3.2-1B"
+    commit = "4e20de362430cd3b72f300e6b0f18e50e7166e08"
+    (repo / "blobs").mkdir(parents=True)
+    shutil.copy(REPO / "examples/predict/llama3.2-1b.json", repo / "blobs/config")
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").symlink_to("../../blobs/config")
+    (repo / "refs").mkdir()
+    (repo / "refs/main").write_text(commit)
+    for name in [k for k in ctx.env if k.startswith(("HF_", "HUGGINGFACE_"))]:
+        del ctx.env[name]
+    ctx.env.pop("XDG_CACHE_HOME", None)  # the cache is HOME's
+    ctx.env["HF_HUB_OFFLINE"] = "1"
+
+
 def fx_trace_json(ctx):
     """A profiler trace recorded without profile_memory=True: no [memory] event."""
     (ctx.work / "trace.json").write_text('{"traceEvents": []}')
@@ -233,6 +252,7 @@ FIXTURES = {
     "config.json": fx_config_json,
     "path/to/config.json": fx_hf_config,
     "trace.json": fx_trace_json,
+    "hub-cache": fx_hub_cache,
     "evil.pickle": fx_evil_pickle,
     "graphs.pickle": fx_graphs_pickle,
     "runs": fx_runs,

@@ -24,7 +24,12 @@ void RegisterPredictCommand(CLI::App& app, PredictFlags& o) {
                               "resnet), a layer list .json "
                               "(docs/predict-models.md), your own model as FILE.py:FUNCTION or "
                               "hf:config.json (run by the tracer on fake tensors with --python), "
-                              "or a tracer .jsonl",
+                              "a tracer .jsonl, or a Hugging Face Hub id, org/name[@revision], "
+                              "whose config.json is read from the local Hugging Face cache "
+                              "(HF_HUB_CACHE) or, when not there, downloaded into it by "
+                              "huggingface_hub run with --python (HF_TOKEN, HF_ENDPOINT, "
+                              "HF_HUB_OFFLINE apply); a name that exists on disk or ends in "
+                              ".json, .jsonl or .py is a file",
                               fmt::join(pipeline::PresetNames(), ", ")))
       ->required();
   cmd->add_option("--batch", o.request.batch, "samples per micro-batch (default: 1)")
@@ -226,7 +231,8 @@ void RegisterPredictCommand(CLI::App& app, PredictFlags& o) {
                   "to the context on sm_90, 362 MiB elsewhere)");
   cmd->add_option("--python", o.request.python,
                   "the Python (with PyTorch) that runs the tracer for --model FILE.py:FUNCTION "
-                  "or hf:config.json (default: python3)");
+                  "or hf:config.json, and (with huggingface_hub) downloads a Hub id's "
+                  "config.json (default: python3)");
   cmd->add_flag("--compile", o.request.compile,
                 "traced models: the step as torch.compile(model) runs it (AOTAutograd's "
                 "partitioner decides what is saved for backward, Inductor's lowering which "
