@@ -68,7 +68,9 @@ def predict(model: str, batch: Optional[int] = None, seq: Optional[int] = None,
             gpu: Optional[str] = None, fit: Optional[str] = None,
             options: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The GPU memory of training steps without a GPU. `model`: a preset (gpt2, llama3-8b,
-    mixtral-8x7b, resnet50...) or a Hugging Face config.json path; `dtype` fp32, bf16, fp16,
+    mixtral-8x7b, resnet50...), a Hugging Face config.json path, or a Hub id such as
+    meta-llama/Llama-3.2-1B (its config.json from the local Hugging Face cache, else downloaded
+    by huggingface_hub; HF_TOKEN for gated models); `dtype` fp32, bf16, fp16,
     bf16-amp, fp16-amp; `optimizer` adamw, adam, sgd, momentum, none; `gpu` h100-80gb, a100-80gb,
     l4, t4...; `fit`: a GPU or size to find the largest batch that fits. `options`: any other
     flag of `vramscope predict` by name (lora, checkpointing, zero, world_size, tp, pp...)."""
