@@ -120,7 +120,10 @@ def predict(model: Any, *, batch: Optional[int] = None, seq: Optional[int] = Non
     the batch size returning one CPU batch, or a batch) and ``loss`` in ``options`` (a function
     of the output and the batch; default: the output's ``loss``, else its mean square).
     ``batch``, ``seq``, ``dtype``, ``optimizer``, ``gpu``, ``fit`` and every other option
-    (``checkpointing=True``, ``lora=8``, ``zero=3, world_size=8``...) as the command's.
+    (``checkpointing=True``, ``lora=8``, ``zero=3, world_size=8``...) as the command's, the
+    memory-saving techniques included (``loss_chunks=8``, ``fused_linear_ce=True``,
+    ``optimizer="adamw8bit"``, ``optimizer_in_backward=True``, ``offload_optimizer=True``...):
+    the prediction's facts say what each saves.
     """
     target = _database_target(database, "prediction.sqlite")
     with tempfile.TemporaryDirectory(prefix="vramscope-model-") as scratch:

@@ -71,9 +71,13 @@ def predict(model: str, batch: Optional[int] = None, seq: Optional[int] = None,
     mixtral-8x7b, resnet50...), a Hugging Face config.json path, or a Hub id such as
     meta-llama/Llama-3.2-1B (its config.json from the local Hugging Face cache, else downloaded
     by huggingface_hub; HF_TOKEN for gated models); `dtype` fp32, bf16, fp16,
-    bf16-amp, fp16-amp; `optimizer` adamw, adam, sgd, momentum, none; `gpu` h100-80gb, a100-80gb,
-    l4, t4...; `fit`: a GPU or size to find the largest batch that fits. `options`: any other
-    flag of `vramscope predict` by name (lora, checkpointing, zero, world_size, tp, pp...)."""
+    bf16-amp, fp16-amp; `optimizer` adamw, adam, sgd, momentum, none, or a quantised AdamW
+    (adamw8bit, paged-adamw8bit, adamw8bit-ao, adamw4bit, adamw-fp8); `gpu` h100-80gb,
+    a100-80gb, l4, t4...; `fit`: a GPU or size to find the largest batch that fits. `options`:
+    any other flag of `vramscope predict` by name (lora, checkpointing, zero, world_size, tp,
+    pp...), the memory-saving techniques included (checkpointing_every, checkpointing_offload,
+    loss_chunks, fused_linear_ce, optimizer_in_backward, offload_activations,
+    offload_optimizer, offload_gradients): the report's prediction facts say what each saves."""
     def call() -> Any:
         named: dict[str, Any] = {"batch": batch, "seq": seq, "dtype": dtype,
                                  "optimizer": optimizer, "gpu": gpu, "fit": fit}

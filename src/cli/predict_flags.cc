@@ -44,7 +44,10 @@ void RegisterPredictCommand(CLI::App& app, PredictFlags& o) {
                   "weights, torch.autocast)");
   cmd->add_flag("--master-weights", o.request.master_weights,
                 "keep fp32 master weights in the optimizer (bf16/fp16 weights; 16 B/param Adam)");
-  cmd->add_option("--optimizer", o.request.optimizer, "sgd, momentum, adam, adamw (default), none");
+  cmd->add_option("--optimizer", o.request.optimizer,
+                  "sgd, momentum, adam, adamw (default), none; or a quantised AdamW: adamw8bit, "
+                  "paged-adamw8bit (bitsandbytes; paged states in unified memory), "
+                  "adamw8bit-ao, adamw4bit, adamw-fp8 (torchao)");
   cmd->add_option("--optimizer-impl", o.request.optimizer_impl,
                   "foreach (PyTorch's default on CUDA), fused or for-loop");
   cmd->add_option("--weight-decay", o.request.weight_decay, "Adam's L2 weight decay (default: 0)");
@@ -64,6 +67,35 @@ void RegisterPredictCommand(CLI::App& app, PredictFlags& o) {
       ->option_text("N");
   cmd->add_flag("--checkpointing", o.request.checkpointing,
                 "activation checkpointing of every transformer block");
+  cmd->add_option("--checkpointing-every", o.request.checkpointing_every,
+                  "checkpoint only every K-th block (torchtitan's selective_ac_option K: "
+                  "blocks K, 2K, ...); implies --checkpointing")
+      ->check(CLI::Range(1, 10000))
+      ->option_text("K");
+  cmd->add_flag("--checkpointing-offload", o.request.checkpointing_offload,
+                "keep checkpointed blocks' inputs in host memory (Unsloth's offloaded "
+                "checkpointing); implies --checkpointing");
+  cmd->add_option("--loss-chunks", o.request.loss_chunks,
+                  "causal LMs: the head and the cross-entropy in N chunks along the sequence, "
+                  "each upcast to fp32 alone (torchtune's CEWithChunkedOutputLoss; its recipes "
+                  "use 8), the logits dropped before backward")
+      ->check(CLI::Range(2, 4096))
+      ->option_text("N");
+  cmd->add_flag("--fused-linear-ce", o.request.fused_linear_ce,
+                "causal LMs: Liger's fused linear cross-entropy (the head and the loss in "
+                "chunks inside one function; no logits are kept)");
+  cmd->add_flag("--optimizer-in-backward", o.request.optimizer_in_backward,
+                "step each weight inside backward as soon as its gradient is made, then drop "
+                "the gradient (torchtune's optimizer_in_bwd; one GPU, no --grad-accum)");
+  cmd->add_flag("--offload-activations", o.request.offload_activations,
+                "saved tensors of 1 KiB or more to pinned host memory in forward, back just "
+                "before their backward (torchtune's OffloadActivations with streams)");
+  cmd->add_flag("--offload-optimizer", o.request.offload_optimizer,
+                "the optimizer on the host: its states and an fp32 copy of the weights in "
+                "pinned memory (torchao's CPUOffloadOptimizer, DeepSpeed's ZeRO-Offload)");
+  cmd->add_flag("--offload-gradients", o.request.offload_gradients,
+                "with --offload-optimizer: each gradient copied to the host and dropped as "
+                "soon as it is accumulated (CPUOffloadOptimizer(offload_gradients=True))");
   cmd->add_option("--lora", o.request.lora, "LoRA rank: freeze the base weights, train adapters")
       ->check(CLI::Range(0, 65536));
   cmd->add_option("--lora-dropout", o.request.lora_dropout,

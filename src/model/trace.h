@@ -160,6 +160,11 @@ struct PredictionInfo {
   uint64_t parameter_bytes = 0;
   uint64_t buffer_bytes = 0;
   uint64_t capacity = 0;  // bytes the allocator may reserve on the GPU; 0: unlimited
+  // Host memory the set-up needs at its most (offloaded states, activations or checkpoints in
+  // pinned buffers, unified-memory optimizer pages); of it, the unified-memory pages, which stay
+  // on the GPU while it has room.
+  uint64_t host_bytes = 0;
+  uint64_t paged_bytes = 0;
   std::vector<std::pair<std::string, std::string>> facts;  // more key/value lines
   std::vector<std::string> assumptions;                    // one line each
 };

@@ -11,6 +11,7 @@
 #include "pipeline/hub_download.h"
 #include "pipeline/predict_parts.h"
 #include "predict/model_description.h"
+#include "predict/techniques.h"
 #include "predict/tracer_stream.h"
 
 namespace vramscope::pipeline {
@@ -117,9 +118,13 @@ Result<predict::PredictRequest> Resolve(const PredictRequest& o) {
     s.optimizer.kind = OptimizerKind::kAdamW;
   } else if (o.optimizer == "none") {
     s.optimizer.kind = OptimizerKind::kNone;
-  } else {
-    return UsageError(
-        fmt::format("--optimizer {}: use sgd, momentum, adam, adamw or none", o.optimizer));
+  } else if (o.optimizer != "adamw8bit" && o.optimizer != "paged-adamw8bit" &&
+             o.optimizer != "adamw8bit-ao" && o.optimizer != "adamw4bit" &&
+             o.optimizer != "adamw-fp8") {
+    return UsageError(fmt::format(
+        "--optimizer {}: use sgd, momentum, adam, adamw, none, or a quantised AdamW: adamw8bit, "
+        "paged-adamw8bit (bitsandbytes), adamw8bit-ao, adamw4bit, adamw-fp8 (torchao)",
+        o.optimizer));
   }
   using predict::OptimizerImpl;
   if (o.optimizer_impl == "foreach") {
@@ -148,6 +153,7 @@ Result<predict::PredictRequest> Resolve(const PredictRequest& o) {
   s.steps = o.steps;
   s.max_events = o.max_events;
   s.checkpointing = o.checkpointing;
+  RETURN_IF_ERROR(predict_parts::ResolveTechniques(o, s));
   s.lora_rank = o.lora;
   if (o.lora_dropout > 0 && o.lora == 0) {
     return UsageError("--lora-dropout is the adapters' dropout: give --lora R with it");
@@ -217,6 +223,15 @@ Result<std::unique_ptr<const Analyzed>> AnalyzeStep(const PredictRequest& r,
   r.control.Stage("placing the step's tensors with the allocator model");
   RETURN_IF_ERROR(r.control.CheckCancelled("the prediction"));
   ASSIGN_OR_RETURN(predict::BuiltTrace built, predict::BuildPrediction(std::move(stream), request));
+  // What each technique of the menu saves here: the step predicted again without it.
+  if (!predict::ActiveTechniques(request.setup).empty()) {
+    r.control.Stage("predicting the step without each technique it uses");
+    ASSIGN_OR_RETURN(const std::vector<predict::TechniqueEffect> effects,
+                     predict::TechniqueEffects(model, request, r.control));
+    for (const predict::TechniqueEffect& e : effects) {
+      built.trace.prediction->facts.emplace_back(e.name, predict::EffectText(e));
+    }
+  }
   if (fit) {
     built.trace.prediction->facts.emplace_back(
         "fit", fmt::format("largest {} that fits: {}",
@@ -279,9 +294,26 @@ Result<PredictResult> Predict(const PredictRequest& r) {
   ASSIGN_OR_RETURN(const predict::PredictRequest request, Resolve(r));
   // A Hub id not in the local cache: its config.json downloaded into it, then read like a file.
   RETURN_IF_ERROR(FetchHubConfig(r.model, r.python, r.control));
+  const std::string technique = predict_parts::SimulatorOnlyTechnique(r);
+  if (!technique.empty() && (NeedsTracer(r.model) || predict::IsTracerStreamFile(r.model))) {
+    return UsageError(fmt::format(
+        "{} is predicted for the built-in families (presets, Hugging Face configs, layer "
+        "lists); your own model runs in the tracer as its code is written: put the technique in "
+        "your code (docs/guide/predict.md, \"Techniques\")",
+        technique));
+  }
   // A parallel layout, or a mixture of experts: the per-rank estimate of the built-in families.
   if (!NeedsTracer(r.model) && !predict::IsTracerStreamFile(r.model)) {
     ASSIGN_OR_RETURN(const predict::LoadedModel loaded, predict::LoadModel(r.model));
+    const bool layout = loaded.spec && (predict_parts::WantsParallel(r) ||
+                                        loaded.spec->experts > 0 || loaded.spec->Mla());
+    if (loaded.spec && layout && !technique.empty()) {
+      return UsageError(fmt::format(
+          "{} is predicted on the step simulator (one GPU, DDP or ZeRO/FSDP over "
+          "--world-size); the per-rank estimate of parallel layouts and mixtures of experts "
+          "does not model it yet",
+          technique));
+    }
     if (loaded.spec &&
         (predict_parts::WantsParallel(r) || loaded.spec->experts > 0 || loaded.spec->Mla())) {
       return predict_parts::PredictLayout(r, request, *loaded.spec);

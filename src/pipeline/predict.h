@@ -49,9 +49,18 @@ struct PredictRequest {
   int steps = 3;
   uint64_t max_events = predict::kDefaultMaxPredictedEvents;
   bool checkpointing = false;
-  int lora = 0;                     // LoRA rank; 0: none
-  double lora_dropout = 0;          // peft's lora_dropout
-  std::vector<std::string> freeze;  // shell patterns of parameter names
+  // --- the menu of memory-saving techniques (docs/guide/predict.md, "Techniques") ---
+  int checkpointing_every = 0;  // checkpoint every k-th block (implies checkpointing); 0: all
+  bool checkpointing_offload = false;  // checkpointed blocks' inputs on the host
+  int loss_chunks = 0;                 // torchtune's chunked cross-entropy; 0: none
+  bool fused_linear_ce = false;        // Liger's fused linear cross-entropy
+  bool optimizer_in_backward = false;
+  bool offload_activations = false;  // torchtune's OffloadActivations
+  bool offload_optimizer = false;    // optimizer states on the host
+  bool offload_gradients = false;    // and gradients, as soon as they are accumulated
+  int lora = 0;                      // LoRA rank; 0: none
+  double lora_dropout = 0;           // peft's lora_dropout
+  std::vector<std::string> freeze;   // shell patterns of parameter names
   // --- data parallelism, ZeRO and the ranks of the user's own job ---
   int zero = 0;  // ZeRO stage 1, 2 or 3
   bool fsdp = false;

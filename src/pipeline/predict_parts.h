@@ -10,6 +10,13 @@
 
 namespace vramscope::pipeline::predict_parts {
 
+// The menu's techniques of the request (checkpointing policies, chunked or fused loss, the
+// optimizer in backward, 8-bit optimizers, offloading) onto the set-up, each checked
+// (predict_techniques.cc); `optimizer` is the --optimizer value, which may name a quantised one.
+Status ResolveTechniques(const PredictRequest& r, predict::TrainingSetup& s);
+// Whether the request uses a technique only the built-in families' step simulator models.
+std::string SimulatorOnlyTechnique(const PredictRequest& r);
+
 // Whether the request asks for a parallel layout (or the model has experts, which only the
 // per-rank estimate models).
 bool WantsParallel(const PredictRequest& r);

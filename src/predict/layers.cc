@@ -832,4 +832,58 @@ TensorId Ops::CrossEntropy(TensorId logits, uint64_t rows, uint64_t classes, Ten
   return loss;
 }
 
+TensorId Ops::FusedLinearCrossEntropy(TensorId x, const LinearWeights& lw, uint64_t rows,
+                                      TensorId target) {
+  // liger_kernel/ops/fused_linear_cross_entropy.py (fused_linear_cross_entropy_forward).
+  const uint64_t in = lw.in, out = lw.out;
+  const uint64_t inc_factor = (out + in - 1) / std::max<uint64_t>(in, 1);
+  uint64_t chunk = 1;
+  while (chunk < (rows + inc_factor - 1) / inc_factor) chunk <<= 1;
+  const uint64_t chunks = (rows + chunk - 1) / chunk;
+  const TensorId wg = Gathered(lw.w.t);
+  // The autograd.Function's forward runs without grad; autocast still casts the matmuls (the
+  // weight's cast is cached: a leaf that requires grad).
+  const bool was_enabled = sim_.grad_enabled();
+  sim_.set_grad_enabled(false);
+  const TensorId w = ForMatmul(wg, true);
+  const bool weight_grad = sim_.RequiresGrad(lw.w.t);
+  const TensorId grad_weight =
+      weight_grad ? New(Elements(wg), Dtype(wg), "aten::zeros_like") : kNoTensor;
+  const TensorId grad_input = New(rows * in, Dtype(x), "aten::zeros_like");
+  const TensorId loss_1d = New(rows, DType::kF32, "aten::zeros");
+  const DType compute = precision_.Compute();
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const uint64_t n = std::min(chunk, rows - c * chunk);
+    const TensorId logits = New(n * out, compute, "aten::mm");  // _input_chunk @ weight.t()
+    sim_.Matmul("aten::mm");
+    // grad_input[start:end] = grad_logits_chunk @ weight: a chunk-sized product, copied in.
+    const TensorId part = New(n * in, compute, "aten::mm");
+    sim_.Matmul("aten::mm");
+    sim_.Free(part);
+    if (weight_grad) sim_.Matmul("aten::addmm");  // torch.addmm(..., out=grad_weight)
+    sim_.Free(logits);
+  }
+  const TensorId loss = New(1, DType::kF32, "aten::sum");
+  sim_.Free(loss_1d);
+  sim_.Free(w);
+  sim_.set_grad_enabled(was_enabled);
+  // Backward with grad_output 1 hands the kept gradients on unchanged.
+  sim_.Node("LigerFusedLinearCrossEntropyFunctionBackward", {x, wg}, {loss},
+            {grad_input, grad_weight, target}, [grad_input, grad_weight](BackwardContext& c) {
+              if (c.Needs(0)) {
+                c.sim().Ref(grad_input);
+                c.GiveGrad(0, grad_input);
+              }
+              if (grad_weight != kNoTensor && c.Needs(1)) {
+                c.sim().Ref(grad_weight);
+                c.GiveGrad(1, grad_weight);
+              }
+            });
+  sim_.Free(grad_input);
+  if (grad_weight != kNoTensor) sim_.Free(grad_weight);
+  ReleaseGathered(wg);
+  sim_.Free(wg);
+  return loss;
+}
+
 }  // namespace vramscope::predict

@@ -126,6 +126,13 @@ class Ops {
   // `target` (the labels) is saved by nll_loss when given.
   TensorId CrossEntropy(TensorId logits, uint64_t rows, uint64_t classes,
                         TensorId target = kNoTensor);
+  // Liger's LigerFusedLinearCrossEntropyLoss over x [rows, in] and the head `lw` (no bias): the
+  // logits are never made whole. Its forward computes the loss and both gradients chunk by
+  // chunk (chunks of next_pow2(ceil(rows / ceil(out / in))) rows, each chunk's logits in the
+  // compute dtype, overwritten by their gradient in place), keeps the input's gradient and the
+  // weight's (zeros_like of each, filled by the chunks) for backward, which hands them on.
+  TensorId FusedLinearCrossEntropy(TensorId x, const LinearWeights& lw, uint64_t rows,
+                                   TensorId target);
 
  private:
   // Autocast's view of an operand of a matmul: the cast (cached for trainable weights).

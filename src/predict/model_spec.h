@@ -98,6 +98,24 @@ struct TrainingSetup {
   int grad_accum = 1;
   int steps = 3;
   bool checkpointing = false;
+  // With checkpointing: only every k-th block (torchtitan's selective_ac_option "k": blocks k,
+  // 2k, ... counting from 1); 1: every block.
+  int checkpoint_every = 1;
+  // With checkpointing: the checkpointed blocks' inputs kept on the host (Unsloth's offloaded
+  // checkpointing).
+  bool offload_checkpoints = false;
+  // Whether block i (from 0) is checkpointed.
+  bool Checkpointed(uint64_t i) const {
+    return checkpointing && (i + 1) % static_cast<uint64_t>(checkpoint_every) == 0;
+  }
+  // The causal-LM loss (family_common.h's CausalLmHead): torchtune's chunked output and loss
+  // over this many chunks (0 or 1: one), or Liger's fused linear cross-entropy.
+  int loss_chunks = 0;
+  bool fused_linear_ce = false;
+  // The optimizer stepped per parameter inside backward (torchtune's optimizer_in_bwd).
+  bool optimizer_in_backward = false;
+  // torchtune's OffloadActivations: saved tensors of 1 KiB or more in pinned host memory.
+  bool offload_activations = false;
   int lora_rank = 0;
   double lora_alpha = 16;
   double lora_dropout = 0;  // peft's default

@@ -283,8 +283,23 @@ void StepSimulator::Node(std::string_view name, const std::vector<TensorId>& inp
   n.name = scope_.empty() ? std::string(name) : scope_ + " (" + std::string(name) + ")";
   n.inputs = inputs;
   n.outputs = outputs;
+  std::vector<TensorId> to_host;
   for (const TensorId t : saved) {
-    if (t != kNoTensor) n.saved.push_back(t);
+    if (t == kNoTensor) continue;
+    if (offload_saved_min_bytes > 0 && tensors_[t].param < 0 &&
+        tensors_[t].bytes >= offload_saved_min_bytes) {
+      to_host.push_back(t);
+      n.offloaded.push_back(tensors_[t].bytes);
+      AddHost(tensors_[t].bytes);
+    } else {
+      n.saved.push_back(t);
+    }
+  }
+  if (offload_saved_min_bytes > 0 && !to_host.empty()) {
+    // The copy stream holds what it copies until the next op saves (its event is waited on).
+    for (const TensorId t : offload_in_flight_) Free(t);
+    offload_in_flight_ = to_host;
+    for (const TensorId t : to_host) Ref(t);
   }
   n.backward = std::move(backward);
   for (const TensorId t : outputs) {
@@ -296,14 +311,13 @@ void StepSimulator::Node(std::string_view name, const std::vector<TensorId>& inp
       ++params_[tensors_[t].param].uses;
     }
   }
-  for (const TensorId t : saved) {
-    if (t == kNoTensor) continue;
+  for (const TensorId t : n.saved) {
     Ref(t);
     if (out_.events[tensors_[t].alloc_event].category == model::Category::kTemporary) {
       out_.events[tensors_[t].alloc_event].category = model::Category::kActivation;
     }
   }
-  if (recomputing_ && !n.saved.empty()) {
+  if (recomputing_ && (!n.saved.empty() || !n.offloaded.empty())) {
     recompute_cut_event_ = out_.events.size();
     recompute_cut_tensor_ = tensors_.size();
     recompute_cut_node_ = index + 1;
@@ -414,7 +428,9 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
   // The node takes the input (to pass its gradient on) and saves it, as checkpoint does.
   const TensorId input_copy = input;
   const std::string forward_scope = scope_;
-  auto backward = [this, block, input_copy, forward_scope](BackwardContext& b) {
+  const bool offload = offload_checkpoints;
+  if (offload) AddHost(tensors_[input].bytes);
+  auto backward = [this, block, input_copy, forward_scope, offload](BackwardContext& b) {
     const auto mark = static_cast<int32_t>(nodes_.size());
     const bool was_enabled = grad_enabled_;
     grad_enabled_ = true;
@@ -423,15 +439,23 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
     const std::string backward_scope = scope_;
     scope_ = forward_scope;
     // The recomputation starts from a detached alias of the saved input.
-    Tensor alias;
-    alias.bytes = tensors_[input_copy].bytes;
-    alias.owns_storage = false;
-    alias.refs = 1;
-    alias.alive = true;
-    alias.requires_grad = tensors_[input_copy].requires_grad;
-    alias.alloc_event = tensors_[input_copy].alloc_event;
-    tensors_.push_back(alias);
-    const auto x = static_cast<TensorId>(tensors_.size() - 1);
+    TensorId x = kNoTensor;
+    if (offload) {
+      // Offloaded: the input comes back from the host into a GPU copy of its own.
+      x = Alloc(tensors_[input_copy].bytes, model::Category::kActivation,
+                forward_scope + " (checkpoint input, from the host)", "aten::_to_copy");
+      DropHost(tensors_[input_copy].bytes);
+    } else {
+      Tensor alias;
+      alias.bytes = tensors_[input_copy].bytes;
+      alias.owns_storage = false;
+      alias.refs = 1;
+      alias.alive = true;
+      alias.requires_grad = tensors_[input_copy].requires_grad;
+      alias.alloc_event = tensors_[input_copy].alloc_event;
+      tensors_.push_back(alias);
+      x = static_cast<TensorId>(tensors_.size() - 1);
+    }
     // Parameters of the block get a gradient only through the recomputed graph.
     tensors_[x].requires_grad = true;
     // Early stop (torch.utils.checkpoint's default): the recomputation ends once the last
@@ -477,15 +501,26 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
   // one even when the input does not, so mark the node's input side accordingly.
   const bool input_required = tensors_[input].requires_grad;
   tensors_[input].requires_grad = true;
-  Node("CheckpointFunctionBackward", {input}, {y}, {input}, std::move(backward));
+  // Offloaded, the node keeps the input on the host only (no GPU reference).
+  Node("CheckpointFunctionBackward", {input}, {y},
+       offload ? std::vector<TensorId>{} : std::vector<TensorId>{input}, std::move(backward));
   tensors_[input].requires_grad = input_required;
   return y;
 }
 
 void StepSimulator::RunNode(int32_t index) {
   BackwardFn fn = nodes_[index].backward;  // the function may append nodes (checkpointing)
+  // Offloaded saved tensors come back to the GPU just before their node runs.
+  std::vector<TensorId> unpacked;
+  for (const uint64_t bytes : std::vector<uint64_t>(nodes_[index].offloaded)) {
+    unpacked.push_back(
+        Alloc(bytes, model::Category::kActivation, nodes_[index].name, "aten::_to_copy"));
+    DropHost(bytes);
+  }
+  nodes_[index].offloaded.clear();
   BackwardContext ctx(*this, index);
   fn(ctx);
+  for (const TensorId t : unpacked) Free(t);
   // The engine drops the incoming gradients, then the node's saved tensors, then hands the
   // node's outputs on (goldens/h200/mlp_adam_fp32: events 28-33).
   for (const TensorId o : std::vector<TensorId>(nodes_[index].outputs)) {
@@ -583,6 +618,15 @@ void StepSimulator::AccumulateIntoParam(int32_t param, TensorId grad) {
     own = part;
   }
   p.grad = own;
+  if (step_in_backward != nullptr && p.trainable) {
+    // The post-accumulate-grad hook: optimizer.step() for this parameter alone, then
+    // zero_grad() (set to none); offloaded gradients are copied to the host and dropped.
+    EnterModule("optimizer");
+    StepOptimizer(*step_in_backward, {param});
+    ExitModule();
+    Free(p.grad);
+    p.grad = kNoTensor;
+  }
 }
 
 void StepSimulator::RunEngine(int32_t from_node) {
@@ -600,11 +644,15 @@ void StepSimulator::ReleaseGraph(int32_t from_node) {
     std::vector<TensorId> saved = std::move(nodes_[i].saved);
     nodes_[i].saved.clear();
     for (const TensorId s : saved) Free(s);
+    for (const uint64_t bytes : nodes_[i].offloaded) DropHost(bytes);
+    nodes_[i].offloaded.clear();
     nodes_[i].done = true;
   }
 }
 
 void StepSimulator::Backward(TensorId loss) {
+  for (const TensorId t : offload_in_flight_) Free(t);
+  offload_in_flight_.clear();
   in_backward_ = true;
   // torch.autograd's _make_grads: ones_like(loss), held by the Python call until it returns.
   // The loss is a scalar (its storage may be larger: mse_loss leaves the mean in a tensor of
@@ -647,59 +695,113 @@ void StepSimulator::ZeroGrad(bool set_to_none) {
 }
 
 void StepSimulator::OptimizerStep(const OptimizerSetup& setup) {
+  // Stepped in backward already (optimizer_in_bwd, or offloaded gradients): nothing is left.
+  if (step_in_backward != nullptr) return;
   // The step's temporaries are the optimizer's.
   EnterModule("optimizer");
-  StepOptimizer(setup);
-  ExitModule();
-}
-
-void StepSimulator::StepOptimizer(const OptimizerSetup& setup) {
-  if (setup.kind == OptimizerKind::kNone || setup.kind == OptimizerKind::kSgd) {
-    ++optimizer_steps_;  // plain SGD updates in place (foreach, fused or not)
-    return;
-  }
-  const bool first = optimizer_steps_ == 0;
-  ++optimizer_steps_;
-  const auto shard = [&](uint64_t bytes) {
-    return (bytes + setup.shards - 1) / static_cast<uint64_t>(setup.shards);
-  };
   std::vector<int32_t> stepped;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].trainable && params_[i].grad != kNoTensor) {
       stepped.push_back(static_cast<int32_t>(i));
     }
   }
+  StepOptimizer(setup, stepped);
+  ++optimizer_steps_;
+  ExitModule();
+}
+
+void StepSimulator::AddHost(uint64_t bytes) {
+  host_bytes_ += bytes;
+  host_peak_ = std::max(host_peak_, host_bytes_);
+}
+
+void StepSimulator::MakeState(const OptimizerSetup& setup, int32_t i) {
+  Param& p = params_[i];
   const auto element_bytes = ElementSize(param_dtype);
-  // State: created at the first step, in parameter order (_init_group).
-  if (first) {
-    for (const int32_t i : stepped) {
-      Param& p = params_[i];
-      const uint64_t elements = p.full_bytes / element_bytes;
-      const uint64_t state_bytes = setup.master_weights ? elements * 4 : tensors_[p.tensor].bytes;
-      const uint64_t own = setup.shards > 1
-                               ? shard(setup.master_weights ? elements * 4 : p.full_bytes)
-                               : state_bytes;
-      const bool device_step =
-          setup.impl == OptimizerImpl::kFused && setup.kind != OptimizerKind::kMomentum;
-      if (device_step) {
-        p.state.push_back(
-            Alloc(4, model::Category::kOptimizerState, p.name + ".step", "aten::zeros"));
-      }
-      if (setup.master_weights) {
-        p.state.push_back(
-            Alloc(own, model::Category::kOptimizerState, p.name + ".master", "aten::_to_copy"));
-      }
-      if (setup.kind == OptimizerKind::kMomentum) {
-        p.state.push_back(Alloc(own, model::Category::kOptimizerState, p.name + ".momentum_buffer",
-                                "aten::clone"));
+  const uint64_t elements = p.full_bytes / element_bytes;
+  const auto shard = [&](uint64_t bytes) {
+    return (bytes + setup.shards - 1) / static_cast<uint64_t>(setup.shards);
+  };
+  if (setup.offload) {
+    // Host: an fp32 copy of the parameter (the optimizer's own), its gradient's copy, and the
+    // states in fp32 (Adam: two, momentum: one).
+    const uint64_t own = shard(elements * 4);
+    const int states = setup.kind == OptimizerKind::kMomentum ? 1 : 2;
+    AddHost(own * (2 + states));
+    return;
+  }
+  const auto state = [&](uint64_t bytes, const std::string& name, std::string_view op) {
+    p.state.push_back(Alloc(bytes, model::Category::kOptimizerState, p.name + name, op));
+  };
+  if (setup.states != StateFormat::kNative && setup.kind != OptimizerKind::kMomentum) {
+    const uint64_t n = (elements + setup.shards - 1) / static_cast<uint64_t>(setup.shards);
+    const bool bnb =
+        setup.states == StateFormat::kBnb8bit || setup.states == StateFormat::kBnbPaged8bit;
+    if (bnb && !quantisation_maps_) {
+      quantisation_maps_ = true;
+      state(256 * 4, ".qmap1 (shared)", "aten::_to_copy");
+      state(256 * 4, ".qmap2 (shared)", "aten::_to_copy");
+    }
+    const uint64_t block = setup.states == StateFormat::kAo4bit ? 128 : 256;
+    const bool quantised = n >= 4096 && (bnb || n % block == 0);
+    if (!quantised) {
+      // bitsandbytes keeps fp32 states for small tensors; torchao zeros_like(param).
+      const uint64_t bytes = bnb ? n * 4 : shard(p.full_bytes);
+      state(bytes, ".exp_avg", "aten::zeros_like");
+      state(bytes, ".exp_avg_sq", "aten::zeros_like");
+      return;
+    }
+    const uint64_t blocks = (n + block - 1) / block;
+    for (const char* which : {".exp_avg", ".exp_avg_sq"}) {
+      const uint64_t codes = setup.states == StateFormat::kAo4bit ? (n + 1) / 2 : n;
+      if (setup.states == StateFormat::kBnbPaged8bit && n >= 100000) {
+        // F.get_paged: cudaMallocManaged, outside the caching allocator.
+        AddHost(codes);
+        paged_bytes_ += codes;
       } else {
-        p.state.push_back(
-            Alloc(own, model::Category::kOptimizerState, p.name + ".exp_avg", "aten::zeros_like"));
-        p.state.push_back(Alloc(own, model::Category::kOptimizerState, p.name + ".exp_avg_sq",
-                                "aten::zeros_like"));
+        state(codes, std::string(which) + " (codes)", "aten::zeros");
+      }
+      state(blocks * 4, std::string(which) + " (scales)", "aten::zeros");
+      if (setup.states == StateFormat::kAo8bit || setup.states == StateFormat::kAo4bit) {
+        state(setup.states == StateFormat::kAo4bit ? 16 * 4 : 256 * 4,
+              std::string(which) + " (qmap)", "aten::tensor");
       }
     }
+    return;
   }
+  const uint64_t state_bytes = setup.master_weights ? elements * 4 : tensors_[p.tensor].bytes;
+  const uint64_t own =
+      setup.shards > 1 ? shard(setup.master_weights ? elements * 4 : p.full_bytes) : state_bytes;
+  const bool device_step =
+      setup.impl == OptimizerImpl::kFused && setup.kind != OptimizerKind::kMomentum;
+  if (device_step) state(4, ".step", "aten::zeros");
+  if (setup.master_weights) state(own, ".master", "aten::_to_copy");
+  if (setup.kind == OptimizerKind::kMomentum) {
+    state(own, ".momentum_buffer", "aten::clone");
+  } else {
+    state(own, ".exp_avg", "aten::zeros_like");
+    state(own, ".exp_avg_sq", "aten::zeros_like");
+  }
+}
+
+void StepSimulator::StepOptimizer(const OptimizerSetup& setup,
+                                  const std::vector<int32_t>& stepped) {
+  // plain SGD updates in place (foreach, fused or not)
+  if (setup.kind == OptimizerKind::kNone || setup.kind == OptimizerKind::kSgd) return;
+  const auto shard = [&](uint64_t bytes) {
+    return (bytes + setup.shards - 1) / static_cast<uint64_t>(setup.shards);
+  };
+  const auto element_bytes = ElementSize(param_dtype);
+  // State: created at a parameter's first step, in parameter order (_init_group).
+  for (const int32_t i : stepped) {
+    if (!params_[i].state_made) {
+      params_[i].state_made = true;
+      MakeState(setup, i);
+    }
+  }
+  // The host optimizer copies each gradient over and the parameter back in place; the
+  // quantised ones step in one fused kernel per parameter.
+  if (setup.offload || setup.states != StateFormat::kNative) return;
   if (setup.kind == OptimizerKind::kMomentum) return;  // the momentum update is in place
   // Adam/AdamW step temporaries.
   const auto state_size = [&](int32_t i) {

@@ -60,12 +60,33 @@ using BackwardFn = std::function<void(BackwardContext&)>;
 enum class OptimizerKind : uint8_t { kNone, kSgd, kMomentum, kAdam, kAdamW };
 enum class OptimizerImpl : uint8_t { kForeach, kFused, kForLoop };
 
+// How Adam's two states are stored (docs/design/techniques.md):
+// - kNative: torch.optim's, in the parameter's dtype (fp32 with master weights);
+// - kBnb8bit: bitsandbytes' AdamW8bit (block-wise): a uint8 code per element and an fp32 absmax
+//   per block of 256 for parameters of at least 4096 elements, fp32 states below that, and the
+//   two 256-entry quantisation maps once;
+// - kBnbPaged8bit: PagedAdamW8bit: the same, its code buffers of 100,000 elements or more in CUDA
+//   unified memory (outside PyTorch's allocator, paged to the host under pressure);
+// - kAo8bit, kAo4bit, kAoFp8: torchao's AdamW8bit (uint8 codes, an fp32 scale per 256 and a
+//   256-entry map per state), AdamW4bit (two codes per byte, a scale per 128, a 16-entry map)
+//   and AdamWFp8 (float8 codes, a scale per 256), for parameters of at least 4096 elements
+//   divisible by the block; other parameters keep zeros_like(param).
+// The quantised optimizers step each parameter in one fused kernel: no step temporaries.
+enum class StateFormat : uint8_t { kNative, kBnb8bit, kBnbPaged8bit, kAo8bit, kAo4bit, kAoFp8 };
+
 struct OptimizerSetup {
   OptimizerKind kind = OptimizerKind::kAdamW;
   OptimizerImpl impl = OptimizerImpl::kForeach;
+  StateFormat states = StateFormat::kNative;
   bool master_weights = false;  // fp32 master copies of low-precision weights in the state
   double weight_decay = 0;      // Adam's L2 term allocates a gradient-sized temporary
   int shards = 1;               // ZeRO-1 and up: each rank keeps 1/shards of the state
+  // The optimizer on the host (torchao's CPUOffloadOptimizer, DeepSpeed's ZeRO-Offload): its
+  // states and an fp32 copy of each parameter in pinned host memory, each gradient copied over
+  // for the step; nothing of it on the GPU. offload_gradients: each gradient leaves the GPU as
+  // soon as it is accumulated (CPUOffloadOptimizer(offload_gradients=True)).
+  bool offload = false;
+  bool offload_gradients = false;
 };
 
 class StepSimulator {
@@ -137,6 +158,25 @@ class StepSimulator {
   // optimizer.zero_grad(set_to_none): frees the gradients (or keeps them to zero in place).
   void ZeroGrad(bool set_to_none);
   void OptimizerStep(const OptimizerSetup& setup);
+  // The optimizer step fused into backward (torchtune's optimizer_in_bwd: one optimizer per
+  // parameter, stepped and its gradient dropped by a post-accumulate-grad hook): when set, each
+  // parameter is stepped as soon as its gradient is accumulated, and OptimizerStep does nothing.
+  // Also the hook of offload_gradients. Not owned.
+  const OptimizerSetup* step_in_backward = nullptr;
+  // torchtune's OffloadActivations (saved-tensor hooks): every saved tensor of at least this many
+  // bytes that is not a parameter goes to pinned host memory; the graph keeps no GPU reference
+  // (the copy stream holds it until the next op saves), and backward copies it back just before
+  // its node runs. 0: off.
+  uint64_t offload_saved_min_bytes = 0;
+  // Offloaded checkpointing (Unsloth's): a checkpointed block's input is kept on the host, not
+  // the GPU, and copied back for the recomputation.
+  bool offload_checkpoints = false;
+  // Host memory the set-up holds (pinned buffers, offloaded states, unified-memory pages): now and
+  // at its most.
+  uint64_t host_bytes() const { return host_bytes_; }
+  uint64_t host_peak_bytes() const { return host_peak_; }
+  // Of it, the unified-memory (paged) optimizer state, which lives on the GPU while there is room.
+  uint64_t paged_bytes() const { return paged_bytes_; }
   // ZeRO-2 and up: each gradient, once accumulated, is reduced into this rank's shard.
   int grad_shards = 1;
   // ZeRO-3 / FSDP: each rank keeps 1/param_shards of every parameter; layers gather the full
@@ -188,6 +228,7 @@ class StepSimulator {
     int32_t uses = 0;              // nodes of the current graph that take it as input
     std::vector<TensorId> state;   // optimizer state
     bool ready_seen = false;       // its gradient was made ready once (DDP's rebuild order)
+    bool state_made = false;       // the optimizer made its state (its first step)
   };
   struct NodeRec {
     std::string name;
@@ -195,12 +236,17 @@ class StepSimulator {
     BackwardFn backward;
     bool done = false;
     std::vector<std::pair<size_t, TensorId>> given;  // grads handed out while it runs
+    std::vector<uint64_t> offloaded;                 // bytes of saved tensors on the host
   };
 
   TensorId Alloc(uint64_t bytes, model::Category category, std::string_view name,
                  std::string_view op);
   void Relabel(TensorId t, model::Category category, std::string_view name);
-  void StepOptimizer(const OptimizerSetup& setup);
+  void StepOptimizer(const OptimizerSetup& setup, const std::vector<int32_t>& stepped);
+  // The state of parameter `i` at its first step.
+  void MakeState(const OptimizerSetup& setup, int32_t i);
+  void AddHost(uint64_t bytes);
+  void DropHost(uint64_t bytes) { host_bytes_ -= std::min(bytes, host_bytes_); }
   void RunNode(int32_t index);
   void RunEngine(int32_t from_node);
   void DeliverGrad(TensorId input, TensorId grad, int32_t from_node);
@@ -239,6 +285,9 @@ class StepSimulator {
   size_t recompute_cut_tensor_ = 0;
   int32_t recompute_cut_node_ = 0;
   int32_t optimizer_steps_ = 0;
+  uint64_t host_bytes_ = 0, host_peak_ = 0, paged_bytes_ = 0;
+  bool quantisation_maps_ = false;           // bitsandbytes' two maps, made once
+  std::vector<TensorId> offload_in_flight_;  // saved tensors the copy stream still holds
 };
 
 }  // namespace vramscope::predict

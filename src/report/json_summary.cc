@@ -34,6 +34,8 @@ nlohmann::json Prediction(const ReportInput& in) {
       {"parameter_bytes", p.parameter_bytes},
       {"buffer_bytes", p.buffer_bytes},
       {"capacity_bytes", p.capacity},  // 0: unlimited
+      {"host_bytes", p.host_bytes},    // pinned host memory at its most (offloading)
+      {"paged_bytes", p.paged_bytes},  // of it, unified-memory optimizer pages
       {"facts", facts},
       {"assumptions", p.assumptions},
   };

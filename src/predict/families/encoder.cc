@@ -173,7 +173,7 @@ class Encoder : public Model {
       for (uint64_t i = 0; i < m_.layers; ++i) {
         Scope l(sim, fmt::format(fmt::runtime(vit ? "layers.{}" : "layer.{}"), i));
         auto block = [&, i](TensorId input) { return LayerForward(ops, layers_[i], input); };
-        const TensorId y = s_.checkpointing ? ops.Checkpoint(x, block) : block(x);
+        const TensorId y = s_.Checkpointed(i) ? ops.Checkpoint(x, block) : block(x);
         sim.Free(x);
         x = y;
       }

@@ -57,9 +57,85 @@ TensorId CausalLmLoss(Ops& ops, TensorId logits, uint64_t batch, uint64_t seq, u
   return loss;
 }
 
-StepTensors CausalLmHead(Ops& ops, TensorId hidden, const LinearWeights& head, uint64_t batch,
-                         uint64_t seq) {
+namespace {
+
+// torchtune's TransformerDecoder with num_output_chunks and CEWithChunkedOutputLoss: the
+// hidden states chunked along the sequence (views), each chunk through the head, then per chunk
+// labels.chunk(...).reshape(-1) (a copy: the chunk is not contiguous), logits.float() and
+// F.cross_entropy(reduction="sum"), the chunks' losses summed.
+StepTensors ChunkedHead(Ops& ops, TensorId hidden, const LinearWeights& head, uint64_t batch,
+                        uint64_t seq, uint64_t chunks) {
   StepSimulator& sim = ops.sim();
+  std::vector<std::pair<TensorId, uint64_t>> logits;  // (chunk, its rows)
+  {
+    Scope l(sim, "lm_head");
+    // torch.chunk: chunks of ceil(seq / chunks) positions, the last one what remains; views
+    // whose one backward node (SplitBackward0) puts their gradients together in a whole one.
+    const uint64_t per = (seq + chunks - 1) / chunks;
+    std::vector<TensorId> parts;
+    std::vector<uint64_t> rows;
+    for (uint64_t c = 0; c * per < seq && c < chunks; ++c) {
+      rows.push_back(batch * std::min(per, seq - c * per));
+      parts.push_back(ops.View(hidden, rows.back() * head.in));
+    }
+    const uint64_t whole = sim.Bytes(hidden);
+    sim.Node("SplitBackward0", {hidden}, parts, {}, [whole](BackwardContext& c) {
+      if (c.Needs(0)) c.GiveGrad(0, c.New(whole, "aten::cat"));
+    });
+    for (size_t c = 0; c < parts.size(); ++c) {
+      logits.emplace_back(ops.Linear(parts[c], head, rows[c]), rows[c]);
+      sim.Free(parts[c]);
+    }
+  }
+  TensorId total = kNoTensor;
+  {
+    Scope l(sim, "loss");
+    const TensorId padded = ops.New(batch * (seq + 1), DType::kI64, "aten::constant_pad_nd");
+    for (const auto& [chunk, n] : logits) {
+      const TensorId labels = ops.New(n, DType::kI64, "aten::clone");
+      const TensorId x = ops.Cast(chunk, DType::kF32);
+      const TensorId loss = ops.CrossEntropy(x, n, head.out, labels);
+      sim.Free(x);
+      sim.Free(labels);
+      if (total == kNoTensor) {
+        total = loss;
+      } else {
+        const TensorId sum = ops.Add(total, loss);
+        sim.Free(total);
+        sim.Free(loss);
+        total = sum;
+      }
+    }
+    sim.Free(padded);
+    const TensorId mean = ops.MulScalar(total);  // total_loss / total_elements
+    sim.Free(total);
+    total = mean;
+  }
+  for (const auto& chunk : logits) sim.Free(chunk.first);  // del logits
+  sim.Free(hidden);
+  return {{}, kNoTensor, total};
+}
+
+}  // namespace
+
+StepTensors CausalLmHead(Ops& ops, TensorId hidden, const LinearWeights& head, uint64_t batch,
+                         uint64_t seq, const TrainingSetup& setup) {
+  StepSimulator& sim = ops.sim();
+  if (setup.loss_chunks > 1) return ChunkedHead(ops, hidden, head, batch, seq, setup.loss_chunks);
+  if (setup.fused_linear_ce) {
+    TensorId loss;
+    {
+      Scope l(sim, "loss");
+      // Liger's patched forward: the shifted labels, then the fused head and loss.
+      const TensorId padded = ops.New(batch * (seq + 1), DType::kI64, "aten::constant_pad_nd");
+      const TensorId shifted = ops.New(batch * seq, DType::kI64, "aten::clone");
+      sim.Free(padded);
+      loss = ops.FusedLinearCrossEntropy(hidden, head, batch * seq, shifted);
+      sim.Free(shifted);
+    }
+    sim.Free(hidden);
+    return {{}, kNoTensor, loss};
+  }
   TensorId logits;
   {
     Scope l(sim, "lm_head");

@@ -81,10 +81,17 @@ TensorId ApplyIn(Ops& ops, std::string_view name, const AdaptedLinear& l, Tensor
 TensorId CausalLmLoss(Ops& ops, TensorId logits, uint64_t batch, uint64_t seq, uint64_t vocab);
 
 // The LM head over the final hidden states (consumed, after the loss: the model's forward holds
-// them until it returns) and the causal-LM loss: the logits, held by the loop until the step
-// ends, and the loss.
+// them until it returns) and the causal-LM loss, as the set-up computes it:
+// - by default transformers' (one head matmul, one loss): the logits, held by the loop until
+//   the step ends, and the loss;
+// - setup.loss_chunks > 1: torchtune's chunked output and CEWithChunkedOutputLoss (the hidden
+//   states through the head chunk by chunk along the sequence, each chunk upcast to fp32 and its
+//   cross-entropy summed), the logits list dropped before backward as torchtune's recipes do
+//   (`del logits`): no output is kept;
+// - setup.fused_linear_ce: Liger's fused linear cross-entropy (Ops::FusedLinearCrossEntropy): no
+//   logits at all.
 StepTensors CausalLmHead(Ops& ops, TensorId hidden, const LinearWeights& head, uint64_t batch,
-                         uint64_t seq);
+                         uint64_t seq, const TrainingSetup& setup);
 
 // The families, one file each.
 std::unique_ptr<Model> MakeGpt2(const ModelSpec& m, const TrainingSetup& s);       // gpt2.cc

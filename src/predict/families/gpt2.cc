@@ -69,7 +69,7 @@ class Gpt2 : public Model {
       for (uint64_t i = 0; i < m_.layers; ++i) {
         Scope hs(sim, fmt::format("h.{}", i));
         auto block = [&, i](TensorId input) { return BlockForward(ops, blocks_[i], input); };
-        const TensorId y = s_.checkpointing ? ops.Checkpoint(x, block) : block(x);
+        const TensorId y = s_.Checkpointed(i) ? ops.Checkpoint(x, block) : block(x);
         sim.Free(x);
         x = y;
       }
@@ -82,7 +82,7 @@ class Gpt2 : public Model {
     head.w = wte_;
     head.in = h;
     head.out = m_.vocab;
-    return CausalLmHead(ops, x, head, b, s);
+    return CausalLmHead(ops, x, head, b, s, s_);
   }
 
  private:

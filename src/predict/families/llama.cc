@@ -107,7 +107,7 @@ class Llama : public Model {
       for (uint64_t i = 0; i < m_.layers; ++i) {
         Scope l(sim, fmt::format("layers.{}", i));
         auto block = [&, i](TensorId input) { return LayerForward(ops, layers_[i], input); };
-        const TensorId y = s_.checkpointing ? ops.Checkpoint(x, block) : block(x);
+        const TensorId y = s_.Checkpointed(i) ? ops.Checkpoint(x, block) : block(x);
         sim.Free(x);
         x = y;
       }
@@ -118,7 +118,7 @@ class Llama : public Model {
       sim.Free(x);
       x = y;
     }
-    return CausalLmHead(ops, x, head_, b, s);
+    return CausalLmHead(ops, x, head_, b, s, s_);
   }
 
  private:

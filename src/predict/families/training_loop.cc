@@ -75,6 +75,13 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
         "(--tp/--pp/--ep)",
         m.label, m.label));
   }
+  if ((setup.loss_chunks > 1 || setup.fused_linear_ce) && m.family != Family::kGpt2 &&
+      m.family != Family::kLlama) {
+    return UsageError(fmt::format(
+        "{} changes a causal language model's loss (the GPT-2 and LLaMA families); {} is a {}",
+        setup.fused_linear_ce ? "--fused-linear-ce" : "--loss-chunks", m.label,
+        FamilyName(m.family)));
+  }
   if (m.family == Family::kVit && setup.image_size != 0 && setup.image_size < m.patch) {
     return UsageError(fmt::format("--image-size {} is smaller than the model's patch size {}",
                                   setup.image_size, m.patch));
@@ -94,6 +101,9 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
   sim.frozen_patterns = setup.freeze;
   OptimizerSetup optimizer = setup.optimizer;
   optimizer.shards = shards;
+  if (setup.optimizer_in_backward || optimizer.offload_gradients) sim.step_in_backward = &optimizer;
+  if (setup.offload_activations) sim.offload_saved_min_bytes = 1024;  // min_offload_size
+  sim.offload_checkpoints = setup.offload_checkpoints;
   auto model = MakeModel(m, setup);
   stream.Phase(0, model::Phase::kSetup, "setup");
   // peft wraps the model: every name gains "base_model.model." under LoRA.
@@ -164,6 +174,19 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
           "smaller --batch or --seq",
           setup.batch, setup.seq ? setup.seq : m.default_seq));
     }
+  }
+  stream.info.host_bytes = sim.host_peak_bytes();
+  stream.info.paged_bytes = sim.paged_bytes();
+  if (stream.info.host_bytes > 0) {
+    std::string text = fmt::format("{} at most, pinned",
+                                   FormatBytes(static_cast<int64_t>(stream.info.host_bytes)));
+    if (stream.info.paged_bytes > 0) {
+      text += fmt::format(
+          " (of it {} of paged optimizer state in unified memory: on the GPU "
+          "while it has room, outside the allocator)",
+          FormatBytes(static_cast<int64_t>(stream.info.paged_bytes)));
+    }
+    stream.info.facts.emplace_back("host memory", text);
   }
   return stream;
 }

@@ -1,0 +1,103 @@
+// The menu of memory-saving techniques from the request onto the set-up (predict_parts.h): each
+// flag checked against the others, in the words of the flags.
+#include <fmt/format.h>
+
+#include "pipeline/predict_parts.h"
+
+namespace vramscope::pipeline::predict_parts {
+
+std::string SimulatorOnlyTechnique(const PredictRequest& r) {
+  if (r.loss_chunks > 1) return "--loss-chunks";
+  if (r.fused_linear_ce) return "--fused-linear-ce";
+  if (r.checkpointing_every > 1) return "--checkpointing-every";
+  if (r.checkpointing_offload) return "--checkpointing-offload";
+  if (r.optimizer_in_backward) return "--optimizer-in-backward";
+  if (r.offload_activations) return "--offload-activations";
+  if (r.offload_optimizer) return "--offload-optimizer";
+  if (r.offload_gradients) return "--offload-gradients";
+  if (r.optimizer != "sgd" && r.optimizer != "momentum" && r.optimizer != "adam" &&
+      r.optimizer != "adamw" && r.optimizer != "none") {
+    return "--optimizer " + r.optimizer;
+  }
+  return "";
+}
+
+Status ResolveTechniques(const PredictRequest& r, predict::TrainingSetup& s) {
+  using predict::StateFormat;
+  predict::OptimizerSetup& o = s.optimizer;
+  if (r.optimizer == "adamw8bit") {
+    o.states = StateFormat::kBnb8bit;
+  } else if (r.optimizer == "paged-adamw8bit") {
+    o.states = StateFormat::kBnbPaged8bit;
+  } else if (r.optimizer == "adamw8bit-ao") {
+    o.states = StateFormat::kAo8bit;
+  } else if (r.optimizer == "adamw4bit") {
+    o.states = StateFormat::kAo4bit;
+  } else if (r.optimizer == "adamw-fp8") {
+    o.states = StateFormat::kAoFp8;
+  }
+  if (o.states != StateFormat::kNative) {
+    o.kind = predict::OptimizerKind::kAdamW;
+    if (r.master_weights) {
+      return UsageError(fmt::format(
+          "--optimizer {} keeps quantised states of the weights it steps; --master-weights is "
+          "torch.optim's fp32 copies: drop one",
+          r.optimizer));
+    }
+  }
+  if (r.checkpointing_every < 0) return UsageError("--checkpointing-every must be 1 or more");
+  if (r.checkpointing_every > 0 || r.checkpointing_offload) s.checkpointing = true;
+  s.checkpoint_every = std::max(1, r.checkpointing_every);
+  s.offload_checkpoints = r.checkpointing_offload;
+  if (r.loss_chunks == 1 || r.loss_chunks < 0) {
+    return UsageError("--loss-chunks splits the loss into 2 or more chunks");
+  }
+  if (r.loss_chunks > 1 && r.fused_linear_ce) {
+    return UsageError(
+        "--loss-chunks and --fused-linear-ce are two ways to compute the loss without whole fp32 "
+        "logits: choose one");
+  }
+  s.loss_chunks = r.loss_chunks;
+  s.fused_linear_ce = r.fused_linear_ce;
+  s.optimizer_in_backward = r.optimizer_in_backward;
+  if (r.optimizer_in_backward) {
+    if (r.grad_accum > 1) {
+      return UsageError(
+          "--optimizer-in-backward steps each weight as its gradient is made, so gradients "
+          "cannot accumulate over micro-batches: drop --grad-accum (torchtune refuses it too)");
+    }
+    if (r.world_size > 1 || r.zero != 0 || r.fsdp) {
+      return UsageError(
+          "--optimizer-in-backward is predicted on one GPU (torchtune's single-device recipes); "
+          "drop --world-size/--zero/--fsdp");
+    }
+  }
+  s.offload_activations = r.offload_activations;
+  o.offload = r.offload_optimizer;
+  o.offload_gradients = r.offload_gradients;
+  if (r.offload_gradients && !r.offload_optimizer) {
+    return UsageError(
+        "--offload-gradients moves gradients to the host optimizer: give "
+        "--offload-optimizer with it");
+  }
+  if (r.offload_optimizer) {
+    if (o.states != StateFormat::kNative) {
+      return UsageError(fmt::format(
+          "--offload-optimizer runs the optimizer on the host in fp32; --optimizer {} is a GPU "
+          "one: choose one",
+          r.optimizer));
+    }
+    if (r.optimizer_in_backward) {
+      return UsageError(
+          "--offload-optimizer and --optimizer-in-backward: the host optimizer steps after "
+          "backward (with --offload-gradients it takes each gradient as it is made); choose one");
+    }
+    if (o.kind == predict::OptimizerKind::kNone || o.kind == predict::OptimizerKind::kSgd) {
+      return UsageError("--offload-optimizer moves optimizer states to the host; --optimizer " +
+                        r.optimizer + " keeps none");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace vramscope::pipeline::predict_parts

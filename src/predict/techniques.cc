@@ -1,0 +1,122 @@
+#include "predict/techniques.h"
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "predict/build_trace.h"
+
+namespace vramscope::predict {
+
+namespace {
+
+const char* StateFormatName(StateFormat f) {
+  switch (f) {
+    case StateFormat::kNative:
+      return "torch.optim states";
+    case StateFormat::kBnb8bit:
+      return "8-bit AdamW states (bitsandbytes)";
+    case StateFormat::kBnbPaged8bit:
+      return "paged 8-bit AdamW states (bitsandbytes)";
+    case StateFormat::kAo8bit:
+      return "8-bit AdamW states (torchao)";
+    case StateFormat::kAo4bit:
+      return "4-bit AdamW states (torchao)";
+    case StateFormat::kAoFp8:
+      return "FP8 AdamW states (torchao)";
+  }
+  return "?";
+}
+
+struct Peaks {
+  uint64_t reserved = 0;
+  uint64_t host = 0;
+};
+
+Result<Peaks> PeaksOf(const LoadedModel& model, const PredictRequest& request) {
+  ASSIGN_OR_RETURN(TensorStream stream, PredictStream(model, request));
+  const uint64_t host = stream.info.host_bytes;
+  ASSIGN_OR_RETURN(allocator::AllocatorSettings settings, SettingsFor(request));
+  settings.capacity = allocator::kUnlimited;
+  ASSIGN_OR_RETURN(const PeakOnly p, SimulatePeaks(stream, settings));
+  return Peaks{p.peak_reserved, host};
+}
+
+}  // namespace
+
+std::vector<ActiveTechnique> ActiveTechniques(const TrainingSetup& s) {
+  std::vector<ActiveTechnique> out;
+  if (s.checkpointing) {
+    out.push_back(
+        {s.checkpoint_every > 1
+             ? fmt::format("activation checkpointing (every {} blocks)", s.checkpoint_every)
+             : std::string("activation checkpointing"),
+         [](TrainingSetup& t) {
+           t.checkpointing = false;
+           t.offload_checkpoints = false;
+         }});
+  }
+  if (s.checkpointing && s.offload_checkpoints) {
+    out.push_back({"checkpoints offloaded to the host",
+                   [](TrainingSetup& t) { t.offload_checkpoints = false; }});
+  }
+  if (s.loss_chunks > 1) {
+    out.push_back({fmt::format("chunked cross-entropy ({} chunks)", s.loss_chunks),
+                   [](TrainingSetup& t) { t.loss_chunks = 0; }});
+  }
+  if (s.fused_linear_ce) {
+    out.push_back(
+        {"fused linear cross-entropy", [](TrainingSetup& t) { t.fused_linear_ce = false; }});
+  }
+  if (s.optimizer_in_backward) {
+    out.push_back(
+        {"optimizer step in backward", [](TrainingSetup& t) { t.optimizer_in_backward = false; }});
+  }
+  if (s.optimizer.states != StateFormat::kNative) {
+    out.push_back({StateFormatName(s.optimizer.states),
+                   [](TrainingSetup& t) { t.optimizer.states = StateFormat::kNative; }});
+  }
+  if (s.offload_activations) {
+    out.push_back({"activations offloaded to the host",
+                   [](TrainingSetup& t) { t.offload_activations = false; }});
+  }
+  if (s.optimizer.offload) {
+    out.push_back({"optimizer offloaded to the host", [](TrainingSetup& t) {
+                     t.optimizer.offload = false;
+                     t.optimizer.offload_gradients = false;
+                   }});
+  }
+  if (s.optimizer.offload_gradients) {
+    out.push_back({"gradients offloaded to the host",
+                   [](TrainingSetup& t) { t.optimizer.offload_gradients = false; }});
+  }
+  return out;
+}
+
+Result<std::vector<TechniqueEffect>> TechniqueEffects(const LoadedModel& model,
+                                                      const PredictRequest& request,
+                                                      const Control& control) {
+  std::vector<TechniqueEffect> out;
+  const std::vector<ActiveTechnique> active = ActiveTechniques(request.setup);
+  if (active.empty() || !model.spec) return out;
+  RETURN_IF_ERROR(control.CheckCancelled("the techniques' effects"));
+  ASSIGN_OR_RETURN(const Peaks with, PeaksOf(model, request));
+  for (const ActiveTechnique& t : active) {
+    RETURN_IF_ERROR(control.CheckCancelled("the techniques' effects"));
+    PredictRequest without = request;
+    t.undo(without.setup);
+    ASSIGN_OR_RETURN(const Peaks p, PeaksOf(model, without));
+    out.push_back({t.name, static_cast<int64_t>(p.reserved) - static_cast<int64_t>(with.reserved),
+                   static_cast<int64_t>(with.host) - static_cast<int64_t>(p.host)});
+  }
+  return out;
+}
+
+std::string EffectText(const TechniqueEffect& e) {
+  std::string text = e.gpu_saved >= 0
+                         ? fmt::format("saves {} of peak reserved", FormatBytes(e.gpu_saved))
+                         : fmt::format("costs {} of peak reserved", FormatBytes(-e.gpu_saved));
+  if (e.host_added > 0) text += fmt::format(", adds {} of host memory", FormatBytes(e.host_added));
+  return text;
+}
+
+}  // namespace vramscope::predict

@@ -1,0 +1,249 @@
+// The menu of memory-saving techniques, each counted by hand on a small model: what the step
+// simulator allocates with the technique, from how the library that provides it allocates
+// (docs/design/techniques.md).
+#include "predict/techniques.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+#include "predict/model_description.h"
+
+namespace vramscope::predict {
+namespace {
+
+using Kind = StreamEvent::Kind;
+
+// One Linear(1024, 1024) with a bias, MSE loss: a weight of 1,048,576 elements (quantised by
+// every 8-bit and 4-bit optimizer) and a bias of 1,024 (below their 4,096-element threshold).
+constexpr const char* kLinear = R"({"input": [1024], "loss": "mse", "layers": [
+  {"type": "linear", "name": "fc", "in": 1024, "out": 1024}]})";
+// A GPT-2 of 4 blocks, 64 wide, with a 1000-token vocabulary.
+constexpr const char* kGpt2 = R"({"model_type": "gpt2", "vocab_size": 1000, "n_embd": 64,
+  "n_layer": 4, "n_head": 4, "n_positions": 128})";
+
+ModelSpec Spec(const char* json) {
+  auto spec = ParseModelJson(json, "test");
+  EXPECT_TRUE(spec.ok()) << spec.status().message();
+  return *spec;
+}
+
+TensorStream Simulate(const ModelSpec& m, const TrainingSetup& s) {
+  auto stream = SimulateTraining(m, s);
+  EXPECT_TRUE(stream.ok()) << stream.status().message();
+  return std::move(*stream);
+}
+
+uint64_t BytesOf(const TensorStream& s, model::Category c) {
+  uint64_t total = 0;
+  for (const StreamEvent& e : s.events) {
+    if (e.kind == Kind::kAlloc && e.category == c) total += e.bytes;
+  }
+  return total;
+}
+
+// The most bytes of category `c` live at once.
+uint64_t PeakOf(const TensorStream& s, model::Category c) {
+  std::unordered_map<uint64_t, uint64_t> live;
+  uint64_t now = 0, peak = 0;
+  for (const StreamEvent& e : s.events) {
+    if (e.kind == Kind::kAlloc && e.category == c) {
+      live[e.id] = e.bytes;
+      now += e.bytes;
+      peak = std::max(peak, now);
+    } else if (e.kind == Kind::kFree && live.count(e.id)) {
+      now -= live[e.id];
+      live.erase(e.id);
+    }
+  }
+  return peak;
+}
+
+size_t CountAllocs(const TensorStream& s, uint64_t bytes, std::string_view op) {
+  return std::count_if(s.events.begin(), s.events.end(), [&](const StreamEvent& e) {
+    return e.kind == Kind::kAlloc && e.bytes == bytes && s.strings.Get(e.op) == op;
+  });
+}
+
+TrainingSetup LinearSetup(StateFormat states) {
+  TrainingSetup s;
+  s.batch = 64;
+  s.steps = 2;
+  s.optimizer.states = states;
+  return s;
+}
+
+TEST(QuantisedOptimizer, BitsandbytesEightBit) {
+  const TensorStream s = Simulate(Spec(kLinear), LinearSetup(StateFormat::kBnb8bit));
+  // The weight: a uint8 code per element and an fp32 absmax per 256 for each of the two states;
+  // the bias: fp32 states (under min_8bit_size); the two shared 256-entry maps.
+  const uint64_t weight = 2 * (1048576 + 1048576 / 256 * 4);
+  const uint64_t bias = 2 * 1024 * 4;
+  EXPECT_EQ(BytesOf(s, model::Category::kOptimizerState), weight + bias + 2 * 256 * 4);
+  EXPECT_EQ(s.info.host_bytes, 0u);
+}
+
+TEST(QuantisedOptimizer, PagedCodesLiveInUnifiedMemory) {
+  const TensorStream s = Simulate(Spec(kLinear), LinearSetup(StateFormat::kBnbPaged8bit));
+  // Codes of 100,000 elements or more go to cudaMallocManaged; absmax and the rest stay.
+  EXPECT_EQ(BytesOf(s, model::Category::kOptimizerState),
+            2 * (1048576 / 256 * 4) + 2 * 1024 * 4 + 2 * 256 * 4);
+  EXPECT_EQ(s.info.host_bytes, 2u * 1048576);
+  EXPECT_EQ(s.info.paged_bytes, 2u * 1048576);
+}
+
+TEST(QuantisedOptimizer, TorchaoFourBitAndFp8) {
+  const TensorStream four = Simulate(Spec(kLinear), LinearSetup(StateFormat::kAo4bit));
+  // Two codes per byte, an fp32 scale per 128, a 16-entry map per state; the bias keeps
+  // zeros_like(param) (fp32).
+  EXPECT_EQ(BytesOf(four, model::Category::kOptimizerState),
+            2 * (1048576 / 2 + 1048576 / 128 * 4 + 16 * 4) + 2 * 1024 * 4);
+  const TensorStream fp8 = Simulate(Spec(kLinear), LinearSetup(StateFormat::kAoFp8));
+  EXPECT_EQ(BytesOf(fp8, model::Category::kOptimizerState),
+            2 * (1048576 + 1048576 / 256 * 4) + 2 * 1024 * 4);
+  const TensorStream eight = Simulate(Spec(kLinear), LinearSetup(StateFormat::kAo8bit));
+  EXPECT_EQ(BytesOf(eight, model::Category::kOptimizerState),
+            2 * (1048576 + 1048576 / 256 * 4 + 256 * 4) + 2 * 1024 * 4);
+}
+
+TEST(QuantisedOptimizer, NoStepTemporaries) {
+  const TensorStream native = Simulate(Spec(kLinear), LinearSetup(StateFormat::kNative));
+  const TensorStream eight = Simulate(Spec(kLinear), LinearSetup(StateFormat::kBnb8bit));
+  // foreach AdamW makes a square root per parameter each step; the fused 8-bit kernel none.
+  EXPECT_EQ(CountAllocs(native, 1048576 * 4, "aten::_foreach_sqrt"), 2u);
+  EXPECT_EQ(CountAllocs(eight, 1048576 * 4, "aten::_foreach_sqrt"), 0u);
+}
+
+TEST(OffloadOptimizer, StatesAndMasterCopiesOnTheHost) {
+  TrainingSetup s = LinearSetup(StateFormat::kNative);
+  s.optimizer.offload = true;
+  const TensorStream t = Simulate(Spec(kLinear), s);
+  EXPECT_EQ(BytesOf(t, model::Category::kOptimizerState), 0u);
+  // Per element: an fp32 copy of the weight, of its gradient, and two fp32 states.
+  EXPECT_EQ(t.info.host_bytes, (1048576u + 1024) * 4 * 4);
+  // Gradients stay on the GPU until zero_grad (offload_gradients is off).
+  EXPECT_EQ(PeakOf(t, model::Category::kGradient), (1048576u + 1024) * 4);
+}
+
+TEST(OptimizerInBackward, OneGradientAtATime) {
+  const ModelSpec m = Spec(R"({"input": [1024], "loss": "mse", "layers": [
+    {"type": "linear", "name": "fc1", "in": 1024, "out": 1024, "bias": false},
+    {"type": "linear", "name": "fc2", "in": 1024, "out": 1024, "bias": false}]})");
+  TrainingSetup s = LinearSetup(StateFormat::kNative);
+  const TensorStream plain = Simulate(m, s);
+  EXPECT_EQ(PeakOf(plain, model::Category::kGradient), 2u * 1048576 * 4);
+  s.optimizer_in_backward = true;
+  const TensorStream fused = Simulate(m, s);
+  // Each weight is stepped and its gradient dropped before the next one's is made.
+  EXPECT_EQ(PeakOf(fused, model::Category::kGradient), 1048576u * 4);
+  EXPECT_EQ(BytesOf(fused, model::Category::kOptimizerState), 2u * 2 * 1048576 * 4);
+}
+
+TEST(OffloadActivations, SavedTensorsComeBackBeforeTheirNode) {
+  TrainingSetup s = LinearSetup(StateFormat::kNative);
+  const TensorStream plain = Simulate(Spec(kLinear), s);
+  s.offload_activations = true;
+  const TensorStream t = Simulate(Spec(kLinear), s);
+  // The linear saves its input (64 x 1024 fp32: 256 KiB); MSE saves its two operands (the
+  // output and the target, 256 KiB each). All three go to the host and come back in backward,
+  // one copy each per step.
+  EXPECT_EQ(t.info.host_bytes, 3u * 64 * 1024 * 4);
+  EXPECT_EQ(CountAllocs(t, 64 * 1024 * 4, "aten::_to_copy") -
+                CountAllocs(plain, 64 * 1024 * 4, "aten::_to_copy"),
+            3u * 2);
+}
+
+TrainingSetup Gpt2Setup() {
+  TrainingSetup s;
+  s.batch = 2;
+  s.seq = 64;
+  s.steps = 2;
+  return s;
+}
+
+TEST(ChunkedCrossEntropy, NoWholeFp32Logits) {
+  const ModelSpec m = Spec(kGpt2);
+  TrainingSetup s = Gpt2Setup();
+  s.precision.param = DType::kBF16;
+  const TensorStream whole = Simulate(m, s);
+  const uint64_t rows = 2 * 64, vocab = 1000;
+  // One fp32 upcast and one fp32 log-softmax of every position per step.
+  EXPECT_EQ(CountAllocs(whole, rows * vocab * 4, "aten::_log_softmax"), 2u);
+  s.loss_chunks = 4;
+  const TensorStream chunked = Simulate(m, s);
+  // Four chunks of 16 positions x 2 samples per step, each upcast and log-softmaxed alone.
+  EXPECT_EQ(CountAllocs(chunked, rows * vocab * 4, "aten::_log_softmax"), 0u);
+  EXPECT_EQ(CountAllocs(chunked, rows / 4 * vocab * 4, "aten::_log_softmax"), 4u * 2);
+  EXPECT_EQ(CountAllocs(chunked, rows / 4 * vocab * 4, "aten::_to_copy"), 4u * 2);
+  // SplitBackward0 puts the chunks' input gradients together: one whole bf16 gradient per step.
+  EXPECT_EQ(CountAllocs(chunked, rows * 64 * 2, "aten::cat"), 2u);
+}
+
+TEST(FusedLinearCrossEntropy, ChunksOfLigersSize) {
+  const ModelSpec m = Spec(kGpt2);
+  TrainingSetup s = Gpt2Setup();
+  s.fused_linear_ce = true;
+  const TensorStream t = Simulate(m, s);
+  // 128 rows, vocab 1000, hidden 64: inc_factor ceil(1000/64) = 16, chunk
+  // next_pow2(ceil(128/16)) = 8 rows, so 16 chunks of [8, 1000] fp32 logits per step.
+  EXPECT_EQ(CountAllocs(t, 8 * 1000 * 4, "aten::mm"), 16u * 2);
+  // No whole logits; the kept gradients of the input and the (tied) weight.
+  EXPECT_EQ(CountAllocs(t, 128 * 1000 * 4, "aten::mm"), 0u);
+  // (Two steps; AdamW's two states of wte [1000, 64] and wpe [128, 64] are zeros_like too.)
+  EXPECT_EQ(CountAllocs(t, 128 * 64 * 4, "aten::zeros_like"), 2u + 2);
+  EXPECT_EQ(CountAllocs(t, 1000 * 64 * 4, "aten::zeros_like"), 2u + 2);
+}
+
+TEST(Checkpointing, EveryKthBlockCountedFromOne) {
+  TrainingSetup s;
+  s.checkpointing = true;
+  s.checkpoint_every = 2;
+  EXPECT_FALSE(s.Checkpointed(0));
+  EXPECT_TRUE(s.Checkpointed(1));
+  EXPECT_FALSE(s.Checkpointed(2));
+  EXPECT_TRUE(s.Checkpointed(3));
+  s.checkpoint_every = 1;
+  EXPECT_TRUE(s.Checkpointed(0));
+}
+
+TEST(Checkpointing, OffloadedInputsComeBackFromTheHost) {
+  const ModelSpec m = Spec(kGpt2);
+  TrainingSetup s = Gpt2Setup();
+  s.checkpointing = true;
+  s.checkpoint_every = 2;
+  s.offload_checkpoints = true;
+  const TensorStream t = Simulate(m, s);
+  // Blocks 2 and 4 are checkpointed; each keeps its fp32 input [2, 64, 64] on the host.
+  EXPECT_EQ(t.info.host_bytes, 2u * 2 * 64 * 64 * 4);
+  size_t back = 0;
+  for (const StreamEvent& e : t.events) {
+    if (e.kind == Kind::kAlloc &&
+        std::string(t.strings.Get(e.name)).find("from the host") != std::string::npos) {
+      ++back;
+    }
+  }
+  EXPECT_EQ(back, 2u * 2);  // two blocks, two steps
+}
+
+TEST(TechniqueEffects, EachAgainstTheSetUpWithoutIt) {
+  auto model = LoadModel("gpt2");
+  ASSERT_TRUE(model.ok());
+  PredictRequest r;
+  r.model = "gpt2";
+  r.setup.batch = 4;
+  r.setup.seq = 512;
+  r.setup.steps = 2;
+  r.setup.loss_chunks = 8;
+  r.setup.optimizer.states = StateFormat::kBnb8bit;
+  auto effects = TechniqueEffects(*model, r);
+  ASSERT_TRUE(effects.ok()) << effects.status().message();
+  ASSERT_EQ(effects->size(), 2u);
+  EXPECT_EQ((*effects)[0].name, "chunked cross-entropy (8 chunks)");
+  EXPECT_EQ((*effects)[1].name, "8-bit AdamW states (bitsandbytes)");
+  for (const TechniqueEffect& e : *effects) EXPECT_GT(e.gpu_saved, 0) << e.name;
+}
+
+}  // namespace
+}  // namespace vramscope::predict
