@@ -51,9 +51,32 @@ std::string SetupText(const ModelSpec& m, const TrainingSetup& s) {
   }
   text += fmt::format(", {} weights", DTypeName(s.precision.param));
   if (s.precision.autocast) text += fmt::format(", {} autocast", DTypeName(*s.precision.autocast));
-  text += fmt::format(", {} ({})", OptimizerName(s.optimizer.kind), ImplName(s.optimizer.impl));
+  static const char* kStates[] = {"",
+                                  "8-bit states (bitsandbytes)",
+                                  "paged 8-bit states (bitsandbytes)",
+                                  "8-bit states (torchao)",
+                                  "4-bit states (torchao)",
+                                  "FP8 states (torchao)"};
+  if (s.optimizer.states != StateFormat::kNative) {
+    text += fmt::format(", {} {}", OptimizerName(s.optimizer.kind),
+                        kStates[static_cast<int>(s.optimizer.states)]);
+  } else {
+    text += fmt::format(", {} ({})", OptimizerName(s.optimizer.kind), ImplName(s.optimizer.impl));
+  }
+  if (s.optimizer.offload) {
+    text += s.optimizer.offload_gradients ? " on the host, gradients offloaded" : " on the host";
+  }
+  if (s.optimizer_in_backward) text += ", stepped in backward";
   if (s.optimizer.master_weights) text += ", fp32 master weights";
-  if (s.checkpointing) text += ", activation checkpointing";
+  if (s.checkpointing) {
+    text += s.checkpoint_every > 1
+                ? fmt::format(", activation checkpointing every {} blocks", s.checkpoint_every)
+                : std::string(", activation checkpointing");
+    if (s.offload_checkpoints) text += " (inputs on the host)";
+  }
+  if (s.offload_activations) text += ", activations offloaded";
+  if (s.loss_chunks > 1) text += fmt::format(", cross-entropy in {} chunks", s.loss_chunks);
+  if (s.fused_linear_ce) text += ", fused linear cross-entropy";
   if (s.lora_rank > 0) text += fmt::format(", LoRA r={}", s.lora_rank);
   if (s.lora_rank > 0 && s.lora_dropout > 0) text += fmt::format(" dropout {}", s.lora_dropout);
   if (!s.freeze.empty()) text += fmt::format(", frozen: {}", fmt::join(s.freeze, " "));

@@ -1,0 +1,90 @@
+"""End-to-end tests of the menu of memory-saving techniques in `vramscope predict`: each flag
+lowers the predicted peak of a step where it should, the summary and the JSON say what each one
+saves (against the same set-up without it) and what host memory it adds, and flags that cannot go
+together, or with a model or layout they do not apply to, fail in one line with exit 2.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import assert_failure, predict_json, run_binary
+BASE = ["--model", "gpt2", "--batch", "4", "--seq", "512", "--dtype", "bf16", "--steps", "2"]
+
+
+def peak(document: dict) -> int:
+    return document["devices"][0]["peak_reserved"]["bytes"]
+
+
+@pytest.fixture(scope="module")
+def run_module(vramscope_bin, tmp_path_factory):
+    """run(*args, cwd=...) for the module's tests (the baseline is predicted once)."""
+    scratch = tmp_path_factory.mktemp("techniques")
+
+    def _run(*args, cwd=None, timeout: float = 60):
+        return run_binary(*args, cwd=cwd or scratch, timeout=timeout)
+
+    return _run
+
+
+@pytest.fixture(scope="module")
+def baseline(run_module):
+    return predict_json(run_module, *BASE)
+
+
+@pytest.mark.parametrize("flags, fact", [
+    (["--loss-chunks", "8"], "chunked cross-entropy (8 chunks)"),
+    (["--fused-linear-ce"], "fused linear cross-entropy"),
+    (["--checkpointing-every", "2"], "activation checkpointing (every 2 blocks)"),
+    (["--optimizer", "adamw8bit"], "8-bit AdamW states (bitsandbytes)"),
+    (["--optimizer", "adamw4bit"], "4-bit AdamW states (torchao)"),
+    (["--optimizer", "adamw-fp8"], "FP8 AdamW states (torchao)"),
+    (["--offload-optimizer"], "optimizer offloaded to the host"),
+    (["--offload-activations"], "activations offloaded to the host"),
+])
+def test_each_technique_saves_and_says_how_much(run_module, baseline, flags, fact):
+    doc = predict_json(run_module, *BASE, *flags)
+    assert peak(doc) < peak(baseline)
+    text = doc["prediction"]["facts"][fact]
+    assert text.startswith("saves "), text
+
+
+def test_offloading_reports_host_memory(run_module):
+    doc = predict_json(run_module, *BASE, "--offload-optimizer")
+    # gpt2: 124,439,808 bf16 parameters; on the host an fp32 copy, its gradient and two states.
+    assert doc["prediction"]["host_bytes"] == 124_439_808 * 4 * 4
+    assert "host memory" in doc["prediction"]["facts"]
+    paged = predict_json(run_module, *BASE, "--optimizer", "paged-adamw8bit")
+    assert 0 < paged["prediction"]["paged_bytes"] == paged["prediction"]["host_bytes"]
+
+
+def test_summary_names_each_effect(run_module):
+    rc, out, err = run_module("predict", *BASE, "--loss-chunks", "8", "--optimizer-in-backward")
+    assert rc == 0, err
+    assert "chunked cross-entropy (8 chunks)" in out
+    assert "optimizer step in backward" in out
+
+
+@pytest.mark.parametrize("args, phrases", [
+    (["--loss-chunks", "8", "--fused-linear-ce"], ["choose one"]),
+    (["--optimizer-in-backward", "--grad-accum", "2"], ["--grad-accum"]),
+    (["--offload-gradients"], ["--offload-optimizer"]),
+    (["--offload-optimizer", "--optimizer", "adamw8bit"], ["choose one"]),
+    (["--optimizer", "adamw8bit", "--master-weights"], ["--master-weights"]),
+    (["--optimizer", "adamw2bit"], ["adamw8bit", "adamw4bit"]),
+    (["--loss-chunks", "1"], ["--loss-chunks"]),
+])
+def test_conflicting_flags_fail_in_one_line(run_module, tmp_path, args, phrases):
+    rc, out, err = run_module("predict", *BASE, *args, cwd=tmp_path)
+    assert_failure(rc, out, err, 2, phrases, tmp_path)
+
+
+def test_loss_flags_need_a_causal_lm(run_module, tmp_path):
+    rc, out, err = run_module("predict", "--model", "resnet18", "--loss-chunks", "4", cwd=tmp_path)
+    assert_failure(rc, out, err, 2, ["--loss-chunks", "causal language model"], tmp_path)
+
+
+def test_techniques_are_refused_for_parallel_layouts(run_module, tmp_path):
+    rc, out, err = run_module("predict", "--model", "llama3-8b", "--tp", "2",
+                              "--fused-linear-ce", cwd=tmp_path)
+    assert_failure(rc, out, err, 2, ["--fused-linear-ce", "per-rank estimate"], tmp_path)
