@@ -42,6 +42,7 @@ DOCUMENTS = {
     "predict-layout": "a parallel layout's memory per rank role (predict with --tp, --pp, --cp, "
                       "--ep or --dp)",
     "predict-fit": "predict --fit when not even size 1 fits: what it would need",
+    "predict-plan": "predict --plan: the set-ups that fit a budget, cheapest first",
     "simulate": "the allocator model's replay and what-if runs",
     "explain": "the out-of-memory messages found in a text, explained",
     "diff": "two reports compared, with the --fail-if gates",
@@ -98,6 +99,12 @@ def samples(work: Path) -> dict[str, list[dict]]:
                 out["report" if "peak_usage_bytes" in doc else "simulate"].append(doc)
     out["predict-fit"].append(vramscope("predict", "--model", "llama3-70b", "--fit", "t4",
                                         "--json", "-q"))
+    for plan in (["--model", "gpt2", "--batch", "32", "--seq", "1024", "--plan", "24GiB"],
+                 ["--model", "llama2-7b", "--seq", "2048", "--dtype", "bf16", "--plan",
+                  "rtx4090"],
+                 ["--model", "llama2-70b", "--dtype", "bf16", "--plan", "rtx4090"],
+                 ["--model", "gpt2", "--plan", "h100-80gb"]):
+        out["predict-plan"].append(vramscope("predict", *plan, "--json", "-q"))
     for n, preset in enumerate(PRESET_RUNS):
         written = ["-o", db, "--force"] if n % 2 else []
         doc = vramscope("predict", *preset, "--json", "-q", *written)

@@ -23,6 +23,7 @@ from . import _engine, traced
 from .comparison import Comparison, comparison_from_json
 from .errors import InputError, InternalError, UsageError
 from .explanation import Explanation, explanation_from_json
+from .planning import Plan, plan_from_json
 from .results import Report, report_from_json
 from .simulation import Simulation, simulation_from_json
 
@@ -125,6 +126,9 @@ def predict(model: Any, *, batch: Optional[int] = None, seq: Optional[int] = Non
     ``optimizer="adamw8bit"``, ``optimizer_in_backward=True``, ``offload_optimizer=True``...):
     the prediction's facts say what each saves.
     """
+    if options.get("plan") is not None:
+        raise UsageError("predict(plan=...) answers with options, not a report: call "
+                         "vramscope.plan(model, budget, ...)", 2)
     target = _database_target(database, "prediction.sqlite")
     with tempfile.TemporaryDirectory(prefix="vramscope-model-") as scratch:
         setup: dict[str, Any] = {"batch": batch, "seq": seq, "dtype": dtype,
@@ -144,6 +148,21 @@ def predict(model: Any, *, batch: Optional[int] = None, seq: Optional[int] = Non
         document, _ = _engine.run_json(args)
     return _own_scratch(report_from_json(document, target, Path(html) if html is not None
                                          else None), database)
+
+
+def plan(model: str, budget: str, *, host_memory: Optional[str] = None,
+         **options: Any) -> Plan:
+    """The cheapest set-ups that make the step fit ``budget``, as ``vramscope predict --plan``:
+    a GPU (``"rtx4090"``) or a size (``"24GiB"``), or N of them (``"8xh100-80gb"``: ZeRO/FSDP
+    over 8). ``model`` and ``options`` as :func:`predict`'s (built-in families only);
+    ``host_memory`` bounds what offloading may use. A plan where nothing fits is an answer, not
+    an error: ``nothing_fits`` says why (``bool(plan)`` is False)."""
+    args = ["predict", "--model", os.fspath(model), "--json", "--quiet"]
+    args += _flags({**options, "plan": budget, "host_memory": host_memory})
+    document, _ = _engine.run_json(args, ok_codes=(0, 1))
+    if "plan" not in document:
+        raise InternalError("vramscope predict --plan printed no plan; please report it", 3)
+    return plan_from_json(document)
 
 
 def simulate(path: Optional[PathLike] = None, *, capacity: Optional[str] = None,

@@ -92,6 +92,18 @@ def predict(model: str, batch: Optional[int] = None, seq: Optional[int] = None,
     return _document(call)
 
 
+def plan(model: str, budget: str, host_memory: Optional[str] = None,
+         options: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The cheapest ways to make a training step fit a budget: `budget` a GPU (rtx4090,
+    a100-80gb...), a size (24GiB), or N of them (8xh100-80gb: ZeRO/FSDP over 8). Searches
+    8-bit optimizers, the optimizer in backward, checkpointing, chunked or fused cross-entropy,
+    offloading (bounded by `host_memory`), the micro-batch split, expandable segments and LoRA;
+    each option's flags, peak per GPU, host memory and cost to step time. `model` and `options`
+    as predict's (batch, seq, dtype...; built-in families)."""
+    return _document(lambda: api.plan(model, budget, host_memory=host_memory,
+                                      **{k.replace("-", "_"): v for k, v in (options or {}).items()}))
+
+
 def diff(a: str, b: str, fail_if: Optional[list[str]] = None) -> dict[str, Any]:
     """Two reports compared (before/after, measured against predicted, two ranks): what changed
     at the peak by category, owner, site and step, memory that grows step over step, and
@@ -99,7 +111,7 @@ def diff(a: str, b: str, fail_if: Optional[list[str]] = None) -> dict[str, Any]:
     return _document(lambda: api.diff(a, b, fail_if=fail_if))
 
 
-TOOLS = (report, explain, simulate, predict, diff)
+TOOLS = (report, explain, simulate, predict, plan, diff)
 
 
 def build_server() -> Any:

@@ -37,6 +37,18 @@ Status Run(PredictFlags o) {
     case pipeline::PredictResult::Kind::kNoFit:
       if (o.json) fmt::print("{}\n", report::NoFitJson(*result.no_fit).dump(2));
       return InvalidInput("--fit: " + result.no_fit->advice.message);
+    case pipeline::PredictResult::Kind::kPlan: {
+      const pipeline::PlanAnswer& plan = *result.plan;
+      if (o.json) {
+        fmt::print("{}\n", report::PlanJson(plan).dump(2));
+      } else if (!o.quiet) {
+        fmt::print("{}", report::PlanText(plan));
+      }
+      if (!plan.result.nothing_fits.empty()) {
+        return InvalidInput("--plan: nothing fits: " + plan.result.nothing_fits);
+      }
+      return Status::Ok();
+    }
     case pipeline::PredictResult::Kind::kStep:
     case pipeline::PredictResult::Kind::kAllRanks:
       if (result.fit && chatty) fmt::print("{}", report::StepFitText(*result.fit));

@@ -246,6 +246,18 @@ void RegisterPredictCommand(CLI::App& app, PredictFlags& o) {
                   "find the largest batch (or --fit-dim seq) that fits this GPU or capacity, and "
                   "report that size")
       ->check(non_empty);
+  cmd->add_option("--plan", o.request.plan,
+                  "the cheapest set-ups that fit this budget: a GPU or a size, or N of them "
+                  "(8xh100-80gb: ZeRO/FSDP over 8 GPUs); searches the techniques, the micro-batch "
+                  "split with --grad-accum, expandable segments, and LoRA, ranked by their cost "
+                  "to the step's time")
+      ->check(non_empty)
+      ->option_text("[Nx]GPU|SIZE");
+  cmd->add_option("--host-memory", o.request.host_memory,
+                  "--plan: the host memory offloading may use, e.g. 128GiB (default: not "
+                  "limited)")
+      ->check(non_empty)
+      ->option_text("SIZE");
   cmd->add_option("--fit-dim", o.request.fit_dim,
                   "what --fit grows: batch (default) or seq; layout: the smallest TP x PP "
                   "whose every rank fits (the per-rank estimate)");

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <optional>
 
@@ -268,6 +269,60 @@ Result<PredictResult> FitStep(const PredictRequest& r, const predict::PredictReq
   return out;
 }
 
+// --plan: "[N x]GPU|SIZE" into the request's GPU or capacity and the GPUs of the budget.
+Result<PredictResult> PlanStep(const PredictRequest& r, predict::PredictRequest request,
+                               const predict::LoadedModel& model) {
+  if (!r.emit_stream.empty() || r.role_report) {
+    return UsageError(
+        "--plan answers with options, not one step: drop -o/--html/--emit-stream, "
+        "then predict the option you choose");
+  }
+  PlanAnswer answer;
+  answer.budget = r.plan;
+  std::string target = r.plan;
+  if (const size_t x = target.find_first_of("xX*");
+      x != std::string::npos && x > 0 &&
+      std::all_of(target.begin(), target.begin() + static_cast<long>(x),
+                  [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    answer.gpus = std::stoi(target.substr(0, x).substr(0, 7));
+    target = target.substr(x + 1);
+    if (answer.gpus < 1 || answer.gpus > (1 << 20)) {
+      return UsageError(fmt::format("--plan {}: give 1 to 1048576 GPUs", r.plan));
+    }
+  }
+  if (target.empty()) {
+    return UsageError(
+        fmt::format("--plan {}: give a GPU or a size, such as 24GiB or 8xh100-80gb", r.plan));
+  }
+  request.gpu.reset();
+  request.capacity = 0;
+  RETURN_IF_ERROR(ApplyTarget(target, "--plan", request));
+  if (answer.gpus > 1 && request.setup.world_size > 1 && request.setup.world_size != answer.gpus) {
+    return UsageError(fmt::format("--plan {} and --world-size {}: give the GPUs once", r.plan,
+                                  request.setup.world_size));
+  }
+  predict::PlanBudget budget;
+  budget.gpus = std::max(answer.gpus, request.setup.world_size);
+  answer.gpus = budget.gpus;
+  if (request.gpu) {
+    budget.gpu_key = request.gpu->key;
+    answer.gpu_name = request.gpu->name;
+  }
+  if (!r.host_memory.empty()) {
+    ASSIGN_OR_RETURN(budget.host_memory, ParseCapacity(r.host_memory, "--host-memory"));
+  }
+  answer.gpu_memory = request.TotalMemory();
+  r.control.Stage("searching the techniques for set-ups that fit (a simulation per set-up)");
+  ASSIGN_OR_RETURN(answer.result, predict::Plan(model, request, budget, r.control));
+  r.control.Finish();
+  answer.model_label = model.spec->label;
+  answer.setup_text = predict::SetupText(*model.spec, request.setup);
+  PredictResult out;
+  out.kind = PredictResult::Kind::kPlan;
+  out.plan = std::move(answer);
+  return out;
+}
+
 }  // namespace
 
 Result<predict::PredictRequest> ResolvePredictRequest(const PredictRequest& request) {
@@ -290,6 +345,21 @@ Result<PredictResult> Predict(const PredictRequest& r) {
         "{} is for the ranks the tracer runs of your own model (FILE.py:FUNCTION) under "
         "--world-size; the built-in families' ranks are predicted by role (--tp, --pp, ...)",
         r.all_ranks ? "--all-ranks" : "--rank"));
+  }
+  if (!r.plan.empty() && !r.fit.empty()) return UsageError("--plan and --fit: choose one");
+  if (!r.host_memory.empty() && r.plan.empty()) {
+    return UsageError("--host-memory bounds what --plan may offload: give --plan with it");
+  }
+  if (!r.plan.empty() && (NeedsTracer(r.model) || predict::IsTracerStreamFile(r.model))) {
+    return UsageError(
+        "--plan searches the built-in families' techniques (presets, Hugging Face configs); "
+        "your own model's techniques are in its code");
+  }
+  if (!r.plan.empty() && predict_parts::WantsParallel(r)) {
+    return UsageError(
+        "--plan searches one GPU or data parallelism (--plan 8xh100-80gb: ZeRO/FSDP over 8); "
+        "tensor, pipeline and context parallel layouts are not searched yet: use --fit-dim "
+        "layout for those");
   }
   ASSIGN_OR_RETURN(const predict::PredictRequest request, Resolve(r));
   // A Hub id not in the local cache: its config.json downloaded into it, then read like a file.
@@ -352,6 +422,7 @@ Result<PredictResult> Predict(const PredictRequest& r) {
   }
   ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(model_source));
   if (!r.fit.empty()) return FitStep(r, request, model);
+  if (!r.plan.empty()) return PlanStep(r, request, model);
   PredictResult out;
   ASSIGN_OR_RETURN(out.report, AnalyzeStep(r, request, model, std::nullopt));
   return out;

@@ -22,6 +22,7 @@
 #include "pipeline/outside_overrides.h"
 #include "predict/fit_advice.h"
 #include "predict/model_description.h"
+#include "predict/plan.h"
 #include "predict/predict.h"
 
 namespace vramscope::pipeline {
@@ -91,9 +92,13 @@ struct PredictRequest {
   uint64_t reduce_bucket_size = 0;  // DeepSpeed's, in elements; 0: its default
   bool overlap_comm = false;
   // --- the GPU, a fit, the allocator ---
-  std::string gpu;                // a known GPU or a size ("80GiB")
-  std::string capacity;           // a size; overrides the GPU's
-  std::string fit;                // find the largest size (or layout) that fits this GPU or size
+  std::string gpu;       // a known GPU or a size ("80GiB")
+  std::string capacity;  // a size; overrides the GPU's
+  std::string fit;       // find the largest size (or layout) that fits this GPU or size
+  // The cheapest set-ups that fit this budget: a GPU or a size, optionally "N x" GPUs of it
+  // ("8xh100-80gb", "24GiB"); host_memory bounds what offloading may use ("" : unbounded).
+  std::string plan;
+  std::string host_memory;
   std::string fit_dim = "batch";  // batch, seq, layout
   uint64_t fit_max = 1 << 20;
   std::string torch_version = "2.11";
@@ -136,6 +141,17 @@ struct NoFit {
   predict::NoFitAdvice advice;
 };
 
+// --plan: the options that fit the budget, ranked by their cost to the step's time.
+struct PlanAnswer {
+  predict::PlanResult result;
+  std::string budget;  // as given
+  int gpus = 1;
+  uint64_t gpu_memory = 0;  // each GPU's
+  std::string gpu_name;     // "" for a size
+  std::string model_label;
+  std::string setup_text;
+};
+
 // --fit-dim layout: the smallest TP x PP layout that fits.
 struct LayoutFitFound {
   uint64_t tried = 0;           // layouts predicted
@@ -158,12 +174,14 @@ struct PredictResult {
     kLayout,    // a parallel layout's roles: `layout`, and `report` with role_report
     kAllRanks,  // every rank of the user's job traced: `report` (the bounding rank's, with ranks)
     kNoFit,     // --fit found nothing: `no_fit`
+    kPlan,      // --plan: `plan`
   };
   Kind kind = Kind::kStep;
   std::unique_ptr<const Analyzed> report;
   std::optional<StepFit> fit;
   std::optional<NoFit> no_fit;
   std::optional<LayoutResult> layout;
+  std::optional<PlanAnswer> plan;
 };
 
 Result<PredictResult> Predict(const PredictRequest& request);

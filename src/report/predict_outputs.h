@@ -19,6 +19,11 @@ std::string StepFitText(const pipeline::StepFit& fit);
 // {"fit": {"dimension", "largest": 0, ...}}: --fit that found no size, with the levers left.
 nlohmann::json NoFitJson(const pipeline::NoFit& no_fit);
 
+// --plan's answer: the set-up's peak against the budget, then each option that fits (its
+// techniques, peak, host memory, cost to the step's time and the flags to add), cheapest first.
+std::string PlanText(const pipeline::PlanAnswer& plan);
+nlohmann::json PlanJson(const pipeline::PlanAnswer& plan);
+
 // "fit: the smallest layout that fits is TP 2 x PP 4 (...)\n\n" (--fit-dim layout).
 std::string LayoutFitText(const pipeline::LayoutResult& layout);
 // The roles' table, and the same as JSON.

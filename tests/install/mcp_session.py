@@ -23,7 +23,7 @@ OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. 
 
 async def session(vramscope, python, schemas, a, b):
     schema = {name: json.loads((schemas / f"{name}.schema.json").read_text())
-              for name in ("report", "explain", "simulate", "diff")}
+              for name in ("report", "explain", "simulate", "diff", "predict-plan")}
     calls = {
         "report": ({"path": a}, "report"),
         "explain": ({"text": OOM}, "explain"),
@@ -31,6 +31,8 @@ async def session(vramscope, python, schemas, a, b):
                       "compare": ["", "expandable_segments:True"]}, "simulate"),
         "predict": ({"model": "gpt2", "seq": 512, "fit": "l4", "options": {"dtype": "bf16"}},
                     "report"),
+        "plan": ({"model": "gpt2", "budget": "24GiB",
+                  "options": {"batch": 32, "seq": 1024}}, "predict-plan"),
         "diff": ({"a": a, "b": b, "fail_if": ["peak_allocated > +10%"]}, "diff"),
     }
     seen = {}
@@ -53,6 +55,8 @@ async def session(vramscope, python, schemas, a, b):
                     seen[name]["fit"] = data["prediction"]["facts"].get("fit", "")
                 if name == "diff":
                     seen[name]["failed"] = data["failed"]
+                if name == "plan":
+                    seen[name]["options"] = len(data["plan"]["options"])
             bad = await s.call_tool("report", {"path": "/nonexistent/run.pickle"})
             seen["error"] = [bad.is_error, bad.content[0].text]
     print(json.dumps(seen))

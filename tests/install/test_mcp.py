@@ -24,13 +24,14 @@ def test_a_real_client_session_lists_and_calls_every_tool(installed, tmp_path):
         capture_output=True, text=True, env=clean_env(), timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert seen["tools"] == ["diff", "explain", "predict", "report", "simulate"]
+    assert seen["tools"] == ["diff", "explain", "plan", "predict", "report", "simulate"]
     assert seen["documented"]
     assert seen["report"] == {"schema_version": 2}
     assert seen["explain"] == {"schema_version": 2}
     assert seen["simulate"] == {"schema_version": 1}
     assert seen["diff"] == {"schema_version": 1, "failed": False}
     assert seen["predict"]["fit"].startswith("largest batch that fits: ")
+    assert seen["plan"]["schema_version"] == 1 and seen["plan"]["options"] >= 1
     assert seen["error"] == [True, "Error executing tool report: /nonexistent/run.pickle: "
                                    "no such file"]
 

@@ -10,13 +10,15 @@ VERBS = ("report", "predict", "run", "simulate", "explain", "diff")
 
 
 def document_name(verb: str, document: dict[str, Any]) -> Optional[str]:
-    """report, predict-layout, predict-fit, simulate, explain or diff; None for a verb without
+    """report, predict-layout, predict-fit, predict-plan, simulate, explain or diff; None for a verb without
     a --json document."""
     if verb not in VERBS:
         return None
     if verb in ("report", "predict", "run"):
         if "parallel" in document:
             return "predict-layout"  # predict --tp/--pp/--cp/--ep/--dp: per rank role
+        if "plan" in document and "devices" not in document:
+            return "predict-plan"  # predict --plan: the options that fit a budget
         if "fit" in document and "devices" not in document:
             return "predict-fit"  # predict --fit when not even size 1 fits
         return "report"
