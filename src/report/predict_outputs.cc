@@ -57,7 +57,7 @@ std::string PlanText(const pipeline::PlanAnswer& p) {
                      FormatBytes(static_cast<int64_t>(r.baseline_peak)),
                      FormatBytes(static_cast<int64_t>(r.capacity)),
                      r.baseline_fits ? "it fits as it is" : "it does not fit");
-  if (r.baseline_fits) return out + "\n";
+  if (r.baseline_fits) return out;
   if (!r.nothing_fits.empty()) {
     return out +
            fmt::format("  nothing fits: {} ({} simulations)\n\n", r.nothing_fits, r.simulations);
@@ -82,7 +82,7 @@ std::string PlanText(const pipeline::PlanAnswer& p) {
                        Seconds(o.added_seconds));
     out += fmt::format("     flags: {}\n", fmt::join(o.flags, " "));
   }
-  return out + "\n";
+  return out;
 }
 
 nlohmann::json PlanJson(const pipeline::PlanAnswer& p) {
