@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <future>
 #include <map>
+#include <thread>
 
 #include "common/units.h"
 #include "predict/build_trace.h"
@@ -58,7 +60,12 @@ class Planner {
   int TopLevel(int g) const { return g == kMicro ? max_micro_ : kTopLevel[g]; }
   bool Valid(const Choice& c) const;
   PredictRequest Apply(const Choice& c) const;
+  // The prediction of a choice (thread-safe: it reads the planner only).
+  Result<Outcome> Compute(const Choice& c) const;
+  // Compute, memoised.
   Result<Outcome> Evaluate(const Choice& c);
+  // Every choice computed, several at once, and memoised.
+  Status EvaluateAll(const std::vector<Choice>& choices);
   bool Fits(const Outcome& o) const {
     return o.need <= capacity_ && (budget_.host_memory == 0 || o.host <= budget_.host_memory);
   }
@@ -128,9 +135,7 @@ PredictRequest Planner::Apply(const Choice& c) const {
   return r;
 }
 
-Result<Outcome> Planner::Evaluate(const Choice& c) {
-  if (const auto it = memo_.find(c); it != memo_.end()) return it->second;
-  RETURN_IF_ERROR(control_.CheckCancelled("the plan"));
+Result<Outcome> Planner::Compute(const Choice& c) const {
   const PredictRequest r = Apply(c);
   ASSIGN_OR_RETURN(TensorStream stream, PredictStream(model_, r));
   Outcome o;
@@ -142,9 +147,37 @@ Result<Outcome> Planner::Evaluate(const Choice& c) {
   // Out of memory even without a capacity (an expandable segment past its virtual range): the
   // set-up cannot run at all.
   o.need = p.oom ? UINT64_MAX : p.peak_reserved;
+  return o;
+}
+
+Result<Outcome> Planner::Evaluate(const Choice& c) {
+  if (const auto it = memo_.find(c); it != memo_.end()) return it->second;
+  RETURN_IF_ERROR(control_.CheckCancelled("the plan"));
+  ASSIGN_OR_RETURN(const Outcome o, Compute(c));
   ++simulations_;
   memo_[c] = o;
   return o;
+}
+
+Status Planner::EvaluateAll(const std::vector<Choice>& choices) {
+  // Independent predictions (each its own simulator and stream): as many at once as the CPUs.
+  const size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  for (size_t start = 0; start < choices.size(); start += threads) {
+    RETURN_IF_ERROR(control_.CheckCancelled("the plan"));
+    std::vector<std::future<Result<Outcome>>> running;
+    const size_t end = std::min(choices.size(), start + threads);
+    for (size_t i = start; i < end; ++i) {
+      running.push_back(
+          std::async(std::launch::async, [this, &c = choices[i]] { return Compute(c); }));
+    }
+    for (size_t i = start; i < end; ++i) {
+      Result<Outcome> o = running[i - start].get();
+      if (!o.ok()) return o.status();
+      memo_[choices[i]] = *o;
+      ++simulations_;
+    }
+  }
+  return Status::Ok();
 }
 
 double Planner::Cost(const Choice& c, const Outcome& o) const {
@@ -299,6 +332,15 @@ Result<PlanResult> Planner::Run() {
     return out;
   }
   // Every level alone.
+  std::vector<Choice> alone;
+  for (int g = 0; g < kGroups; ++g) {
+    for (int level = 1; level <= TopLevel(g); ++level) {
+      Choice c{};
+      c[g] = level;
+      if (Valid(c)) alone.push_back(c);
+    }
+  }
+  RETURN_IF_ERROR(EvaluateAll(alone));
   for (int g = 0; g < kGroups; ++g) {
     for (int level = 1; level <= TopLevel(g); ++level) {
       Choice c{};
