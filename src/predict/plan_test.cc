@@ -56,7 +56,9 @@ TEST(Plan, SevenBOnTwentyFourGibOffersEightBitStatesAndLora) {
   // Cheapest first among those that keep the training as it is; LoRA after them.
   for (size_t i = 1; i < plan->options.size(); ++i) {
     const PlanOption &a = plan->options[i - 1], &b = plan->options[i];
-    if (a.changes_training == b.changes_training) EXPECT_LE(a.added_seconds, b.added_seconds);
+    if (a.changes_training == b.changes_training) {
+      EXPECT_LE(a.added_seconds, b.added_seconds);
+    }
     EXPECT_FALSE(a.changes_training && !b.changes_training);
   }
 }
