@@ -12,6 +12,7 @@
 #include "common/units.h"
 #include "predict/build_trace.h"
 #include "predict/plan_cost.h"
+#include "predict/techniques.h"
 
 namespace vramscope::predict {
 
@@ -136,18 +137,9 @@ PredictRequest Planner::Apply(const Choice& c) const {
 }
 
 Result<Outcome> Planner::Compute(const Choice& c) const {
-  const PredictRequest r = Apply(c);
-  ASSIGN_OR_RETURN(TensorStream stream, PredictStream(model_, r));
-  Outcome o;
-  o.host = stream.info.host_bytes;
-  o.paged = stream.info.paged_bytes;
-  ASSIGN_OR_RETURN(allocator::AllocatorSettings settings, SettingsFor(r));
-  settings.capacity = allocator::kUnlimited;
-  ASSIGN_OR_RETURN(const PeakOnly p, SimulatePeaks(stream, settings));
-  // Out of memory even without a capacity (an expandable segment past its virtual range): the
-  // set-up cannot run at all.
-  o.need = p.oom ? UINT64_MAX : p.peak_reserved;
-  return o;
+  ASSIGN_OR_RETURN(const UnlimitedPeaks p, PeaksWithoutLimit(model_, Apply(c)));
+  // Out of memory even without a capacity: the set-up cannot run at all.
+  return Outcome{p.oom ? UINT64_MAX : p.reserved, p.host, p.paged};
 }
 
 Result<Outcome> Planner::Evaluate(const Choice& c) {

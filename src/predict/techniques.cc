@@ -27,21 +27,15 @@ const char* StateFormatName(StateFormat f) {
   return "?";
 }
 
-struct Peaks {
-  uint64_t reserved = 0;
-  uint64_t host = 0;
-};
+}  // namespace
 
-Result<Peaks> PeaksOf(const LoadedModel& model, const PredictRequest& request) {
+Result<UnlimitedPeaks> PeaksWithoutLimit(const LoadedModel& model, const PredictRequest& request) {
   ASSIGN_OR_RETURN(TensorStream stream, PredictStream(model, request));
-  const uint64_t host = stream.info.host_bytes;
   ASSIGN_OR_RETURN(allocator::AllocatorSettings settings, SettingsFor(request));
   settings.capacity = allocator::kUnlimited;
   ASSIGN_OR_RETURN(const PeakOnly p, SimulatePeaks(stream, settings));
-  return Peaks{p.peak_reserved, host};
+  return UnlimitedPeaks{p.peak_reserved, stream.info.host_bytes, stream.info.paged_bytes, p.oom};
 }
-
-}  // namespace
 
 std::vector<ActiveTechnique> ActiveTechniques(const TrainingSetup& s) {
   std::vector<ActiveTechnique> out;
@@ -99,12 +93,12 @@ Result<std::vector<TechniqueEffect>> TechniqueEffects(const LoadedModel& model,
   const std::vector<ActiveTechnique> active = ActiveTechniques(request.setup);
   if (active.empty() || !model.spec) return out;
   RETURN_IF_ERROR(control.CheckCancelled("the techniques' effects"));
-  ASSIGN_OR_RETURN(const Peaks with, PeaksOf(model, request));
+  ASSIGN_OR_RETURN(const UnlimitedPeaks with, PeaksWithoutLimit(model, request));
   for (const ActiveTechnique& t : active) {
     RETURN_IF_ERROR(control.CheckCancelled("the techniques' effects"));
     PredictRequest without = request;
     t.undo(without.setup);
-    ASSIGN_OR_RETURN(const Peaks p, PeaksOf(model, without));
+    ASSIGN_OR_RETURN(const UnlimitedPeaks p, PeaksWithoutLimit(model, without));
     out.push_back({t.name, static_cast<int64_t>(p.reserved) - static_cast<int64_t>(with.reserved),
                    static_cast<int64_t>(with.host) - static_cast<int64_t>(p.host)});
   }

@@ -21,6 +21,17 @@ struct ActiveTechnique {
 // The techniques `setup` uses, in the menu's order.
 std::vector<ActiveTechnique> ActiveTechniques(const TrainingSetup& setup);
 
+// A set-up's peak reserved with no capacity limit, and the host memory it holds: the stream and
+// the allocator model, without a report. What the effects below and --plan (plan.h) compare.
+// `oom`: out of memory even so (an expandable segment past its virtual range).
+struct UnlimitedPeaks {
+  uint64_t reserved = 0;
+  uint64_t host = 0;
+  uint64_t paged = 0;
+  bool oom = false;
+};
+Result<UnlimitedPeaks> PeaksWithoutLimit(const LoadedModel& model, const PredictRequest& request);
+
 struct TechniqueEffect {
   std::string name;
   // Peak reserved without the technique minus with it (no capacity limit on either): what it
