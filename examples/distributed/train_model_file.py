@@ -338,10 +338,15 @@ def main(argv=None) -> int:
         value = loss.item() if loss is not None else None
         del batch, out, loss
         if value is not None and (pipeline or dist.get_rank() == 0):
-            print(f"step {step}: loss {value:.6f}", flush=True)
+            # One write per line: under PYTHONUNBUFFERED print() writes the text and its newline
+            # apart, and ranks sharing one pipe then run their lines together.
+            sys.stdout.write(f"step {step}: loss {value:.6f}\n")
+            sys.stdout.flush()
     if device_type == "cuda":
-        print(f"rank {dist.get_rank()}: max allocated {torch.cuda.max_memory_allocated(device):,} B,"
-              f" max reserved {torch.cuda.max_memory_reserved(device):,} B", flush=True)
+        sys.stdout.write(f"rank {dist.get_rank()}: max allocated"
+                         f" {torch.cuda.max_memory_allocated(device):,} B,"
+                         f" max reserved {torch.cuda.max_memory_reserved(device):,} B\n")
+        sys.stdout.flush()
     dist.destroy_process_group()
     return 0
 

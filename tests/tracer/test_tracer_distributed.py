@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -351,8 +352,9 @@ dist.destroy_process_group()
                                "--steps", "2", "--device", "cpu", "--backend", "gloo-staged"],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
-        steps = sorted((int(line.split()[1].rstrip(":")), float(line.split()[-1]))
-                       for line in done.stdout.splitlines() if line.startswith("step "))
+        # found anywhere in the output, not per line: ranks share one pipe
+        steps = sorted((int(step), float(loss))
+                       for step, loss in re.findall(r"step (\d+): loss (\d+\.\d+)", done.stdout))
         return [loss for _, loss in steps]
 
     losses = train("tp_llama.py", 2)
