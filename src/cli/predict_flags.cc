@@ -75,6 +75,10 @@ void RegisterPredictCommand(CLI::App& app, PredictFlags& o) {
   cmd->add_flag("--checkpointing-offload", o.request.checkpointing_offload,
                 "keep checkpointed blocks' inputs in host memory (Unsloth's offloaded "
                 "checkpointing); implies --checkpointing");
+  cmd->add_flag("--checkpointing-ops", o.request.checkpointing_ops,
+                "op-level selective checkpointing (torchtitan's selective_ac_option op): each "
+                "block keeps its attention's and every other matmul's outputs, recomputes the "
+                "rest; implies --checkpointing");
   cmd->add_option("--loss-chunks", o.request.loss_chunks,
                   "causal LMs: the head and the cross-entropy in N chunks along the sequence, "
                   "each upcast to fp32 alone (torchtune's CEWithChunkedOutputLoss; its recipes "

@@ -53,6 +53,7 @@ struct PredictRequest {
   // --- the menu of memory-saving techniques (docs/guide/predict.md, "Techniques") ---
   int checkpointing_every = 0;  // checkpoint every k-th block (implies checkpointing); 0: all
   bool checkpointing_offload = false;  // checkpointed blocks' inputs on the host
+  bool checkpointing_ops = false;      // op-level selective checkpointing (torchtitan's "op")
   int loss_chunks = 0;                 // torchtune's chunked cross-entropy; 0: none
   bool fused_linear_ce = false;        // Liger's fused linear cross-entropy
   bool optimizer_in_backward = false;

@@ -11,6 +11,7 @@ std::string SimulatorOnlyTechnique(const PredictRequest& r) {
   if (r.fused_linear_ce) return "--fused-linear-ce";
   if (r.checkpointing_every > 1) return "--checkpointing-every";
   if (r.checkpointing_offload) return "--checkpointing-offload";
+  if (r.checkpointing_ops) return "--checkpointing-ops";
   if (r.optimizer_in_backward) return "--optimizer-in-backward";
   if (r.offload_activations) return "--offload-activations";
   if (r.offload_optimizer) return "--offload-optimizer";
@@ -46,9 +47,18 @@ Status ResolveTechniques(const PredictRequest& r, predict::TrainingSetup& s) {
     }
   }
   if (r.checkpointing_every < 0) return UsageError("--checkpointing-every must be 1 or more");
-  if (r.checkpointing_every > 0 || r.checkpointing_offload) s.checkpointing = true;
+  if (r.checkpointing_ops && (r.checkpointing_every > 1 || r.checkpointing_offload)) {
+    return UsageError(
+        fmt::format("--checkpointing-ops keeps some of every block's outputs; {} is another policy "
+                    "(torchtitan's selective_ac_option is op or a number): choose one",
+                    r.checkpointing_offload ? "--checkpointing-offload" : "--checkpointing-every"));
+  }
+  if (r.checkpointing_every > 0 || r.checkpointing_offload || r.checkpointing_ops) {
+    s.checkpointing = true;
+  }
   s.checkpoint_every = std::max(1, r.checkpointing_every);
   s.offload_checkpoints = r.checkpointing_offload;
+  s.checkpoint_ops = r.checkpointing_ops;
   if (r.loss_chunks == 1 || r.loss_chunks < 0) {
     return UsageError("--loss-chunks splits the loss into 2 or more chunks");
   }

@@ -104,6 +104,10 @@ struct TrainingSetup {
   // With checkpointing: the checkpointed blocks' inputs kept on the host (Unsloth's offloaded
   // checkpointing).
   bool offload_checkpoints = false;
+  // With checkpointing: op-level selective checkpointing (torchtitan's selective_ac_option
+  // "op"): each block keeps its attention's and every other matmul's outputs and recomputes the
+  // rest (StepSimulator::checkpoint_saves_ops).
+  bool checkpoint_ops = false;
   // Whether block i (from 0) is checkpointed.
   bool Checkpointed(uint64_t i) const {
     return checkpointing && (i + 1) % static_cast<uint64_t>(checkpoint_every) == 0;

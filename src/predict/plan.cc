@@ -21,10 +21,40 @@ namespace {
 // The levers, each a ladder of levels (0: as the request has it).
 enum Group : int { kAlloc, kLoss, kCkpt, kStates, kPlace, kActs, kMicro, kZero, kLora, kGroups };
 using Choice = std::array<int, kGroups>;
-constexpr std::array<int, kGroups> kTopLevel = {1, 2, 3, 2, 2, 1, 0, 3, 1};  // kMicro: by batch
+constexpr std::array<int, kGroups> kTopLevel = {1, 2, 4, 2, 2, 1, 0, 3, 1};  // kMicro: by batch
+// kCkpt's levels: every 2nd block, every block, offloaded, op-level selective.
+constexpr int kCkptEvery2 = 1, kCkptFull = 2, kCkptOffload = 3, kCkptOps = 4;
 
 bool CausalLm(Family f) { return f == Family::kGpt2 || f == Family::kLlama; }
 bool Transformer(Family f) { return CausalLm(f) || f == Family::kBert || f == Family::kVit; }
+
+// The share of a block's matmul FLOPs that op-level selective checkpointing recomputes:
+// torchtitan's policy keeps every other aten::mm (a LLaMA block's q, v, gate and down; k, o and
+// up are recomputed) and never an aten::addmm (a linear with a bias), so the families whose
+// linears all have biases (GPT-2, BERT, ViT) recompute every matmul.
+double OpLevelRecomputedShare(const ModelSpec& m) {
+  if (m.family != Family::kLlama || m.heads == 0) return 1.0;
+  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.intermediate);
+  const double kv = h / static_cast<double>(m.heads) * static_cast<double>(m.kv_heads);
+  struct Matmul {
+    double params;
+    bool bias;
+  };
+  const std::array<Matmul, 7> block = {{{h * h, m.qkv_bias},
+                                        {h * kv, m.qkv_bias},
+                                        {h * kv, m.qkv_bias},
+                                        {h * h, false},
+                                        {h * f, m.mlp_bias},
+                                        {h * f, m.mlp_bias},
+                                        {f * h, m.mlp_bias}}};
+  double all = 0, recomputed = 0;
+  int mm = 0;
+  for (const Matmul& x : block) {
+    all += x.params;
+    if (x.bias || ++mm % 2 == 0) recomputed += x.params;
+  }
+  return all > 0 ? recomputed / all : 1.0;
+}
 
 struct Outcome {
   uint64_t need = 0;  // peak reserved with no capacity limit
@@ -118,8 +148,9 @@ PredictRequest Planner::Apply(const Choice& c) const {
   if (c[kLoss] == 2) s.fused_linear_ce = true;
   if (c[kCkpt] > 0) {
     s.checkpointing = true;
-    s.checkpoint_every = c[kCkpt] == 1 ? 2 : 1;
-    s.offload_checkpoints = c[kCkpt] == 3;
+    s.checkpoint_every = c[kCkpt] == kCkptEvery2 ? 2 : 1;
+    s.offload_checkpoints = c[kCkpt] == kCkptOffload;
+    s.checkpoint_ops = c[kCkpt] == kCkptOps;
   }
   if (c[kStates] == 1) s.optimizer.states = StateFormat::kBnb8bit;
   if (c[kStates] == 2) s.optimizer.states = StateFormat::kBnbPaged8bit;
@@ -176,9 +207,13 @@ double Planner::Cost(const Choice& c, const Outcome& o) const {
   double t = 0;
   const double host_optimizer = c[kPlace] == 2 ? work_.trainable / budget_.gpus * 16 : 0;
   const double offloaded = std::max(0.0, static_cast<double>(o.host - o.paged) - host_optimizer);
-  if (c[kCkpt] == 1) t += RecomputeSeconds(work_, speed_, 0.5);
-  if (c[kCkpt] >= 2) t += RecomputeSeconds(work_, speed_, 1.0);
-  if (c[kCkpt] == 3 || c[kActs] == 1) t += OverlappedTransferSeconds(offloaded, work_, speed_);
+  if (c[kCkpt] == kCkptEvery2) t += RecomputeSeconds(work_, speed_, 0.5);
+  if (c[kCkpt] == kCkptFull || c[kCkpt] == kCkptOffload) {
+    t += RecomputeSeconds(work_, speed_, 1.0);
+  }
+  if (c[kCkpt] == kCkptOps) t += RecomputeSeconds(work_, speed_, OpLevelRecomputedShare(spec_));
+  if (c[kCkpt] == kCkptOffload || c[kActs] == 1)
+    t += OverlappedTransferSeconds(offloaded, work_, speed_);
   // Paged states stay on the GPU while it has room, and are paged over each step when not.
   if (c[kStates] == 2 && o.need + o.paged > capacity_) {
     t += 2 * static_cast<double>(o.paged) / speed_.host_bytes;
@@ -252,9 +287,12 @@ PlanOption Planner::Describe(const Choice& c, const Outcome& o) const {
   if (c[kPlace] == 2) {
     add("optimizer and gradients on the host", {"--offload-optimizer", "--offload-gradients"});
   }
-  if (c[kCkpt] == 1) add("checkpointing every 2 blocks", {"--checkpointing-every", "2"});
-  if (c[kCkpt] == 2) add("checkpointing", {"--checkpointing"});
-  if (c[kCkpt] == 3) add("offloaded checkpointing", {"--checkpointing-offload"});
+  if (c[kCkpt] == kCkptEvery2) {
+    add("checkpointing every 2 blocks", {"--checkpointing-every", "2"});
+  }
+  if (c[kCkpt] == kCkptFull) add("checkpointing", {"--checkpointing"});
+  if (c[kCkpt] == kCkptOffload) add("offloaded checkpointing", {"--checkpointing-offload"});
+  if (c[kCkpt] == kCkptOps) add("op-level selective checkpointing", {"--checkpointing-ops"});
   if (c[kActs] == 1) add("offloaded activations", {"--offload-activations"});
   if (c[kMicro] > 0) {
     const uint64_t b = s.batch >> c[kMicro];

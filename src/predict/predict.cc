@@ -72,6 +72,7 @@ std::string SetupText(const ModelSpec& m, const TrainingSetup& s) {
     text += s.checkpoint_every > 1
                 ? fmt::format(", activation checkpointing every {} blocks", s.checkpoint_every)
                 : std::string(", activation checkpointing");
+    if (s.checkpoint_ops) text += " (op-level selective)";
     if (s.offload_checkpoints) text += " (inputs on the host)";
   }
   if (s.offload_activations) text += ", activations offloaded";

@@ -4,6 +4,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 namespace vramscope::predict {
@@ -221,7 +222,26 @@ TensorId StepSimulator::Input(std::string_view name, uint64_t bytes) {
   return Alloc(bytes, model::Category::kInput, name, "aten::_to_copy");
 }
 
+bool StepSimulator::PolicySaves(SavedOps& saved, std::string_view op) {
+  if (op == "aten::mm") return ++saved.mm_count % 2 == 1;
+  return op == "aten::_scaled_dot_product_attention";
+}
+
 TensorId StepSimulator::New(uint64_t bytes, std::string_view op) {
+  if (saved_ops_ != nullptr && PolicySaves(*saved_ops_, op)) {
+    SavedOps& s = *saved_ops_;
+    if (s.replaying) {
+      // The recomputation takes the output the forward kept (its one reference passes to the
+      // caller); nothing is computed or allocated.
+      if (s.next < s.outputs.size()) return s.outputs[s.next++];
+    } else {
+      // Kept from the forward until the recomputation takes it: an activation.
+      const TensorId t = Alloc(bytes, model::Category::kActivation, scope_, op);
+      Ref(t);
+      s.outputs.push_back(t);
+      return t;
+    }
+  }
   return Alloc(bytes, model::Category::kTemporary, scope_, op);
 }
 
@@ -414,7 +434,10 @@ void StepSimulator::EndAutocast() {
 TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(TensorId)>& block) {
   const bool was = grad_enabled_;
   grad_enabled_ = false;
+  auto saved_ops = std::make_shared<SavedOps>();
+  if (checkpoint_saves_ops && was) saved_ops_ = saved_ops.get();
   const TensorId y = block(input);
+  saved_ops_ = nullptr;
   grad_enabled_ = was;
   if (!was) return y;
   // The output requires a gradient when the block holds trainable weights or the input does.
@@ -430,7 +453,7 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
   const std::string forward_scope = scope_;
   const bool offload = offload_checkpoints;
   if (offload) AddHost(tensors_[input].bytes);
-  auto backward = [this, block, input_copy, forward_scope, offload](BackwardContext& b) {
+  auto backward = [this, block, input_copy, forward_scope, offload, saved_ops](BackwardContext& b) {
     const auto mark = static_cast<int32_t>(nodes_.size());
     const bool was_enabled = grad_enabled_;
     grad_enabled_ = true;
@@ -467,7 +490,11 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
     recompute_cut_event_ = out_.events.size();
     recompute_cut_tensor_ = tensors_.size();
     recompute_cut_node_ = mark;
+    saved_ops->replaying = true;
+    saved_ops->mm_count = 0;  // the policy counts the recomputation's mm calls afresh
+    if (!saved_ops->outputs.empty()) saved_ops_ = saved_ops.get();
     const TensorId y2 = block(x);
+    saved_ops_ = nullptr;
     recomputing_ = false;
     DropRecomputedTail(recompute_cut_event_, recompute_cut_tensor_);
     const int32_t tail_nodes = recompute_cut_node_;
@@ -488,6 +515,11 @@ TensorId StepSimulator::Checkpoint(TensorId input, const std::function<TensorId(
       RunEngine(mark);
     }
     Free(y2);
+    // Kept outputs the early-stopped recomputation never reached go with the checkpoint's frame.
+    for (size_t i = saved_ops->next; i < saved_ops->outputs.size(); ++i) {
+      Free(saved_ops->outputs[i]);
+    }
+    saved_ops->next = saved_ops->outputs.size();
     const TensorId gx = tensors_[x].grad;
     tensors_[x].grad = kNoTensor;
     Free(x);

@@ -171,6 +171,12 @@ class StepSimulator {
   // Offloaded checkpointing (Unsloth's): a checkpointed block's input is kept on the host, not
   // the GPU, and copied back for the recomputation.
   bool offload_checkpoints = false;
+  // Op-level selective checkpointing (torchtitan's selective_ac_option "op", through
+  // torch.utils.checkpoint's create_selective_checkpoint_contexts): inside a checkpointed block
+  // the forward keeps the outputs of the fused attention kernel and of every other aten::mm (the
+  // 1st, 3rd, ... of the block: torchtitan's policy recomputes every second one), and the
+  // recomputation takes those instead of computing them again; everything else is recomputed.
+  bool checkpoint_saves_ops = false;
   // Host memory the set-up holds (pinned buffers, offloaded states, unified-memory pages): now and
   // at its most.
   uint64_t host_bytes() const { return host_bytes_; }
@@ -279,6 +285,18 @@ class StepSimulator {
   bool grad_enabled_ = true;
   bool in_backward_ = false;
   bool too_large_ = false;
+  // Op-level selective checkpointing: the outputs one checkpointed block's forward kept, in
+  // the order its ops made them, and whether its recomputation is now taking them back.
+  struct SavedOps {
+    std::vector<TensorId> outputs;
+    size_t next = 0;
+    bool replaying = false;
+    int mm_count = 0;  // aten::mm calls so far (torchtitan's policy counts forward and
+                       // recomputation apart)
+  };
+  // Whether the policy keeps the output of `op` (counts the mm calls).
+  static bool PolicySaves(SavedOps& saved, std::string_view op);
+  SavedOps* saved_ops_ = nullptr;  // the block running now, when the policy is on
   // In a checkpoint's recomputation: where the last node that saved a tensor was recorded.
   bool recomputing_ = false;
   size_t recompute_cut_event_ = 0;

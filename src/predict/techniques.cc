@@ -40,14 +40,14 @@ Result<UnlimitedPeaks> PeaksWithoutLimit(const LoadedModel& model, const Predict
 std::vector<ActiveTechnique> ActiveTechniques(const TrainingSetup& s) {
   std::vector<ActiveTechnique> out;
   if (s.checkpointing) {
-    out.push_back(
-        {s.checkpoint_every > 1
-             ? fmt::format("activation checkpointing (every {} blocks)", s.checkpoint_every)
-             : std::string("activation checkpointing"),
-         [](TrainingSetup& t) {
-           t.checkpointing = false;
-           t.offload_checkpoints = false;
-         }});
+    std::string name = "activation checkpointing";
+    if (s.checkpoint_every > 1) name += fmt::format(" (every {} blocks)", s.checkpoint_every);
+    if (s.checkpoint_ops) name = "op-level selective checkpointing";
+    out.push_back({name, [](TrainingSetup& t) {
+                     t.checkpointing = false;
+                     t.offload_checkpoints = false;
+                     t.checkpoint_ops = false;
+                   }});
   }
   if (s.checkpointing && s.offload_checkpoints) {
     out.push_back({"checkpoints offloaded to the host",

@@ -227,6 +227,50 @@ TEST(Checkpointing, OffloadedInputsComeBackFromTheHost) {
   EXPECT_EQ(back, 2u * 2);  // two blocks, two steps
 }
 
+// A LLaMA of 4 blocks, 64 wide (4 heads, 2 KV heads), SwiGLU of 128: seven aten::mm per block
+// (q, k, v, o, gate, up, down).
+constexpr const char* kLlama = R"({"model_type": "llama", "vocab_size": 1000, "hidden_size": 64,
+  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "intermediate_size": 128, "max_position_embeddings": 128})";
+
+size_t CountOp(const TensorStream& s, std::string_view op, Thread thread) {
+  return std::count_if(s.events.begin(), s.events.end(), [&](const StreamEvent& e) {
+    return e.kind == Kind::kAlloc && e.thread == thread && s.strings.Get(e.op) == op;
+  });
+}
+
+TEST(Checkpointing, OpLevelKeepsAttentionAndEveryOtherMatmul) {
+  const ModelSpec m = Spec(kLlama);
+  TrainingSetup s = Gpt2Setup();
+  s.precision.param = DType::kBF16;  // the fused attention kernel (flash, grouped-query)
+  const TensorStream none = Simulate(m, s);
+  s.checkpointing = true;
+  const TensorStream full = Simulate(m, s);
+  s.checkpoint_ops = true;
+  const TensorStream ops = Simulate(m, s);
+  // The recomputation (on the backward thread) makes the 2nd, 4th and 6th mm (k, o, up) of each
+  // block, not its 7 (4 blocks, 2 steps), and none of attention's 4 outputs (out, log-sum-exp,
+  // flash's RNG state and offset).
+  const size_t mm_full = CountOp(full, "aten::mm", Thread::kBackward);
+  const size_t mm_ops = CountOp(ops, "aten::mm", Thread::kBackward);
+  EXPECT_EQ(mm_full - mm_ops, 4u * 4 * 2);
+  const std::string_view sdpa = "aten::_scaled_dot_product_attention";
+  EXPECT_EQ(CountOp(full, sdpa, Thread::kBackward), 4u * 4 * 2);
+  EXPECT_EQ(CountOp(ops, sdpa, Thread::kBackward), 0u);
+  // The forward is the same ops either way.
+  EXPECT_EQ(CountOp(full, "aten::mm", Thread::kMain), CountOp(ops, "aten::mm", Thread::kMain));
+  // What the forward keeps lives until backward: per block q [128, 64], v [128, 32], gate
+  // [128, 128] and down [128, 64] in bf16, attention's out [128, 64] bf16, log-sum-exp
+  // [2, 4, 64] fp32, RNG state 2 int64 and offset 1 int64: 92,184 bytes, all activations.
+  const uint64_t kept = 4 * (128 * 64 * 2 + 128 * 32 * 2 + 128 * 128 * 2 + 128 * 64 * 2 +
+                             128 * 64 * 2 + 2 * 4 * 64 * 4 + 16 + 8);
+  EXPECT_EQ(kept, 4u * 92184);
+  const uint64_t full_peak = PeakOf(full, model::Category::kActivation);
+  const uint64_t ops_peak = PeakOf(ops, model::Category::kActivation);
+  EXPECT_GE(ops_peak, full_peak + kept);
+  EXPECT_LT(ops_peak, PeakOf(none, model::Category::kActivation));
+}
+
 TEST(TechniqueEffects, EachAgainstTheSetUpWithoutIt) {
   auto model = LoadModel("gpt2");
   ASSERT_TRUE(model.ok());

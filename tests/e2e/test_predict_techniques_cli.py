@@ -36,6 +36,7 @@ def baseline(run_module):
     (["--loss-chunks", "8"], "chunked cross-entropy (8 chunks)"),
     (["--fused-linear-ce"], "fused linear cross-entropy"),
     (["--checkpointing-every", "2"], "activation checkpointing (every 2 blocks)"),
+    (["--checkpointing-ops"], "op-level selective checkpointing"),
     (["--optimizer", "adamw8bit"], "8-bit AdamW states (bitsandbytes)"),
     (["--optimizer", "adamw4bit"], "4-bit AdamW states (torchao)"),
     (["--optimizer", "adamw-fp8"], "FP8 AdamW states (torchao)"),
@@ -73,6 +74,9 @@ def test_summary_names_each_effect(run_module):
     (["--optimizer", "adamw8bit", "--master-weights"], ["--master-weights"]),
     (["--optimizer", "adamw2bit"], ["adamw8bit", "adamw4bit"]),
     (["--loss-chunks", "1"], ["--loss-chunks"]),
+    (["--checkpointing-ops", "--checkpointing-every", "2"], ["--checkpointing-every",
+                                                             "choose one"]),
+    (["--checkpointing-ops", "--checkpointing-offload"], ["--checkpointing-offload"]),
 ])
 def test_conflicting_flags_fail_in_one_line(run_module, tmp_path, args, phrases):
     rc, out, err = run_module("predict", *BASE, *args, cwd=tmp_path)
@@ -82,6 +86,12 @@ def test_conflicting_flags_fail_in_one_line(run_module, tmp_path, args, phrases)
 def test_loss_flags_need_a_causal_lm(run_module, tmp_path):
     rc, out, err = run_module("predict", "--model", "resnet18", "--loss-chunks", "4", cwd=tmp_path)
     assert_failure(rc, out, err, 2, ["--loss-chunks", "causal language model"], tmp_path)
+
+
+@pytest.mark.parametrize("flag", ["--checkpointing", "--checkpointing-ops"])
+def test_checkpointing_needs_transformer_blocks(run_module, tmp_path, flag):
+    rc, out, err = run_module("predict", "--model", "resnet18", flag, cwd=tmp_path)
+    assert_failure(rc, out, err, 2, ["transformer block", "resnet"], tmp_path)
 
 
 def test_techniques_are_refused_for_parallel_layouts(run_module, tmp_path):

@@ -82,6 +82,14 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
         setup.fused_linear_ce ? "--fused-linear-ce" : "--loss-chunks", m.label,
         FamilyName(m.family)));
   }
+  if (setup.checkpointing && (m.family == Family::kResnet || m.family == Family::kLayerList)) {
+    // Checkpointing wraps each transformer block; these have none, and a silent "saves 0 B"
+    // would mislead.
+    return UsageError(fmt::format(
+        "activation checkpointing wraps each transformer block; {} is a {}, which has none: "
+        "drop the --checkpointing flag",
+        m.label, FamilyName(m.family)));
+  }
   if (m.family == Family::kVit && setup.image_size != 0 && setup.image_size < m.patch) {
     return UsageError(fmt::format("--image-size {} is smaller than the model's patch size {}",
                                   setup.image_size, m.patch));
@@ -104,6 +112,7 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
   if (setup.optimizer_in_backward || optimizer.offload_gradients) sim.step_in_backward = &optimizer;
   if (setup.offload_activations) sim.offload_saved_min_bytes = 1024;  // min_offload_size
   sim.offload_checkpoints = setup.offload_checkpoints;
+  sim.checkpoint_saves_ops = setup.checkpoint_ops;
   auto model = MakeModel(m, setup);
   stream.Phase(0, model::Phase::kSetup, "setup");
   // peft wraps the model: every name gains "base_model.model." under LoRA.
