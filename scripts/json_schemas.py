@@ -99,6 +99,10 @@ def samples(work: Path) -> dict[str, list[dict]]:
                 out["report" if "peak_usage_bytes" in doc else "simulate"].append(doc)
     out["predict-fit"].append(vramscope("predict", "--model", "llama3-70b", "--fit", "t4",
                                         "--json", "-q"))
+    # and one whose plan at batch 1 has options
+    out["predict-fit"].append(vramscope("predict", "--model", "llama3-8b", "--steps", "1",
+                                        "--dtype", "bf16-amp", "--checkpointing", "--fit",
+                                        "h100-80gb", "--json", "-q"))
     for plan in (["--model", "gpt2", "--batch", "32", "--seq", "1024", "--plan", "24GiB"],
                  ["--model", "llama2-7b", "--seq", "2048", "--dtype", "bf16", "--plan",
                   "rtx4090"],

@@ -259,9 +259,24 @@ Result<PredictResult> FitStep(const PredictRequest& r, const predict::PredictReq
   r.control.Finish();
   PredictResult out;
   if (fit.largest == 0) {
+    // The advice comes from the plan at size 1 on the same target: the cheapest set-up where
+    // size 1 fits, which --fit then sizes.
+    predict::PredictRequest at_one = request;
+    (dim == predict::FitDimension::kBatch ? at_one.setup.batch : at_one.setup.seq) = 1;
+    predict::PlanBudget budget;
+    budget.gpus = std::max(1, request.setup.world_size);
+    if (request.gpu) budget.gpu_key = request.gpu->key;
+    const std::string plan_budget =
+        budget.gpus > 1 ? fmt::format("{}x{}", budget.gpus, r.fit) : r.fit;
+    r.control.Stage(fmt::format("searching the techniques for a set-up where {} 1 fits", what));
+    Result<predict::PlanResult> plan = predict::Plan(model, at_one, budget, r.control);
+    r.control.Finish();
+    if (!plan.ok() && plan.status().code() == StatusCode::kInterrupted) return plan.status();
+    // A set-up the plan cannot search (a request it refuses) keeps the levers' advice.
     out.kind = PredictResult::Kind::kNoFit;
     out.no_fit = NoFit{what, fit.capacity, fit.needed_allocated, fit.simulations,
-                       predict::ExplainNoFit(*model.spec, request, fit)};
+                       predict::ExplainNoFit(*model.spec, request, fit,
+                                             plan.ok() ? &*plan : nullptr, plan_budget)};
     return out;
   }
   out.fit = StepFit{dim, fit.largest, fit.peak_reserved, fit.capacity, fit.simulations};

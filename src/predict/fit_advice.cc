@@ -68,7 +68,8 @@ std::vector<std::string> RemainingLevers(const ModelSpec& model, const PredictRe
 }
 
 NoFitAdvice ExplainNoFit(const ModelSpec& model, const PredictRequest& request,
-                         const FitResult& fit) {
+                         const FitResult& fit, const PlanResult* plan,
+                         const std::string& plan_budget) {
   NoFitAdvice out;
   const char* what = fit.dimension == FitDimension::kBatch ? "batch" : "sequence length";
   out.needed_reserved = fit.needed_reserved;
@@ -77,9 +78,37 @@ NoFitAdvice ExplainNoFit(const ModelSpec& model, const PredictRequest& request,
   out.levers = RemainingLevers(model, request, fit.dimension);
   out.message = fmt::format(
       "not even {0} 1 fits: {0} 1 needs {1} peak reserved, {2} more than the {3} the allocator "
-      "can have; try {4}",
-      what, Bytes(out.needed_reserved), Bytes(out.shortfall), Bytes(out.capacity),
-      JoinOr(out.levers));
+      "can have; ",
+      what, Bytes(out.needed_reserved), Bytes(out.shortfall), Bytes(out.capacity));
+  if (plan == nullptr) {
+    out.message += "try " + JoinOr(out.levers);
+    return out;
+  }
+  out.options = plan->options;
+  out.nothing_fits = plan->nothing_fits;
+  out.plan_command = "--plan " + plan_budget;
+  if (!plan->options.empty()) {
+    const PlanOption& best = plan->options.front();
+    std::string flags;
+    for (const std::string& f : best.flags) flags += (flags.empty() ? "" : " ") + f;
+    std::string techniques;
+    for (const std::string& t : best.techniques)
+      techniques += (techniques.empty() ? "" : " + ") + t;
+    out.message += fmt::format("the cheapest set-up where {} 1 fits is {} ({}: peak reserved {}",
+                               what, flags, techniques, Bytes(best.peak_reserved));
+    if (best.host_bytes > 0) out.message += fmt::format(", host {}", Bytes(best.host_bytes));
+    out.message += "); add it and --fit again";
+    if (plan->options.size() > 1) {
+      out.message +=
+          fmt::format(", or see the {} others with {}", plan->options.size() - 1, out.plan_command);
+    }
+    return out;
+  }
+  // Nothing on the plan's menu makes it fit: the levers it did not search.
+  std::erase_if(out.levers,
+                [](const std::string& l) { return l == "--checkpointing" || l == "--lora R"; });
+  out.message += fmt::format("no memory-saving technique makes it fit ({}: {}); try {}",
+                             out.plan_command, plan->nothing_fits, JoinOr(out.levers));
   return out;
 }
 

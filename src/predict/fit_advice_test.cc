@@ -93,6 +93,45 @@ TEST(FitAdvice, MessageSaysByHowMuch) {
             "--world-size N, a shorter --seq or a larger GPU");
 }
 
+TEST(FitAdvice, ThePlansCheapestOptionFirst) {
+  FitResult fit;
+  fit.dimension = FitDimension::kBatch;
+  fit.capacity = 84'419'526'656;
+  fit.needed_reserved = 99'119'792'128;
+  PredictRequest r = Request("bf16-amp");
+  PlanResult plan;
+  PlanOption best;
+  best.techniques = {"chunked cross-entropy", "8-bit AdamW"};
+  best.flags = {"--loss-chunks", "8", "--optimizer", "adamw8bit"};
+  best.peak_reserved = 83'770'736'640;
+  plan.options = {best, best};
+  const NoFitAdvice a = ExplainNoFit(Preset("llama3-8b"), r, fit, &plan, "h100-80gb");
+  EXPECT_EQ(a.options.size(), 2u);
+  EXPECT_EQ(a.plan_command, "--plan h100-80gb");
+  EXPECT_EQ(a.message,
+            "not even batch 1 fits: batch 1 needs 92.31 GiB peak reserved, 13.69 GiB more than "
+            "the 78.62 GiB the allocator can have; the cheapest set-up where batch 1 fits is "
+            "--loss-chunks 8 --optimizer adamw8bit (chunked cross-entropy + 8-bit AdamW: peak "
+            "reserved 78.02 GiB); add it and --fit again, or see the 1 others with --plan "
+            "h100-80gb");
+}
+
+TEST(FitAdvice, NothingOnThePlanLeavesTheLeversItDidNotSearch) {
+  FitResult fit;
+  fit.dimension = FitDimension::kBatch;
+  fit.capacity = uint64_t{1} << 30;
+  fit.needed_reserved = uint64_t{2} << 30;
+  PlanResult plan;
+  plan.nothing_fits = "the weights alone take 1.50 GiB per GPU";
+  const NoFitAdvice a = ExplainNoFit(Preset("llama3-8b"), Request("fp32"), fit, &plan, "1GiB");
+  // Checkpointing and LoRA were searched; precision, sharding and the rest were not.
+  EXPECT_EQ(a.message,
+            "not even batch 1 fits: batch 1 needs 2.00 GiB peak reserved, 1.00 GiB more than "
+            "the 1.00 GiB the allocator can have; no memory-saving technique makes it fit "
+            "(--plan 1GiB: the weights alone take 1.50 GiB per GPU); try --dtype bf16-amp, "
+            "--zero/--fsdp with --world-size N, a shorter --seq or a larger GPU");
+}
+
 TEST(FitAdvice, FitMeasuresWhatSizeOneNeeds) {
   // GPT-2 small with AdamW in fp32 holds 16 bytes per parameter (about 1.9 GiB) before any
   // activation: it cannot fit in 1 GiB.

@@ -18,17 +18,39 @@ std::string StepFitText(const pipeline::StepFit& fit) {
       FormatBytes(static_cast<int64_t>(fit.capacity)), fit.simulations);
 }
 
+namespace {
+
+nlohmann::json OptionsJson(const std::vector<predict::PlanOption>& options) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const predict::PlanOption& o : options) {
+    out.push_back({{"techniques", o.techniques},
+                   {"flags", o.flags},
+                   {"peak_reserved_bytes", o.peak_reserved},
+                   {"host_bytes", o.host_bytes},
+                   {"added_seconds", o.added_seconds},
+                   {"changes_training", o.changes_training}});
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json NoFitJson(const pipeline::NoFit& f) {
-  return {{"schema_version", kPredictJsonVersion},
-          {"fit",
-           {{"dimension", f.dimension},
-            {"largest", 0},
-            {"capacity_bytes", f.capacity},
-            {"needed_reserved_bytes", f.advice.needed_reserved},
-            {"needed_allocated_bytes", f.needed_allocated},
-            {"shortfall_bytes", f.advice.shortfall},
-            {"levers", f.advice.levers},
-            {"simulations", f.simulations}}}};
+  nlohmann::json fit = {{"dimension", f.dimension},
+                        {"largest", 0},
+                        {"capacity_bytes", f.capacity},
+                        {"needed_reserved_bytes", f.advice.needed_reserved},
+                        {"needed_allocated_bytes", f.needed_allocated},
+                        {"shortfall_bytes", f.advice.shortfall},
+                        {"levers", f.advice.levers},
+                        {"simulations", f.simulations}};
+  // The plan at size 1, when one ran: the set-ups where size 1 fits, as --plan's options.
+  if (!f.advice.plan_command.empty()) {
+    fit["plan"] = {{"command", f.advice.plan_command},
+                   {"options", OptionsJson(f.advice.options)},
+                   {"nothing_fits", f.advice.nothing_fits}};
+  }
+  return {{"schema_version", kPredictJsonVersion}, {"fit", fit}};
 }
 
 namespace {
@@ -87,15 +109,7 @@ std::string PlanText(const pipeline::PlanAnswer& p) {
 
 nlohmann::json PlanJson(const pipeline::PlanAnswer& p) {
   const predict::PlanResult& r = p.result;
-  nlohmann::json options = nlohmann::json::array();
-  for (const predict::PlanOption& o : r.options) {
-    options.push_back({{"techniques", o.techniques},
-                       {"flags", o.flags},
-                       {"peak_reserved_bytes", o.peak_reserved},
-                       {"host_bytes", o.host_bytes},
-                       {"added_seconds", o.added_seconds},
-                       {"changes_training", o.changes_training}});
-  }
+  const nlohmann::json options = OptionsJson(r.options);
   return {{"schema_version", kPredictJsonVersion},
           {"plan",
            {{"budget", p.budget},

@@ -303,6 +303,9 @@ def test_fit_when_not_even_batch_1_fits(run, out_dir):
     assert rc == 1 and out == ""
     line = assert_one_error_line(err)
     assert "--fit: not even batch 1 fits" in line
+    # The plan at batch 1 finds no technique that helps (the fp32 weights alone are 25 GiB), so
+    # the levers it does not search are left: precision first.
+    assert "no memory-saving technique makes it fit" in line and "weights alone" in line
     assert "try --dtype bf16-amp" in line
     rc, out, err = run("predict", "--model", "llama2-7b", "--steps", "1", "--fit", "24GiB",
                        "--json", "-o", "x.sqlite", cwd=out_dir)
@@ -310,6 +313,7 @@ def test_fit_when_not_even_batch_1_fits(run, out_dir):
     assert "not even batch 1 fits" in assert_one_error_line(err)
     fit = json.loads(out)["fit"]
     assert fit["largest"] == 0 and fit["dimension"] == "batch"
+    assert fit["plan"]["options"] == [] and "weights alone" in fit["plan"]["nothing_fits"]
     # Less what the non-PyTorch memory model expects outside the allocator with no --gpu (an
     # sm_90 GPU): a 610 MiB CUDA context and 76 MiB of libraries' kernels (cuBLAS 66 + cuDNN 10),
     # both measured on our H100 (goldens/h100/device_overheads.json).
@@ -325,7 +329,9 @@ def test_fit_advice_says_by_how_much_and_never_repeats_the_set_up(run, out_dir):
     """llama3-8b with bf16 autocast and checkpointing on an H100: mixed precision and
     checkpointing are on already, so the advice must not suggest them; it says what batch 1 needs
     (its peak reserved with no capacity limit: the same figure a prediction without a GPU gives)
-    and by how much that misses, and --json carries the shortfall in bytes."""
+    and by how much that misses, and --json carries the shortfall in bytes. The advice is the
+    plan's cheapest set-up where batch 1 fits (`--plan h100-80gb` at batch 1), and --fit with its
+    flags does find a batch."""
     setup = ("--model", "llama3-8b", "--steps", "1", "--dtype", "bf16-amp", "--checkpointing")
     rc, out, err = run("predict", *setup, "--fit", "h100-80gb", "--json", cwd=out_dir)
     assert rc == 1
@@ -339,14 +345,23 @@ def test_fit_advice_says_by_how_much_and_never_repeats_the_set_up(run, out_dir):
     assert fit["shortfall_bytes"] == fit["needed_reserved_bytes"] - fit["capacity_bytes"] > 0
     assert fit["levers"] == ["--lora R", "--zero/--fsdp with --world-size N", "a shorter --seq",
                              "a larger GPU"]
+    plan = fit["plan"]
+    assert plan["command"] == "--plan h100-80gb" and plan["nothing_fits"] == ""
+    best, others = plan["options"][0], len(plan["options"]) - 1
+    assert best["peak_reserved_bytes"] <= fit["capacity_bytes"] and others >= 1
     line = assert_one_error_line(err)
     assert line == (
         f"vramscope: error: --fit: not even batch 1 fits: batch 1 needs "
         f"{_gib(fit['needed_reserved_bytes'])} peak reserved, {_gib(fit['shortfall_bytes'])} "
-        f"more than the {_gib(fit['capacity_bytes'])} the allocator can have; try --lora R, "
-        f"--zero/--fsdp with --world-size N, a shorter --seq or a larger GPU")
+        f"more than the {_gib(fit['capacity_bytes'])} the allocator can have; the cheapest "
+        f"set-up where batch 1 fits is {' '.join(best['flags'])} "
+        f"({' + '.join(best['techniques'])}: peak reserved {_gib(best['peak_reserved_bytes'])}); "
+        f"add it and --fit again, or see the {others} others with --plan h100-80gb")
     for already_set in ("--dtype", "bf16-amp", "--checkpointing"):
-        assert already_set not in line.split("try ")[1]
+        assert already_set not in best["flags"]
+    rc, out, err = run("predict", *setup, *best["flags"], "--fit", "h100-80gb", cwd=out_dir)
+    assert rc == 0, err
+    assert out.startswith("fit: the largest batch that fits is ")
     assert list_dir(out_dir) == []
 
 
