@@ -123,7 +123,8 @@ def predict(model: Any, *, batch: Optional[int] = None, seq: Optional[int] = Non
     ``batch``, ``seq``, ``dtype``, ``optimizer``, ``gpu``, ``fit`` and every other option
     (``checkpointing=True``, ``lora=8``, ``zero=3, world_size=8``...) as the command's, the
     memory-saving techniques included (``loss_chunks=8``, ``fused_linear_ce=True``,
-    ``optimizer="adamw8bit"``, ``optimizer_in_backward=True``, ``offload_optimizer=True``...):
+    ``optimizer="adamw8bit"``, ``optimizer_in_backward=True``, ``offload_optimizer=True``,
+    ``qlora=16``, ``checkpointing_ops=True``...):
     the prediction's facts say what each saves.
     """
     if options.get("plan") is not None:

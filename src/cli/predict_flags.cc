@@ -102,6 +102,11 @@ void RegisterPredictCommand(CLI::App& app, PredictFlags& o) {
                 "soon as it is accumulated (CPUOffloadOptimizer(offload_gradients=True))");
   cmd->add_option("--lora", o.request.lora, "LoRA rank: freeze the base weights, train adapters")
       ->check(CLI::Range(0, 65536));
+  cmd->add_option("--qlora", o.request.qlora,
+                  "QLoRA rank: LoRA adapters over the blocks' linears frozen in bitsandbytes' "
+                  "NF4 (Linear4bit, double quantisation), dequantised around each use; one GPU")
+      ->check(CLI::Range(1, 65536))
+      ->option_text("R");
   cmd->add_option("--lora-dropout", o.request.lora_dropout,
                   "dropout on the LoRA adapters' input, as peft's lora_dropout (default 0, "
                   "peft's; LitGPT's finetune/lora.py uses 0.05): its output and mask are kept "

@@ -156,7 +156,17 @@ Result<predict::PredictRequest> Resolve(const PredictRequest& o) {
   s.checkpointing = o.checkpointing;
   RETURN_IF_ERROR(predict_parts::ResolveTechniques(o, s));
   s.lora_rank = o.lora;
-  if (o.lora_dropout > 0 && o.lora == 0) {
+  if (o.qlora > 0) {
+    if (o.lora > 0) return UsageError("--lora and --qlora: choose one (--qlora is LoRA too)");
+    if (o.world_size > 1 || o.zero != 0 || o.fsdp) {
+      return UsageError(
+          "--qlora is predicted on one GPU (NF4 weights are not sharded here): drop "
+          "--world-size/--zero/--fsdp");
+    }
+    s.lora_rank = o.qlora;
+    s.qlora = true;
+  }
+  if (o.lora_dropout > 0 && s.lora_rank == 0) {
     return UsageError("--lora-dropout is the adapters' dropout: give --lora R with it");
   }
   s.lora_dropout = o.lora_dropout;

@@ -12,6 +12,7 @@ std::string SimulatorOnlyTechnique(const PredictRequest& r) {
   if (r.checkpointing_every > 1) return "--checkpointing-every";
   if (r.checkpointing_offload) return "--checkpointing-offload";
   if (r.checkpointing_ops) return "--checkpointing-ops";
+  if (r.qlora > 0) return "--qlora";
   if (r.optimizer_in_backward) return "--optimizer-in-backward";
   if (r.offload_activations) return "--offload-activations";
   if (r.offload_optimizer) return "--offload-optimizer";

@@ -70,6 +70,72 @@ LinearWeights Ops::MakeLinear(std::string_view name, uint64_t in, uint64_t out, 
   return lw;
 }
 
+LinearWeights Ops::MakeNf4Linear(std::string_view name, uint64_t in, uint64_t out, bool bias) {
+  LinearWeights lw;
+  lw.in = in;
+  lw.out = out;
+  lw.nf4 = true;
+  const uint64_t n = in * out;
+  const uint64_t blocks = (n + 63) / 64;
+  sim_.EnterModule(name);
+  if (!nf4_map_made_) {
+    // bitsandbytes' name2qmap["dynamic"]: 256 fp32, made once per device.
+    sim_.Buffer("(bitsandbytes dynamic map)", 256 * 4);
+    nf4_map_made_ = true;
+  }
+  lw.w.elements = n;
+  lw.w.trainable = false;
+  lw.w.t = sim_.Parameter("weight", (n + 1) / 2, false, (n + 1) / 2);
+  sim_.Buffer("weight.quant_state.absmax", blocks);  // uint8 codes of the absmax
+  sim_.Buffer("weight.quant_state.state2.absmax", (blocks + 255) / 256 * 4);
+  sim_.Buffer("weight.quant_state.offset", 4);
+  sim_.Buffer("weight.quant_state.code", 16 * 4);
+  if (bias) lw.b = MakeWeight("bias", out, false);
+  sim_.ExitModule();
+  return lw;
+}
+
+TensorId Ops::Nf4Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
+  const uint64_t n = lw.in * lw.out;
+  const uint64_t absmax_bytes = (n + 63) / 64 * 4;
+  const DType compute = precision_.Compute();
+  const uint64_t dequantized = n * ElementSize(compute);
+  auto dequantize = [absmax_bytes, dequantized](auto& where) {
+    const TensorId absmax = where.New(absmax_bytes, "bitsandbytes::dequantize_blockwise");
+    const TensorId w = where.New(dequantized, "bitsandbytes::dequantize_4bit");
+    where.Free(absmax);
+    return w;
+  };
+  struct Sim {
+    StepSimulator& s;
+    TensorId New(uint64_t b, std::string_view op) { return s.New(b, op); }
+    void Free(TensorId t) { s.Free(t); }
+  } sim{sim_};
+  const TensorId w = dequantize(sim);
+  const bool has_bias = lw.b.t != kNoTensor;
+  const TensorId b = has_bias ? ForMatmul(lw.b.t, true) : kNoTensor;
+  const TensorId xin = ForMatmul(x, false);
+  const char* op = has_bias ? "aten::addmm" : "aten::mm";
+  const TensorId y = New(rows * lw.out, compute, op);
+  sim_.Matmul(op);
+  sim_.Free(w);
+  const uint64_t gx = rows * lw.in * ElementSize(Dtype(xin));
+  std::vector<TensorId> inputs = {xin};
+  if (has_bias) inputs.push_back(b);
+  // MatMul4Bit keeps only the packed weight (ctx.tensors = (None, B)): no activation.
+  sim_.Node("MatMul4BitBackward", inputs, {y}, {},
+            [gx, dequantize, nd = linear_inputs_nd](BackwardContext& c) {
+              if (!c.Needs(0)) return;
+              const TensorId deq = dequantize(c);
+              c.GiveGrad(0, nd ? c.NewReshaped(gx, "aten::mm") : c.New(gx, "aten::mm"));
+              c.Matmul();
+              c.Free(deq);
+            });
+  sim_.Free(xin);
+  sim_.Free(b);
+  return y;
+}
+
 TensorId Ops::Checkpoint(TensorId x, std::function<TensorId(TensorId)> block) {
   const DType d = Dtype(x);
   const uint64_t n = Elements(x);
@@ -132,6 +198,7 @@ TensorId Ops::View(TensorId x, uint64_t elements) {
 }
 
 TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
+  if (lw.nf4) return Nf4Linear(x, lw, rows);
   // Autocast casts the arguments last to first: linear(x, weight, bias) bias, weight, input, as
   // the H200 goldens show (linear_adam_bf16, events 6-8); addmm(bias, x, weight) weight, input,
   // bias.

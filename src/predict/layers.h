@@ -38,6 +38,8 @@ struct LinearWeights {
   // linear(x, weight, bias): autocast casts the arguments last to first, so weight, input, bias
   // instead of bias, weight, input.
   bool addmm_args = false;
+  // A frozen bitsandbytes Linear4bit (QLoRA): `w` holds the packed NF4 codes (MakeNf4Linear).
+  bool nf4 = false;
 };
 
 class Ops {
@@ -54,6 +56,12 @@ class Ops {
   Weight MakeWeight(std::string_view name, uint64_t elements, bool trainable = true);
   LinearWeights MakeLinear(std::string_view name, uint64_t in, uint64_t out, bool bias,
                            bool trainable = true);
+  // bitsandbytes' Linear4bit after quantisation (QLoRA's base layers, frozen), as
+  // bnb.functional.quantize_4bit leaves it with nf4 and compress_statistics: the packed codes
+  // (two per byte) as the weight, and its quant state: the absmax of each block of 64 quantised
+  // to uint8 (blocks of 256, with their fp32 absmax and an fp32 offset) and the 16-entry NF4
+  // code, all on the GPU; the bias, when there is one, in the weights' dtype.
+  LinearWeights MakeNf4Linear(std::string_view name, uint64_t in, uint64_t out, bool bias);
   // A floating-point buffer (BatchNorm's running statistics, rotary frequencies), in the
   // weights' dtype.
   TensorId MakeBuffer(std::string_view name, uint64_t elements);
@@ -135,6 +143,12 @@ class Ops {
                                    TensorId target);
 
  private:
+  // bitsandbytes' MatMul4Bit: the weight dequantised (first its absmax, then the weight, in the
+  // compute dtype) for the product and freed after it; nothing saved but the packed weight;
+  // backward dequantises again for the input's gradient.
+  TensorId Nf4Linear(TensorId x, const LinearWeights& lw, uint64_t rows);
+  // The 256-entry dynamic map double quantisation shares, made with the first NF4 weight.
+  bool nf4_map_made_ = false;
   // Autocast's view of an operand of a matmul: the cast (cached for trainable weights).
   TensorId ForMatmul(TensorId x, bool is_weight);
   // ZeRO-3/FSDP: the all-gathered full weight (a temporary), or the weight itself (one more

@@ -121,6 +121,9 @@ struct TrainingSetup {
   // torchtune's OffloadActivations: saved tensors of 1 KiB or more in pinned host memory.
   bool offload_activations = false;
   int lora_rank = 0;
+  // QLoRA (with lora_rank): every linear of the blocks frozen in bitsandbytes' NF4 (Linear4bit,
+  // blocks of 64, double quantisation), dequantised into the compute dtype around each use.
+  bool qlora = false;
   double lora_alpha = 16;
   double lora_dropout = 0;  // peft's default
   ZeroMode zero = ZeroMode::kNone;

@@ -21,9 +21,11 @@ namespace {
 // The levers, each a ladder of levels (0: as the request has it).
 enum Group : int { kAlloc, kLoss, kCkpt, kStates, kPlace, kActs, kMicro, kZero, kLora, kGroups };
 using Choice = std::array<int, kGroups>;
-constexpr std::array<int, kGroups> kTopLevel = {1, 2, 4, 2, 2, 1, 0, 3, 1};  // kMicro: by batch
+constexpr std::array<int, kGroups> kTopLevel = {1, 2, 4, 2, 2, 1, 0, 3, 2};  // kMicro: by batch
 // kCkpt's levels: every 2nd block, every block, offloaded, op-level selective.
 constexpr int kCkptEvery2 = 1, kCkptFull = 2, kCkptOffload = 3, kCkptOps = 4;
+// kLora's: LoRA, QLoRA (NF4 base weights; one GPU).
+constexpr int kLoraPlain = 1, kQlora = 2;
 
 bool CausalLm(Family f) { return f == Family::kGpt2 || f == Family::kLlama; }
 bool Transformer(Family f) { return CausalLm(f) || f == Family::kBert || f == Family::kVit; }
@@ -101,7 +103,8 @@ class Planner {
     return o.need <= capacity_ && (budget_.host_memory == 0 || o.host <= budget_.host_memory);
   }
   double Cost(const Choice& c, const Outcome& o) const;
-  Result<std::optional<Choice>> Walk(const std::vector<int>& banned, bool lora);
+  // A walk from `lora` (kLora's level: 0, LoRA or QLoRA), which it keeps.
+  Result<std::optional<Choice>> Walk(const std::vector<int>& banned, int lora);
   PlanOption Describe(const Choice& c, const Outcome& o) const;
 
   const LoadedModel& model_;
@@ -134,6 +137,7 @@ bool Planner::Valid(const Choice& c) const {
     return false;
   }
   if (offload && c[kStates] != 0) return false;
+  if (c[kLora] == kQlora && (budget_.gpus > 1 || request_.setup.world_size > 1)) return false;
   return true;
 }
 
@@ -163,7 +167,8 @@ PredictRequest Planner::Apply(const Choice& c) const {
   }
   if (budget_.gpus > 1 && s.world_size < budget_.gpus) s.world_size = budget_.gpus;
   if (c[kZero] > 0) s.zero = static_cast<ZeroMode>(c[kZero]);
-  if (c[kLora] == 1) s.lora_rank = 16;
+  if (c[kLora] != 0) s.lora_rank = 16;
+  if (c[kLora] == kQlora) s.qlora = true;
   return r;
 }
 
@@ -221,12 +226,19 @@ double Planner::Cost(const Choice& c, const Outcome& o) const {
   if (c[kPlace] == 2) t += HostOptimizerSeconds(work_, speed_);
   if (c[kMicro] > 0) t += MicroBatchSeconds(work_, speed_, work_.micro_batches << c[kMicro]);
   if (c[kZero] == 3) t += ShardedWeightsSeconds(work_, speed_);
+  if (c[kLora] == kQlora) {
+    // Dequantised in forward and for the input's gradient, and again when recomputed.
+    const int uses = c[kCkpt] == 0 ? 2 : 3;
+    StepWork micro = work_;
+    micro.micro_batches = work_.micro_batches << c[kMicro];
+    t += DequantizeSeconds(micro, speed_, uses);
+  }
   return t;
 }
 
-Result<std::optional<Choice>> Planner::Walk(const std::vector<int>& banned, bool lora) {
+Result<std::optional<Choice>> Planner::Walk(const std::vector<int>& banned, int lora) {
   Choice cur{};
-  if (lora) cur[kLora] = 1;
+  cur[kLora] = lora;
   ASSIGN_OR_RETURN(Outcome now, Evaluate(cur));
   for (const Single& s : singles_) {
     if (Fits(now)) break;
@@ -278,7 +290,8 @@ PlanOption Planner::Describe(const Choice& c, const Outcome& o) const {
   if (c[kZero] == 1) add("ZeRO-1", {"--zero", "1"});
   if (c[kZero] == 2) add("ZeRO-2", {"--zero", "2"});
   if (c[kZero] == 3) add("ZeRO-3 (FSDP)", {"--zero", "3"});
-  if (c[kLora] == 1) add("LoRA r=16", {"--lora", "16"});
+  if (c[kLora] == kLoraPlain) add("LoRA r=16", {"--lora", "16"});
+  if (c[kLora] == kQlora) add("QLoRA r=16 (NF4 base weights)", {"--qlora", "16"});
   if (c[kLoss] == 1) add("chunked cross-entropy", {"--loss-chunks", "8"});
   if (c[kLoss] == 2) add("fused linear cross-entropy", {"--fused-linear-ce"});
   if (c[kStates] == 1) add("8-bit AdamW", {"--optimizer", "adamw8bit"});
@@ -310,7 +323,7 @@ PlanOption Planner::Describe(const Choice& c, const Outcome& o) const {
   out.peak_reserved = o.need;
   out.host_bytes = o.host;
   out.added_seconds = Cost(c, o);
-  out.changes_training = c[kLora] == 1;
+  out.changes_training = c[kLora] != 0;
   return out;
 }
 
@@ -348,14 +361,21 @@ Result<PlanResult> Planner::Run() {
     out.simulations = simulations_;
     return out;
   }
-  // The weights alone, per GPU at best (sharded over every GPU by ZeRO-3).
-  const uint64_t weights = stream.info.parameter_bytes / static_cast<uint64_t>(work_.gpus);
+  // The weights alone, per GPU at best (sharded over every GPU by ZeRO-3; or, on one GPU,
+  // QLoRA's half a byte per parameter as a bound below).
+  Choice qlora{};
+  qlora[kLora] = kQlora;
+  uint64_t weights = stream.info.parameter_bytes / static_cast<uint64_t>(work_.gpus);
+  if (enabled_[kLora] && Valid(qlora)) {
+    weights = std::min(weights, static_cast<uint64_t>(work_.parameters / 2));
+  }
   if (weights > capacity_) {
     out.nothing_fits = fmt::format(
-        "the weights alone take {} per GPU{}, more than the {} the allocator may use: give "
+        "the weights alone take {} per GPU{}{}, more than the {} the allocator may use: give "
         "more GPUs (--plan Nx{}), or a smaller model; offloading the weights themselves "
         "(ZeRO-Infinity) is not modelled",
         FormatBytes(static_cast<int64_t>(weights)), work_.gpus > 1 ? " even under ZeRO-3" : "",
+        enabled_[kLora] && Valid(qlora) ? " even in QLoRA's 4 bits" : "",
         FormatBytes(static_cast<int64_t>(capacity_)),
         budget_.gpu_key.empty() ? "SIZE" : budget_.gpu_key);
     out.simulations = simulations_;
@@ -391,7 +411,7 @@ Result<PlanResult> Planner::Run() {
   std::vector<Choice> found;
   std::vector<int> banned;
   for (int round = 0; round < 4; ++round) {
-    ASSIGN_OR_RETURN(const std::optional<Choice> c, Walk(banned, false));
+    ASSIGN_OR_RETURN(const std::optional<Choice> c, Walk(banned, 0));
     if (!c) break;
     if (std::find(found.begin(), found.end(), *c) == found.end()) found.push_back(*c);
     // The next option does without the costliest lever of this one.
@@ -410,8 +430,12 @@ Result<PlanResult> Planner::Run() {
     if (costliest < 0) break;
     banned.push_back(costliest);
   }
-  if (enabled_[kLora]) {
-    ASSIGN_OR_RETURN(const std::optional<Choice> c, Walk({}, true));
+  // Last the walks that change what is trained: from LoRA, then from QLoRA (one GPU).
+  for (const int lora : {kLoraPlain, kQlora}) {
+    Choice start{};
+    start[kLora] = lora;
+    if (!enabled_[kLora] || !Valid(start)) continue;
+    ASSIGN_OR_RETURN(const std::optional<Choice> c, Walk({}, lora));
     if (c && std::find(found.begin(), found.end(), *c) == found.end()) found.push_back(*c);
   }
   // Each option once more under the budget's capacity, as the allocator would run it: only

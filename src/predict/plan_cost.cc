@@ -70,6 +70,10 @@ double MicroBatchSeconds(const StepWork& w, const GpuSpeed& g, int micro_batches
   return extra * 3 * w.parameter_bytes / g.memory_bytes;
 }
 
+double DequantizeSeconds(const StepWork& w, const GpuSpeed& g, int uses) {
+  return w.micro_batches * uses * 2.5 * w.block_parameters / g.memory_bytes;
+}
+
 double ShardedWeightsSeconds(const StepWork& w, const GpuSpeed& g) {
   if (w.gpus < 2) return 0;
   return w.parameter_bytes * (w.gpus - 1) / w.gpus / g.peer_bytes;

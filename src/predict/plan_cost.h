@@ -58,5 +58,9 @@ double MicroBatchSeconds(const StepWork& w, const GpuSpeed& g, int micro_batches
 // ZeRO-3/FSDP over w.gpus, against DDP or ZeRO-1/2 (which move the same bytes as DDP's
 // all-reduce): the weights all-gathered once more (in backward), per optimizer step.
 double ShardedWeightsSeconds(const StepWork& w, const GpuSpeed& g);
+// QLoRA's NF4 base weights, dequantised `uses` times per micro-batch (forward, backward's input
+// gradient, a checkpoint's recomputation): each time the codes read (half a byte per weight)
+// and the bf16 weight written (two bytes), 2.5 bytes per block parameter over HBM.
+double DequantizeSeconds(const StepWork& w, const GpuSpeed& g, int uses);
 
 }  // namespace vramscope::predict

@@ -66,5 +66,14 @@ TEST(PlanCost, MicroBatchesAndShardedWeights) {
   EXPECT_DOUBLE_EQ(ShardedWeightsSeconds(eight, h100), 14e9 * 7 / 8 / 450e9);
 }
 
+TEST(PlanCost, QloraDequantisesTheBlocksAtEachUse) {
+  const GpuSpeed h100 = SpeedOf("h100-80gb");
+  // Forward and backward: 6.5e9 block parameters, 2.5 bytes each, twice, at 3.35 TB/s (9.7 ms).
+  EXPECT_DOUBLE_EQ(DequantizeSeconds(SevenB(), h100, 2), 2 * 2.5 * 6.5e9 / 3.35e12);
+  StepWork two = SevenB();
+  two.micro_batches = 2;
+  EXPECT_DOUBLE_EQ(DequantizeSeconds(two, h100, 3), 2 * 3 * 2.5 * 6.5e9 / 3.35e12);
+}
+
 }  // namespace
 }  // namespace vramscope::predict

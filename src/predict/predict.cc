@@ -78,7 +78,10 @@ std::string SetupText(const ModelSpec& m, const TrainingSetup& s) {
   if (s.offload_activations) text += ", activations offloaded";
   if (s.loss_chunks > 1) text += fmt::format(", cross-entropy in {} chunks", s.loss_chunks);
   if (s.fused_linear_ce) text += ", fused linear cross-entropy";
-  if (s.lora_rank > 0) text += fmt::format(", LoRA r={}", s.lora_rank);
+  if (s.lora_rank > 0) {
+    text += s.qlora ? fmt::format(", QLoRA r={} (NF4 base weights)", s.lora_rank)
+                    : fmt::format(", LoRA r={}", s.lora_rank);
+  }
   if (s.lora_rank > 0 && s.lora_dropout > 0) text += fmt::format(" dropout {}", s.lora_dropout);
   if (!s.freeze.empty()) text += fmt::format(", frozen: {}", fmt::join(s.freeze, " "));
   if (s.grad_accum > 1) text += fmt::format(", {} micro-batches", s.grad_accum);

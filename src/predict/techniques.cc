@@ -53,6 +53,10 @@ std::vector<ActiveTechnique> ActiveTechniques(const TrainingSetup& s) {
     out.push_back({"checkpoints offloaded to the host",
                    [](TrainingSetup& t) { t.offload_checkpoints = false; }});
   }
+  if (s.qlora) {
+    out.push_back(
+        {"QLoRA's NF4 base weights (against LoRA)", [](TrainingSetup& t) { t.qlora = false; }});
+  }
   if (s.loss_chunks > 1) {
     out.push_back({fmt::format("chunked cross-entropy ({} chunks)", s.loss_chunks),
                    [](TrainingSetup& t) { t.loss_chunks = 0; }});

@@ -271,6 +271,37 @@ TEST(Checkpointing, OpLevelKeepsAttentionAndEveryOtherMatmul) {
   EXPECT_LT(ops_peak, PeakOf(none, model::Category::kActivation));
 }
 
+TEST(Qlora, Nf4BaseWeightsDequantisedAroundEachUse) {
+  const ModelSpec m = Spec(kLlama);
+  TrainingSetup s = Gpt2Setup();
+  s.precision.param = DType::kBF16;
+  s.lora_rank = 8;
+  const TensorStream lora = Simulate(m, s);
+  s.qlora = true;
+  const TensorStream qlora = Simulate(m, s);
+  // A block's seven linears hold 36,864 elements (q and o 64 x 64, k and v 64 x 32, gate, up and
+  // down 64 x 128): in bf16 73,728 bytes, in NF4 18,432 bytes of codes, 576 of uint8 absmax
+  // (one per 64), and per weight an fp32 absmax of the absmax, an fp32 offset and the 16-entry
+  // fp32 NF4 code; once, bitsandbytes' 256-entry fp32 dynamic map.
+  const uint64_t bf16 = 4 * 36864 * 2;
+  const uint64_t nf4 = 4 * (18432 + 576 + 7 * (4 + 4 + 64)) + 1024;
+  EXPECT_EQ(BytesOf(lora, model::Category::kWeight) - BytesOf(qlora, model::Category::kWeight),
+            bf16 - nf4);
+  // Dequantised for every forward use (7 linears x 4 blocks x 2 steps) and for every input
+  // gradient: none for block 0's q, k and v, whose input (frozen embedding, frozen norm) needs
+  // none.
+  EXPECT_EQ(CountOp(qlora, "bitsandbytes::dequantize_4bit", Thread::kMain), 7u * 4 * 2);
+  EXPECT_EQ(CountOp(qlora, "bitsandbytes::dequantize_4bit", Thread::kBackward), (4u + 7 * 3) * 2);
+  // Each dequantised weight in bf16, after its absmax in fp32.
+  EXPECT_EQ(CountAllocs(qlora, 64 * 128 * 2, "bitsandbytes::dequantize_4bit"),
+            3u * (4 * 2 + 4 * 2));
+  EXPECT_EQ(CountAllocs(qlora, 128 * 4, "bitsandbytes::dequantize_blockwise"),
+            3u * (4 * 2 + 4 * 2));
+  // Nothing more is saved for backward than LoRA saves (MatMul4Bit keeps only the packed codes).
+  EXPECT_LE(PeakOf(qlora, model::Category::kActivation),
+            PeakOf(lora, model::Category::kActivation));
+}
+
 TEST(TechniqueEffects, EachAgainstTheSetUpWithoutIt) {
   auto model = LoadModel("gpt2");
   ASSERT_TRUE(model.ok());

@@ -85,9 +85,10 @@ std::string PlanText(const pipeline::PlanAnswer& p) {
            fmt::format("  nothing fits: {} ({} simulations)\n\n", r.nothing_fits, r.simulations);
   }
   out += fmt::format(
-      "  {} option{} that fit, cheapest first (the step's compute by the cost model: {:.2f} s; "
+      "  {} that {}, cheapest first (the step's compute by the cost model: {:.2f} s; "
       "{} simulations):\n",
-      r.options.size(), r.options.size() == 1 ? "" : "s", r.step_seconds, r.simulations);
+      r.options.size() == 1 ? std::string("1 option") : fmt::format("{} options", r.options.size()),
+      r.options.size() == 1 ? "fits" : "fit", r.step_seconds, r.simulations);
   int n = 0;
   for (const predict::PlanOption& o : r.options) {
     std::string what;

@@ -50,6 +50,21 @@ def test_each_technique_saves_and_says_how_much(run_module, baseline, flags, fac
     assert text.startswith("saves "), text
 
 
+def test_qlora_against_lora(run_module):
+    """--qlora is LoRA over NF4 base weights: its effect line is against plain LoRA, and the
+    weights shrink by about 4x for the blocks' linears (gpt2: 84,934,656 of its 124,439,808
+    parameters are in the blocks' Conv1D linears)."""
+    lora = predict_json(run_module, *BASE, "--lora", "16")
+    qlora = predict_json(run_module, *BASE, "--qlora", "16")
+    assert peak(qlora) < peak(lora)
+    assert qlora["prediction"]["facts"]["QLoRA's NF4 base weights (against LoRA)"].startswith(
+        "saves ")
+    assert "QLoRA r=16 (NF4 base weights)" in qlora["prediction"]["setup"]
+    # Two bytes of bf16 per block weight become half a byte of NF4 codes.
+    saved = lora["prediction"]["parameter_bytes"] - qlora["prediction"]["parameter_bytes"]
+    assert saved == 84_934_656 * 3 // 2
+
+
 def test_offloading_reports_host_memory(run_module):
     doc = predict_json(run_module, *BASE, "--offload-optimizer")
     # gpt2: 124,439,808 bf16 parameters; on the host an fp32 copy, its gradient and two states.
@@ -77,6 +92,8 @@ def test_summary_names_each_effect(run_module):
     (["--checkpointing-ops", "--checkpointing-every", "2"], ["--checkpointing-every",
                                                              "choose one"]),
     (["--checkpointing-ops", "--checkpointing-offload"], ["--checkpointing-offload"]),
+    (["--qlora", "16", "--lora", "8"], ["--lora", "--qlora", "choose one"]),
+    (["--qlora", "16", "--zero", "3", "--world-size", "2"], ["--qlora", "one GPU"]),
 ])
 def test_conflicting_flags_fail_in_one_line(run_module, tmp_path, args, phrases):
     rc, out, err = run_module("predict", *BASE, *args, cwd=tmp_path)

@@ -18,10 +18,13 @@ AdaptedLinear MakeAdapted(Ops& ops, std::string_view name, uint64_t in, uint64_t
   const bool frozen = setup.lora_rank > 0;
   if (frozen && lora_target) {
     Scope s(ops.sim(), name);
-    l.base = ops.MakeLinear("base_layer", in, out, bias, false);
+    l.base = setup.qlora ? ops.MakeNf4Linear("base_layer", in, out, bias)
+                         : ops.MakeLinear("base_layer", in, out, bias, false);
     l.lora.a = ops.MakeLinear("lora_A.default", in, setup.lora_rank, false, true);
     l.lora.b = ops.MakeLinear("lora_B.default", setup.lora_rank, out, false, true);
     l.lora.on = true;
+  } else if (setup.qlora) {
+    l.base = ops.MakeNf4Linear(name, in, out, bias);
   } else {
     l.base = ops.MakeLinear(name, in, out, bias, !frozen);
   }
