@@ -5,6 +5,12 @@ predicting a step's memory from a model config.
     python3 scripts/capture_hf_goldens.py --out goldens/h200/hf [--cases 'gpt2_*,vit_*'] [--jobs 3]
     python3 scripts/capture_hf_goldens.py --list
     python3 scripts/capture_hf_goldens.py --out /tmp/hf-dry --dry-run-cpu   # no GPU: test the logic
+    python3 scripts/capture_hf_goldens.py --suite techniques --out goldens/h200/techniques
+
+--suite techniques runs hf_models.py's TECHNIQUE_SUITE instead: the memory-saving techniques
+`vramscope predict` models (checkpointing every 2nd block, op-level selective checkpointing,
+chunked cross-entropy) on a LLaMA-style decoder in pure bf16 and GPT-2 under bf16 autocast, whose
+baselines are the default suite's; scripts/accuracy.py compares them with `predict`'s flags.
 
 Runs the suite of examples/training/hf_models.py (GPT-2 small, a LLaMA- and a Qwen2-style decoder,
 BERT-base MLM, ViT-B/16; fp32, bf16 autocast and pure bf16; gradient checkpointing; LoRA), three
@@ -193,7 +199,7 @@ class Driver(D.Driver):
     head_format = "[{done:>2}/{n}] {case:<27} {status:<6}"
 
     def __init__(self, args, cases: list):
-        super().__init__(args, cases, H.SUITE)
+        super().__init__(args, cases, suite_of(args))
         self.threads = max(1, (os.cpu_count() or 1) // max(1, args.jobs))
         self.dropped: list[str] = []
         self.sdpa = None
@@ -224,6 +230,7 @@ class Driver(D.Driver):
         a = attempts[-1]
         result = {"case": case.name, "model": case.model, "precision": case.precision,
                   "gradient_checkpointing": case.gradient_checkpointing, "lora": case.lora,
+                  "technique": case.technique or None,
                   "status": "ok" if a["rc"] == 0 else "FAILED", "attempt": self.public(a)}
         if result["status"] == "ok":
             result.update(self.read_sidecar(case, HC.metadata_entry))
@@ -248,7 +255,7 @@ class Driver(D.Driver):
         }
 
     def report(self, results: dict, elapsed: float) -> int:
-        names = [c.name for c in H.SUITE]
+        names = [c.name for c in suite_of(self.args)]
         merged = self.merged(results)
         if not self.args.dry_run_cpu:
             self.dropped = D.drop_snapshots(self.out, names, merged, self.args.size_budget,
@@ -277,19 +284,26 @@ def parse_args(argv=None):
                         "records a stack with every allocation and free, 'alloc' with allocations "
                         "only (smaller snapshots), 'state' only for blocks live at the dump")
     D.add_max_entries(p)
+    p.add_argument("--suite", choices=("families", "techniques"), default="families",
+                   help="the model families (default) or the memory-saving techniques "
+                        "(hf_models.py's TECHNIQUE_SUITE)")
     p.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     return D.parse(p, argv, steps=H.DEFAULT_STEPS, seed=H.DEFAULT_SEED)
+
+
+def suite_of(args) -> list:
+    return H.TECHNIQUE_SUITE if args.suite == "techniques" else H.SUITE
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.list:
-        for c in H.SUITE:
+        for c in suite_of(args):
             print(f"{c.name:<28} {H.describe_case(c)}")
         return 0
     if args.child:
         return run_child(args)
-    return Driver(args, select_cases(H.SUITE, args.cases, "capture_hf_goldens")).main()
+    return Driver(args, select_cases(suite_of(args), args.cases, "capture_hf_goldens")).main()
 
 
 if __name__ == "__main__":

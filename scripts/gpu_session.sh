@@ -23,6 +23,10 @@
 #                      machine), and the report of its .vstrace
 #         pytest_plugin  the pytest plugin's GPU path: tests/install/plugin_project/step_limits.py
 #                      measured on the GPU (one step under its gpu_memory limit, one over)
+#         techniques   scripts/capture_hf_goldens.py --suite techniques (goldens/<gpu>/techniques/:
+#                      checkpointing every 2nd block, op-level selective checkpointing and chunked
+#                      cross-entropy on a LLaMA-style decoder and GPT-2, in plain torch;
+#                      scripts/accuracy.py compares them with `predict`'s flags once unpacked)
 #         overhead     bench/capture_overhead.py (plain / stacks python / stacks all / native only)
 #         modern_goldens  scripts/capture_modern_goldens.py (goldens/<gpu>/modern/: torch.compile
 #                      default and reduce-overhead, CUDA graphs with a shared and with separate
@@ -50,7 +54,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-STEPS=(preflight device_overheads jax_goldens run_goldens native pytest_plugin overhead
+STEPS=(preflight device_overheads jax_goldens run_goldens native pytest_plugin techniques overhead
   modern_goldens goldens oom_golden hf_goldens)
 
 die() {
@@ -188,6 +192,7 @@ step_preflight() {
   local missing=0 f
   for f in scripts/capture_run_goldens.py scripts/capture_goldens.py scripts/capture_oom_golden.py \
     scripts/capture_hf_goldens.py scripts/capture_modern_goldens.py bench/capture_overhead.py \
+    examples/training/hf_models.py \
     scripts/measure_device_overheads.py scripts/capture_jax_goldens.py scripts/golden_capture/driver.py \
     examples/training/train.py; do
     [[ -f $f ]] || { echo "missing: $f"; missing=1; }
@@ -357,6 +362,21 @@ step_pytest_plugin() {
   [[ $rc == 1 ]] && grep -q "1 failed, 1 passed" "$out" && grep -q "$how" "$out"
 }
 
+# Issue 40's ground truth: the memory-saving techniques `predict` models, measured on the GPU in
+# plain torch (examples/training/hf_models.py's TECHNIQUE_SUITE), each beside its baseline of the
+# hf suite. The dry run trains one of them on the CPU at tiny sizes.
+step_techniques() {
+  set -euo pipefail
+  cd "$GS_ROOT"
+  local out="$GS_STAGE/goldens/$GS_SLUG/techniques"
+  if [[ $GS_DRY == 1 ]]; then
+    "$GS_PY" scripts/capture_hf_goldens.py --suite techniques --out "$out" --dry-run-cpu \
+      --cases llama_b4s1024_bf16_ckptops --jobs 1
+  else
+    "$GS_PY" scripts/capture_hf_goldens.py --suite techniques --out "$out" --jobs 3
+  fi
+}
+
 step_goldens() {
   set -euo pipefail
   cd "$GS_ROOT"
@@ -387,7 +407,7 @@ step_hf_goldens() {
   fi
 }
 export -f step_preflight step_device_overheads step_jax_goldens step_run_goldens step_native step_overhead step_modern_goldens \
-  step_goldens step_oom_golden step_hf_goldens step_pytest_plugin
+  step_goldens step_oom_golden step_hf_goldens step_pytest_plugin step_techniques
 
 # Seconds a step needs at least (else it is skipped) and at most (its own time-out).
 step_limits() {
@@ -408,6 +428,9 @@ step_limits() {
     # Two training steps of a 2-layer MLP, each measured in the pytest process: seconds on a
     # GPU (not yet measured there); on the CPU the tracer's two predictions take about 30 s.
     pytest_plugin) echo "20 90" ;;
+    # Six HF trainings of 3 steps, 3 at a time (the hf suite's cases take seconds each on the
+    # H100); on the CPU the one tiny case takes about 80 s on 2 shared cores.
+    techniques) echo "60 200" ;;
     overhead) echo "60 200" ;;
     # Two compiled GPT trainings (cold Inductor compiles: expected to take about a minute each
     # on 16 cores, not yet measured on the device: its first gpu_session.md will say) run beside

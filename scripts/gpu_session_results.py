@@ -19,8 +19,8 @@ import json
 import os
 import sys
 
-STEPS = ["preflight", "device_overheads", "jax_goldens", "run_goldens", "native", "overhead", "modern_goldens",
-         "goldens", "oom_golden", "hf_goldens"]
+STEPS = ["preflight", "device_overheads", "jax_goldens", "run_goldens", "native", "pytest_plugin",
+         "techniques", "overhead", "modern_goldens", "goldens", "oom_golden", "hf_goldens"]
 
 
 def overheads_summary(path: str) -> list[str] | None:

@@ -25,6 +25,11 @@ Contracts:
 - One step has the phases of ``examples/training/train.py`` (its ``PHASES``: zero_grad, inputs,
   forward, backward, optimizer, step_end) and calls its ``Hooks`` interface around each, so the
   capture harness measures both suites the same way.
+- ``TECHNIQUE_SUITE`` (``--suite techniques`` of the capture) is the menu of memory-saving
+  techniques ``vramscope predict`` models, written in plain torch on a baseline case of the
+  suite: checkpointing every 2nd block, torchtitan's op-level selective checkpointing policy
+  (both non-reentrant ``torch.utils.checkpoint``), and torchtune's chunked cross-entropy (the
+  head over 8 chunks of the sequence, each chunk's logits upcast alone, the losses summed).
 - The optimizer is ``torch.optim.AdamW(lr=1e-4)`` (PyTorch's other defaults: weight decay 0.01,
   foreach on CUDA) over the parameters that require a gradient, i.e. only the adapters with LoRA.
 """
@@ -131,12 +136,14 @@ class HFCase:
     precision: str               # key of PRECISIONS
     gradient_checkpointing: bool = False
     lora: bool = False
+    technique: str = ""          # key of TECHNIQUES ("": none)
 
     @property
     def name(self) -> str:
         size = f"b{self.batch}" + (f"s{self.seq}" if self.seq else "")
         flags = ("_gc" if self.gradient_checkpointing else "") + ("_lora" if self.lora else "")
-        return f"{self.model}_{size}_{self.precision}{flags}"
+        technique = f"_{self.technique}" if self.technique else ""
+        return f"{self.model}_{size}_{self.precision}{flags}{technique}"
 
     @property
     def amp(self) -> str:
@@ -159,14 +166,29 @@ SUITE: list[HFCase] = [
     HFCase("vit", 32, None, "bf16amp"),
 ]
 
-CASES: dict[str, HFCase] = {c.name: c for c in SUITE}
+# The memory-saving techniques of TECHNIQUE_SUITE: name -> (what it is, `vramscope predict`'s
+# flags for it).
+TECHNIQUES = {
+    "ckpt2": ("checkpointing every 2nd block (blocks 2, 4, ...), non-reentrant",
+              ["--checkpointing-every", "2"]),
+    "ckptops": ("torchtitan's op-level selective checkpointing policy on every block, "
+                "non-reentrant", ["--checkpointing-ops"]),
+    "chunks8": ("torchtune-style chunked cross-entropy, 8 chunks", ["--loss-chunks", "8"]),
+}
+TECHNIQUE_SUITE: list[HFCase] = [
+    HFCase(model, batch, seq, precision, technique=t)
+    for model, batch, seq, precision in (("llama", 4, 1024, "bf16"), ("gpt2", 8, 512, "bf16amp"))
+    for t in TECHNIQUES]
+
+CASES: dict[str, HFCase] = {c.name: c for c in SUITE + TECHNIQUE_SUITE}
 
 
 def describe_case(case: HFCase) -> str:
     spec = MODELS[case.model]
     size = f"batch {case.batch}" + (f", seq {case.seq}" if case.seq else ", 224x224 images")
     flags = (", gradient checkpointing" if case.gradient_checkpointing else "") + (
-        ", LoRA r=16 on q_proj/v_proj" if case.lora else "")
+        ", LoRA r=16 on q_proj/v_proj" if case.lora else "") + (
+        f", {TECHNIQUES[case.technique][0]}" if case.technique else "")
     return f"{spec.model_class}; {size}; {PRECISIONS[case.precision][0]}{flags}"
 
 
@@ -251,6 +273,8 @@ def build_model(case: HFCase, seed: int = DEFAULT_SEED, tiny: bool = False):
         model.gradient_checkpointing_enable()
         info["gradient_checkpointing"] = {"api": "model.gradient_checkpointing_enable()",
                                           **(checkpoint_settings(model) or {"function": None})}
+    if case.technique in ("ckpt2", "ckptops"):
+        info["technique"] = apply_checkpointing(model, case.technique)
     if case.lora:
         import peft
 
@@ -265,6 +289,55 @@ def build_model(case: HFCase, seed: int = DEFAULT_SEED, tiny: bool = False):
         model = model.to(torch.bfloat16)
     model.train()
     return model, info
+
+
+def op_level_policy():
+    """torchtitan's op-level selective checkpointing policy (selective_ac_option "op"), written
+    from its description: keep the outputs of the fused attention kernels and of every aten.mm
+    but every second one (counted per block, forward and recomputation apart), recompute the
+    rest."""
+    from collections import defaultdict
+
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    keep = {aten.mm.default}
+    for name in ("_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                 "_scaled_dot_product_cudnn_attention"):
+        if hasattr(aten, name):
+            keep.add(getattr(aten, name).default)
+
+    def context():
+        meta: dict = defaultdict(int)
+
+        def decide(ctx, func, *args, **kwargs):
+            key = ("recompute" if ctx.is_recompute else "forward") + "_mm_count"
+            if func == aten.mm.default:
+                meta[key] += 1
+            kept = func in keep and not (func == aten.mm.default and meta[key] % 2 == 0)
+            return CheckpointPolicy.MUST_SAVE if kept else CheckpointPolicy.PREFER_RECOMPUTE
+
+        return create_selective_checkpoint_contexts(decide)
+
+    return context
+
+
+def apply_checkpointing(model, technique: str) -> dict:
+    """Non-reentrant checkpointing through HF's per-layer switch: on every block with the op
+    policy ("ckptops"), or on blocks 2, 4, ... only ("ckpt2", the others switched back off)."""
+    kwargs: dict = {"use_reentrant": False}
+    if technique == "ckptops":
+        kwargs["context_fn"] = op_level_policy()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    blocks = [m for m in model.modules() if getattr(m, "gradient_checkpointing", None) is True
+              and type(m).__name__.endswith(("Block", "DecoderLayer"))]
+    if technique == "ckpt2":
+        for i, block in enumerate(blocks):
+            block.gradient_checkpointing = (i + 1) % 2 == 0
+    return {"api": "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=...)",
+            "use_reentrant": False, "op_level_policy": technique == "ckptops",
+            "checkpointed_blocks": [i for i, b in enumerate(blocks) if b.gradient_checkpointing]}
 
 
 HF_CONFIG_NOTE = ("config.to_dict() of the (base) model; default id2label/label2id "
@@ -331,9 +404,30 @@ def autocast_context(device, case: HFCase):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
+def chunked_loss(model, batch: dict, chunks: int):
+    """torchtune's chunked output and CEWithChunkedOutputLoss, written out: the final hidden
+    states split along the sequence, the head over each chunk, each chunk's logits upcast to fp32
+    alone and its cross-entropy summed; the logits dropped when this returns."""
+    import torch.nn.functional as F
+
+    base = model.transformer if hasattr(model, "transformer") else model.model
+    hidden = base(input_ids=batch["input_ids"], **DECODER_FORWARD_KWARGS).last_hidden_state
+    labels = F.pad(batch["labels"], (0, 1), value=-100)[..., 1:]
+    logits = [model.lm_head(part) for part in hidden.chunk(chunks, dim=1)]
+    total = None
+    for part, target in zip(logits, labels.chunk(chunks, dim=1)):
+        loss = F.cross_entropy(part.float().reshape(-1, part.size(-1)), target.reshape(-1),
+                               reduction="sum")
+        total = loss if total is None else total + loss
+    return total / labels.numel()
+
+
 def forward(model, batch: dict, case: HFCase, device):
-    """The model's forward and its own loss, under the case's autocast."""
+    """The model's forward and its own loss, under the case's autocast (with "chunks8", the
+    chunked loss, and no output: its logits are gone)."""
     with autocast_context(device, case):
+        if case.technique == "chunks8":
+            return None, chunked_loss(model, batch, 8)
         out = model(**batch, **MODELS[case.model].forward_kwargs)
         loss = out.loss
     return out, loss
@@ -352,7 +446,8 @@ def train_step(model, optimizer, cpu_batch: dict, case: HFCase, device, step: in
 
     hooks.phase_begin(step, "forward")
     out, loss = forward(model, batch, case, device)
-    hooks.phase_end(step, "forward", {"logits": out.logits, "loss": loss})
+    made = {"loss": loss} if out is None else {"logits": out.logits, "loss": loss}
+    hooks.phase_end(step, "forward", made)
 
     hooks.phase_begin(step, "backward")
     loss.backward()
@@ -399,7 +494,7 @@ def main(argv=None) -> int:
                    help=f"batch {TINY_BATCH}, seq {TINY_SEQ}, images {TINY_IMAGE}x{TINY_IMAGE}")
     args = p.parse_args(argv)
     if args.list:
-        for c in SUITE:
+        for c in SUITE + TECHNIQUE_SUITE:
             print(f"{c.name:<28} {describe_case(c)}")
         return 0
     if not args.case:

@@ -23,7 +23,7 @@ SCRIPT = REPO / "scripts" / "gpu_session.sh"
 BIN = Path(os.environ.get("VRAMSCOPE_BIN", REPO / "build" / "vramscope"))
 PYTHON = os.environ.get("VRAMSCOPE_TORCH_PYTHON", "")
 STEPS = ["preflight", "device_overheads", "jax_goldens", "run_goldens", "native", "pytest_plugin",
-         "overhead", "modern_goldens", "goldens", "oom_golden", "hf_goldens"]
+         "techniques", "overhead", "modern_goldens", "goldens", "oom_golden", "hf_goldens"]
 # The steps a dry run cannot stand in for on the CPU: printed, never run.
 GPU_ONLY = {"native", "oom_golden"}
 
@@ -85,7 +85,7 @@ def test_prepare_bundles_the_binary_with_the_libraries_the_device_lacks(bundle):
 def test_dry_run_runs_every_step_with_its_cpu_stand_in(bundle, tmp_path):
     out = tmp_path / "out"
     rc, log = sh("run", "--dry-run-cpu", "--bundle", bundle, "--out", out, "--python", PYTHON,
-                 "--budget", "800")
+                 "--budget", "900")
     assert rc == 0, log
     # What comes back from the device tool: a few flat files.
     assert sorted(p.name for p in out.iterdir()) == [
@@ -113,6 +113,8 @@ def test_dry_run_runs_every_step_with_its_cpu_stand_in(bundle, tmp_path):
                  "goldens/dry-run-cpu/linear_sgd_fp32.sidecar.json",
                  "goldens/dry-run-cpu/capture_overhead.txt", "logs/native.log",
                  "goldens/dry-run-cpu/pytest_plugin.txt",
+                 "goldens/dry-run-cpu/techniques/metadata.json",
+                 "goldens/dry-run-cpu/techniques/llama_b4s1024_bf16_ckptops.sidecar.json",
                  "goldens/dry-run-cpu/modern/metadata.json",
                  "goldens/dry-run-cpu/modern/compile_reduce_overhead.sidecar.json",
                  "goldens/dry-run-cpu/modern/graphs_shared_pool.sidecar.json",
