@@ -110,6 +110,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 CONFIG = {config}
 OP_LEVEL = {op_level}
+EVERY = {every}
 KEEP = {{torch.ops.aten.mm.default,
          torch.ops.aten._scaled_dot_product_efficient_attention.default,
          torch.ops.aten._scaled_dot_product_flash_attention.default,
@@ -134,6 +135,8 @@ def build():
         kwargs["context_fn"] = lambda: create_selective_checkpoint_contexts(
             policy(defaultdict(int)))
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    for i, layer in enumerate(model.model.layers):
+        layer.gradient_checkpointing = (i + 1) % EVERY == 0  # HF's per-layer switch
     return model
 
 
@@ -158,7 +161,7 @@ def test_op_level_checkpointing_matches_torchtitans_policy_traced(tmp_path: Path
     traced = {}
     for op_level in (False, True):
         path = tmp_path / f"llama_op{int(op_level)}.py"
-        path.write_text(SAC_MODEL.format(config=repr(LLAMA), op_level=op_level))
+        path.write_text(SAC_MODEL.format(config=repr(LLAMA), op_level=op_level, every=1))
         traced[op_level] = peak("--model", f"{path}:build", cwd=tmp_path, setup=setup)
     full = peak("--model", str(config), "--checkpointing", cwd=tmp_path, setup=setup)
     op_level = peak("--model", str(config), "--checkpointing-ops", cwd=tmp_path, setup=setup)
@@ -168,3 +171,19 @@ def test_op_level_checkpointing_matches_torchtitans_policy_traced(tmp_path: Path
     kept_traced, kept = traced[True] - traced[False], op_level - full
     assert kept_traced > 4 << 20, kept_traced
     assert abs(kept - kept_traced) <= kept_traced // 100, (kept, kept_traced)
+
+
+def test_checkpointing_every_second_block_matches_hfs_per_layer_switch(tmp_path: Path) -> None:
+    """Blocks 2, 4, ... checkpointed (torchtitan's selective_ac_option "2"), here through
+    transformers' per-layer gradient_checkpointing switch, against --checkpointing-every 2."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(LLAMA))
+    setup = ["--batch", "4", "--seq", "256", *SETUP[4:]]
+    path = tmp_path / "llama_every2.py"
+    path.write_text(SAC_MODEL.format(config=repr(LLAMA), op_level=False, every=2))
+    traced = peak("--model", f"{path}:build", cwd=tmp_path, setup=setup)
+    every2 = peak("--model", str(config), "--checkpointing-every", "2", cwd=tmp_path, setup=setup)
+    full = peak("--model", str(config), "--checkpointing", cwd=tmp_path, setup=setup)
+    none = peak("--model", str(config), cwd=tmp_path, setup=setup)
+    assert full < every2 < none
+    assert abs(every2 - traced) / traced < 0.005, (every2, traced)
