@@ -26,13 +26,20 @@ BIN = str(Path(os.environ.get("VRAMSCOPE_BIN", str(ROOT / "build" / "vramscope")
 
 from conftest import require_binary  # noqa: E402
 
+TRAINING = str(ROOT / "examples" / "training")  # hf_models.py: the GPU techniques step's code
+
 CONFIG = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 8000,
           "n_positions": 128}
 
 MODEL = '''
+import sys
+
 import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
+
+sys.path.insert(0, {training!r})
+from hf_models import chunked_loss  # the GPU techniques step's loss, the same code
 
 CHUNKS = {chunks}
 CONFIG = {config}
@@ -49,18 +56,12 @@ def vramscope_inputs(batch_size, seq_len, image_size):
 
 def vramscope_forward(model, batch):
     # The loss is computed here, so the logits are dropped when this returns (del logits).
+    if CHUNKS > 1:
+        return chunked_loss(model, batch, CHUNKS)
     h = model.transformer(input_ids=batch["input_ids"]).last_hidden_state
     labels = F.pad(batch["labels"], (0, 1), value=-100)[..., 1:]
-    if CHUNKS == 1:
-        logits = model.lm_head(h)
-        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
-    logits = [model.lm_head(c) for c in h.chunk(CHUNKS, dim=1)]
-    total = None
-    for part, target in zip(logits, labels.chunk(CHUNKS, dim=1)):
-        loss = F.cross_entropy(part.float().reshape(-1, part.size(-1)), target.reshape(-1),
-                               reduction="sum")
-        total = loss if total is None else total + loss
-    return total / labels.numel()
+    logits = model.lm_head(h)
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
 
 
 def vramscope_loss(output, batch):
@@ -85,7 +86,7 @@ def test_chunked_cross_entropy_matches_the_traced_torchtune_loss(tmp_path: Path)
     traced = {}
     for chunks in (1, 4):
         path = tmp_path / f"chunks{chunks}.py"
-        path.write_text(MODEL.format(chunks=chunks, config=repr(CONFIG)))
+        path.write_text(MODEL.format(chunks=chunks, config=repr(CONFIG), training=TRAINING))
         traced[chunks] = peak("--model", f"{path}:build", cwd=tmp_path)
     built_in = peak("--model", str(config), "--loss-chunks", "4", cwd=tmp_path)
     # The logits (8 x 128 x 8000) in bf16 are 15.6 MiB, their fp32 upcast 31.3 MiB: chunking
@@ -99,44 +100,28 @@ LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_si
          "num_key_value_heads": 2, "intermediate_size": 688, "max_position_embeddings": 256,
          "tie_word_embeddings": False}
 
-# torchtitan's op policy (selective_ac_option "op"), written from its description: keep the
-# outputs of the attention kernels and of every mm but every second one, counted per block and
-# apart for the forward and the recomputation; recompute the rest.
+# Checkpointing as the GPU techniques step applies it (hf_models.apply_checkpointing: torchtitan's
+# op-level policy, or blocks 2, 4, ... through transformers' per-layer switch), or on every block.
 SAC_MODEL = '''
-from collections import defaultdict
+import sys
+
 import torch
-from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 from transformers import LlamaConfig, LlamaForCausalLM
 
+sys.path.insert(0, {training!r})
+from hf_models import apply_checkpointing
+
 CONFIG = {config}
-OP_LEVEL = {op_level}
-EVERY = {every}
-KEEP = {{torch.ops.aten.mm.default,
-         torch.ops.aten._scaled_dot_product_efficient_attention.default,
-         torch.ops.aten._scaled_dot_product_flash_attention.default,
-         torch.ops.aten._scaled_dot_product_cudnn_attention.default}}
-
-
-def policy(meta):
-    def decide(ctx, func, *args, **kwargs):
-        key = ("recompute" if ctx.is_recompute else "forward") + "_mm"
-        if func == torch.ops.aten.mm.default:
-            meta[key] += 1
-        keep = func in KEEP and not (func == torch.ops.aten.mm.default and meta[key] % 2 == 0)
-        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
-    return decide
+TECHNIQUE = {technique!r}
 
 
 def build():
     config = {{k: v for k, v in CONFIG.items() if k not in ("model_type", "architectures")}}
     model = LlamaForCausalLM(LlamaConfig(**config, attn_implementation="sdpa"))
-    kwargs = {{"use_reentrant": False}}
-    if OP_LEVEL:
-        kwargs["context_fn"] = lambda: create_selective_checkpoint_contexts(
-            policy(defaultdict(int)))
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    for i, layer in enumerate(model.model.layers):
-        layer.gradient_checkpointing = (i + 1) % EVERY == 0  # HF's per-layer switch
+    if TECHNIQUE:
+        apply_checkpointing(model, TECHNIQUE)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={{"use_reentrant": False}})
     return model
 
 
@@ -161,7 +146,8 @@ def test_op_level_checkpointing_matches_torchtitans_policy_traced(tmp_path: Path
     traced = {}
     for op_level in (False, True):
         path = tmp_path / f"llama_op{int(op_level)}.py"
-        path.write_text(SAC_MODEL.format(config=repr(LLAMA), op_level=op_level, every=1))
+        path.write_text(SAC_MODEL.format(config=repr(LLAMA), training=TRAINING,
+                                         technique="ckptops" if op_level else ""))
         traced[op_level] = peak("--model", f"{path}:build", cwd=tmp_path, setup=setup)
     full = peak("--model", str(config), "--checkpointing", cwd=tmp_path, setup=setup)
     op_level = peak("--model", str(config), "--checkpointing-ops", cwd=tmp_path, setup=setup)
@@ -180,7 +166,7 @@ def test_checkpointing_every_second_block_matches_hfs_per_layer_switch(tmp_path:
     config.write_text(json.dumps(LLAMA))
     setup = ["--batch", "4", "--seq", "256", *SETUP[4:]]
     path = tmp_path / "llama_every2.py"
-    path.write_text(SAC_MODEL.format(config=repr(LLAMA), op_level=False, every=2))
+    path.write_text(SAC_MODEL.format(config=repr(LLAMA), training=TRAINING, technique="ckpt2"))
     traced = peak("--model", f"{path}:build", cwd=tmp_path, setup=setup)
     every2 = peak("--model", str(config), "--checkpointing-every", "2", cwd=tmp_path, setup=setup)
     full = peak("--model", str(config), "--checkpointing", cwd=tmp_path, setup=setup)
