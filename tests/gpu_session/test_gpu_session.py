@@ -144,8 +144,10 @@ def test_out_of_time_steps_are_skipped_and_said(bundle, tmp_path):
     assert status["preflight"] == "dry-run ok: the CPU stand-in ran"
     assert status["run_goldens"] == "skipped: not selected (--only oom_golden)"
     assert status["oom_golden"] == "dry-run: printed, not run (needs a GPU)"
+    # run_goldens needs 60 s at least: under a 70 s budget (25 s of it reserved), it cannot
+    # start (a budget that lets some step start would make the test hang on that step's speed).
     rc, log = sh("run", "--dry-run-cpu", "--bundle", bundle, "--out", tmp_path / "out2",
-                 "--python", PYTHON, "--budget", "75")
+                 "--python", PYTHON, "--budget", "70", "--only", "run_goldens")
     status = {s["step"]: s["status"]
               for s in json.loads((tmp_path / "out2" / "results.json").read_text())["steps"]}
     assert rc == 2, log
