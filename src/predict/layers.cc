@@ -106,12 +106,7 @@ TensorId Ops::Nf4Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
     where.Free(absmax);
     return w;
   };
-  struct Sim {
-    StepSimulator& s;
-    TensorId New(uint64_t b, std::string_view op) { return s.New(b, op); }
-    void Free(TensorId t) { s.Free(t); }
-  } sim{sim_};
-  const TensorId w = dequantize(sim);
+  const TensorId w = dequantize(sim_);  // StepSimulator and BackwardContext: New, Free
   const bool has_bias = lw.b.t != kNoTensor;
   const TensorId b = has_bias ? ForMatmul(lw.b.t, true) : kNoTensor;
   const TensorId xin = ForMatmul(x, false);
