@@ -1,5 +1,6 @@
 #include "sources/pickle/pickle_document.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace vramscope::pickle {
@@ -153,6 +154,11 @@ Value Document::Get(Value dict, std::string_view key) const {
 std::optional<uint64_t> Document::ContainerId(Value v) const {
   if (v.tag() != Value::kTagContainer) return std::nullopt;
   return v.payload();
+}
+
+bool Document::IsIncomplete(Value v) const {
+  return v.tag() == Value::kTagContainer &&
+         std::binary_search(incomplete_.begin(), incomplete_.end(), v.payload());
 }
 
 size_t Document::MemoryUsage() const {

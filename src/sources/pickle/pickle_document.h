@@ -126,6 +126,10 @@ class Document {
     return id < containers_.size() ? containers_[id].size : 0;
   }
 
+  // A container the input was cut off inside (ParseOptions::recover_truncated): it holds what
+  // was written before the cut.
+  bool IsIncomplete(Value v) const;
+
   // Identity of a container (for caches keyed on shared objects); nullopt for scalars.
   std::optional<uint64_t> ContainerId(Value v) const;
 
@@ -152,6 +156,7 @@ class Document {
   std::vector<double> floats_;
   std::vector<BigInt> big_ints_;
   std::vector<std::string> owned_strings_;
+  std::vector<uint64_t> incomplete_;  // container ids, sorted (few: the containers open at a cut)
 };
 
 }  // namespace vramscope::pickle

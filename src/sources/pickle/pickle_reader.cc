@@ -252,7 +252,11 @@ class DocumentBuilder {
   // The only Status in the builder: the per-opcode helpers below return bool (false = failed,
   // error_ says why), which keeps a Status and its string off the hot path.
   Status Run(ParseInfo* info);
-  Document Take() { return std::move(doc_); }
+  Document Take() {
+    std::sort(incomplete_.begin(), incomplete_.end());
+    doc_.incomplete_ = std::move(incomplete_);
+    return std::move(doc_);
+  }
 
  private:
   // --- errors -------------------------------------------------------------------------------
@@ -263,6 +267,7 @@ class DocumentBuilder {
   }
   [[gnu::noinline, gnu::cold]] bool Truncated(uint64_t offset, const char* op,
                                               uint64_t need) const {
+    eof_ = true;
     return Fail(offset, fmt::format("{} needs {} more byte{} but the file ends at byte {} "
                                     "(truncated or not a complete pickle)",
                                     op, need, need == 1 ? "" : "s", in_.size()));
@@ -307,6 +312,7 @@ class DocumentBuilder {
     const uint8_t* start = in_.data() + pos_;
     const void* nl = std::memchr(start, '\n', in_.size() - pos_);
     if (nl == nullptr) {
+      eof_ = true;
       return Fail(op_offset, fmt::format("{} argument has no terminating newline before the end "
                                          "of the file (truncated)",
                                          op));
@@ -656,6 +662,24 @@ class DocumentBuilder {
   Batch batch_;
   uint64_t consumed_items_ = 0;
   uint64_t reclaimed_batches_ = 0;
+  // ParseOptions::recover_truncated.
+  mutable bool eof_ = false;          // the last failure was the input ending mid-opcode
+  std::vector<uint64_t> incomplete_;  // ids of the containers closed by Recover
+  uint64_t dropped_records_ = 0;
+  bool Recover(uint64_t cut_at, ParseInfo* info);
+  bool SettlePairs(size_t from, uint64_t cut_at);
+  bool SettleItems(size_t from, uint64_t cut_at);
+  bool PendingAppend(uint64_t cut_at);
+  bool IncompleteId(Value v) const {
+    return v.tag() == Value::kTagContainer &&
+           std::find(incomplete_.begin(), incomplete_.end(), v.payload()) != incomplete_.end();
+  }
+  void MarkIncomplete(Value v) {
+    if (v.tag() == Value::kTagContainer && !IncompleteId(v)) incomplete_.push_back(v.payload());
+  }
+  Kind ContainerKind(Value v) const {
+    return v.tag() == Value::kTagContainer ? doc_.containers_[v.payload()].kind : Kind::kMissing;
+  }
 };
 
 void DocumentBuilder::Reclaim(std::span<const Value> consumed) {
@@ -720,8 +744,153 @@ void DocumentBuilder::Reclaim(std::span<const Value> consumed) {
   doc_.items_.insert(doc_.items_.end(), kept_items.begin(), kept_items.end());
   for (uint64_t i = batch_.memo; i < memo_.size(); ++i) memo_[i] = remap(memo_[i]);
   for (auto& [index, v] : sparse_memo_) v = remap(v);
+  std::erase_if(incomplete_, [&](uint64_t& id) {
+    if (id < first || id >= end) return false;
+    if (new_id[id - first] == UINT64_MAX) return true;
+    id = new_id[id - first];
+    return false;
+  });
   ++reclaimed_batches_;
   sink_->Reclaimed(first, moved);
+}
+
+// The input ended at `cut_at` before STOP (ParseOptions::recover_truncated). Closes every open
+// MARK from the innermost out with the opcode that would have closed it, as the writer would
+// have: the items of a list (or set) are appended to it, the pairs of a dict set into it (a key
+// without its value dropped), anything else becomes a tuple. Each container closed so is marked
+// incomplete, and an incomplete dict or tuple that is an item of a list is left out of it.
+// The values from `from` up are a dict's pairs, but for what the cut left pending: a list that
+// is a value followed by a container is the list's single APPEND the cut came before (Python
+// writes a one-item list as `list item APPEND`, no MARK); a key without its value is dropped.
+bool DocumentBuilder::SettlePairs(size_t from, uint64_t cut_at) {
+  while ((stack_.size() - from) % 2 != 0) {
+    const size_t n = stack_.size();
+    const Value last = stack_[n - 1];
+    const Kind kind = ContainerKind(last);
+    if (n - from >= 2 && kind != Kind::kMissing && ContainerKind(stack_[n - 2]) == Kind::kList) {
+      if (!PendingAppend(cut_at)) return false;
+      continue;
+    }
+    stack_.pop_back();
+  }
+  return true;
+}
+
+// The top two values are a list and the one item Python was appending to it when the cut came
+// (`list item APPEND`): appended as APPEND would (a list the sink streams gets it through the
+// sink), unless the item is a record cut short.
+bool DocumentBuilder::PendingAppend(uint64_t cut_at) {
+  const Value item = stack_.back();
+  const Kind kind = ContainerKind(item);
+  if ((kind == Kind::kDict || kind == Kind::kTuple) && IncompleteId(item)) {
+    ++dropped_records_;
+    stack_.pop_back();
+  } else {
+    bool stop = false;
+    if (!Step(kAppend, cut_at, &stop)) return false;
+  }
+  MarkIncomplete(stack_.back());
+  return true;
+}
+
+// The items from `from` up are a list's, but for what the cut left pending: Python's list items
+// are of one kind in a snapshot (all records, or all lists), so a last item of another kind than
+// the first, after a list, is that list's single APPEND the cut came before.
+bool DocumentBuilder::SettleItems(size_t from, uint64_t cut_at) {
+  while (stack_.size() - from >= 2) {
+    const size_t n = stack_.size();
+    const Kind last = ContainerKind(stack_[n - 1]);
+    if (last == Kind::kMissing || ContainerKind(stack_[n - 2]) != Kind::kList ||
+        last == ContainerKind(stack_[from])) {
+      break;
+    }
+    if (!PendingAppend(cut_at)) return false;
+  }
+  return true;
+}
+
+bool DocumentBuilder::Recover(uint64_t cut_at, ParseInfo* info) {
+  error_ = Status::Ok();
+  eof_ = false;
+  if (sink_ != nullptr) sink_->Recovering();
+  uint64_t closed = 0;
+  // The value pushed last, if an empty container, may be one whose contents never came.
+  if (!stack_.empty() && (marks_.empty() || stack_.size() > marks_.back()) &&
+      stack_.back().tag() == Value::kTagContainer &&
+      doc_.containers_[stack_.back().payload()].size == 0 &&
+      !doc_.containers_[stack_.back().payload()].has_runs) {
+    MarkIncomplete(stack_.back());
+  }
+  auto drop_unfinished_records = [&](size_t from) {
+    size_t out = from;
+    for (size_t i = from; i < stack_.size(); ++i) {
+      const Value v = stack_[i];
+      const Kind k = ContainerKind(v);
+      if ((k == Kind::kDict || k == Kind::kTuple) && IncompleteId(v)) {
+        ++dropped_records_;
+        continue;
+      }
+      stack_[out++] = v;
+    }
+    stack_.resize(out);
+  };
+  bool stop = false;
+  while (!marks_.empty()) {
+    const size_t mark = marks_.back();
+    const size_t below = marks_.size() >= 2 ? marks_[marks_.size() - 2] : 0;
+    // The target of an APPENDS/SETITEMS is the value right below the MARK, in the region of the
+    // MARK below (two MARKs in a row open a tuple or list of their own).
+    const bool has_target = mark > below || (marks_.size() == 1 && mark > 0);
+    const Kind target = has_target ? ContainerKind(stack_[mark - 1]) : Kind::kMissing;
+    uint8_t op = kTuple;
+    if (target == Kind::kList || target == Kind::kSet) {
+      if (!SettleItems(mark, cut_at)) return false;
+      drop_unfinished_records(mark);
+      op = target == Kind::kList ? kAppends : kAddItems;
+    } else if (target == Kind::kDict) {
+      if (!SettlePairs(mark, cut_at)) return false;
+      op = kSetItems;
+    }
+    if (!Step(op, cut_at, &stop)) return false;
+    MarkIncomplete(stack_.back());
+    ++closed;
+  }
+  // What a single SETITEM or APPEND of the root would have taken.
+  if (stack_.size() > 1) {
+    const Kind root = ContainerKind(stack_[0]);
+    if (root == Kind::kDict) {
+      if (!SettlePairs(1, cut_at)) return false;
+      if (stack_.size() > 1) {
+        if (!Extend(cut_at, stack_[0], Kind::kDict, stack_.data() + 1, stack_.size() - 1,
+                    "SETITEM")) {
+          return false;
+        }
+      }
+    } else if (root == Kind::kList) {
+      if (!SettleItems(1, cut_at)) return false;
+      drop_unfinished_records(1);
+      if (stack_.size() > 1 &&
+          !Extend(cut_at, stack_[0], Kind::kList, stack_.data() + 1, stack_.size() - 1, "APPEND")) {
+        return false;
+      }
+    }
+    stack_.resize(1);
+  }
+  if (stack_.empty()) {
+    return Fail(cut_at, fmt::format("the file is truncated at byte {}, before the pickle holds any "
+                                    "value: it was cut off while being written (a job killed, a "
+                                    "disk full); write it again",
+                                    in_.size()));
+  }
+  MarkIncomplete(stack_[0]);
+  doc_.root_ = stack_[0];
+  if (info != nullptr) {
+    info->truncated = true;
+    info->cut_at = in_.size();  // where the file ends (`cut_at` is where reading stopped)
+    info->closed_containers = closed;
+    info->dropped_records = dropped_records_;
+  }
+  return true;
 }
 
 Status DocumentBuilder::Run(ParseInfo* info) {
@@ -730,16 +899,26 @@ Status DocumentBuilder::Run(ParseInfo* info) {
   bool stop = false;
   while (!stop) {
     if (pos_ >= in_.size()) {
-      if (in_.empty())
+      if (in_.empty()) {
         Fail(0, "the file is empty; a pickle holds at least one opcode");
-      else
+      } else if (options_.recover_truncated) {
+        if (!Recover(pos_, info)) return error_;
+        break;
+      } else {
         Fail(pos_, "the file ends before the pickle's STOP opcode (truncated)");
+      }
       return error_;
     }
     const uint64_t at = pos_;
     const uint8_t op = in_[pos_++];
     ++opcodes;
-    if (!Step(op, at, &stop)) return error_;
+    if (!Step(op, at, &stop)) {
+      // An opcode whose argument the cut fell in changed nothing yet: recover from before it.
+      if (!(eof_ && options_.recover_truncated)) return error_;
+      pos_ = at;
+      if (!Recover(at, info)) return error_;
+      break;
+    }
     if (pos_ >= next_progress) {
       if (options_.progress && !options_.progress(pos_, in_.size())) {
         return Interrupted("interrupted: reading the input was cancelled");
@@ -771,7 +950,9 @@ inline bool DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
     case kFrame: {
       if (!Have(8)) return Truncated(at, "FRAME", 8);
       const uint64_t len = ReadLE(8);
-      if (!Have(len)) return Truncated(at, "FRAME", len - (in_.size() - pos_));
+      if (!Have(len) && !options_.recover_truncated) {
+        return Truncated(at, "FRAME", len - (in_.size() - pos_));
+      }
       return true;  // framing only groups reads; the content is parsed as it comes
     }
     case kStop: {

@@ -42,6 +42,10 @@ class ListSink {
   // Containers with ids >= `first` were dropped or moved; `moved` gives (old id, new id) for those
   // kept. Forget or re-key anything remembered about them.
   virtual void Reclaimed(uint64_t first, std::span<const std::pair<uint64_t, uint64_t>> moved) = 0;
+  // ParseOptions::recover_truncated: the input ended before STOP and the reader is closing what
+  // was open; the Consume calls that follow hand over the items read before the cut, the last
+  // of which may be a record cut short that the sink should drop.
+  virtual void Recovering() {}
 };
 
 struct ParseOptions {
@@ -50,6 +54,14 @@ struct ParseOptions {
   std::function<bool(uint64_t, uint64_t)> progress;
   // Optional consumer of list items (see ListSink); not owned.
   ListSink* sink = nullptr;
+  // A pickle cut off before its STOP (a killed job, a full disk) yields the document it holds up
+  // to the cut instead of an error: every container still open at the cut is closed as it stands
+  // (a list keeps the items it has, a dict the pairs it has; a key without its value is dropped)
+  // and marked incomplete (Document::IsIncomplete), and a dict or tuple that was still being
+  // filled as an item of a list is dropped from that list, so every record a list holds is one
+  // the writer finished. A FRAME that claims more bytes than remain is read as far as it goes.
+  // The sink sees the last items through Consume after its Recovering() call.
+  bool recover_truncated = false;
 };
 
 struct ParseInfo {
@@ -57,6 +69,12 @@ struct ParseInfo {
   uint64_t opcodes = 0;
   uint64_t consumed_items = 0;     // items handed to the sink
   uint64_t reclaimed_batches = 0;  // batches whose storage was reclaimed
+  // recover_truncated: the input ended before the pickle's STOP, at byte `cut_at` (its size);
+  // `closed_containers` were still open there and were closed as they stood.
+  bool truncated = false;
+  uint64_t cut_at = 0;
+  uint64_t closed_containers = 0;
+  uint64_t dropped_records = 0;  // unfinished dicts/tuples left out of the lists holding them
 };
 
 // Parses `input`. On success the document refers into `input`, which must outlive it. Error

@@ -1407,6 +1407,102 @@ TEST(PickleReaderTest, RealFixturesParse) {
   if (parsed == 0) GTEST_SKIP() << "no .pickle files in " << dir;
 }
 
+// --- a pickle cut off before STOP (ParseOptions::recover_truncated) ----------------------------
+
+// pickle.dumps({'a': [{'x': 1, 'y': 2}, {'x': 3, 'y': 4}], 'b': [[5, 6]]}, protocol=4), CPython
+// 3.11: the root's pairs under one MARK, 'a' two records under another, 'b' a one-item list
+// written as `list item APPEND` (no MARK).
+constexpr std::string_view kRecordsPickle =
+    "80 04 95 38 00 00 00 00 00 00 00 7d 94 28 8c 01 61 94 5d 94 28 7d 94 28 8c 01 78 94 4b 01 "
+    "8c 01 79 94 4b 02 75 7d 94 28 68 04 4b 03 68 05 4b 04 75 65 8c 01 62 94 5d 94 5d 94 28 4b "
+    "05 4b 06 65 61 75 2e";
+
+Result<Document> ParseCut(const std::vector<uint8_t>& bytes, size_t n, ParseInfo* info) {
+  ParseOptions options;
+  options.recover_truncated = true;
+  return Parse(std::span(bytes.data(), n), options, info);
+}
+
+TEST(RecoverTruncated, EveryCutGivesTheRecordsWrittenBeforeIt) {
+  const auto bytes = Hex(kRecordsPickle);
+  ASSERT_EQ(bytes.size(), 67u);
+  size_t records_before = 0;
+  for (size_t n = 1; n < bytes.size(); ++n) {
+    ParseInfo info;
+    auto doc = ParseCut(bytes, n, &info);
+    if (n <= 11) {  // before the root dict exists
+      ASSERT_FALSE(doc.ok()) << n;
+      EXPECT_THAT(doc.status().message(),
+                  HasSubstr("before the pickle holds any value: it was cut off"))
+          << n;
+      continue;
+    }
+    ASSERT_TRUE(doc.ok()) << "cut at " << n << ": " << doc.status().message();
+    EXPECT_TRUE(info.truncated);
+    EXPECT_EQ(info.cut_at, n);
+    const Value root = doc->root();
+    ASSERT_EQ(doc->kind(root), Kind::kDict);
+    EXPECT_TRUE(doc->IsIncomplete(root));
+    // Every record 'a' holds is whole; there are never fewer than at an earlier cut.
+    const Value a = doc->Get(root, "a");
+    size_t records = 0;
+    if (!doc->IsMissing(a)) {
+      ASSERT_EQ(doc->kind(a), Kind::kList);
+      for (const Value r : doc->Items(a)) {
+        ASSERT_EQ(doc->kind(r), Kind::kDict) << n;
+        EXPECT_FALSE(doc->IsIncomplete(r)) << n;
+        EXPECT_TRUE(doc->AsInt64(doc->Get(r, "x")).has_value()) << n;
+        EXPECT_TRUE(doc->AsInt64(doc->Get(r, "y")).has_value()) << n;
+        ++records;
+      }
+    }
+    EXPECT_GE(records, records_before) << n;
+    records_before = records;
+  }
+}
+
+TEST(RecoverTruncated, ARecordCutShortIsLeftOutAndItsListMarked) {
+  const auto bytes = Hex(kRecordsPickle);
+  ParseInfo info;
+  auto doc = ParseCut(bytes, 45, &info);  // inside the second record, after its 'x'
+  ASSERT_TRUE(doc.ok()) << doc.status().message();
+  const Value a = doc->Get(doc->root(), "a");
+  ASSERT_EQ(doc->Items(a).size(), 1u);
+  EXPECT_EQ(doc->AsInt64(doc->Get(doc->Items(a)[0], "y")), 2);
+  EXPECT_TRUE(doc->IsIncomplete(a));
+  EXPECT_EQ(info.dropped_records, 1u);
+  EXPECT_EQ(info.closed_containers, 3u);  // the record, 'a', the root
+  EXPECT_TRUE(doc->IsMissing(doc->Get(doc->root(), "b")));
+}
+
+TEST(RecoverTruncated, TheSingleAppendTheCutCameBeforeIsMade) {
+  const auto bytes = Hex(kRecordsPickle);
+  ParseInfo info;
+  auto doc = ParseCut(bytes, 64, &info);  // [5, 6] is built, the APPEND into 'b' never came
+  ASSERT_TRUE(doc.ok()) << doc.status().message();
+  const Value b = doc->Get(doc->root(), "b");
+  ASSERT_EQ(doc->Items(b).size(), 1u);
+  const auto inner = doc->Items(doc->Items(b)[0]);
+  ASSERT_EQ(inner.size(), 2u);
+  EXPECT_EQ(doc->AsInt64(inner[1]), 6);
+  EXPECT_TRUE(doc->IsIncomplete(b));
+  EXPECT_FALSE(doc->IsIncomplete(doc->Items(b)[0])) << "closed by its own APPENDS";
+  EXPECT_EQ(doc->Items(doc->Get(doc->root(), "a")).size(), 2u);
+  EXPECT_FALSE(doc->IsIncomplete(doc->Get(doc->root(), "a")));
+}
+
+TEST(RecoverTruncated, OffUnlessAskedAndAWholePickleIsNotMarked) {
+  const auto bytes = Hex(kRecordsPickle);
+  auto strict = Parse(std::span(bytes.data(), 45));
+  ASSERT_FALSE(strict.ok());
+  EXPECT_THAT(strict.status().message(), HasSubstr("FRAME needs"));
+  ParseInfo info;
+  auto whole = ParseCut(bytes, bytes.size(), &info);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_FALSE(info.truncated);
+  EXPECT_FALSE(whole->IsIncomplete(whole->root()));
+}
+
 }  // namespace
 }  // namespace vramscope::pickle
 
@@ -1546,6 +1642,5 @@ TEST(ListSink, AReferenceBackToAConsumedRecordIsAClearError) {
   EXPECT_THAT(doc.status().message(), HasSubstr("already converted and released"));
   EXPECT_TRUE(Parse(bytes).ok());  // fine without a sink
 }
-
 }  // namespace
 }  // namespace vramscope::pickle
