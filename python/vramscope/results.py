@@ -165,6 +165,10 @@ class Report:
     database: Optional[Path]
     html: Optional[Path]
     json: Mapping[str, Any] = field(repr=False)
+    # The input was cut off before its end (a killed job, a full disk) and is reported up to the
+    # cut, at byte ``cut_at_byte``; ``notes`` say where the cut fell and what that leaves out.
+    partial: bool = False
+    cut_at_byte: Optional[int] = None
 
     def device(self, device: Optional[int] = None) -> DeviceReport:
         """One device's report: ``device`` (a CUDA ordinal), or the one with the highest peak."""
@@ -230,8 +234,9 @@ def _opt(value: Any) -> Optional[int]:
 
 def report_from_json(document: Mapping[str, Any], database: Optional[Path],
                      html: Optional[Path]) -> Report:
-    """The Report of a ``report --json`` or ``predict --json`` document (schema version 2)."""
+    """The Report of a ``report --json`` or ``predict --json`` document (schema version 3)."""
     source = document.get("source") or {}
+    facts = document.get("facts") or {}
     devices = []
     for d in document.get("devices", []):
         peak_a, peak_r, dump = d["peak_allocated"], d["peak_reserved"], d["at_dump"]
@@ -265,4 +270,6 @@ def report_from_json(document: Mapping[str, Any], database: Optional[Path],
         predicted=bool(document.get("predicted")), peak_usage=int(document.get("peak_usage_bytes")
                                                                   or 0),
         devices=tuple(devices), notes=tuple(str(n) for n in document.get("notes", [])),
-        database=database, html=html, json=document)
+        database=database, html=html, json=document,
+        partial=bool(facts.get("partial")),
+        cut_at_byte=int(facts["cut_at_byte"]) if facts.get("partial") else None)

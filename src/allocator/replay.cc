@@ -502,7 +502,15 @@ class Replayer {
 
   void OnFreeRequested(size_t i) {
     const BlockId b = BlockOf(i);
-    if (b != kNoBlock && model_.IsAllocated(b)) model_.FreeRequested(b);
+    if (b == kNoBlock || !model_.IsAllocated(b)) return;
+    if (trace_.facts.Skipped("free_completed")) {
+      // Recorded with skip_actions=["free_completed"]: no completion will come; the block is
+      // taken as free at its request (what a free on a stream with no pending work does).
+      model_.Free(b);
+      block_of_[alloc_of_[i - begin_]] = kNoBlock;
+      return;
+    }
+    model_.FreeRequested(b);
   }
 
   void OnFreeCompleted(size_t i) {

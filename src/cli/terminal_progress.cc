@@ -114,6 +114,13 @@ void TerminalProgress::EraseLocked() {
   shown_ = false;
 }
 
+void TerminalProgress::Warn(const std::string& line) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (enabled_) EraseLocked();
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+}
+
 void TerminalProgress::Note(const std::string& line) {
   if (!notes_) return;
   // Under the lock, so that the ticker cannot draw the line in the middle of the note.

@@ -37,6 +37,8 @@ class TerminalProgress final : public Progress {
   // The stages are over for now: erases the line. A later Stage() shows it again.
   void Finish() override;
   void Note(const std::string& line) override;
+  // A line on stderr whatever `notes` says (a warning about the input), clear of the progress line.
+  void Warn(const std::string& line);
 
  private:
   void Tick();         // the ticker thread's loop

@@ -12,7 +12,7 @@
 namespace vramscope {
 
 Status GunzipChunks(std::span<const uint8_t> compressed, const std::string& what,
-                    const std::function<Status(std::string_view)>& sink) {
+                    const std::function<Status(std::string_view)>& sink, GzipCut* cut) {
   z_stream zs{};
   // 16 + MAX_WBITS: expect a gzip header and trailer (and check its CRC).
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) {
@@ -50,6 +50,10 @@ Status GunzipChunks(std::span<const uint8_t> compressed, const std::string& what
       continue;
     }
     if (rc == Z_BUF_ERROR && zs.avail_in == 0 && consumed >= compressed.size()) {
+      if (cut != nullptr) {
+        *cut = {true, consumed, produced};
+        return Status::Ok();
+      }
       return InvalidInput(fmt::format(
           "{}: the gzip data is truncated after {} compressed bytes ({} inflated); the file "
           "was cut short, copy it again",

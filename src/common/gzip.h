@@ -16,9 +16,17 @@ namespace vramscope {
 
 // Inflates every gzip member of `compressed` (gzip files may be concatenations), handing each
 // inflated chunk (at most 64 KiB) to `sink` in order. An error from `sink` stops the inflation
-// and is returned; corrupt or truncated data fails with one line naming `what`.
+// and is returned; corrupt data fails with one line naming `what`. Truncated data (a deflate
+// stream cut off: a killed job, a full disk) fails the same way, unless `cut` is given: then
+// everything inflated up to the cut has been handed to `sink`, the call succeeds, and `cut`
+// says where the data ended.
+struct GzipCut {
+  bool truncated = false;
+  uint64_t compressed_bytes = 0;  // where the compressed data ends
+  uint64_t inflated_bytes = 0;    // what was inflated before it
+};
 Status GunzipChunks(std::span<const uint8_t> compressed, const std::string& what,
-                    const std::function<Status(std::string_view)>& sink);
+                    const std::function<Status(std::string_view)>& sink, GzipCut* cut = nullptr);
 
 // The whole inflated text in memory (small data: tests, the viewer's blob). Fails with one line
 // naming `what` when the data is corrupt, truncated, or inflates past `max_bytes`.

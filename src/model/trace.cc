@@ -135,6 +135,8 @@ void BuildAllocations(Trace& trace) {
   TraceFacts& facts = trace.facts;
   facts.frees_without_alloc = 0;
   uint64_t reused_live_address = 0;
+  // Recorded with skip_actions=["free_completed"]: a block's free request is all there is.
+  const bool skipped_completion = facts.Skipped("free_completed");
 
   // Live allocations by (device, address) at the end of the trace.
   std::unordered_map<uint64_t, size_t> open;
@@ -184,7 +186,7 @@ void BuildAllocations(Trace& trace) {
           if (!completed && a.free_requested_event == kNoEvent) {
             a.free_requested_event = static_cast<int64_t>(i);
           }
-          if (completed) {
+          if (completed || skipped_completion) {
             a.free_completed_event = static_cast<int64_t>(i);
             open.erase(it);
           }
@@ -251,10 +253,24 @@ void BuildAllocations(Trace& trace) {
   // category) like the rest.
   if (!facts.has_allocator_state) {
     for (const StartLevels& level : trace.start_levels) {
-      if (level.untracked_allocated <= 0) continue;
+      int64_t rest = level.untracked_allocated;
+      for (const StartLevels::Known& k : level.known) {
+        Allocation a;
+        a.device = level.device;
+        a.addr = k.addr;
+        a.size = k.size;
+        a.requested_size = k.requested_size != 0 ? k.requested_size : k.size;
+        a.size_exact = true;
+        a.alive_at_end = true;
+        a.stream = k.stream;
+        a.alloc_stack = k.stack;
+        out.push_back(a);
+        rest -= static_cast<int64_t>(k.size);
+      }
+      if (rest <= 0) continue;
       Allocation a;
       a.device = level.device;
-      a.requested_size = a.size = static_cast<uint64_t>(level.untracked_allocated);
+      a.requested_size = a.size = static_cast<uint64_t>(rest);
       a.size_exact = true;
       a.alive_at_end = true;
       out.push_back(a);

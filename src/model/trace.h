@@ -233,6 +233,21 @@ struct TraceFacts {
   bool starts_mid_run = false;  // frees of allocations the trace never saw
   bool ring_buffer_overflowed = false;
   bool predicted = false;  // made by `vramscope predict`, not measured
+  // The file was cut off before its end and read up to the cut (`cut_at_byte`); notes say where
+  // the cut fell and what that leaves out.
+  bool partial = false;
+  uint64_t cut_at_byte = 0;
+  // Kinds of trace entries the recording left out (torch 2.9+'s
+  // _record_memory_history(skip_actions=[...])), as the trace shows them: "alloc",
+  // "free_requested", "free_completed", "segment_alloc". With free_completed skipped, a block's
+  // lifetime ends at its free_requested.
+  std::vector<std::string> skipped_actions;
+  bool Skipped(std::string_view action) const {
+    for (const std::string& a : skipped_actions) {
+      if (a == action) return true;
+    }
+    return false;
+  }
   uint64_t frees_without_alloc = 0;
   uint64_t allocations_alive_before_trace = 0;
   std::vector<std::string> notes;  // caveats worth telling the user, one line each
@@ -245,6 +260,14 @@ struct StartLevels {
   int32_t device = 0;
   int64_t untracked_allocated = 0;
   int64_t reserved = 0;
+  // Of `untracked_allocated`, the blocks the source knows one by one (a snapshot cut off in its
+  // trace: the dump's blocks no event read touches), each an allocation of its own with its
+  // stack; the rest stays one allocation.
+  struct Known {
+    uint64_t addr = 0, size = 0, requested_size = 0, stream = 0;
+    StackId stack = kEmptyStack;
+  };
+  std::vector<Known> known;
 };
 
 struct Trace {

@@ -159,6 +159,9 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
       {"has_segment_events", f.has_segment_events},
       {"trace_starts_mid_run", f.starts_mid_run},
       {"ring_buffer_overflowed", f.ring_buffer_overflowed},
+      {"partial", f.partial},
+      {"cut_at_byte", f.cut_at_byte},
+      {"skipped_actions", f.skipped_actions},
       {"frees_without_alloc", f.frees_without_alloc},
       {"allocations_alive_before_trace", f.allocations_alive_before_trace},
   };

@@ -21,7 +21,9 @@ namespace vramscope::report {
 // to the document's keys or their meaning (docs/design/architecture.md, "JSON").
 // 2: `oom_message.verdict`, the dominant holder of PyTorch's out-of-memory message
 // (explain_output.h's OomVerdictJson).
-inline constexpr int kReportJsonVersion = 2;
+// 3: `facts.partial` and `facts.cut_at_byte` (an input cut off before its end, read up to the
+// cut) and `facts.skipped_actions` (entries _record_memory_history(skip_actions=...) left out).
+inline constexpr int kReportJsonVersion = 3;
 
 struct ReportFiles {
   // The database; empty: DefaultOutputName of the input, unless !database_by_default or only a

@@ -1,6 +1,7 @@
 #include "report/sqlite_report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -159,6 +160,9 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
         {"has_native_frames", f.has_native_frames ? "1" : "0"},
         {"trace_starts_mid_run", f.starts_mid_run ? "1" : "0"},
         {"ring_buffer_overflowed", f.ring_buffer_overflowed ? "1" : "0"},
+        {"partial", f.partial ? "1" : "0"},
+        {"cut_at_byte", std::to_string(f.cut_at_byte)},
+        {"skipped_actions", fmt::format("{}", fmt::join(f.skipped_actions, ","))},
         {"frees_without_alloc", std::to_string(f.frees_without_alloc)},
         {"allocations_alive_before_trace", std::to_string(f.allocations_alive_before_trace)},
         {"attribution",

@@ -58,7 +58,7 @@ Status WriteAll(int fd, std::string_view data, const std::string& what) {
 
 Result<std::unique_ptr<MappedFile>> InflateInput(
     const MappedFile& file, const InputLimits& limits,
-    const std::function<Status(std::span<const uint8_t> head)>& recognise) {
+    const std::function<Status(std::span<const uint8_t> head)>& recognise, GzipCut* cut) {
   const std::string& what = file.path();
   const uint64_t compressed = file.bytes().size();
   const uint32_t ratio = std::max<uint32_t>(1, limits.max_inflate_ratio);  // 0 would divide by 0
@@ -74,26 +74,30 @@ Result<std::unique_ptr<MappedFile>> InflateInput(
     return recognise(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(memory.data()),
                                               std::min(memory.size(), kInflatedHeadBytes)));
   };
-  Status status = GunzipChunks(file.bytes(), what, [&](std::string_view chunk) -> Status {
-    produced += chunk.size();
-    if (produced > limit) {
-      return LimitExceeded(fmt::format(
-          "{}: inflates to more than {} times its compressed size (past {} from {}); real "
-          "PyTorch files inflate under 40 times, so this looks like a decompression bomb: if the "
-          "file is genuine, raise the limit with --max-inflate-ratio",
-          what, ratio, FormatBytes(static_cast<int64_t>(limit)),
-          FormatBytes(static_cast<int64_t>(compressed))));
-    }
-    if (fd >= 0) return WriteAll(fd, chunk, what);
-    memory.append(chunk);
-    if (!recognised && memory.size() >= kInflatedHeadBytes) RETURN_IF_ERROR(check_head());
-    if (memory.size() > kSpillBytes) {
-      ASSIGN_OR_RETURN(fd, OpenUnlinkedTemporary(what));
-      RETURN_IF_ERROR(WriteAll(fd, memory, what));
-      std::string().swap(memory);
-    }
-    return Status::Ok();
-  });
+  Status status = GunzipChunks(
+      file.bytes(), what,
+      [&](std::string_view chunk) -> Status {
+        produced += chunk.size();
+        if (produced > limit) {
+          return LimitExceeded(fmt::format(
+              "{}: inflates to more than {} times its compressed size (past {} from {}); real "
+              "PyTorch files inflate under 40 times, so this looks like a decompression bomb: if "
+              "the "
+              "file is genuine, raise the limit with --max-inflate-ratio",
+              what, ratio, FormatBytes(static_cast<int64_t>(limit)),
+              FormatBytes(static_cast<int64_t>(compressed))));
+        }
+        if (fd >= 0) return WriteAll(fd, chunk, what);
+        memory.append(chunk);
+        if (!recognised && memory.size() >= kInflatedHeadBytes) RETURN_IF_ERROR(check_head());
+        if (memory.size() > kSpillBytes) {
+          ASSIGN_OR_RETURN(fd, OpenUnlinkedTemporary(what));
+          RETURN_IF_ERROR(WriteAll(fd, memory, what));
+          std::string().swap(memory);
+        }
+        return Status::Ok();
+      },
+      cut);
   if (status.ok() && !recognised) status = check_head();  // shorter than the head
   if (!status.ok()) {
     if (fd >= 0) ::close(fd);

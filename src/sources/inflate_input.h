@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 
+#include "common/gzip.h"
 #include "common/mapped_file.h"
 #include "common/status.h"
 #include "sources/input_limits.h"
@@ -25,9 +26,11 @@ namespace vramscope::sources {
 inline constexpr size_t kInflatedHeadBytes = 64;
 
 // Inflates `file` (gzip). `recognise` gets the first kInflatedHeadBytes inflated bytes; an error
-// from it is returned at once. The result is named like `file`.
+// from it is returned at once. The result is named like `file`. A cut-off deflate stream is an
+// error, unless `cut` is given: then the result holds what was inflated before the cut, and `cut`
+// says where it was (GunzipChunks).
 Result<std::unique_ptr<MappedFile>> InflateInput(
     const MappedFile& file, const InputLimits& limits,
-    const std::function<Status(std::span<const uint8_t> head)>& recognise);
+    const std::function<Status(std::span<const uint8_t> head)>& recognise, GzipCut* cut = nullptr);
 
 }  // namespace vramscope::sources

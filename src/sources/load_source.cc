@@ -68,24 +68,52 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
       // Inflated as a stream (sources/inflate_input.h): content that is no format vramscope
       // reads is refused from its first bytes, and what is read is bounded by the input's size.
       InputFormat inner = InputFormat::kUnknown;
+      GzipCut cut;
       ASSIGN_OR_RETURN(
           std::unique_ptr<MappedFile> inflated,
-          InflateInput(file, options.limits, [&](std::span<const uint8_t> head) -> Status {
-            inner = DetectInputFormat(head);
-            if (inner == InputFormat::kPickle || inner == InputFormat::kJson) return Status::Ok();
-            return Unsupported(fmt::format(
-                "{}: a gzip file holding {}, not a memory snapshot, profiler trace or memory "
-                "timeline; vramscope reads those plain or gzipped",
-                file.path(), InputFormatName(inner)));
-          }));
+          InflateInput(
+              file, options.limits,
+              [&](std::span<const uint8_t> head) -> Status {
+                inner = DetectInputFormat(head);
+                if (inner == InputFormat::kPickle || inner == InputFormat::kJson) {
+                  return Status::Ok();
+                }
+                return Unsupported(fmt::format(
+                    "{}: a gzip file holding {}, not a memory snapshot, profiler trace or memory "
+                    "timeline; vramscope reads those plain or gzipped",
+                    file.path(), InputFormatName(inner)));
+              },
+              &cut));
       const auto text = inflated->bytes();
       if (inner == InputFormat::kPickle) {
-        // A gzipped snapshot (snapshot.pickle.gz): read the inflated bytes the same way.
+        // A gzipped snapshot (snapshot.pickle.gz): read the inflated bytes the same way; one
+        // cut off mid-stream is read up to the cut, as a plain one is.
         snapshot::LoadOptions load_options;
         load_options.progress = options.progress;
         auto trace = snapshot::LoadSnapshot(*inflated, load_options, timings);
-        if (trace.ok()) trace->source.file_bytes = bytes.size();
+        if (!trace.ok() && cut.truncated) {
+          return InvalidInput(
+              fmt::format("{} (the gzip data is truncated after {} compressed bytes)",
+                          trace.status().message(), cut.compressed_bytes));
+        }
+        if (trace.ok()) {
+          trace->source.file_bytes = bytes.size();
+          if (cut.truncated) {
+            trace->facts.partial = true;
+            trace->facts.notes.insert(
+                trace->facts.notes.begin(),
+                fmt::format("the gzip stream is cut off after {} of its bytes ({} inflated): the "
+                            "pickle inside was read up to there",
+                            cut.compressed_bytes, cut.inflated_bytes));
+          }
+        }
         return trace;
+      }
+      if (cut.truncated) {
+        return InvalidInput(fmt::format(
+            "{}: the gzip data is truncated after {} compressed bytes ({} inflated); the file "
+            "was cut short, copy it again",
+            file.path(), cut.compressed_bytes, cut.inflated_bytes));
       }
       const std::string_view json(reinterpret_cast<const char*>(text.data()), text.size());
       return FromJson(json, file, timings);

@@ -19,7 +19,8 @@ from conftest import (AUTOGRAD_PY, BIN, BUILT_IN_ALLOCATED_AT_DUMP, BUILT_IN_ALL
                       BUILT_IN_CASE, BUILT_IN_EVENTS, BUILT_IN_METADATA, BUILT_IN_NAME,
                       BUILT_IN_PATH, BUILT_IN_PEAK_ALLOCATED, BUILT_IN_PEAK_RESERVED,
                       BUILT_IN_RESERVED_AT_DUMP, BUILT_IN_SIDECAR, CATEGORIES, ERROR_PREFIX,
-                      MODULE_PY, SnapshotBuilder, assert_one_error_line, frame, list_dir, open_db,
+                      MODULE_PY, REAL_FIXTURES, SnapshotBuilder, assert_one_error_line, frame,
+                      list_dir, open_db,
                       real_snapshot_params, small_training_snapshot, write_pickle)
 
 # --------------------------------------------------------------------------------------------
@@ -101,11 +102,13 @@ BAD_INPUTS = {
 
 
 def _truncations() -> dict:
+    """Cuts before any segment or trace entry was written: nothing to report. (Later cuts are
+    read up to the cut: test_a_cut_off_snapshot_is_reported_up_to_the_cut.)"""
     out = {}
     for protocol in (0, 2, 4, 5):
         data = _valid_pickle(protocol)
         n = len(data)
-        for cut in sorted({2, 3, 11, 12, n // 3, n // 2, n - 2, n - 1}):
+        for cut in (2, 3, 11, 12):
             out[f"p{protocol}-truncated-at-{cut}-of-{n}"] = (data[:cut], ["truncated"])
     return out
 
@@ -174,6 +177,115 @@ def test_unreadable_file(run, inputs_dir, out_dir):
         path.chmod(0o644)
 
 
+def _cut_points(data: bytes) -> list[int]:
+    n = len(data)
+    return sorted({n // 3, n // 2, 2 * n // 3, n - 2, n - 1})
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 4, 5])
+def test_a_cut_off_snapshot_is_reported_up_to_the_cut(protocol, run, inputs_dir, out_dir):
+    """A snapshot cut off while written (a killed job, a full disk) is reported up to the cut:
+    exit 0, one warning line on stderr naming the file and the byte, the JSON marked partial,
+    and the trace's events the first ones of the whole file's."""
+    data = _valid_pickle(protocol)
+    whole = inputs_dir / "whole.pickle"
+    whole.write_bytes(data)
+    rc, out, err = run("report", whole, "--json", cwd=out_dir)
+    assert rc == 0, err
+    whole_events = json.loads(out)["source"]["events"]
+    assert json.loads(out)["facts"]["partial"] is False
+    before, read = 0, 0
+    for cut in _cut_points(data):
+        path = inputs_dir / f"cut{cut}.pickle"
+        path.write_bytes(data[:cut])
+        rc, out, err = run("report", path, "--json", cwd=out_dir)
+        if rc == 1 and before == 0:  # cut inside the first segment: nothing whole to report
+            assert "before any segment or trace entry" in assert_one_error_line(err)
+            continue
+        read += 1
+        assert rc == 0, f"cut at {cut}: {err}"
+        assert err == (f"vramscope: warning: {path} is cut off at byte {cut} (partial file): "
+                       "reporting what it holds up to the cut; the notes say what is missing\n")
+        doc = json.loads(out)
+        assert doc["facts"]["partial"] is True and doc["facts"]["cut_at_byte"] == cut
+        assert any(n.startswith(f"partial file: it ends at byte {cut}") for n in doc["notes"])
+        assert before <= doc["source"]["events"] <= whole_events
+        before = doc["source"]["events"]
+        # The database says so too, and the summary is printed with the warning.
+        rc, out, err = run("report", path, "-o", f"cut{cut}.sqlite", cwd=out_dir)
+        assert rc == 0 and "partial file" in out and "warning" in err
+        with open_db(out_dir / f"cut{cut}.sqlite") as db:
+            meta = dict(db.execute("SELECT key, value FROM vramscope_metadata"))
+        assert meta["partial"] == "1" and meta["cut_at_byte"] == str(cut)
+    assert read >= 3
+    assert before == whole_events, "cut just before STOP: every event"
+
+
+@pytest.mark.parametrize("fixture", real_snapshot_params())
+def test_a_gzipped_snapshot_cut_mid_stream_is_read_up_to_the_cut(fixture, run, inputs_dir,
+                                                                  out_dir):
+    """A truncated deflate stream (the gzip file itself cut off): what was inflated before the
+    cut is read as a plain cut file is, and the note says where the gzip data ends."""
+    compressed = gzip.compress(Path(fixture).read_bytes(), mtime=0)
+    path = inputs_dir / "cut.pickle.gz"
+    cut = len(compressed) * 3 // 4
+    path.write_bytes(compressed[:cut])
+    rc, out, err = run("report", path, "--json", cwd=out_dir)
+    assert rc == 0, err
+    assert f"{path} is cut off at byte" in err
+    doc = json.loads(out)
+    assert doc["facts"]["partial"] is True
+    assert any(n.startswith(f"the gzip stream is cut off after {cut} of its bytes")
+               for n in doc["notes"]), doc["notes"]
+
+
+@pytest.mark.parametrize("skipped", ["free_requested", "free_completed"])
+def test_a_trace_recorded_with_skip_actions_is_read_and_said(skipped, run, inputs_dir, out_dir):
+    """_record_memory_history(skip_actions=[...]) leaves kinds of entries out of the trace: the
+    report says which, and the peak is the whole trace's (the built-in example's real H200
+    snapshot with those entries removed, as the recording would have written it)."""
+    example = gzip.decompress(BUILT_IN_PATH.read_bytes())
+    full = pickle.loads(example)
+    whole = inputs_dir / "whole.pickle"
+    whole.write_bytes(example)
+    thinned = dict(full, device_traces=[[e for e in t if e["action"] != skipped]
+                                        for t in full["device_traces"]])
+    path = write_pickle(inputs_dir / f"skip_{skipped}.pickle", thinned)
+    rc, out, err = run("report", whole, "--json", cwd=out_dir)
+    assert rc == 0, err
+    want = json.loads(out)
+    rc, out, err = run("report", path, "--json", cwd=out_dir)
+    assert rc == 0 and err == "", err
+    doc = json.loads(out)
+    assert want["facts"]["skipped_actions"] == []
+    assert doc["facts"]["skipped_actions"] == [skipped]
+    assert any(f'skip_actions=["{skipped}"]' in n for n in doc["notes"]), doc["notes"]
+    assert not any("lost free event" in n for n in doc["notes"]), doc["notes"]
+    got_peak = doc["devices"][0]["peak_allocated"]["bytes"]
+    assert got_peak == want["devices"][0]["peak_allocated"]["bytes"]
+    # The allocator replay still puts every allocation where the GPU did.
+    rc, out, err = run("report", path, "--summary-only", cwd=out_dir)
+    assert rc == 0 and "the replay puts 72 of 72 allocations at their recorded address" in out
+
+
+def test_segments_freed_and_never_made_are_said_as_likely_skipped(run, inputs_dir, out_dir):
+    """A real trace (torch 2.6, H100-class GPU) that frees 742 segments and makes 178, with its
+    segment_alloc entries removed: the report says they were likely skipped."""
+    fixture = REAL_FIXTURES / "snapshot_torch2.6_cs336_2.7b_forward.pickle"
+    if not fixture.exists():
+        pytest.skip(f"{fixture} is absent")
+    full = pickle.loads(fixture.read_bytes())  # a real fixture of the shared folder
+    thinned = dict(full, device_traces=[[e for e in t if e["action"] != "segment_alloc"]
+                                        for t in full["device_traces"]])
+    path = write_pickle(inputs_dir / "no_segment_alloc.pickle", thinned)
+    rc, out, err = run("report", path, "--json", cwd=out_dir)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["facts"]["skipped_actions"] == ["segment_alloc"]
+    assert any("frees 742 segment(s) and makes none: it was likely recorded with" in n
+               for n in doc["notes"]), doc["notes"]
+
+
 @pytest.mark.parametrize("payload", [P0_GLOBAL_REDUCE, b"cposix\nsystem\np0\n."],
                          ids=["p0-global-reduce", "p0-global-only"])
 def test_protocol0_global_payload_is_refused_and_never_run(payload, run, inputs_dir, out_dir):
@@ -240,7 +352,7 @@ def test_existing_output_with_force_is_replaced(run, small_snapshot, out_dir):
 
 def test_force_with_bad_input_keeps_the_existing_output(run, inputs_dir, out_dir):
     bad = inputs_dir / "bad.pickle"
-    bad.write_bytes(_valid_pickle()[:-1])
+    bad.write_bytes(_valid_pickle()[:12])
     target = out_dir / "report.sqlite"
     target.write_bytes(PRECIOUS)
     rc, out, err = run("report", bad, "-o", target, "--force", cwd=out_dir)

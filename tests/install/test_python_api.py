@@ -81,6 +81,23 @@ def test_transformers_config_object_equals_its_config_json(installed, tmp_path):
     assert api[0] > 1 << 30  # GPT-2 small, batch 2 x 128 under AdamW: model states alone ~2 GB
 
 
+def test_a_cut_off_snapshot_is_a_partial_report(installed, tmp_path):
+    """A snapshot cut off while written is reported up to the cut, and the Report says so."""
+    whole = (SOURCE / "examples" / "synthetic_mlp_adam_step.pickle").read_bytes()
+    cut = tmp_path / "cut.pickle"
+    cut.write_bytes(whole[:len(whole) * 3 // 4])
+    code = ("import sys, vramscope\n"
+            "r = vramscope.report(sys.argv[1], database=False)\n"
+            "w = vramscope.report(sys.argv[2], database=False)\n"
+            "print(r.partial, r.cut_at_byte, w.partial, w.cut_at_byte)\n"
+            "print(0 < r.device().events < w.device().events)\n")
+    proc = installed_python(installed, code, str(cut),
+                            str(SOURCE / "examples" / "synthetic_mlp_adam_step.pickle"),
+                            cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"True {len(whole) * 3 // 4} False None", "True"]
+
+
 def test_errors_are_typed_with_the_commands_line(installed, tmp_path):
     code = ("import vramscope\n"
             "for call in (lambda: vramscope.report('missing.pickle'),\n"

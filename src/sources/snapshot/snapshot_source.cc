@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <map>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/units.h"
 #include "sources/input_format.h"
 #include "sources/pickle/pickle_reader.h"
 #include "sources/snapshot/segment_invariants.h"
@@ -68,6 +70,11 @@ class Converter {
   // The document being built (while streaming) or built; rebound when the parse finishes.
   void SetDocument(const Document& doc) { doc_ = &doc; }
   void ReserveEvents(size_t n) { trace_.events.Reserve(n); }
+  // The parse ended at a cut (pickle::ParseOptions::recover_truncated): `info` says where.
+  void SetParseInfo(const pickle::ParseInfo& info) { parse_info_ = info; }
+  // The reader is closing what was open at a cut: the entries it still hands over end with the
+  // one the cut fell in, which is dropped if it does not convert.
+  void Recovering() { recovering_ = true; }
   Result<model::Trace> Run();
 
   // Streaming (see SnapshotSink): the device a trace list belongs to, from the stack below it:
@@ -102,9 +109,14 @@ class Converter {
     if (!trace_.events.device.empty() && trace_.events.device.back() > device) unsorted_ = true;
     const Path traces{nullptr, "device_traces", -1};
     const Path dp = traces.Index(device);
-    for (const Value entry : entries) {
-      RETURN_IF_ERROR(
-          ConvertEntry(entry, dp.Index(static_cast<int64_t>(streamed_[device])), device));
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const Status s =
+          ConvertEntry(entries[i], dp.Index(static_cast<int64_t>(streamed_[device])), device);
+      if (!s.ok()) {
+        if (!recovering_) return s;
+        cut_entries_ += entries.size() - i;  // the record the cut fell in, and what follows it
+        break;
+      }
       ++streamed_[device];
     }
     return Status::Ok();
@@ -435,6 +447,16 @@ class Converter {
   Status ConvertEntry(Value entry, const Path& where, int32_t device);
   Status ConvertSettings(Value settings);
   Status ConvertAnnotations(Value annotations, const Path& where);
+  // A file cut off inside its trace: the state at the dump describes a moment after the cut.
+  void StartFromTheCut();
+  void DescribeCut(Value segments, Value traces);
+  void DescribeSkippedActions();
+  Status NothingBeforeTheCut() const {
+    return InvalidInput(fmt::format(
+        "the file is truncated at byte {}, before any segment or trace entry: nothing of the "
+        "snapshot was written (a job killed while dumping, a disk full); dump it again",
+        parse_info_.cut_at));
+  }
   void DescribeGeneration(Value root);
 
   uint32_t& Slot(uint64_t id) {
@@ -499,6 +521,16 @@ class Converter {
   bool annotate_action_ = false;
   bool host_memory_ = false;
   uint64_t malformed_fx_fields_ = 0;  // FX frame keys that were not str (left out, noted)
+  // A file cut off before its end (see SetParseInfo).
+  pickle::ParseInfo parse_info_;
+  bool recovering_ = false;
+  uint64_t cut_entries_ = 0;  // trace entries cut short, left out
+  // StartFromTheCut: what the dump's state held that the events read never touch.
+  uint64_t untouched_blocks_ = 0, untouched_block_bytes_ = 0, untouched_segment_bytes_ = 0;
+  size_t dump_segments_ = 0;
+  bool started_from_cut_ = false;
+  std::map<int32_t, int64_t> start_allocated_, start_reserved_;  // per device
+  std::map<int32_t, std::vector<model::StartLevels::Known>> start_known_;
 };
 
 Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address, model::Block* out,
@@ -748,7 +780,9 @@ Status Converter::ConvertTraces(Value traces, const Path& where) {
     const Path dp = where.Index(static_cast<int64_t>(d));
     RETURN_IF_ERROR(RequireList(per_device[d], dp));
     const auto entries = doc_->Items(per_device[d]);
-    if (d < streamed_.size() && streamed_[d] > 0) {
+    // (A list whose every entry was dropped at a cut was streamed too, with nothing kept.)
+    if (d < streamed_.size() &&
+        (streamed_[d] > 0 || doc_->ContainerId(per_device[d]) == streamed_list_[d])) {
       // Converted while parsing; nothing may be left behind in the list.
       if (doc_->ContainerId(per_device[d]) != streamed_list_[d] || !entries.empty()) {
         return InvalidInput(dp.ToString() + ": trace entries arrived in an unexpected layout");
@@ -768,8 +802,14 @@ Status Converter::ConvertTraces(Value traces, const Path& where) {
       unsorted_ = true;
     }
     for (size_t i = 0; i < entries.size(); ++i) {
-      RETURN_IF_ERROR(
-          ConvertEntry(entries[i], dp.Index(static_cast<int64_t>(i)), static_cast<int32_t>(d)));
+      const Status s =
+          ConvertEntry(entries[i], dp.Index(static_cast<int64_t>(i)), static_cast<int32_t>(d));
+      if (!s.ok()) {
+        // At a cut, the list the cut fell in ends with the entry cut short.
+        if (!doc_->IsIncomplete(per_device[d])) return s;
+        cut_entries_ += entries.size() - i;
+        break;
+      }
     }
   }
   return Status::Ok();
@@ -862,6 +902,7 @@ Result<model::Trace> Converter::Run() {
     segments = root;
   } else if (doc_->kind(root) == Kind::kDict) {
     segments = doc_->Get(root, "segments");
+    if (doc_->IsMissing(segments) && parse_info_.truncated) return NothingBeforeTheCut();
     if (doc_->IsMissing(segments)) {
       std::vector<std::string> keys;
       const auto pairs = doc_->DictItems(root);
@@ -897,6 +938,10 @@ Result<model::Trace> Converter::Run() {
                    !doc_->IsMissing(doc_->Get(root, "host_traces"));
   }
   RETURN_IF_ERROR(CheckStreamedListsFound());  // also when the root is a bare list
+  const Value traces = bare_list_ ? Value() : doc_->Get(root, "device_traces");
+  if (parse_info_.truncated && has_device_traces_ && doc_->IsIncomplete(traces)) {
+    StartFromTheCut();
+  }
 
   // Devices: every ordinal with segments or events; events are grouped by device (sorted here
   // in the rare case the pickle listed them out of order).
@@ -910,6 +955,12 @@ Result<model::Trace> Converter::Run() {
   std::sort(devices.begin(), devices.end());
   devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
   t.devices = devices;
+  if (started_from_cut_) {
+    for (int32_t d : devices) {
+      t.start_levels.push_back(
+          {d, start_allocated_[d], start_reserved_[d], std::move(start_known_[d])});
+    }
+  }
   for (int32_t d : devices) {
     const auto first = std::lower_bound(t.events.device.begin(), t.events.device.end(), d);
     const auto last = std::upper_bound(first, t.events.device.end(), d);
@@ -919,7 +970,7 @@ Result<model::Trace> Converter::Run() {
 
   // Facts.
   model::TraceFacts& f = t.facts;
-  f.has_allocator_state = true;
+  f.has_allocator_state = !started_from_cut_;
   f.reserved_known = true;
   for (const Action a : t.events.action) {
     switch (a) {
@@ -938,6 +989,7 @@ Result<model::Trace> Converter::Run() {
         break;
     }
   }
+  DescribeSkippedActions();
   f.has_times = times_;
   for (size_t i = 0; i < t.frames.size(); ++i) {
     if (t.frames.Get(static_cast<FrameId>(i)).kind == model::FrameKind::kPython) {
@@ -976,7 +1028,147 @@ Result<model::Trace> Converter::Run() {
         "reported yet");
   }
   DescribeGeneration(root);
+  if (parse_info_.truncated) {
+    if (t.segments.empty() && t.events.count() == 0 && !started_from_cut_) {
+      return NothingBeforeTheCut();
+    }
+    DescribeCut(segments, traces);
+  }
   return std::move(trace_);
+}
+
+// The trace was cut: its events stop at the cut, and the segments and blocks the file holds
+// are the allocator's state when the snapshot was taken, a moment the events never reach. Like
+// a source without an allocator state, the trace then starts from levels (model::StartLevels):
+// what was allocated before it began is what the dump holds at addresses no event read ever
+// touches (blocks PyTorch kept alive throughout, such as the weights; anything the lost part
+// of the trace allocated at a new address and kept is counted too, which the note says), and
+// reserved memory the dump's segments no segment event touches, plus the segments the events
+// free without having made them.
+void Converter::StartFromTheCut() {
+  started_from_cut_ = true;
+  const model::Events& ev = trace_.events;
+  std::map<int32_t, std::unordered_set<uint64_t>> touched, segment_touched, segment_made;
+  for (size_t i = 0; i < ev.count(); ++i) {
+    const int32_t d = ev.device[i];
+    switch (ev.action[i]) {
+      case Action::kAlloc:
+      case Action::kFreeRequested:
+      case Action::kFreeCompleted:
+        touched[d].insert(ev.addr[i]);
+        break;
+      case Action::kSegmentAlloc:
+      case Action::kSegmentMap:
+        segment_made[d].insert(ev.addr[i]);
+        segment_touched[d].insert(ev.addr[i]);
+        break;
+      case Action::kSegmentFree:
+      case Action::kSegmentUnmap:
+        if (segment_made[d].count(ev.addr[i]) == 0) {
+          start_reserved_[d] += static_cast<int64_t>(ev.size[i]);
+        }
+        segment_touched[d].insert(ev.addr[i]);
+        break;
+      default:
+        break;
+    }
+  }
+  for (const model::Segment& seg : trace_.segments) {
+    if (segment_touched[seg.device].count(seg.address) != 0) continue;
+    start_reserved_[seg.device] += static_cast<int64_t>(seg.total_size);
+    untouched_segment_bytes_ += seg.total_size;
+    for (uint32_t b = seg.first_block; b < seg.first_block + seg.block_count; ++b) {
+      const model::Block& block = trace_.blocks[b];
+      if (!IsActive(block.state) || touched[seg.device].count(block.address) != 0) continue;
+      start_allocated_[seg.device] += static_cast<int64_t>(block.size);
+      start_known_[seg.device].push_back(
+          {block.address, block.size, block.requested_size, seg.stream, block.stack});
+      ++untouched_blocks_;
+      untouched_block_bytes_ += block.size;
+    }
+  }
+  dump_segments_ = trace_.segments.size();
+  trace_.segments.clear();
+  trace_.blocks.clear();
+}
+
+// torch 2.9+'s _record_memory_history(skip_actions=[...]) leaves kinds of entries out of the
+// trace. The file does not say which; the trace shows it where an entry's partner is there and
+// it never is (segments that are never made while some are freed could also all predate the
+// trace: said as likely, not certain).
+void Converter::DescribeSkippedActions() {
+  model::TraceFacts& f = trace_.facts;
+  std::array<uint64_t, 8> count{};
+  for (const Action a : trace_.events.action) {
+    const auto index = static_cast<size_t>(a);
+    if (index < count.size()) ++count[index];
+  }
+  auto n = [&](Action a) { return count[static_cast<size_t>(a)]; };
+  const uint64_t frees = n(Action::kFreeRequested) + n(Action::kFreeCompleted);
+  if (n(Action::kAlloc) == 0 && frees > 0) {
+    f.skipped_actions.emplace_back("alloc");
+    f.notes.push_back(fmt::format(
+        "the trace holds {} frees and no alloc entry: it was recorded with "
+        "_record_memory_history(skip_actions=[\"alloc\"]), so lifetimes begin before the trace "
+        "and allocation sites are unknown",
+        frees));
+  }
+  if (n(Action::kAlloc) > 0 && n(Action::kFreeCompleted) > 0 && n(Action::kFreeRequested) == 0) {
+    f.skipped_actions.emplace_back("free_requested");
+    f.notes.push_back(
+        "the trace holds free_completed entries and no free_requested one: it was recorded with "
+        "_record_memory_history(skip_actions=[\"free_requested\"]); each block counts as "
+        "allocated until its free completes");
+  }
+  if (n(Action::kAlloc) > 0 && n(Action::kFreeRequested) > 0 && n(Action::kFreeCompleted) == 0) {
+    f.skipped_actions.emplace_back("free_completed");
+    f.notes.push_back(
+        "the trace holds free_requested entries and no free_completed one: it was recorded with "
+        "_record_memory_history(skip_actions=[\"free_completed\"]); each block is taken as "
+        "free when its free is requested (a free waiting on another stream's work is not seen)");
+  }
+  if (n(Action::kSegmentFree) > 0 && n(Action::kSegmentAlloc) == 0 && n(Action::kAlloc) > 0) {
+    f.skipped_actions.emplace_back("segment_alloc");
+    f.notes.push_back(fmt::format(
+        "the trace frees {} segment(s) and makes none: it was likely recorded with "
+        "_record_memory_history(skip_actions=[\"segment_alloc\"]) (else every segment predates "
+        "the trace); reserved memory before the trace is then overstated",
+        n(Action::kSegmentFree)));
+  }
+}
+
+void Converter::DescribeCut(Value segments, Value traces) {
+  model::TraceFacts& f = trace_.facts;
+  f.partial = true;
+  f.cut_at_byte = parse_info_.cut_at;
+  f.notes.push_back(fmt::format(
+      "partial file: it ends at byte {} before the snapshot does (a job killed or a disk filled "
+      "while it was written); this report holds what was written before the cut",
+      parse_info_.cut_at));
+  const uint64_t cut_short = parse_info_.dropped_records + cut_entries_;
+  if (doc_->IsIncomplete(segments)) {
+    f.notes.push_back(fmt::format(
+        "the cut falls in the allocator state ('segments'): {} segment(s) were read whole; the "
+        "others{} were never written, so totals are lower bounds of the state at the dump",
+        trace_.segments.size(), has_device_traces_ ? "" : " and the whole trace"));
+  } else if (started_from_cut_) {
+    f.notes.push_back(fmt::format(
+        "the cut falls in the trace: its first {} events were read and the rest is lost; the "
+        "dump's {} segment(s) describe a later moment, so levels start from what the dump holds "
+        "at addresses the events read never touch: {} in {} block(s) allocated before the trace "
+        "(some may have been allocated after the cut) and {} reserved",
+        trace_.events.count(), dump_segments_,
+        FormatBytes(static_cast<int64_t>(untouched_block_bytes_)), untouched_blocks_,
+        FormatBytes(static_cast<int64_t>(untouched_segment_bytes_))));
+  } else {
+    (void)traces;
+    f.notes.push_back(
+        "the cut falls after the segments and the trace, which are complete; only what follows "
+        "them (allocator settings, annotations) may be missing");
+  }
+  if (cut_short > 0) {
+    f.notes.push_back(fmt::format("{} record(s) the cut fell in were left out", cut_short));
+  }
 }
 
 // Converts each device's trace entries while the reader parses them, so the millions of entry
@@ -1008,6 +1200,7 @@ class SnapshotSink : public pickle::ListSink {
   void Reclaimed(uint64_t first, std::span<const std::pair<uint64_t, uint64_t>> moved) override {
     converter_.Reclaimed(first, moved);
   }
+  void Recovering() override { converter_.Recovering(); }
 
  private:
   Converter& converter_;
@@ -1033,7 +1226,11 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
     std::string hint;
     switch (format) {
       case sources::InputFormat::kEmpty:
-        hint = "the file is empty";
+        // torchtitan#2991: dumps of a job that was killed, or whose disk filled, come out empty.
+        hint =
+            "the file is empty (0 bytes): nothing of the snapshot was written, which is what a "
+            "job killed while dumping or a full disk leaves behind; dump it again "
+            "(torch.cuda.memory._dump_snapshot) with room on the disk";
         break;
       case sources::InputFormat::kJson:
         hint =
@@ -1072,11 +1269,13 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
     return !options.progress || options.progress(done, total);
   };
   parse_options.sink = options.stream_trace ? &sink : nullptr;
+  parse_options.recover_truncated = options.read_partial;
   pickle::ParseInfo info;
   auto doc = pickle::Parse(bytes, parse_options, &info);
   if (!doc.ok()) return doc.status().WithPrefix(prefix);
   const auto t1 = std::chrono::steady_clock::now();
   converter.SetDocument(*doc);
+  converter.SetParseInfo(info);
   auto trace = converter.Run();
   if (!trace.ok()) return trace.status().WithPrefix(prefix);
   // The model owns copies of everything it needs: release the document and the input before

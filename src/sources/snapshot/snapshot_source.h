@@ -29,6 +29,10 @@ struct LoadOptions {
   // Convert trace entries while parsing and release them (bounded memory for long traces).
   // Off only to compare with the whole-document path in tests.
   bool stream_trace = true;
+  // A snapshot cut off before its end (a killed job, a full disk) is read up to the cut and
+  // marked partial (TraceFacts::partial, with notes saying where the cut fell and what that
+  // leaves out) instead of refused.
+  bool read_partial = true;
 };
 
 struct LoadTimings {
