@@ -80,14 +80,7 @@ Status ReportOnInput(const pipeline::Input& input, const std::string& project_ro
   load.project_root = project_root;
   load.limits = limits;
   ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::Load(load));
-  if (loaded.trace.facts.partial) {
-    // Exit 0 (what the file holds is reported), but never silently: the cut changes the figures.
-    const std::string warning = fmt::format(
-        "vramscope: warning: {} is cut off at byte {} (partial file): reporting what it holds up "
-        "to the cut; the notes say what is missing",
-        loaded.trace.source.path, loaded.trace.facts.cut_at_byte);
-    progress.Warn(warning);
-  }
+  progress.WarnIfPartial(loaded.trace);
   const auto t_loaded = Clock::now();
   ASSIGN_OR_RETURN(const std::unique_ptr<const pipeline::Analyzed> analyzed,
                    pipeline::Analyze(std::move(loaded), {project_root, std::nullopt, control}));

@@ -32,6 +32,7 @@ Status Run(SimulateFlags o) {
   TerminalProgress progress(!o.quiet);
   request.control = {&progress, &InterruptToken()};
   ASSIGN_OR_RETURN(const pipeline::SimulateResult result, pipeline::Simulate(request));
+  progress.WarnIfPartial(result.analyzed->trace());
   std::optional<report::SimulateDatabase> database;
   if (output) {
     progress.Stage(fmt::format("writing {}", output->target()));

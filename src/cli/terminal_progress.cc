@@ -121,6 +121,15 @@ void TerminalProgress::Warn(const std::string& line) {
   std::fflush(stderr);
 }
 
+void TerminalProgress::WarnIfPartial(const model::Trace& trace) {
+  if (!trace.facts.partial) return;
+  // Exit 0 (what the file holds is reported), but never silently: the cut changes the figures.
+  Warn(fmt::format(
+      "vramscope: warning: {} is cut off at byte {} (partial file): reporting what it holds up to "
+      "the cut; the notes say what is missing",
+      trace.source.path, trace.facts.cut_at_byte));
+}
+
 void TerminalProgress::Note(const std::string& line) {
   if (!notes_) return;
   // Under the lock, so that the ticker cannot draw the line in the middle of the note.

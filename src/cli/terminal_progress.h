@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/progress.h"
+#include "model/trace.h"
 
 namespace vramscope::cli {
 
@@ -39,6 +40,9 @@ class TerminalProgress final : public Progress {
   void Note(const std::string& line) override;
   // A line on stderr whatever `notes` says (a warning about the input), clear of the progress line.
   void Warn(const std::string& line);
+  // The warning for an input cut off before its end (TraceFacts::partial), if it is one: every
+  // verb that reads a file says it the same way.
+  void WarnIfPartial(const model::Trace& trace);
 
  private:
   void Tick();         // the ticker thread's loop

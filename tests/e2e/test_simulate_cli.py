@@ -551,8 +551,10 @@ def _truncated_real(inputs_dir: Path) -> Path:
 
 
 def _truncated_synthetic(inputs_dir: Path) -> Path:
+    """Cut before any segment was written whole: nothing to simulate. (A later cut is read up
+    to the cut: test_a_cut_off_snapshot_is_simulated_up_to_the_cut.)"""
     path = write_pickle(inputs_dir / "cut.pickle", small_training_snapshot())
-    path.write_bytes(path.read_bytes()[:-1])
+    path.write_bytes(path.read_bytes()[:12])
     return path
 
 
@@ -568,8 +570,7 @@ BAD_INPUTS = {
     "no-trace-key": (_no_trace_key_snapshot, ["no alloc/free trace"], False),
     "flexgen-no-trace": (lambda d: real_fixture(FLEXGEN), ["no alloc/free trace"], False),
     "missing-file": (lambda d: d / "missing.pickle", ["no such file"], True),
-    "truncated-real-snapshot": (_truncated_real, ["truncated"], True),
-    "truncated-synthetic": (_truncated_synthetic, ["truncated"], True),
+    "truncated-before-any-segment": (_truncated_synthetic, ["truncated"], True),
     "not-a-pickle": (_not_a_pickle, ["not a memory snapshot"], True),
 }
 
@@ -590,6 +591,22 @@ def test_diffusers_snapshot_without_history_is_refused(run, out_dir):
     path = real_fixture(DIFFUSERS)
     rc, out, err = run("simulate", path, cwd=out_dir)
     assert_failure(rc, out, err, 1, ["trace"], out_dir)
+
+
+def test_a_cut_off_snapshot_is_simulated_up_to_the_cut(run, inputs_dir, out_dir):
+    """A real snapshot cut in the middle of its trace (a killed job): simulate replays what was
+    written before the cut, exit 0, with the same warning line as report."""
+    path = _truncated_real(inputs_dir)
+    rc, out, err = run("simulate", path, "--json", cwd=out_dir)
+    assert rc == 0, err
+    assert err.startswith(f"vramscope: warning: {path} is cut off at byte "), err
+    [device] = json.loads(out)["devices"]
+    whole = real_fixture(DEEPSEEK)
+    rc, out, err = run("simulate", whole, "--json", cwd=out_dir)
+    assert rc == 0 and err == "", err
+    [whole_device] = json.loads(out)["devices"]
+    assert 0 < device["events"] < whole_device["events"]
+    assert device["replay"] is not None
 
 
 def test_bad_input_keeps_an_existing_output(run, inputs_dir, out_dir):
