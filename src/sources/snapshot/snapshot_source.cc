@@ -15,6 +15,7 @@
 #include "sources/input_format.h"
 #include "sources/pickle/pickle_reader.h"
 #include "sources/snapshot/segment_invariants.h"
+#include "sources/snapshot/skipped_actions.h"
 
 namespace vramscope::snapshot {
 
@@ -450,7 +451,6 @@ class Converter {
   // A file cut off inside its trace: the state at the dump describes a moment after the cut.
   void StartFromTheCut();
   void DescribeCut(Value segments, Value traces);
-  void DescribeSkippedActions();
   Status NothingBeforeTheCut() const {
     return InvalidInput(fmt::format(
         "the file is truncated at byte {}, before any segment or trace entry: nothing of the "
@@ -989,7 +989,7 @@ Result<model::Trace> Converter::Run() {
         break;
     }
   }
-  DescribeSkippedActions();
+  DescribeSkippedActions(trace_);
   f.has_times = times_;
   for (size_t i = 0; i < t.frames.size(); ++i) {
     if (t.frames.Get(static_cast<FrameId>(i)).kind == model::FrameKind::kPython) {
@@ -1090,51 +1090,6 @@ void Converter::StartFromTheCut() {
   dump_segments_ = trace_.segments.size();
   trace_.segments.clear();
   trace_.blocks.clear();
-}
-
-// torch 2.9+'s _record_memory_history(skip_actions=[...]) leaves kinds of entries out of the
-// trace. The file does not say which; the trace shows it where an entry's partner is there and
-// it never is (segments that are never made while some are freed could also all predate the
-// trace: said as likely, not certain).
-void Converter::DescribeSkippedActions() {
-  model::TraceFacts& f = trace_.facts;
-  std::array<uint64_t, 8> count{};
-  for (const Action a : trace_.events.action) {
-    const auto index = static_cast<size_t>(a);
-    if (index < count.size()) ++count[index];
-  }
-  auto n = [&](Action a) { return count[static_cast<size_t>(a)]; };
-  const uint64_t frees = n(Action::kFreeRequested) + n(Action::kFreeCompleted);
-  if (n(Action::kAlloc) == 0 && frees > 0) {
-    f.skipped_actions.emplace_back("alloc");
-    f.notes.push_back(fmt::format(
-        "the trace holds {} frees and no alloc entry: it was recorded with "
-        "_record_memory_history(skip_actions=[\"alloc\"]), so lifetimes begin before the trace "
-        "and allocation sites are unknown",
-        frees));
-  }
-  if (n(Action::kAlloc) > 0 && n(Action::kFreeCompleted) > 0 && n(Action::kFreeRequested) == 0) {
-    f.skipped_actions.emplace_back("free_requested");
-    f.notes.push_back(
-        "the trace holds free_completed entries and no free_requested one: it was recorded with "
-        "_record_memory_history(skip_actions=[\"free_requested\"]); each block counts as "
-        "allocated until its free completes");
-  }
-  if (n(Action::kAlloc) > 0 && n(Action::kFreeRequested) > 0 && n(Action::kFreeCompleted) == 0) {
-    f.skipped_actions.emplace_back("free_completed");
-    f.notes.push_back(
-        "the trace holds free_requested entries and no free_completed one: it was recorded with "
-        "_record_memory_history(skip_actions=[\"free_completed\"]); each block is taken as "
-        "free when its free is requested (a free waiting on another stream's work is not seen)");
-  }
-  if (n(Action::kSegmentFree) > 0 && n(Action::kSegmentAlloc) == 0 && n(Action::kAlloc) > 0) {
-    f.skipped_actions.emplace_back("segment_alloc");
-    f.notes.push_back(fmt::format(
-        "the trace frees {} segment(s) and makes none: it was likely recorded with "
-        "_record_memory_history(skip_actions=[\"segment_alloc\"]) (else every segment predates "
-        "the trace); reserved memory before the trace is then overstated",
-        n(Action::kSegmentFree)));
-  }
 }
 
 void Converter::DescribeCut(Value segments, Value traces) {
