@@ -120,6 +120,17 @@ cmd_prepare() {
   done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }')
   ldd "$bin" | grep -q "not found" && die "prepare: $bin has unresolved libraries: $(ldd "$bin" | grep 'not found')"
   patchelf --set-rpath '$ORIGIN/../lib' "$bundle/bin/vramscope"
+  # The native recorder's fast unwinder (src/native_capture/unwinder.h), which it loads with
+  # dlopen by soname: carried, and found through the library's run path, so that the device
+  # measures the stacks users get where libunwind8 is installed.
+  local unwind
+  unwind=$(/sbin/ldconfig -p 2>/dev/null | awk '$1 == "libunwind.so.8" { print $NF; exit }')
+  if [[ -n $unwind && -f $unwind ]]; then
+    cp -L "$unwind" "$bundle/lib/libunwind.so.8"
+    patchelf --set-rpath '$ORIGIN/../lib' "$bundle/bin/libvramscope_inject.so"
+  else
+    echo "gpu_session: warning: no libunwind.so.8 here (apt-get install libunwind8): --native stacks on the device will use glibc's backtrace()" >&2
+  fi
   # Only the bundle must resolve what is not glibc: check it with nothing else on the path.
   if env -u LD_LIBRARY_PATH ldd "$bundle/bin/vramscope" | awk '$2 == "=>"' | while read -r name _ path _; do
     is_system_lib "$name" || [[ $(realpath "$path") == "$(realpath "$bundle/lib")/$name" ]] ||

@@ -3,8 +3,10 @@
 # test.sh; safe to run again. Needs root or sudo when something is missing.
 set -euo pipefail
 
+# libunwind8: the native capture's stacks (`run --native`, loaded at run time; without it they
+# come from glibc's backtrace(), about 20 times slower).
 packages=(cmake ninja-build g++ pkg-config libsqlite3-dev libcli11-dev nlohmann-json3-dev
-          libfmt-dev libabsl-dev zlib1g-dev sqlite3)
+          libfmt-dev libabsl-dev zlib1g-dev sqlite3 libunwind8)
 if [[ "${1:-}" == "--test" ]]; then
   # Tests: GoogleTest, clang's libFuzzer and sanitizer runtimes, Python for the end-to-end suite,
   # Node.js for the viewer's unit tests, Chromium for its browser tests and patchelf for

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "native_capture/fake_cupti.h"
 #include "native_capture/recorder.h"
 #include "sources/native_trace/native_trace_source.h"
 #include "sources/native_trace/vstrace_reader.h"
@@ -33,90 +34,6 @@ using ::testing::StartsWith;
 using vstrace::Api;
 using vstrace::RecordKind;
 
-const CUcontext kContext0 = reinterpret_cast<CUcontext>(0x1000);
-const CUcontext kContext3 = reinterpret_cast<CUcontext>(0x3000);
-
-class FakeCupti final : public CuptiApi {
- public:
-  CUptiResult subscribe_result = CUPTI_SUCCESS;
-  CUptiResult enable_result = CUPTI_SUCCESS;
-  std::set<CUpti_CallbackId> driver_enabled;
-  std::set<CUpti_CallbackDomain> domains_enabled;
-  std::atomic<int> unsubscribes{0};
-  std::atomic<uint64_t> now_ns{1'000'000};
-
-  CUptiResult Subscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
-                        void* userdata) override {
-    if (subscribe_result != CUPTI_SUCCESS) return subscribe_result;
-    callback_ = callback;
-    userdata_ = userdata;
-    *subscriber = reinterpret_cast<CUpti_SubscriberHandle>(this);
-    return CUPTI_SUCCESS;
-  }
-  CUptiResult EnableCallback(uint32_t enable, CUpti_SubscriberHandle subscriber,
-                             CUpti_CallbackDomain domain, CUpti_CallbackId cbid) override {
-    EXPECT_EQ(subscriber, reinterpret_cast<CUpti_SubscriberHandle>(this));
-    EXPECT_EQ(domain, CUPTI_CB_DOMAIN_DRIVER_API);
-    if (enable_result != CUPTI_SUCCESS) return enable_result;
-    if (enable != 0) driver_enabled.insert(cbid);
-    return CUPTI_SUCCESS;
-  }
-  CUptiResult EnableDomain(uint32_t enable, CUpti_SubscriberHandle subscriber,
-                           CUpti_CallbackDomain domain) override {
-    if (enable != 0) domains_enabled.insert(domain);
-    return CUPTI_SUCCESS;
-  }
-  CUptiResult Unsubscribe(CUpti_SubscriberHandle subscriber) override {
-    ++unsubscribes;
-    return CUPTI_SUCCESS;
-  }
-  CUptiResult GetTimestamp(uint64_t* timestamp) override {
-    *timestamp = now_ns.fetch_add(1000);
-    return CUPTI_SUCCESS;
-  }
-  CUptiResult GetDeviceId(CUcontext context, uint32_t* device) override {
-    if (context == kContext0)
-      *device = 0;
-    else if (context == kContext3)
-      *device = 3;
-    else
-      return CUPTI_ERROR_INVALID_CONTEXT;
-    return CUPTI_SUCCESS;
-  }
-  const char* ResultString(CUptiResult result) override {
-    return result == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
-               ? "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
-               : "CUPTI_ERROR_UNKNOWN";
-  }
-  std::string Describe() const override { return "fake"; }
-
-  // What the driver does around an API call: CUPTI calls the subscriber at entry and exit of
-  // each enabled callback.
-  void Driver(CUpti_CallbackId cbid, const char* name, const void* params,
-              CUresult result = CUDA_SUCCESS, CUcontext context = kContext0) {
-    if (callback_ == nullptr || driver_enabled.count(cbid) == 0 || unsubscribes > 0) return;
-    for (const auto site : {CUPTI_API_ENTER, CUPTI_API_EXIT}) {
-      CUpti_CallbackData data{};
-      data.callbackSite = site;
-      data.functionName = name;
-      data.functionParams = params;
-      data.functionReturnValue = &result;
-      data.context = context;
-      callback_(userdata_, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &data);
-    }
-  }
-  void Nvtx(CUpti_CallbackId cbid, const char* name, const void* params,
-            const void* result = nullptr) {
-    if (callback_ == nullptr || domains_enabled.count(CUPTI_CB_DOMAIN_NVTX) == 0) return;
-    CUpti_NvtxData data{name, params, result};
-    callback_(userdata_, CUPTI_CB_DOMAIN_NVTX, cbid, &data);
-  }
-
- private:
-  CUpti_CallbackFunc callback_ = nullptr;
-  void* userdata_ = nullptr;
-};
-
 class RecorderTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -128,6 +45,7 @@ class RecorderTest : public ::testing::Test {
     ASSERT_GE(stderr_fd_, 0);
   }
   void TearDown() override {
+    EXPECT_EQ(cupti_.misdirected, 0);
     ::close(stderr_fd_);
     std::error_code ignored;
     fs::remove_all(dir_, ignored);
@@ -199,8 +117,9 @@ TEST_F(RecorderTest, StartSubscribesToTheAllocationCallbacksAndNvtx) {
   EXPECT_EQ(p.header.rank, 0);
   EXPECT_EQ(p.header.start_clock_ns, 1'000'000u);
   EXPECT_EQ(p.header.clock, "cuptiGetTimestamp, ns");
-  ASSERT_EQ(p.facts.size(), 2u);
+  ASSERT_EQ(p.facts.size(), 3u);
   EXPECT_EQ(p.facts[0], (std::pair<std::string, std::string>{"exe", "/usr/bin/test"}));
+  EXPECT_EQ(p.facts[2].first, "unwinder");  // which one: UnwinderTest below
   EXPECT_TRUE(p.ended);
   EXPECT_EQ(p.end_reason, "exit");
   EXPECT_TRUE(p.stopped.empty());
@@ -492,6 +411,91 @@ TEST_F(RecorderTest, AWriteFailureMidRunDisablesAndUnsubscribes) {
   EXPECT_TRUE(p.stopped.empty());
 }
 
+// What a kill leaves: the file as it is before the recorder stops (a killed process never runs
+// Stop or the writer's destructor), its reserved chunk's unused part zeros.
+TEST_F(RecorderTest, ATraceNeverClosedEndsInZerosTheReaderSkips) {
+  Recorder recorder(&cupti_, Options());
+  ASSERT_TRUE(recorder.Start());
+  for (int i = 0; i < 3; ++i) VramscopeTestAllocateOnDevice3(&cupti_, 0x1000 * (i + 1), 4096);
+  const fs::path path = recorder.trace_path();
+  EXPECT_EQ(fs::file_size(path), vstrace::kMappedChunkBytes);
+  const ParsedTrace killed = ReadTrace(path);
+  EXPECT_EQ(killed.records.size(), 3u);
+  EXPECT_FALSE(killed.ended);
+  EXPECT_TRUE(killed.stopped.empty()) << killed.stopped;
+  EXPECT_EQ(killed.valid_bytes + killed.reserved_tail_bytes, vstrace::kMappedChunkBytes);
+  // Stopping cuts the file at its end record.
+  recorder.Stop("exit");
+  const ParsedTrace stopped = ReadTrace(path);
+  EXPECT_EQ(fs::file_size(path), stopped.valid_bytes);
+  EXPECT_EQ(stopped.reserved_tail_bytes, 0u);
+  EXPECT_TRUE(stopped.ended);
+  EXPECT_EQ(stopped.records.size(), 4u);  // and the end record
+}
+
+// Records cross chunk boundaries: tens of thousands of events in several chunks read back whole.
+TEST_F(RecorderTest, RecordsAcrossManyChunksReadBackInOrder) {
+  Recorder recorder(&cupti_, Options());
+  ASSERT_TRUE(recorder.Start());
+  constexpr int kEvents = 50000;  // about 2.5 MB: three chunks
+  for (int i = 0; i < kEvents; ++i) {
+    VramscopeTestAllocateOnDevice3(&cupti_, 0x1000ull * (i + 1), 512 + i);
+  }
+  recorder.Stop("exit");
+  const ParsedTrace p = ReadTrace(recorder.trace_path());
+  EXPECT_GT(p.valid_bytes, 2 * vstrace::kMappedChunkBytes);
+  ASSERT_EQ(p.records.size(), static_cast<size_t>(kEvents) + 1);  // and the end record
+  for (int i = 0; i < kEvents; ++i) {
+    ASSERT_EQ(p.records[static_cast<size_t>(i)].bytes, static_cast<uint64_t>(512 + i)) << i;
+  }
+  EXPECT_TRUE(p.ended);
+  EXPECT_TRUE(p.stopped.empty()) << p.stopped;
+}
+
+std::atomic<int> g_chunks_left{0};
+int FailingAllocate(int fd, off_t offset, off_t bytes) {
+  if (g_chunks_left.fetch_sub(1) <= 0) return ENOSPC;
+  return ::posix_fallocate(fd, offset, bytes);
+}
+
+TEST_F(RecorderTest, AFullDiskWhenReservingAChunkDisablesAtTheLastCompleteRecord) {
+  RecorderOptions options = Options();
+  options.allocate_fn = &FailingAllocate;
+  g_chunks_left = 1;  // the first chunk only
+  Recorder recorder(&cupti_, options);
+  ASSERT_TRUE(recorder.Start());
+  int made = 0;
+  for (; made < 100000 && !recorder.disabled(); ++made) {
+    VramscopeTestAllocateOnDevice3(&cupti_, 0x1000ull * (made + 1), 4096);
+  }
+  ASSERT_TRUE(recorder.disabled());
+  EXPECT_EQ(cupti_.unsubscribes, 1);
+  EXPECT_EQ(Stderr(), "vramscope: native capture disabled: reserving space in " +
+                          recorder.trace_path() +
+                          " failed: No space left on device; the trace ends at its last "
+                          "complete record\n");
+  recorder.Stop("exit");
+  // The file is cut before the record that did not fit: every record in it is whole.
+  const ParsedTrace p = ReadTrace(recorder.trace_path());
+  EXPECT_TRUE(p.stopped.empty()) << p.stopped;
+  EXPECT_EQ(p.reserved_tail_bytes, 0u);
+  EXPECT_EQ(fs::file_size(recorder.trace_path()), p.valid_bytes);
+  EXPECT_LE(p.valid_bytes, vstrace::kMappedChunkBytes);
+  EXPECT_EQ(p.records.size(), static_cast<size_t>(made - 1));
+}
+
+TEST_F(RecorderTest, NoSpaceForTheFirstChunkRecordsNothing) {
+  RecorderOptions options = Options();
+  options.allocate_fn = &FailingAllocate;
+  g_chunks_left = 0;
+  Recorder recorder(&cupti_, options);
+  EXPECT_FALSE(recorder.Start());
+  EXPECT_EQ(Stderr(), "vramscope: native capture disabled: reserving space in " +
+                          recorder.trace_path() +
+                          " failed: No space left on device; nothing was recorded\n");
+  EXPECT_EQ(cupti_.unsubscribes, 0);
+}
+
 TEST_F(RecorderTest, AnotherProcessOfTheSameRankKeepsItsOwnFile) {
   std::ofstream(dir_ / "rank0.vstrace") << "first";
   Recorder recorder(&cupti_, Options());
@@ -557,6 +561,76 @@ TEST_F(RecorderTest, OptionsComeFromTheEnvironment) {
   RecorderOptions no_rank = o;
   no_rank.rank.reset();
   EXPECT_EQ(TraceLabel(no_rank), "pid" + std::to_string(::getpid()));
+}
+
+// Both unwinders, called from one function, return the same stack: the same addresses from the
+// caller's caller out (the innermost differs: the two calls are at two places in the function).
+__attribute__((noinline)) void CaptureWithBoth(const Unwinder& a, const Unwinder& b,
+                                               std::vector<void*>* from_a,
+                                               std::vector<void*>* from_b) {
+  from_a->resize(64);
+  from_b->resize(64);
+  from_a->resize(static_cast<size_t>(a.Capture(from_a->data(), 64)));
+  from_b->resize(static_cast<size_t>(b.Capture(from_b->data(), 64)));
+  asm volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void CaptureFromDepth(int depth, const Unwinder& a, const Unwinder& b,
+                                                std::vector<void*>* from_a,
+                                                std::vector<void*>* from_b) {
+  if (depth == 0) {
+    CaptureWithBoth(a, b, from_a, from_b);
+  } else {
+    CaptureFromDepth(depth - 1, a, b, from_a, from_b);
+  }
+  asm volatile("" ::: "memory");
+}
+
+TEST(UnwinderTest, LibunwindAndGlibcReturnTheSameStack) {
+  const Unwinder fast = Unwinder::Load("auto");
+  const Unwinder glibc = Unwinder::Load("glibc");
+  EXPECT_FALSE(glibc.fast());
+  EXPECT_EQ(glibc.description(), "glibc backtrace() (VRAMSCOPE_NATIVE_UNWINDER=glibc)");
+  if (!fast.fast()) GTEST_SKIP() << "libunwind.so.8 is not installed: " << fast.description();
+  EXPECT_EQ(fast.description(), "libunwind unw_backtrace (libunwind.so.8)");
+  std::vector<void*> from_fast;
+  std::vector<void*> from_glibc;
+  CaptureFromDepth(12, fast, glibc, &from_fast, &from_glibc);
+  // glibc's goes through one more frame of ours (GlibcBacktrace, in unwinder.cc) first.
+  ASSERT_GE(from_fast.size(), 15u);
+  ASSERT_EQ(from_glibc.size(), from_fast.size() + 1);
+  const std::vector<void*> outer_fast(from_fast.begin() + 1, from_fast.end());
+  const std::vector<void*> outer_glibc(from_glibc.begin() + 2, from_glibc.end());
+  EXPECT_EQ(outer_fast, outer_glibc);
+}
+
+TEST(UnwinderTest, AnUnknownSettingIsAutoAndSaidSo) {
+  const Unwinder u = Unwinder::Load("frame-pointers");
+  EXPECT_THAT(u.description(), HasSubstr("; VRAMSCOPE_NATIVE_UNWINDER=frame-pointers is not one "
+                                         "of auto, libunwind, glibc, so auto was used"));
+}
+
+TEST_F(RecorderTest, TheUnwinderIsAProcessFact) {
+  RecorderOptions options = Options();
+  options.unwinder = "glibc";
+  Recorder recorder(&cupti_, options);
+  ASSERT_TRUE(recorder.Start());
+  VramscopeTestAllocateOnDevice3(&cupti_, 0x7f0000000000, 4096);
+  recorder.Stop("exit");
+  const ParsedTrace p = ReadTrace(recorder.trace_path());
+  ASSERT_EQ(p.facts.size(), 3u);
+  EXPECT_EQ(p.facts[2], (std::pair<std::string, std::string>{
+                            "unwinder", "glibc backtrace() (VRAMSCOPE_NATIVE_UNWINDER=glibc)"}));
+  // glibc's stack names the test's function, as the default unwinder's does (the test above).
+  ASSERT_FALSE(p.records.empty());
+  EXPECT_EQ(p.records[0].kind, RecordKind::kAlloc);
+  ASSERT_NE(p.records[0].stack, 0u);
+  bool named = false;
+  for (const uint32_t f : p.stacks.at(p.records[0].stack)) {
+    const auto& frame = p.frames.at(f);
+    named |= frame.symbol != 0 && p.strings.at(frame.symbol) == "VramscopeTestAllocateOnDevice3";
+  }
+  EXPECT_TRUE(named);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "native_capture/recorder.h"
 
 #include <dlfcn.h>
-#include <execinfo.h>
 #include <fcntl.h>
 #include <generated_nvtx_meta.h>
 #include <sys/syscall.h>
@@ -81,6 +80,17 @@ std::string MessageOf(const nvtxEventAttributes_t* attributes) {
   }
 }
 
+// A 64-bit hash of a stack's return addresses (a multiply-xorshift mix per address).
+uint64_t HashPcs(void* const* pcs, int count) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(count);
+  for (int i = 0; i < count; ++i) {
+    h ^= static_cast<uint64_t>(reinterpret_cast<uintptr_t>(pcs[i]));
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 31;
+  }
+  return h;
+}
+
 std::string Text(const char* s) { return s != nullptr ? std::string(s) : std::string(); }
 
 }  // namespace
@@ -88,6 +98,7 @@ std::string Text(const char* s) { return s != nullptr ? std::string(s) : std::st
 RecorderOptions OptionsFromEnvironment() {
   RecorderOptions o;
   if (const char* dir = std::getenv("VRAMSCOPE_CAPTURE_DIR")) o.capture_dir = dir;
+  if (const char* unwinder = std::getenv("VRAMSCOPE_NATIVE_UNWINDER")) o.unwinder = unwinder;
   if (const char* rank = std::getenv("RANK"); rank != nullptr && *rank != '\0') {
     char* end = nullptr;
     const long value = std::strtol(rank, &end, 10);
@@ -172,8 +183,7 @@ bool Recorder::Start() noexcept {
     if (::dladdr(reinterpret_cast<void*>(&Recorder::Callback), &self) != 0) {
       own_module_ = self.dli_fbase;
     }
-    void* warm[4];
-    ::backtrace(warm, 4);  // loads libgcc's unwinder now, not inside the first callback
+    unwinder_ = Unwinder::Load(options_.unwinder);
 
     vstrace::Header header;
     header.pid = options_.pid;
@@ -194,10 +204,13 @@ bool Recorder::Start() noexcept {
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      writer_ = vstrace::Writer::Create(trace_path_, header, &error, options_.write_fn);
+      writer_ = vstrace::Writer::Create(trace_path_, header, &error, options_.write_fn,
+                                        options_.allocate_fn);
       if (writer_ != nullptr) {
         std::string facts;
-        for (const auto& [key, value] : options_.facts) {
+        auto all_facts = options_.facts;
+        all_facts.emplace_back("unwinder", unwinder_->description());
+        for (const auto& [key, value] : all_facts) {
           Encoder e;
           e.U16(static_cast<uint16_t>(std::min<size_t>(key.size(), 256)))
               .Bytes(std::string_view(key).substr(0, 256))
@@ -275,11 +288,7 @@ void Recorder::Stop(std::string_view reason) noexcept {
     if (disabled_.exchange(true)) return;
     std::lock_guard<std::mutex> lock(mu_);
     if (writer_ == nullptr || ended_) return;
-    ended_ = true;
-    Encoder e;
-    e.U64(TimestampLocked()).Text32(reason);
-    std::string error;
-    WriteLocked(vstrace::EncodeRecord(RecordKind::kEnd, e.bytes()), &error);
+    EndLocked(reason);
   } catch (...) {
     // At exit there is nobody left to tell.
   }
@@ -291,13 +300,7 @@ void Recorder::Disable(const std::string& what, bool write_end) noexcept {
     disabled_.store(true);
     if (write_end) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (writer_ != nullptr && !ended_) {
-        ended_ = true;
-        Encoder e;
-        e.U64(TimestampLocked()).Text32("disabled: " + what);
-        std::string ignored;
-        WriteLocked(vstrace::EncodeRecord(RecordKind::kEnd, e.bytes()), &ignored);
-      }
+      if (writer_ != nullptr && !ended_) EndLocked("disabled: " + what);
     }
     std::string line = "vramscope: native capture disabled: " + what;
     std::replace(line.begin(), line.end(), '\n', ' ');
@@ -542,7 +545,9 @@ void Recorder::OnNvtx(CUpti_CallbackId cbid, const CUpti_NvtxData& data) {
 void Recorder::RecordEvent(Event& e) {
   void* pcs[kMaxFrames];
   const int count =
-      e.with_stack ? ::backtrace(pcs, std::clamp(options_.max_stack_frames, 1, kMaxFrames)) : 0;
+      e.with_stack && unwinder_
+          ? unwinder_->Capture(pcs, std::clamp(options_.max_stack_frames, 1, kMaxFrames))
+          : 0;
   const uint32_t tid = ThreadId();
   std::string error;
   bool ok = true;
@@ -566,7 +571,18 @@ bool Recorder::WriteLocked(std::string_view bytes, std::string* error) {
   if (bytes.empty()) return true;
   if (writer_->AppendEncoded(bytes, error)) return true;
   ended_ = true;  // nothing more goes into a file that failed
+  std::string ignored;
+  writer_->Close(&ignored);
   return false;
+}
+
+void Recorder::EndLocked(std::string_view reason) {
+  ended_ = true;
+  Encoder e;
+  e.U64(TimestampLocked()).Text32(reason);
+  std::string ignored;
+  writer_->AppendEncoded(vstrace::EncodeRecord(RecordKind::kEnd, e.bytes()), &ignored);
+  writer_->Close(&ignored);
 }
 
 uint64_t Recorder::TimestampLocked() {
@@ -624,8 +640,14 @@ Recorder::PcInfo Recorder::FrameLocked(void* pc, std::string& defs) {
 }
 
 uint32_t Recorder::StackLocked(void* const* pcs, int count, std::string& defs) {
-  std::string raw(reinterpret_cast<const char*>(pcs), sizeof(void*) * static_cast<size_t>(count));
-  if (const auto it = raw_stacks_.find(raw); it != raw_stacks_.end()) return it->second;
+  const uint64_t hash = HashPcs(pcs, count);
+  const auto [first, last] = raw_stacks_.equal_range(hash);
+  for (auto it = first; it != last; ++it) {
+    const std::vector<void*>& known = it->second.pcs;
+    if (known.size() == static_cast<size_t>(count) && std::equal(known.begin(), known.end(), pcs)) {
+      return it->second.id;
+    }
+  }
   std::vector<uint32_t> frames;
   bool leading = true;
   for (int i = 0; i < count; ++i) {
@@ -647,7 +669,7 @@ uint32_t Recorder::StackLocked(void* const* pcs, int count, std::string& defs) {
       defs += vstrace::EncodeRecord(RecordKind::kStack, e.bytes());
     }
   }
-  raw_stacks_.emplace(std::move(raw), id);
+  raw_stacks_.emplace(hash, RawStack{std::vector<void*>(pcs, pcs + count), id});
   return id;
 }
 

@@ -7,7 +7,7 @@
 // be created, a write fails) it disables itself and prints exactly one line on stderr:
 //   vramscope: native capture disabled: <what happened and what to do>
 // Callbacks may come from any thread; one mutex serializes the recording (driver allocations are
-// rare, and each record is one write(2) call).
+// rare, and each record is a copy into the mapped file: vstrace::Writer).
 #pragma once
 
 #include <cupti.h>
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "native_capture/cupti_api.h"
+#include "native_capture/unwinder.h"
 #include "native_capture/vstrace_format.h"
 
 namespace vramscope::capture {
@@ -38,8 +39,12 @@ struct RecorderOptions {
   // frames). Tests turn it off to see their own frames.
   bool skip_own_frames = true;
   int max_stack_frames = 64;
-  vstrace::WriteFunction write_fn = nullptr;  // write(2) unless set (tests make it fail)
-  int stderr_fd = 2;                          // where the one line goes
+  // VRAMSCOPE_NATIVE_UNWINDER: how stacks are captured (native_capture/unwinder.h).
+  std::string unwinder = "auto";
+  // Set, records are written with it instead of a mapped file (tests make it fail).
+  vstrace::WriteFunction write_fn = nullptr;
+  vstrace::AllocateFunction allocate_fn = nullptr;  // posix_fallocate unless set (tests)
+  int stderr_fd = 2;                                // where the one line goes
 };
 
 // RANK, VRAMSCOPE_CAPTURE_DIR, the pid, the clock and the process facts (exe, command line,
@@ -94,6 +99,8 @@ class Recorder {
   // Writes under the lock; on failure returns false with `error` set (the caller disables
   // after releasing the lock: unsubscribing may wait for callbacks that wait for the lock).
   bool WriteLocked(std::string_view bytes, std::string* error);
+  // Writes the end record and closes the file (cut at its last record); ended_ after.
+  void EndLocked(std::string_view reason);
   uint64_t TimestampLocked();
   int32_t DeviceLocked(CUcontext context);
   uint32_t StringLocked(std::string_view text, std::string& defs);
@@ -111,6 +118,7 @@ class Recorder {
   bool subscribed_ = false;
   CUpti_SubscriberHandle subscriber_ = nullptr;
   const void* own_module_ = nullptr;
+  std::optional<Unwinder> unwinder_;  // set by Start, before the first callback
 
   std::mutex mu_;  // guards everything below
   std::unique_ptr<vstrace::Writer> writer_;
@@ -119,7 +127,13 @@ class Recorder {
   std::unordered_map<CUcontext, int32_t> devices_;
   std::unordered_map<std::string, uint32_t> strings_;
   std::unordered_map<void*, PcInfo> pcs_;
-  std::unordered_map<std::string, uint32_t> raw_stacks_;        // raw pcs -> stack id
+  // Raw pcs -> stack id, by a hash of the pcs (looked up without allocating: a training loop
+  // repeats its stacks, so almost every event finds its stack here).
+  struct RawStack {
+    std::vector<void*> pcs;
+    uint32_t id = 0;
+  };
+  std::unordered_multimap<uint64_t, RawStack> raw_stacks_;
   std::unordered_map<std::string, uint32_t> stacks_by_frames_;  // frame ids -> stack id
   uint32_t next_frame_ = 1;
   uint32_t next_stack_ = 1;

@@ -1,8 +1,10 @@
 #include "native_capture/vstrace_format.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -158,36 +160,66 @@ std::string EncodeRecord(RecordKind kind, std::string_view payload) {
 }
 
 std::unique_ptr<Writer> Writer::Create(const std::string& path, const Header& header,
-                                       std::string* error, WriteFunction write_fn) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_APPEND, 0644);
+                                       std::string* error, WriteFunction write_fn,
+                                       AllocateFunction allocate_fn) {
+  // Read and write: a shared mapping needs both, even to write only.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     *error = "cannot create " + path + ": " + std::strerror(errno);
     return nullptr;
   }
-  std::unique_ptr<Writer> writer(new Writer(fd, path, write_fn));
-  if (!writer->WriteAll(EncodeHeader(header), error)) return nullptr;
+  std::unique_ptr<Writer> writer(new Writer(fd, path, write_fn, allocate_fn));
+  // The header with one write(2): the reader can tell the file's format from its first bytes
+  // even while the first chunk is being reserved.
+  if (!writer->WriteAll(write_fn != nullptr ? write_fn : &::write, EncodeHeader(header), error)) {
+    return nullptr;
+  }
   return writer;
 }
 
-Writer::Writer(int fd, std::string path, WriteFunction write_fn)
-    : fd_(fd), path_(std::move(path)), write_fn_(write_fn != nullptr ? write_fn : &::write) {}
+Writer::Writer(int fd, std::string path, WriteFunction write_fn, AllocateFunction allocate_fn)
+    : fd_(fd),
+      path_(std::move(path)),
+      write_fn_(write_fn),
+      allocate_fn_(allocate_fn != nullptr ? allocate_fn : &::posix_fallocate) {}
 
 Writer::~Writer() {
-  if (fd_ >= 0) ::close(fd_);
+  std::string ignored;
+  Close(&ignored);
 }
 
 bool Writer::Append(RecordKind kind, std::string_view payload, std::string* error) {
-  return WriteAll(EncodeRecord(kind, payload), error);
+  return AppendEncoded(EncodeRecord(kind, payload), error);
 }
 
 bool Writer::AppendEncoded(std::string_view records, std::string* error) {
-  return WriteAll(records, error);
+  if (closed_) {
+    *error = "writing " + path_ + " failed: the trace was already closed";
+    return false;
+  }
+  return write_fn_ != nullptr ? WriteAll(write_fn_, records, error) : CopyMapped(records, error);
 }
 
-bool Writer::WriteAll(std::string_view bytes, std::string* error) {
+bool Writer::Close(std::string* error) {
+  if (closed_) return true;
+  closed_ = true;
+  bool ok = true;
+  if (write_fn_ == nullptr) {  // mapped: the file was reserved past its last record
+    Unmap();
+    if (::ftruncate(fd_, static_cast<off_t>(end_)) != 0) {
+      *error = "cutting " + path_ + " at its last record failed: " + std::strerror(errno);
+      ok = false;
+    }
+  }
+  ::close(fd_);
+  fd_ = -1;
+  return ok;
+}
+
+bool Writer::WriteAll(WriteFunction write, std::string_view bytes, std::string* error) {
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = write_fn_(fd_, bytes.data() + done, bytes.size() - done);
+    const ssize_t n = write(fd_, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       *error = "writing " + path_ + " failed: " +
@@ -196,7 +228,54 @@ bool Writer::WriteAll(std::string_view bytes, std::string* error) {
     }
     done += static_cast<size_t>(n);
   }
+  end_ += bytes.size();
   return true;
+}
+
+bool Writer::CopyMapped(std::string_view bytes, std::string* error) {
+  const uint64_t start = end_;
+  while (!bytes.empty()) {
+    if (chunk_ == nullptr || end_ == chunk_offset_ + kMappedChunkBytes) {
+      if (!MapNextChunk(error)) {
+        end_ = start;  // Close() cuts the file before the records this call began
+        return false;
+      }
+    }
+    const uint64_t room = chunk_offset_ + kMappedChunkBytes - end_;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(room, bytes.size()));
+    std::memcpy(chunk_ + (end_ - chunk_offset_), bytes.data(), n);
+    end_ += n;
+    bytes.remove_prefix(n);
+  }
+  return true;
+}
+
+bool Writer::MapNextChunk(std::string* error) {
+  // Chunks are aligned to their size (a multiple of the page size, as mmap's offset must be);
+  // the first one starts at the header's page and keeps its bytes.
+  const uint64_t offset = end_ / kMappedChunkBytes * kMappedChunkBytes;
+  Unmap();
+  // posix_fallocate returns the error number rather than setting errno.
+  if (const int e =
+          allocate_fn_(fd_, static_cast<off_t>(offset), static_cast<off_t>(kMappedChunkBytes));
+      e != 0) {
+    *error = "reserving space in " + path_ + " failed: " + std::strerror(e);
+    return false;
+  }
+  void* map = ::mmap(nullptr, kMappedChunkBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_,
+                     static_cast<off_t>(offset));
+  if (map == MAP_FAILED) {
+    *error = "mapping " + path_ + " failed: " + std::strerror(errno);
+    return false;
+  }
+  chunk_ = static_cast<char*>(map);
+  chunk_offset_ = offset;
+  return true;
+}
+
+void Writer::Unmap() {
+  if (chunk_ != nullptr) ::munmap(chunk_, kMappedChunkBytes);
+  chunk_ = nullptr;
 }
 
 }  // namespace vramscope::vstrace

@@ -80,6 +80,13 @@ def test_prepare_bundles_the_binary_with_the_libraries_the_device_lacks(bundle):
     version = subprocess.run([bundle / "bin" / "vramscope", "--version"], capture_output=True,
                              text=True, env=env, check=True).stdout
     assert version.startswith("vramscope ")
+    # The native recorder's unwinder, loaded by soname through the library's own run path.
+    if Path("/usr/lib/x86_64-linux-gnu/libunwind.so.8").exists():
+        assert (bundle / "lib" / "libunwind.so.8").is_file()
+        inject_runpath = subprocess.run(
+            ["patchelf", "--print-rpath", bundle / "bin" / "libvramscope_inject.so"],
+            capture_output=True, text=True, check=True).stdout.strip()
+        assert inject_runpath == "$ORIGIN/../lib"
 
 
 def test_dry_run_runs_every_step_with_its_cpu_stand_in(bundle, tmp_path):

@@ -464,6 +464,7 @@ class Builder {
                                    h.rank >= 0 ? fmt::format(", rank {}", h.rank) : ""));
     for (const auto& [key, value] : in_.facts) {
       if (key == "exe" || key == "hostname") evidence.push_back(fmt::format("{} {}", key, value));
+      if (key == "unwinder") evidence.push_back("stacks by " + value);
     }
     evidence.push_back(fmt::format("{} records: {} driver allocations, {} VMM mappings, {} NVTX",
                                    FormatCount(static_cast<int64_t>(in_.record_count)),

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -244,6 +245,14 @@ Result<ParsedTrace> ReadNativeTrace(std::span<const uint8_t> bytes, const std::s
   size_t pos = header_bytes;
   out.valid_bytes = pos;
   while (pos < n) {
+    // The space the writer reserved ahead of its last record (vstrace::kMappedChunkBytes at
+    // most) is zeros until it closes the file: a process that crashed or was killed, or is still
+    // running, leaves it. No record begins with a zero length.
+    if (bytes[pos] == 0 && std::all_of(bytes.begin() + static_cast<std::ptrdiff_t>(pos),
+                                       bytes.end(), [](uint8_t b) { return b == 0; })) {
+      out.reserved_tail_bytes = n - pos;
+      break;
+    }
     if (n - pos < 4) {
       out.stopped = fmt::format(
           "at byte {} the file ends inside a record's length ({} trailing bytes)", pos, n - pos);

@@ -60,6 +60,9 @@ struct ParsedTrace {
   bool ended = false;            // an end record was read: the process finished cleanly
   std::string end_reason;
   uint64_t valid_bytes = 0;  // the header and intact records: where reading stopped
+  // Zeros after the last record: space the writer reserved and had not used (the file was not
+  // closed: the process crashed, was killed or is still running). Not damage.
+  uint64_t reserved_tail_bytes = 0;
   // Empty when the file ends exactly after an intact record; else one sentence saying where
   // reading stopped and why ("at byte 1234 the last record is cut short (...)").
   std::string stopped;
