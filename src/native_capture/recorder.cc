@@ -554,13 +554,15 @@ void Recorder::RecordEvent(Event& e) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ended_ || writer_ == nullptr) return;
-    std::string bytes;
+    // Scratch buffers kept across events: no allocation once they have grown.
+    std::string& bytes = record_scratch_;
+    bytes.clear();
     const uint64_t time = TimestampLocked();
     const int32_t device = e.device >= 0 ? e.device : DeviceLocked(e.context);
     const uint32_t stack = count > 0 ? StackLocked(pcs, count, bytes) : 0;
-    Encoder payload;
-    payload.U64(time).U32(tid).I32(device).U32(stack).Bytes(e.fields.bytes());
-    bytes += vstrace::EncodeRecord(e.kind, payload.bytes());
+    payload_scratch_.mutable_bytes().clear();
+    payload_scratch_.U64(time).U32(tid).I32(device).U32(stack).Bytes(e.fields.bytes());
+    vstrace::AppendRecord(bytes, e.kind, payload_scratch_.bytes());
     ok = WriteLocked(bytes, &error);
   }
   if (!ok) Disable(error + "; the trace ends at its last complete record", false);

@@ -135,6 +135,8 @@ class Recorder {
   };
   std::unordered_multimap<uint64_t, RawStack> raw_stacks_;
   std::unordered_map<std::string, uint32_t> stacks_by_frames_;  // frame ids -> stack id
+  std::string record_scratch_;                                  // RecordEvent's bytes
+  vstrace::Encoder payload_scratch_;                            // RecordEvent's payload
   uint32_t next_frame_ = 1;
   uint32_t next_stack_ = 1;
 };

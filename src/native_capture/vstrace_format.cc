@@ -151,12 +151,18 @@ std::string EncodeHeader(const Header& header) {
 
 std::string EncodeRecord(RecordKind kind, std::string_view payload) {
   std::string out;
-  out.resize(4 + 1 + payload.size() + 4);
-  PutU32(out.data(), static_cast<uint32_t>(1 + payload.size()));
-  out[4] = static_cast<char>(kind);
-  if (!payload.empty()) std::memcpy(out.data() + 5, payload.data(), payload.size());
-  PutU32(out.data() + 5 + payload.size(), Crc32(out.data(), 5 + payload.size()));
+  AppendRecord(out, kind, payload);
   return out;
+}
+
+void AppendRecord(std::string& out, RecordKind kind, std::string_view payload) {
+  const size_t start = out.size();
+  out.resize(start + 4 + 1 + payload.size() + 4);
+  char* record = out.data() + start;
+  PutU32(record, static_cast<uint32_t>(1 + payload.size()));
+  record[4] = static_cast<char>(kind);
+  if (!payload.empty()) std::memcpy(record + 5, payload.data(), payload.size());
+  PutU32(record + 5 + payload.size(), Crc32(record, 5 + payload.size()));
 }
 
 std::unique_ptr<Writer> Writer::Create(const std::string& path, const Header& header,

@@ -117,6 +117,8 @@ struct Header {
 std::string EncodeHeader(const Header& header);
 // One record's bytes: length, kind, payload, CRC.
 std::string EncodeRecord(RecordKind kind, std::string_view payload);
+// The same, appended to `out` (no allocation when `out` has the room: the recorder's hot path).
+void AppendRecord(std::string& out, RecordKind kind, std::string_view payload);
 
 // write(2)'s signature: with one given, the writer writes every call's records with it instead of
 // mapping the file (tests make it fail).
