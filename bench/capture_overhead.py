@@ -4,9 +4,10 @@ without `vramscope run`, in one invocation, best of --runs each.
 
     python3 bench/capture_overhead.py [--model gpt --steps 50 --runs 3] [--vramscope build/vramscope]
 
-Modes: plain (no vramscope), `--stacks python`, `--stacks all`, and `--native --no-python` (the
-CUPTI library alone) when the binary has it. Goals (issue 7): native capture under 3%, Python
-stacks under 10%. Time is train.py's own "N steps in X s" (the training loop only: start-up, model
+Modes: plain (no vramscope), `--stacks python`, `--stacks all`, `--on-oom` (the flight recorder:
+no stacks, nothing written unless memory runs out) and `--native --no-python` (the CUPTI library
+alone) when the binary has them. Goals (issue 7): native capture under 3%, Python stacks under
+10%; (issue 41) --on-oom under 2%. Time is train.py's own "N steps in X s" (the training loop only: start-up, model
 construction and the capture's writing at exit are not in it).
 
 --cpu measures on the CPU with the bootstrap's test mode (VRAMSCOPE_CAPTURE_CPU=1): the cost of its
@@ -63,6 +64,8 @@ def main() -> int:
                     "--"] + program
         modes = {"plain": program, "stacks python": under("--stacks", "python"),
                  "stacks all": under("--stacks", "all")}
+        if "--on-oom" in help_text:
+            modes["on-oom"] = under("--on-oom")  # the flight recorder: no stacks, nothing written
         if "--native" in help_text and not args.cpu:
             modes["native only"] = under("--native", "--no-python")
         best = {}

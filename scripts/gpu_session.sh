@@ -27,7 +27,7 @@
 #                      checkpointing every 2nd block, op-level selective checkpointing and chunked
 #                      cross-entropy on a LLaMA-style decoder and GPT-2, in plain torch;
 #                      scripts/accuracy.py compares them with `predict`'s flags once unpacked)
-#         overhead     bench/capture_overhead.py (plain / stacks python / stacks all / native only)
+#         overhead     bench/capture_overhead.py (plain / stacks python / stacks all / on-oom / native only)
 #         modern_goldens  scripts/capture_modern_goldens.py (goldens/<gpu>/modern/: torch.compile
 #                      default and reduce-overhead, CUDA graphs with a shared and with separate
 #                      pools, MemPool; placed before the steps whose goldens already exist)

@@ -81,8 +81,22 @@ Status CheckRequest(const RunRequest& r) {
   }
   if (r.no_python && !r.native) return UsageError("--no-python captures nothing without --native");
   if (r.keep_running && r.steps == 0) return UsageError("--keep-running needs --steps N");
-  if (r.stacks != "python" && r.stacks != "all") {
-    return UsageError(fmt::format("--stacks {}: use python or all", r.stacks));
+  if (!r.stacks.empty() && r.stacks != "none" && r.stacks != "python" && r.stacks != "all") {
+    return UsageError(fmt::format("--stacks {}: use none, python or all", r.stacks));
+  }
+  if (r.on_oom && r.steps != 0) {
+    return UsageError(
+        "--on-oom records until the program runs out of GPU memory or exits; drop --steps");
+  }
+  if (r.on_oom && r.no_python) {
+    return UsageError(
+        "--on-oom keeps PyTorch's allocator history; it needs the PyTorch "
+        "bootstrap, so drop --no-python");
+  }
+  if (r.on_oom && r.native) {
+    return UsageError(
+        "--on-oom with --native: the native trace is written as the program runs, whether or "
+        "not memory runs out; run --native without --on-oom");
   }
   return Status::Ok();
 }
@@ -103,8 +117,13 @@ Result<RunOutcome> RunAndCapture(const RunRequest& r) {
       {"VRAMSCOPE_CAPTURE_DIR", out.folder.string()},
       {"VRAMSCOPE_STEPS", std::to_string(r.steps)},
       {"VRAMSCOPE_AFTER_STEPS", r.keep_running ? "continue" : "stop"},
-      {"VRAMSCOPE_STACKS", r.stacks},
-      {"VRAMSCOPE_MAX_ENTRIES", std::to_string(r.max_entries)},
+      {"VRAMSCOPE_STACKS", !r.stacks.empty() ? r.stacks
+                           : r.on_oom        ? "none"
+                                             : "python"},
+      {"VRAMSCOPE_MAX_ENTRIES", std::to_string(r.max_entries > 0 ? r.max_entries
+                                               : r.on_oom        ? kOnOomMaxEntries
+                                                                 : int64_t{1000000})},
+      {"VRAMSCOPE_ON_OOM", r.on_oom ? "1" : "0"},
       {"VRAMSCOPE_PHASE_MEMORY", r.phase_memory ? "1" : "0"},
       {"VRAMSCOPE_QUIET", r.quiet ? "1" : "0"},
   };

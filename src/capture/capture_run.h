@@ -19,18 +19,27 @@ namespace vramscope::capture {
 // with `force`.
 inline constexpr const char* kDefaultRunFolder = "vramscope-run";
 
+// --on-oom's ring buffer: a dump of about 20 MiB without stacks (89 bytes an entry in the pickled
+// trace of a real H100 capture with its stacks removed), under the flight recorder's 64 MiB.
+inline constexpr int64_t kOnOomMaxEntries = 200000;
+
 struct RunRequest {
   std::vector<std::string> command;  // the program and its arguments
   std::string output;                // the captures' folder; empty: kDefaultRunFolder
   bool force = false;                // replace an earlier run's captures in `output`
   int64_t steps = 0;                 // write the capture after this many steps; 0: at exit
   bool keep_running = false;         // with steps: stop recording, let the program go on
-  std::string stacks = "python";     // python or all
-  int64_t max_entries = 1000000;     // PyTorch's ring buffer of allocator events
-  bool phase_memory = false;         // PyTorch's peaks per phase (synchronizes)
-  bool native = false;               // CUPTI's driver-level capture too
-  bool no_python = false;            // no PyTorch bootstrap (native only)
-  bool quiet = false;                // the bootstrap prints nothing either
+  // The flight recorder: record until the program exits, write only when it runs out of GPU
+  // memory (docs/guide/run.md, "Only when memory runs out").
+  bool on_oom = false;
+  // none (no tracebacks), python or all; empty: python, or none with on_oom.
+  std::string stacks;
+  // PyTorch's ring buffer of allocator events; 0: 1,000,000, or kOnOomMaxEntries with on_oom.
+  int64_t max_entries = 0;
+  bool phase_memory = false;  // PyTorch's peaks per phase (synchronizes)
+  bool native = false;        // CUPTI's driver-level capture too
+  bool no_python = false;     // no PyTorch bootstrap (native only)
+  bool quiet = false;         // the bootstrap prints nothing either
   // Notes (the captures an earlier run left and that are replaced) go to control.progress.
   Control control;
 };

@@ -16,9 +16,10 @@ CLI::App* RegisterRunCommand(CLI::App& app, RunFlags& o) {
       "run",
       "Run a training command unchanged and capture its GPU memory: PyTorch's allocator history "
       "with phases (forward, backward, optimizer) and the names of parameters, gradients and "
-      "optimizer state, written at exit, after --steps N, or when it dies of a CUDA OOM; one "
-      "capture per process (per rank under torchrun). Then reports on the captures (as "
-      "'vramscope report FOLDER'). Example: vramscope run --steps 3 -- python train.py");
+      "optimizer state, written at exit, after --steps N, or when it dies of a CUDA OOM (with "
+      "--on-oom: only then); one capture per process (per rank under torchrun). Then reports on "
+      "the captures (as 'vramscope report FOLDER'). Example: vramscope run --steps 3 -- python "
+      "train.py");
   cmd->add_option("-o,--output", o.capture.output,
                   "folder for the captures (<rank>.pickle snapshot, <rank>.sidecar.json, "
                   "report.sqlite; default: vramscope-run, where an earlier run's captures are "
@@ -33,13 +34,19 @@ CLI::App* RegisterRunCommand(CLI::App& app, RunFlags& o) {
   cmd->add_flag("--keep-running", o.capture.keep_running,
                 "with --steps: stop recording after N steps but let the program run to its end");
   cmd->add_option("--stacks", o.capture.stacks,
-                  "stacks to record with each allocation: python (default) or all (Python and "
-                  "C++ frames; slower)")
-      ->check(CLI::IsMember({"python", "all"}));
+                  "stacks to record with each allocation: python (default), all (Python and "
+                  "C++ frames; slower) or none (parameters, gradients and optimizer state are "
+                  "still named, activations found by phase; the default with --on-oom)")
+      ->check(CLI::IsMember({"none", "python", "all"}));
   cmd->add_option("--max-entries", o.capture.max_entries,
                   "keep at most this many allocator events (PyTorch's ring buffer; default "
-                  "1000000)")
+                  "1000000, 200000 with --on-oom)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000000000}));
+  cmd->add_flag("--on-oom", o.capture.on_oom,
+                "a flight recorder: record until the program exits (no --steps), without stacks "
+                "unless --stacks is given, and write the capture only if it runs out of GPU "
+                "memory (an out-of-memory error, caught or not); at any other exit nothing is "
+                "written");
   cmd->add_flag("--phase-memory", o.capture.phase_memory,
                 "record PyTorch's max_memory_allocated/reserved for every phase (synchronizes "
                 "and resets the peak statistics at each phase: for checks, not for speed)");
@@ -100,9 +107,16 @@ int RunRunCommand(RunFlags o) {
     fmt::print(stderr, "vramscope: the program {}\n", run.program_description);
   }
   if (!run.captured) {
-    // Not an error of the program's: its status stands (docs/guide/README.md, "Exit statuses"), and the line
-    // says what was not captured.
-    if (run.sidecars > 0) {
+    // Not an error of the program's: its status stands (docs/guide/README.md, "Exit statuses"), and
+    // the line says what was not captured.
+    if (o.capture.on_oom && run.sidecars == 0) {
+      if (!o.quiet) {
+        fmt::print(stderr,
+                   "vramscope: no out-of-memory error in '{}': nothing was written (--on-oom "
+                   "writes only when the program runs out of GPU memory)\n",
+                   o.capture.command.front());
+      }
+    } else if (run.sidecars > 0) {
       // The bootstrap's CPU test mode (VRAMSCOPE_CAPTURE_CPU) writes sidecars only.
       fmt::print(stderr,
                  "vramscope: nothing was captured: the bootstrap wrote {} sidecar(s) to {} but no "

@@ -128,3 +128,62 @@ def test_run_under_torchrun_writes_one_capture_per_rank(vramscope_bin, tmp_path)
             steps.setdefault(p["step"], []).append(p["phase"])
         for step in (1, 2, 3):
             assert steps[step][:3] == ["forward", "backward", "optimizer"], steps
+
+
+OOM_SCRIPT = r'''
+import sys
+import torch
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.Adam(model.parameters())
+for i in range(4):
+    if sys.argv[1:] == ["oom"] and i == 2:
+        raise torch.cuda.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "79.19 GiB of which 1.50 GiB is free.")
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+print("finished")
+'''
+
+
+def run_on_oom(vramscope_bin, tmp_path, *args):
+    script = tmp_path / "train.py"
+    script.write_text(OOM_SCRIPT)
+    out = tmp_path / "captures"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("VRAMSCOPE_") and k not in ("PYTHONPATH", "RANK")}
+    env["VRAMSCOPE_CAPTURE_CPU"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    proc = subprocess.run([vramscope_bin, "run", "-o", str(out), "--on-oom", "--",
+                           sys.executable, str(script), *args],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return proc, out
+
+
+def test_on_oom_writes_nothing_when_memory_never_runs_out(vramscope_bin, tmp_path):
+    proc, out = run_on_oom(vramscope_bin, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "finished" in proc.stdout  # recorded to the end: no --steps
+    assert proc.stderr.strip().splitlines() == [
+        f"vramscope: no out-of-memory error in '{sys.executable}': nothing was written "
+        "(--on-oom writes only when the program runs out of GPU memory)"]
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_on_oom_writes_the_capture_of_an_out_of_memory_error(vramscope_bin, tmp_path):
+    proc, out = run_on_oom(vramscope_bin, tmp_path, "oom")
+    assert proc.returncode == 1 and "OutOfMemoryError" in proc.stderr
+    [sidecar] = out.glob("*.sidecar.json")
+    s = json.loads(sidecar.read_text())
+    assert s["end"]["reason"] == "oom" and s["end"]["steps_completed"] == 2
+    # The flight recorder's defaults: no tracebacks, a smaller ring buffer.
+    assert s["recording"]["on_oom"] is True
+    assert s["recording"]["stacks"] == "none" and s["recording"]["max_entries"] == 200000
+    # Owners are named without stacks: parameters and, recorded at each step, gradients and
+    # optimizer state.
+    names = {(t["kind"], t["name"]) for t in s["tensors"]}
+    assert names == {("parameter", "weight"), ("parameter", "bias"),
+                     ("gradient", "weight"), ("gradient", "bias"),
+                     *(("optimizer_state", f"{p}.{k}") for p in ("weight", "bias")
+                       for k in ("exp_avg", "exp_avg_sq", "step"))}

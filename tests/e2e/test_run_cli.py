@@ -245,6 +245,12 @@ def test_an_empty_folder_says_what_it_expected(tmp_path):
     (["run", "--steps", "-1", "--", "true"], 2, "--steps"),
     (["run", "--keep-running", "--", "true"], 2, "--keep-running needs --steps N"),
     (["run", "--no-python", "--", "true"], 2, "--no-python captures nothing without --native"),
+    (["run", "--on-oom", "--steps", "3", "--", "true"], 2,
+     "--on-oom records until the program runs out of GPU memory or exits; drop --steps"),
+    (["run", "--on-oom", "--native", "--", "true"], 2,
+     "--on-oom with --native: the native trace is written as the program runs"),
+    (["run", "--on-oom", "--native", "--no-python", "--", "true"], 2,
+     "--on-oom keeps PyTorch's allocator history; it needs the PyTorch bootstrap"),
     (["run", "--", "no-such-program-vramscope"], 1,
      "cannot run 'no-such-program-vramscope': No such file or directory (is it on PATH?)"),
 ])
@@ -412,3 +418,40 @@ def test_a_captured_oom_message_is_explained_in_the_report(tmp_path):
     assert "PyTorch's out-of-memory message, explained" in out
     assert "verdict (cap): A memory cap of 3.00 GiB stopped PyTorch" in out
     assert "why this request failed: memory_fraction_cap (decisive)" in out
+
+
+def test_a_capture_without_stacks_keeps_its_categories_and_owners(tmp_path):
+    """What `run --on-oom` (`--stacks none`) records: the H100 GPT capture with every traceback
+    removed reports the same categories at the peak, parameters and optimizer state under their
+    names; only cuBLAS's workspace, known by its stack, becomes temporary."""
+    import gzip
+    import pickle
+
+    case = REPO / "goldens" / "h100" / "run" / "gpt_adamw_fp32"
+    side = json.loads(case.with_suffix(".sidecar.json").read_text())
+    label = side["snapshot"].removesuffix(".pickle")
+    snapshot = pickle.loads(gzip.decompress(case.with_suffix(".pickle.gz").read_bytes()))
+    reports = {}
+    for name, strip in (("stacks", False), ("none", True)):
+        folder = tmp_path / name
+        folder.mkdir()
+        if strip:
+            for segment in snapshot["segments"]:
+                for block in segment["blocks"]:
+                    block["frames"] = []
+            for trace in snapshot["device_traces"]:
+                for entry in trace:
+                    entry["frames"] = []
+        (folder / f"{label}.pickle").write_bytes(pickle.dumps(snapshot, protocol=4))
+        shutil.copy(case.with_suffix(".sidecar.json"), folder / f"{label}.sidecar.json")
+        code, out, err = run_binary("report", folder, "--json", cwd=tmp_path)
+        assert code == 0, err
+        device = json.loads(out)["devices"][0]
+        reports[name] = {c["category"]: c for c in device["breakdown_at_peak"]["by_category"]}
+    full, bare = reports["stacks"], reports["none"]
+    for category in ("activation", "optimizer_state", "weight", "input"):
+        assert bare[category]["bytes"] == full[category]["bytes"], category
+    assert bare["temporary"]["bytes"] == full["temporary"]["bytes"] + full["workspace"]["bytes"]
+    assert bare.get("workspace", {"bytes": 0})["bytes"] == 0
+    assert bare["optimizer_state"]["largest_owners"][0]["owner"] == "wte.weight.exp_avg"
+    assert bare["weight"]["largest_owners"][0]["owner"] == "wte.weight"

@@ -94,8 +94,11 @@ def install():
         if s.after_steps not in ("stop", "continue"):
             raise _SetupError(f"VRAMSCOPE_AFTER_STEPS={s.after_steps!r} is not 'stop' or 'continue'")
         s.stacks = os.environ.get("VRAMSCOPE_STACKS", "python").strip() or "python"
-        if s.stacks not in ("python", "all"):
-            raise _SetupError(f"VRAMSCOPE_STACKS={s.stacks!r} is not 'python' or 'all'")
+        if s.stacks not in ("none", "python", "all"):
+            raise _SetupError(f"VRAMSCOPE_STACKS={s.stacks!r} is not 'none', 'python' or 'all'")
+        s.on_oom = os.environ.get("VRAMSCOPE_ON_OOM", "") == "1"
+        if s.on_oom:
+            s.steps_wanted = 0  # the flight recorder records until the process ends
         s.max_entries = _env_int("VRAMSCOPE_MAX_ENTRIES", CAPTURE_LIMITS["default_max_entries"])
         s.phase_memory = os.environ.get("VRAMSCOPE_PHASE_MEMORY", "") == "1"
         s.cpu_mode = os.environ.get("VRAMSCOPE_CAPTURE_CPU", "") == "1"

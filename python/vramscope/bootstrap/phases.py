@@ -31,7 +31,17 @@ def _start():
             if s.recording or s.done or os.getpid() != s.pid:
                 return
             torch = s.torch
-            if not s.cpu_mode:
+            if not s.cpu_mode and s.stacks == "none":
+                # No tracebacks: the cheapest history that still names parameters, gradients and
+                # optimizer state (the sidecar's tensors) and marks phases (the metadata).
+                torch.cuda.memory._record_memory_history(enabled="all", context=None,
+                                                         stacks="python",
+                                                         max_entries=s.max_entries)
+                s.context = None
+                attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+                if attach is not None:
+                    attach(_oom_observer)
+            elif not s.cpu_mode:
                 memory = torch.cuda.memory
                 try:
                     memory._record_memory_history(enabled="all", context="all", stacks=s.stacks,

@@ -52,7 +52,8 @@ class _State:
         self.out_dir = ""
         self.steps_wanted = 0
         self.after_steps = "stop"
-        self.stacks = "python"
+        self.stacks = "python"  # or "all", or "none" (no tracebacks: context=None)
+        self.on_oom = False  # the flight recorder: write only on an out-of-memory error
         self.max_entries = CAPTURE_LIMITS["default_max_entries"]
         self.phase_memory = False
         self.context = None

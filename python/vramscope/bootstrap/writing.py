@@ -161,6 +161,13 @@ def _write(reason, exc=None, signum=None):
         # that, on a GPU, it never writes. An uncaught exception is still worth its sidecar.
         if s.cpu_mode and not s.roots and not s.tensors and exc is None and reason != "oom":
             return
+        # The flight recorder (vramscope run --on-oom) writes only for an out-of-memory error:
+        # one the observer saw (caught by the program or not), or the one it dies of.
+        if s.on_oom and reason != "oom" and s.oom is None and (exc is None or
+                                                               _is_oom(exc) is None):
+            s.recording = False
+            s.done = True
+            return
         s.written = True
         s.recording = False
         s.done = True
@@ -213,7 +220,8 @@ def _write_files(reason, exc, signum):
         "recording": {"stacks": s.stacks, "context": s.context, "max_entries": s.max_entries,
                       "started_us": s.started_us, "fallback": s.fallback,
                       "marks": "user_metadata" if s.has_metadata and not s.cpu_mode else "times",
-                      "phase_memory": s.phase_memory, "cpu_test_mode": s.cpu_mode},
+                      "phase_memory": s.phase_memory, "cpu_test_mode": s.cpu_mode,
+                      "on_oom": s.on_oom},
         "end": {"reason": reason, "steps_completed": s.steps_completed, "time_us": now,
                 "exception": exception},
         "phases": list(s.phases),
