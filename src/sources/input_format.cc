@@ -17,8 +17,9 @@ InputFormat DetectInputFormat(std::span<const uint8_t> head) {
   if (starts("PK\x03\x04", 4)) return InputFormat::kZipArchive;
   if (starts("SQLite format 3", 16)) return InputFormat::kSqlite;
   if (starts(vstrace::kMagic, vstrace::kMagicBytes)) return InputFormat::kNativeTrace;
-  // Protocol 2+ pickles start with PROTO.
-  if (head[0] == 0x80 && head.size() >= 2 && head[1] >= 2 && head[1] <= 5) {
+  // Protocol 2+ pickles start with PROTO; a file of that one byte is such a pickle cut off at
+  // its first byte (the reader says so).
+  if (head[0] == 0x80 && (head.size() == 1 || (head[1] >= 2 && head[1] <= 5))) {
     return InputFormat::kPickle;
   }
   size_t i = 0;

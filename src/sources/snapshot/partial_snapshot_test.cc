@@ -4,10 +4,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "common/gzip.h"
 #include "model/trace.h"
 #include "sources/snapshot/snapshot_source.h"
 
@@ -104,6 +106,129 @@ TEST(PartialSnapshot, EveryCutReadsThePrefixOfTheTraceMarkedPartial) {
   }
 }
 
+// Issue 41's check: three real snapshots, one of them gzipped, cut at 64 evenly spaced offsets
+// and at every offset in their first and last 4 KiB (small real files, so that every cut is
+// read whole in a few seconds): each cut that holds anything reads the whole file's first
+// events, marked partial. The gzipped one is cut in its compressed bytes (a truncated deflate
+// stream, inflated as far as it goes) as well as in its inflated ones.
+std::vector<size_t> IssueCuts(size_t size) {
+  std::vector<size_t> cuts;
+  for (size_t i = 1; i <= 64; ++i) cuts.push_back(size * i / 65);
+  for (size_t n = 1; n <= 4096 && n < size; ++n) cuts.push_back(n);
+  for (size_t n = size > 4096 ? size - 4096 : 1; n < size; ++n) cuts.push_back(n);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());  // a small file's overlap
+  return cuts;
+}
+
+// The events of `cut` are the first ones of `whole`; false (with a failure) when not.
+bool IsPrefixOf(const model::Trace& cut, const model::Trace& whole) {
+  if (cut.events.count() > whole.events.count()) {
+    ADD_FAILURE() << cut.events.count() << " events, the whole file has " << whole.events.count();
+    return false;
+  }
+  for (size_t i = 0; i < cut.events.count(); ++i) {
+    if (cut.events.action[i] != whole.events.action[i] ||
+        cut.events.addr[i] != whole.events.addr[i] || cut.events.size[i] != whole.events.size[i]) {
+      ADD_FAILURE() << "event " << i << " differs from the whole file's";
+      return false;
+    }
+  }
+  return true;
+}
+
+// Reads the prefix of `bytes` (plain snapshot bytes): ok and partial with its events a prefix of
+// `whole`'s, or refused because nothing was written yet. The number of events read.
+size_t CheckPlainCut(const std::string& name, std::span<const uint8_t> bytes, size_t n,
+                     const model::Trace& whole) {
+  const auto file = MappedFile::FromBytes(name, bytes.first(n));
+  auto cut = LoadSnapshot(*file);
+  if (!cut.ok()) {
+    // Cut before a segment or trace entry was written: refused, saying so.
+    EXPECT_THAT(cut.status().message(),
+                ::testing::AnyOf(HasSubstr("before the pickle holds any value"),
+                                 HasSubstr("before any segment or trace entry")))
+        << "cut at byte " << n;
+    return 0;
+  }
+  EXPECT_TRUE(cut->facts.partial) << "cut at byte " << n;
+  EXPECT_TRUE(IsPrefixOf(*cut, whole)) << "cut at byte " << n;
+  return cut->events.count();
+}
+
+TEST(PartialSnapshot, ThreeRealSnapshotsCutAtEveryOffsetOfTheirFirstAndLast4KiB) {
+  const std::string source = VRAMSCOPE_SOURCE_DIR;
+  // Real captures: flexgen's out-of-memory dump (shared fixtures: 1 event, its cuts fall in the
+  // segments), and two runs of `vramscope run` on an H100 (thousands of events), gzipped as the
+  // project keeps them.
+  const std::string plain = kFixtures + "snapshot_torch2.0_flexgen_opt_oom.pickle";
+  const std::vector<std::string> gzipped = {source + "/goldens/h100/run/oom_gpt_fp32.pickle.gz",
+                                            source + "/goldens/h100/run/linear_sgd_fp32.pickle.gz"};
+  struct Input {
+    std::string name;
+    std::string bytes;  // plain snapshot bytes
+    std::string compressed;
+  };
+  std::vector<Input> inputs;
+  if (std::filesystem::exists(plain)) {
+    auto file = MappedFile::Open(plain);
+    ASSERT_TRUE(file.ok());
+    const auto b = (*file)->bytes();
+    inputs.push_back({plain, std::string(b.begin(), b.end()), {}});
+  }
+  for (const std::string& path : gzipped) {
+    auto file = MappedFile::Open(path);
+    ASSERT_TRUE(file.ok()) << path;
+    const auto b = (*file)->bytes();
+    auto inflated = Gunzip(b, path, 64 << 20);
+    ASSERT_TRUE(inflated.ok()) << inflated.status().message();
+    inputs.push_back({path, std::move(*inflated), std::string(b.begin(), b.end())});
+  }
+  for (const Input& in : inputs) {
+    SCOPED_TRACE(in.name);
+    const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(in.bytes.data()),
+                                                in.bytes.size());
+    const auto whole_file = MappedFile::FromBytes(in.name, bytes);
+    auto whole = LoadSnapshot(*whole_file);
+    ASSERT_TRUE(whole.ok()) << whole.status().message();
+    ASSERT_GT(whole->events.count(), 0u);
+    size_t most = 0;
+    for (const size_t n : IssueCuts(bytes.size())) {
+      most = std::max(most, CheckPlainCut(in.name, bytes, n, *whole));
+    }
+    EXPECT_EQ(most, whole->events.count()) << "the last cuts hold every event";
+    if (in.compressed.empty()) continue;
+    // The compressed file cut: what inflates before the cut reads as a plain cut does.
+    const auto compressed = std::span<const uint8_t>(
+        reinterpret_cast<const uint8_t*>(in.compressed.data()), in.compressed.size());
+    size_t inflated_cuts = 0;
+    for (const size_t n : IssueCuts(compressed.size())) {
+      std::string inflated;
+      GzipCut cut;
+      const Status s = GunzipChunks(
+          compressed.first(n), in.name,
+          [&](std::string_view chunk) {
+            inflated.append(chunk);
+            return Status::Ok();
+          },
+          &cut);
+      if (!s.ok() || inflated.empty()) continue;  // cut in the gzip header: nothing inflated
+      ASSERT_TRUE(cut.truncated) << "cut at compressed byte " << n;
+      // A cut in the deflate stream's last bytes (its end code) or in the gzip trailer (CRC
+      // and size, 8 bytes) may have inflated the whole snapshot.
+      if (inflated == in.bytes) {
+        EXPECT_GE(n + 16, compressed.size());
+        continue;
+      }
+      ASSERT_EQ(inflated, in.bytes.substr(0, inflated.size()));
+      CheckPlainCut(in.name, bytes, inflated.size(), *whole);
+      ++inflated_cuts;
+      if (HasFailure()) return;
+    }
+    EXPECT_GT(inflated_cuts, compressed.size() / 2);
+  }
+}
+
 // Every byte around the start of the trace: the cut falls before its first entry, inside it,
 // between entries, inside a frame, before a batch closes.
 TEST(PartialSnapshot, EveryByteAroundTheStartOfTheTrace) {
@@ -116,8 +241,9 @@ TEST(PartialSnapshot, EveryByteAroundTheStartOfTheTrace) {
     const size_t key = text.find("device_traces");
     ASSERT_NE(key, std::string_view::npos);
     size_t events_before = 0;
-    // Every byte of the small files; every few bytes of the big ones (each cut reads it all).
-    const size_t step = 1 + bytes.size() / 300'000;
+    // Every byte of the small files; every few of the big ones (each cut reads it all, and the
+    // test above cuts small real files at every byte of their first and last 4 KiB).
+    const size_t step = 1 + bytes.size() / 30'000;
     for (size_t n = key; n < std::min(bytes.size(), key + 2000); n += step) {
       SCOPED_TRACE("cut at byte " + std::to_string(n));
       auto cut = LoadPrefix(**file, n);
