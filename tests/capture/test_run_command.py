@@ -43,17 +43,24 @@ def vramscope_bin():
     return path
 
 
-def run_vramscope(vramscope_bin, tmp_path, options, separator=("--",)):
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    out = tmp_path / "captures"
+def cpu_env():
+    """This process's environment for a run on the bootstrap's CPU test mode, without the
+    caller's own capture settings."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("VRAMSCOPE_") and k not in ("PYTHONPATH", "RANK")}
     env["VRAMSCOPE_CAPTURE_CPU"] = "1"
     env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def run_vramscope(vramscope_bin, tmp_path, options, separator=("--",)):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "captures"
     proc = subprocess.run([vramscope_bin, "run", "-o", str(out), "--no-report", *options, *separator,
                            sys.executable, str(script)],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          env=cpu_env(), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
     sidecars = sorted(out.glob("*.sidecar.json"))
     assert len(sidecars) == 1, (proc.returncode, proc.stdout, proc.stderr)
     return proc, json.loads(sidecars[0].read_text())
@@ -151,13 +158,9 @@ def run_on_oom(vramscope_bin, tmp_path, *args):
     script = tmp_path / "train.py"
     script.write_text(OOM_SCRIPT)
     out = tmp_path / "captures"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("VRAMSCOPE_") and k not in ("PYTHONPATH", "RANK")}
-    env["VRAMSCOPE_CAPTURE_CPU"] = "1"
-    env["CUDA_VISIBLE_DEVICES"] = ""
     proc = subprocess.run([vramscope_bin, "run", "-o", str(out), "--on-oom", "--",
                            sys.executable, str(script), *args],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          env=cpu_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
     return proc, out
 
 
