@@ -14,7 +14,6 @@ using model::OomMessage;
 using model::OomMessageKind;
 
 std::string F(ByteRange r) { return FormatByteRange(r); }
-std::string F(const model::PrintedBytes& b) { return b.text; }
 
 // A share of the card, "65%", from the midpoints.
 std::string Share(ByteRange part, ByteRange whole) {

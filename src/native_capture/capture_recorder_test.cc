@@ -596,11 +596,14 @@ TEST(UnwinderTest, LibunwindAndGlibcReturnTheSameStack) {
   std::vector<void*> from_fast;
   std::vector<void*> from_glibc;
   CaptureFromDepth(12, fast, glibc, &from_fast, &from_glibc);
-  // glibc's goes through one more frame of ours (GlibcBacktrace, in unwinder.cc) first.
+  // glibc's goes through one more frame of ours first (GlibcBacktrace, in unwinder.cc), and
+  // under ASan through the sanitizer's own backtrace() too: compare from the outside in, all
+  // but the innermost frame of libunwind's (its call site in CaptureWithBoth).
   ASSERT_GE(from_fast.size(), 15u);
-  ASSERT_EQ(from_glibc.size(), from_fast.size() + 1);
+  ASSERT_GE(from_glibc.size(), from_fast.size() + 1);
   const std::vector<void*> outer_fast(from_fast.begin() + 1, from_fast.end());
-  const std::vector<void*> outer_glibc(from_glibc.begin() + 2, from_glibc.end());
+  const std::vector<void*> outer_glibc(
+      from_glibc.end() - static_cast<std::ptrdiff_t>(outer_fast.size()), from_glibc.end());
   EXPECT_EQ(outer_fast, outer_glibc);
 }
 

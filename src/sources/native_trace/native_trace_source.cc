@@ -437,7 +437,7 @@ class Builder {
       }
       t.devices.push_back(device);
       t.device_event_ranges.emplace_back(begin, ev.count());
-      t.start_levels.push_back({device, 0, 0});
+      t.start_levels.push_back({device, 0, 0, {}});
     }
 
     model::TraceFacts& f = t.facts;
