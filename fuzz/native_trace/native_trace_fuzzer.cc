@@ -134,8 +134,10 @@ void ReadOne(const std::string& input) {
     Check(message.find('\n') == std::string::npos);
     return;
   }
-  Check(parsed->valid_bytes <= size);
-  Check(parsed->stopped.empty() == (parsed->valid_bytes == size));
+  Check(parsed->valid_bytes + parsed->reserved_tail_bytes <= size);
+  // Read to the end, or to a zero tail (the writer's reserved, unused space), or stopped.
+  Check(parsed->stopped.empty() == (parsed->valid_bytes + parsed->reserved_tail_bytes == size));
+  Check(parsed->reserved_tail_bytes == 0 || parsed->stopped.empty());
   CheckTrace(*trace);
 
   // The intact part alone reads to the same records.
