@@ -29,12 +29,12 @@ export VRAMSCOPE_REQUIRE_SCHEMAS=1
 # (from PyPI: several GB). They get their own virtual environment outside the checkout, made once
 # and reused by later runs (like pip's cache).
 torch_venv=${VRAMSCOPE_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/vramscope/torch-venv}
-torch_modules="torch, transformers, peft, accelerate, lightning, pytest, nbclient, ipykernel"
+torch_modules="torch, transformers, peft, accelerate, lightning, torchao, pytest, nbclient, ipykernel"
 if ! "$torch_venv/bin/python" -c "import $torch_modules" 2>/dev/null; then
-  echo "== installing torch, transformers, peft, accelerate and lightning into $torch_venv (once) =="
+  echo "== installing torch, transformers, peft, accelerate, lightning and torchao into $torch_venv (once) =="
   mkdir -p "$(dirname "$torch_venv")"
   [[ -x $torch_venv/bin/python ]] || python3 -m venv "$torch_venv"
-  "$torch_venv/bin/python" -m pip install -q torch transformers peft accelerate lightning pytest \
+  "$torch_venv/bin/python" -m pip install -q torch transformers peft accelerate lightning torchao pytest \
     nbclient nbformat ipykernel
 fi
 # The viewer's browser tests drive Debian's Chromium (Playwright's own browser download is not

@@ -88,6 +88,11 @@ void RegisterPredictCommand(CLI::App& app, PredictFlags& o) {
   cmd->add_flag("--fused-linear-ce", o.request.fused_linear_ce,
                 "causal LMs: Liger's fused linear cross-entropy (the head and the loss in "
                 "chunks inside one function; no logits are kept)");
+  cmd->add_flag("--fp8", o.request.fp8,
+                "torchao's float8 training (convert_to_float8_training, tensorwise scaling) of "
+                "the blocks' linears, eager: each product's input and weight cast to float8 "
+                "and dropped after it, the bf16 input and weight kept for backward (LLaMA, "
+                "BERT and ViT families; --dtype bf16 or bf16-amp)");
   cmd->add_flag("--optimizer-in-backward", o.request.optimizer_in_backward,
                 "step each weight inside backward as soon as its gradient is made, then drop "
                 "the gradient (torchtune's optimizer_in_bwd; one GPU, no --grad-accum)");

@@ -17,6 +17,7 @@ std::string SimulatorOnlyTechnique(const PredictRequest& r) {
   if (r.offload_activations) return "--offload-activations";
   if (r.offload_optimizer) return "--offload-optimizer";
   if (r.offload_gradients) return "--offload-gradients";
+  if (r.fp8) return "--fp8";
   if (r.optimizer != "sgd" && r.optimizer != "momentum" && r.optimizer != "adam" &&
       r.optimizer != "adamw" && r.optimizer != "none") {
     return "--optimizer " + r.optimizer;
@@ -82,6 +83,19 @@ Status ResolveTechniques(const PredictRequest& r, predict::TrainingSetup& s) {
           "--optimizer-in-backward is predicted on one GPU (torchtune's single-device recipes); "
           "drop --world-size/--zero/--fsdp");
     }
+  }
+  s.float8 = r.fp8;
+  if (r.fp8 && (r.lora > 0 || r.qlora > 0)) {
+    return UsageError(fmt::format(
+        "--fp8 trains the blocks' linears in float8; with --{} they are frozen adapters' bases: "
+        "drop one (float8 LoRA is not predicted)",
+        r.qlora > 0 ? "qlora" : "lora"));
+  }
+  if (r.fp8 && r.dtype != "bf16" && r.dtype != "bf16-amp") {
+    return UsageError(fmt::format(
+        "--fp8 is torchao's float8 training in bfloat16 (weights in bf16, or fp32 under "
+        "bf16 autocast as torchtitan runs one GPU): give --dtype bf16 or bf16-amp, not {}",
+        r.dtype));
   }
   s.offload_activations = r.offload_activations;
   o.offload = r.offload_optimizer;

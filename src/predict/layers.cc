@@ -194,6 +194,7 @@ TensorId Ops::View(TensorId x, uint64_t elements) {
 
 TensorId Ops::Linear(TensorId x, const LinearWeights& lw, uint64_t rows) {
   if (lw.nf4) return Nf4Linear(x, lw, rows);
+  if (lw.float8) return Float8Linear(x, lw, rows);
   // Autocast casts the arguments last to first: linear(x, weight, bias) bias, weight, input, as
   // the H200 goldens show (linear_adam_bf16, events 6-8); addmm(bias, x, weight) weight, input,
   // bias.

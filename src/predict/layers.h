@@ -40,6 +40,8 @@ struct LinearWeights {
   bool addmm_args = false;
   // A frozen bitsandbytes Linear4bit (QLoRA): `w` holds the packed NF4 codes (MakeNf4Linear).
   bool nf4 = false;
+  // torchao's Float8Linear (--fp8): the products in float8, cast per call (Float8Linear).
+  bool float8 = false;
 };
 
 class Ops {
@@ -147,6 +149,11 @@ class Ops {
   // compute dtype) for the product and freed after it; nothing saved but the packed weight;
   // backward dequantises again for the input's gradient.
   TensorId Nf4Linear(TensorId x, const LinearWeights& lw, uint64_t rows);
+  // torchao's Float8Linear (layers_float8.cc): input and weight cast to float8 for the product
+  // (each cast a float32 scaled copy, clamped, then the float8 bits and a scale, all dropped
+  // after it), the high-precision input and weight saved; backward casts the gradient twice,
+  // the weight and the input again, for its two products.
+  TensorId Float8Linear(TensorId x, const LinearWeights& lw, uint64_t rows);
   // The 256-entry dynamic map double quantisation shares, made with the first NF4 weight.
   bool nf4_map_made_ = false;
   // Autocast's view of an operand of a matmul: the cast (cached for trainable weights).

@@ -120,6 +120,10 @@ struct TrainingSetup {
   bool optimizer_in_backward = false;
   // torchtune's OffloadActivations: saved tensors of 1 KiB or more in pinned host memory.
   bool offload_activations = false;
+  // torchao's float8 training (convert_to_float8_training, tensorwise dynamic scaling): the
+  // blocks' nn.Linear layers whose dimensions are multiples of 16 become Float8Linear, the
+  // head stays as it is (torchtitan's filter_fqns ["output"]).
+  bool float8 = false;
   int lora_rank = 0;
   // QLoRA (with lora_rank): every linear of the blocks frozen in bitsandbytes' NF4 (Linear4bit,
   // blocks of 64, double quantisation), dequantised into the compute dtype around each use.

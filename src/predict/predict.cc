@@ -78,6 +78,7 @@ std::string SetupText(const ModelSpec& m, const TrainingSetup& s) {
   if (s.offload_activations) text += ", activations offloaded";
   if (s.loss_chunks > 1) text += fmt::format(", cross-entropy in {} chunks", s.loss_chunks);
   if (s.fused_linear_ce) text += ", fused linear cross-entropy";
+  if (s.float8) text += ", float8 linears (torchao, tensorwise)";
   if (s.lora_rank > 0) {
     text += s.qlora ? fmt::format(", QLoRA r={} (NF4 base weights)", s.lora_rank)
                     : fmt::format(", LoRA r={}", s.lora_rank);

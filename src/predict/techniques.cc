@@ -53,6 +53,9 @@ std::vector<ActiveTechnique> ActiveTechniques(const TrainingSetup& s) {
     out.push_back({"checkpoints offloaded to the host",
                    [](TrainingSetup& t) { t.offload_checkpoints = false; }});
   }
+  if (s.float8) {
+    out.push_back({"float8 linears (torchao)", [](TrainingSetup& t) { t.float8 = false; }});
+  }
   if (s.qlora) {
     out.push_back(
         {"QLoRA's NF4 base weights (against LoRA)", [](TrainingSetup& t) { t.qlora = false; }});

@@ -302,6 +302,68 @@ TEST(Qlora, Nf4BaseWeightsDequantisedAroundEachUse) {
             PeakOf(lora, model::Category::kActivation));
 }
 
+// The LLaMA above with 96 rows a micro-batch (2 x 48), so that no two of its shapes have the same
+// number of elements: rows x hidden 6,144, rows x MLP 12,288, the MLP's weights 8,192.
+TrainingSetup Float8Setup() {
+  TrainingSetup s = Gpt2Setup();
+  s.seq = 48;
+  s.float8 = true;
+  return s;
+}
+
+TEST(Float8, EachProductCastsItsOperandsAndDropsThem) {
+  const ModelSpec m = Spec(kLlama);
+  TrainingSetup s = Float8Setup();
+  s.precision.param = DType::kBF16;
+  const TensorStream fp8 = Simulate(m, s);
+  s.float8 = false;
+  const TensorStream plain = Simulate(m, s);
+  // Every cast starts with abs(x): two per forward product (input, weight) and four per
+  // backward (the gradient twice, the weight, the input) for the blocks' 7 linears x 4 blocks
+  // x 2 steps; none for the head, which torchtitan leaves in bf16.
+  EXPECT_EQ(CountOp(fp8, "aten::abs", Thread::kMain), 2u * 28 * 2);
+  EXPECT_EQ(CountOp(fp8, "aten::abs", Thread::kBackward), 4u * 28 * 2);
+  EXPECT_EQ(CountOp(plain, "aten::abs", Thread::kMain), 0u);
+  // A cast of n bf16 elements makes an fp32 copy (4n), scales it (4n), clamps it (4n), then
+  // keeps n bytes of float8. Of [96 rows, 128] (the MLP's width): gate's and up's incoming
+  // gradients twice each, down's input once in forward and once in backward: 6 per block and
+  // step.
+  EXPECT_EQ(CountAllocs(fp8, 12288 * 4, "aten::clamp"), 6u * 4 * 2);
+  EXPECT_EQ(CountAllocs(fp8, 12288 * 4, "aten::mul"), 6u * 4 * 2);
+  // And of the MLP's weights (64 x 128): each once in forward and once in backward.
+  EXPECT_EQ(CountAllocs(fp8, 8192 * 4, "aten::clamp"), 3u * 2 * 4 * 2);
+  // What backward keeps is what bf16 keeps: the high-precision input and weight.
+  EXPECT_EQ(BytesOf(fp8, model::Category::kActivation),
+            BytesOf(plain, model::Category::kActivation));
+}
+
+TEST(Float8, UnderAutocastTheWeightsAreNotCopiedToBf16) {
+  const ModelSpec m = Spec(kLlama);
+  TrainingSetup s = Float8Setup();
+  s.precision.autocast = DType::kBF16;
+  const TensorStream fp8 = Simulate(m, s);
+  s.float8 = false;
+  const TensorStream plain = Simulate(m, s);
+  // Autocast copies each weight a forward uses to bf16 and keeps the copy for backward:
+  // gate, up and down (64 x 128) in each block and step. Float8Linear casts the fp32 weight to
+  // float8 itself.
+  auto forward_copies = [](const TensorStream& t, uint64_t bytes) {
+    return std::count_if(t.events.begin(), t.events.end(), [&](const StreamEvent& e) {
+      return e.kind == Kind::kAlloc && e.thread == Thread::kMain && e.bytes == bytes &&
+             t.strings.Get(e.op) == "aten::_to_copy";
+    });
+  };
+  EXPECT_EQ(forward_copies(plain, 8192 * 2), 3 * 4 * 2);
+  EXPECT_EQ(forward_copies(fp8, 8192 * 2), 0);
+  EXPECT_EQ(
+      BytesOf(plain, model::Category::kActivation) - BytesOf(fp8, model::Category::kActivation),
+      2u * 4 * 36864 * 2);
+  // The weight's gradient comes out of _scaled_mm in bf16 and is cast to the fp32 weight's
+  // dtype, once a block linear and step, as autocast's copy hands it back in plain bf16-amp.
+  EXPECT_EQ(CountAllocs(fp8, 8192 * 4, "aten::_to_copy"),
+            CountAllocs(plain, 8192 * 4, "aten::_to_copy"));
+}
+
 TEST(TechniqueEffects, EachAgainstTheSetUpWithoutIt) {
   auto model = LoadModel("gpt2");
   ASSERT_TRUE(model.ok());

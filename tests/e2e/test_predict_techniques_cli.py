@@ -115,3 +115,27 @@ def test_techniques_are_refused_for_parallel_layouts(run_module, tmp_path):
     rc, out, err = run_module("predict", "--model", "llama3-8b", "--tp", "2",
                               "--fused-linear-ce", cwd=tmp_path)
     assert_failure(rc, out, err, 2, ["--fused-linear-ce", "per-rank estimate"], tmp_path)
+
+
+def test_fp8_says_what_torchaos_casts_cost(run_module):
+    """--fp8 on a LLaMA-family preset: the summary names torchao's float8 linears and what they
+    change against the same set-up in bf16; under bf16 autocast the blocks' weights are no
+    longer copied to bf16 (Float8Linear casts the fp32 weight itself), which saves memory."""
+    setup = ["--model", "qwen2-0.5b", "--batch", "2", "--seq", "512", "--steps", "1"]
+    amp = predict_json(run_module, *setup, "--dtype", "bf16-amp")
+    fp8 = predict_json(run_module, *setup, "--dtype", "bf16-amp", "--fp8")
+    fact = fp8["prediction"]["facts"]["float8 linears (torchao)"]
+    assert fact.startswith(("saves ", "costs ")), fact
+    assert "float8 linears" in fp8["prediction"]["setup"], fp8["prediction"]
+    assert peak(fp8) != peak(amp)
+
+
+@pytest.mark.parametrize("args, phrases", [
+    (["--model", "gpt2", "--dtype", "bf16"], ["--fp8", "Conv1D"]),
+    (["--model", "qwen2-0.5b"], ["--fp8", "--dtype bf16 or bf16-amp", "fp32"]),
+    (["--model", "qwen2-0.5b", "--dtype", "bf16", "--lora", "8"], ["--fp8", "--lora"]),
+    (["--model", "llama3-8b", "--dtype", "bf16", "--tp", "2"], ["--fp8", "parallel layouts"]),
+])
+def test_fp8_refusals_say_why(run_module, tmp_path, args, phrases):
+    rc, out, err = run_module("predict", *args, "--fp8", cwd=tmp_path)
+    assert_failure(rc, out, err, 2, phrases, tmp_path)

@@ -173,3 +173,78 @@ def test_checkpointing_every_second_block_matches_hfs_per_layer_switch(tmp_path:
     none = peak("--model", str(config), cwd=tmp_path, setup=setup)
     assert full < every2 < none
     assert abs(every2 - traced) / traced < 0.005, (every2, traced)
+
+
+# torchao's float8 training on the LLaMA above, as torchtitan converts it (every nn.Linear but
+# the head), traced on fake CUDA tensors: torchao's own casts and torch._scaled_mm run as they
+# would on an H100 (the fake tensors need no float8 kernel).
+FLOAT8_MODEL = '''
+import torch
+from torchao.float8 import convert_to_float8_training
+from transformers import LlamaConfig, LlamaForCausalLM
+
+CONFIG = {config}
+
+
+def build():
+    config = {{k: v for k, v in CONFIG.items() if k not in ("model_type", "architectures")}}
+    model = LlamaForCausalLM(LlamaConfig(**config, attn_implementation="sdpa"))
+    convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn != "lm_head")
+    return model
+
+
+def vramscope_inputs(batch_size, seq_len, image_size):
+    ids = torch.randint(0, CONFIG["vocab_size"], (batch_size, seq_len))
+    return {{"input_ids": ids, "labels": ids.clone()}}
+
+
+def vramscope_forward(model, batch):
+    return model(**batch)
+
+
+def vramscope_loss(output, batch):
+    return output.loss
+'''
+
+
+def cast_sequences(stream: Path) -> dict[str, list[tuple[int, str]]]:
+    """Each block linear's allocations of 512 B or more in order, but the products' outputs and
+    what is saved for backward (named after the module that uses them, which the tracer and the
+    simulator label differently): the float8 casts, forward and backward."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    for line in stream.read_text().splitlines()[1:]:
+        event = json.loads(line)
+        if event["ev"] != "alloc" or event["bytes"] < 512 or event["category"] == "activation":
+            continue
+        name = event.get("name", "").split(" (")[0]
+        if name.startswith("model.layers.") and name.endswith("_proj") and \
+                event["op"] != "aten::mm":
+            out.setdefault(name, []).append((event["bytes"], event["op"]))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "bf16-amp"])
+def test_float8_casts_match_torchaos_float8_linear_traced(tmp_path: Path, dtype: str) -> None:
+    pytest.importorskip("torchao")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(LLAMA))
+    model = tmp_path / "llama_float8.py"
+    model.write_text(FLOAT8_MODEL.format(config=repr(LLAMA)))
+    setup = ["--batch", "4", "--seq", "256", "--dtype", dtype, "--steps", "1", "-q"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    streams = {}
+    for label, model_args in (("traced", ["--model", f"{model}:build", "--python", sys.executable]),
+                              ("built-in", ["--model", str(config), "--fp8"])):
+        require_binary(BIN)
+        streams[label] = tmp_path / f"{label}.jsonl"
+        out = subprocess.run([BIN, "predict", *model_args, *setup, "--emit-stream",
+                              str(streams[label])], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+    traced, built_in = cast_sequences(streams["traced"]), cast_sequences(streams["built-in"])
+    # 2 blocks x 7 linears, each cast 6 times (input and weight in forward; the gradient twice,
+    # the weight and the input in backward), 5 or 4 allocations a cast of 512 B or more.
+    assert len(traced) == 14, sorted(traced)
+    for name, sequence in traced.items():
+        assert len(sequence) >= 24, (name, sequence)
+        assert built_in.get(name) == sequence, name

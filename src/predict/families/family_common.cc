@@ -27,6 +27,9 @@ AdaptedLinear MakeAdapted(Ops& ops, std::string_view name, uint64_t in, uint64_t
     l.base = ops.MakeNf4Linear(name, in, out, bias);
   } else {
     l.base = ops.MakeLinear(name, in, out, bias, !frozen);
+    // torchao's float8 matmul (torch._scaled_mm) needs both dimensions multiples of 16;
+    // torchtitan's converter leaves the other linears in high precision.
+    l.base.float8 = setup.float8 && in % 16 == 0 && out % 16 == 0;
   }
   return l;
 }

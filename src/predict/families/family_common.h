@@ -66,6 +66,7 @@ struct AdaptedLinear {
   LoraPair lora;
 };
 
+// With setup.float8 (and no adapter), a torchao Float8Linear when in and out are multiples of 16.
 AdaptedLinear MakeAdapted(Ops& ops, std::string_view name, uint64_t in, uint64_t out, bool bias,
                           const TrainingSetup& setup, bool lora_target);
 

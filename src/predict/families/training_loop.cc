@@ -82,6 +82,16 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
         setup.fused_linear_ce ? "--fused-linear-ce" : "--loss-chunks", m.label,
         FamilyName(m.family)));
   }
+  if (setup.float8 && m.family != Family::kLlama && m.family != Family::kBert &&
+      m.family != Family::kVit) {
+    // convert_to_float8_training swaps nn.Linear modules: GPT-2's blocks are transformers'
+    // Conv1D and a ResNet's or a layer list's work is not in its linears.
+    return UsageError(fmt::format(
+        "--fp8 converts the blocks' nn.Linear layers (torchao's convert_to_float8_training): "
+        "predicted for the LLaMA, BERT and ViT families; {} is a {}{}",
+        m.label, FamilyName(m.family),
+        m.family == Family::kGpt2 ? ", whose blocks are Conv1D (torchao leaves them alone)" : ""));
+  }
   if (setup.checkpointing && (m.family == Family::kResnet || m.family == Family::kLayerList)) {
     // Checkpointing wraps each transformer block; these have none, and a silent "saves 0 B"
     // would mislead.
