@@ -6,6 +6,10 @@
 // decompression bomb of each kind (zeros, a pickle header before zeros, concatenated members) and
 // a shared-reference snapshot, each refused with one line naming the file.
 //
+// Half the inputs (by their length's parity) are also cut to a window (pipeline/window.h) before
+// the rest of the pipeline: a window of a snapshot is itself a consistent snapshot (its state
+// invariants hold whenever the file's did), and any other input is refused in one line.
+//
 // Build: cmake -DVRAMSCOPE_BUILD_FUZZERS=ON with clang (target input_file_fuzzer).
 // Run:   input_file_fuzzer -max_len=8192 fuzz/input_file/corpus
 #include <cstddef>
@@ -13,6 +17,7 @@
 #include <string>
 
 #include "common/mapped_file.h"
+#include "pipeline/window.h"
 #include "sources/load_source.h"
 #include "support/through_pipeline.h"
 
@@ -43,6 +48,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   Check(trace->events.count() <= vramscope::model::kMaxEvents);
+  if (size % 2 == 1 && trace->events.count() > 0) {
+    const size_t n = trace->events.count();
+    const bool sound = vramscope::model::CheckStateInvariants(*trace).empty();
+    vramscope::pipeline::Loaded loaded;
+    loaded.input = {vramscope::pipeline::InputKind::kFile, kPath};
+    loaded.trace = std::move(*trace);
+    const uint8_t last = data[size - 1];
+    vramscope::pipeline::WindowRequest window;
+    window.from = std::to_string(1 + last % n);
+    if (last & 0x80) window.to = std::to_string(1 + (last % n) + (data[0] % (n + 1)));
+    if ((last & 0x60) == 0x60) window = {"", "", std::to_string(1 + last % 3) + ":"};
+    const vramscope::Status applied = vramscope::pipeline::ApplyWindow(window, loaded);
+    if (!applied.ok()) {
+      Check(applied.IsInputError() || applied.code() == vramscope::StatusCode::kUsage);
+      Check(applied.message().find('\n') == std::string::npos);
+      return 0;
+    }
+    Check(!sound || vramscope::model::CheckStateInvariants(loaded.trace).empty());
+    vramscope::testing::ThroughPipeline(std::move(loaded.trace));
+    return 0;
+  }
   vramscope::testing::ThroughPipeline(std::move(*trace));
   return 0;
 }

@@ -108,6 +108,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.settings = settings;
   options.check_invariants = true;
   Check(Replay(trace, 0, options));  // compare mode, with resynchronisation
+  // Stopped part-way, as a window's end is found (pipeline/window.h).
+  options.stop_before_event = static_cast<int64_t>(trace.events.count() * (flags >> 5) / 8);
+  Check(Replay(trace, 0, options));
+  options.stop_before_event = -1;
   options.follow_recording = false;
   options.settings.capacity = (1 + (flags >> 4)) * 16 * kMiB;
   if (flags & 8) {

@@ -41,7 +41,8 @@ def _flags(options: Mapping[str, Any]) -> list[str]:
     for name, value in options.items():
         if value is None or value is False:
             continue
-        flag = "--" + name.replace("_", "-")
+        # A trailing underscore keeps a Python keyword usable as a name: from_="2.5s" is --from.
+        flag = "--" + name.rstrip("_").replace("_", "-")
         if value is True:
             args.append(flag)
         elif isinstance(value, (list, tuple)):
@@ -80,7 +81,9 @@ def report(path: Optional[PathLike] = None, *, database: Union[PathLike, bool] =
     ``database``: where to write the report database (default: a temporary file, kept for the
     result's ``timeline()`` and ``allocations()``; ``False``: none). ``html``: also write the
     viewer there. ``force``: replace existing outputs. Other options as the command's
-    (``max_inflate_ratio=...``, ``device=...``).
+    (``max_inflate_ratio=...``, ``device=...``), a window of the recording included:
+    ``from_="2.5s"``, ``to=4000`` (event numbers as the report prints them, or times since the
+    first event), ``step_range="5:7"``.
     """
     target = _database_target(database, "report.sqlite")
     args = ["report"] + ([os.fspath(path)] if path is not None else [])

@@ -38,12 +38,16 @@ def _document(call: Callable[[], Any]) -> dict[str, Any]:
         raise ToolError(error.message) from None
 
 
-def report(path: str) -> dict[str, Any]:
+def report(path: str, start: Optional[str] = None, end: Optional[str] = None,
+           step_range: Optional[str] = None) -> dict[str, Any]:
     """Where the GPU memory of a recorded training step went: the peaks (allocated, reserved),
     the bytes at the peak by category (weights, gradients, optimizer state, activations, inputs,
     workspaces, temporaries) and by owner and site, every step's peak. `path`: a snapshot, a
-    profiler trace, a memory timeline, a capture folder or a report database."""
-    return _document(lambda: api.report(path, database=False))
+    profiler trace, a memory timeline, a capture folder or a report database. A window of a
+    snapshot: `start`/`end` (event numbers as reports print them, or times since the first
+    event such as "2.5s"; both kept) or `step_range` ("5:7": those iterations)."""
+    return _document(lambda: api.report(path, database=False, from_=start, to=end,
+                                        step_range=step_range))
 
 
 def explain(text: str) -> dict[str, Any]:

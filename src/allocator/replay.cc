@@ -217,7 +217,10 @@ class Replayer {
     result_.peak_reserved_event = static_cast<int64_t>(begin);
     result_.allocated_at_peak_reserved = model_.stats().allocated;
     size_t i = begin;
-    for (; i < end; ++i) {
+    const size_t stop = options_.stop_before_event >= 0
+                            ? std::min(end, static_cast<size_t>(options_.stop_before_event))
+                            : end;
+    for (; i < stop; ++i) {
       if (!Step(i)) break;
       Drain(i);
       Sample(i);

@@ -44,6 +44,9 @@ struct ReplayOptions {
   bool record_curves = true;      // per-event allocated / reserved / requested
   bool stop_at_oom = true;        // the run would have died there
   bool check_invariants = false;  // tests and fuzzing: check the model's state at the end
+  // Replay only the events before this index of Trace::events (-1: all): final_state is then the
+  // model's state after event stop_before_event - 1 (a window's end, pipeline/window.h).
+  int64_t stop_before_event = -1;
 };
 
 // A segment action of the model, at the trace event whose request caused it.

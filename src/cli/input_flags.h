@@ -11,4 +11,7 @@ namespace vramscope::cli {
 // --max-inflate-ratio.
 void AddInputLimitFlags(CLI::App& cmd, pipeline::InputLimits& limits);
 
+// --from, --to, --step-range: the part of the recording reported (pipeline/window.h).
+void AddWindowFlags(CLI::App& cmd, pipeline::WindowRequest& window);
+
 }  // namespace vramscope::cli

@@ -30,13 +30,14 @@ void RegisterReportCommand(CLI::App& app, ReportFlags& o) {
                   "sites and fill Skyline's stack_frames, relative to it (default: the current "
                   "directory)");
   AddInputLimitFlags(*cmd, o.limits);
+  AddWindowFlags(*cmd, o.window);
   AddReportOutputFlags(*cmd, o.out, /*with_summary_only=*/true, /*with_timings=*/true);
 }
 
 int RunReportCommand(const ReportFlags& options) {
   return RunAndReport(options.input, [&] {
     return ReportOnInput(pipeline::ClassifyInput(options.input), options.project_root,
-                         options.limits, options.out);
+                         options.limits, options.out, options.window);
   });
 }
 

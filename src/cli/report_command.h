@@ -15,6 +15,7 @@ struct ReportFlags {
   std::string input;             // empty: the built-in example
   std::string project_root;      // empty: the current directory
   pipeline::InputLimits limits;  // --max-inflate-ratio
+  pipeline::WindowRequest window;  // --from, --to, --step-range
   ReportOutputFlags out;
 };
 

@@ -7,6 +7,7 @@
 #include "cli/interrupt.h"
 #include "common/peak_memory.h"
 #include "pipeline/load.h"
+#include "pipeline/window.h"
 
 namespace vramscope::cli {
 
@@ -67,8 +68,10 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputFlags& f
 }
 
 Status ReportOnInput(const pipeline::Input& input, const std::string& project_root_flag,
-                     const pipeline::InputLimits& limits, const ReportOutputFlags& flags) {
+                     const pipeline::InputLimits& limits, const ReportOutputFlags& flags,
+                     const pipeline::WindowRequest& window) {
   const auto t_start = Clock::now();
+  RETURN_IF_ERROR(pipeline::CheckWindow(window));
   ASSIGN_OR_RETURN(const std::string project_root, pipeline::ResolveProjectRoot(project_root_flag));
   ASSIGN_OR_RETURN(report::PreparedOutputs outputs,
                    report::PrepareReportOutputs(input, flags.files));
@@ -79,6 +82,7 @@ Status ReportOnInput(const pipeline::Input& input, const std::string& project_ro
   load.control = control;
   load.project_root = project_root;
   load.limits = limits;
+  load.window = window;
   ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::Load(load));
   progress.WarnIfPartial(loaded.trace);
   const auto t_loaded = Clock::now();

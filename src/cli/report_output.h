@@ -42,8 +42,9 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputFlags& f
 
 // What `report` does, and `run` after its capture: load `input` through the pipeline, analyse
 // it, and emit the report. `project_root`: the --project-root flag ("" = the current directory);
-// `limits`: --max-inflate-ratio.
+// `limits`: --max-inflate-ratio; `window`: --from/--to/--step-range.
 Status ReportOnInput(const pipeline::Input& input, const std::string& project_root,
-                     const pipeline::InputLimits& limits, const ReportOutputFlags& flags);
+                     const pipeline::InputLimits& limits, const ReportOutputFlags& flags,
+                     const pipeline::WindowRequest& window = {});
 
 }  // namespace vramscope::cli

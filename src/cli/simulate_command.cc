@@ -108,6 +108,7 @@ void RegisterSimulateCommand(CLI::App& app, SimulateFlags& o) {
                   "stack frames under this folder name the allocation sites (default: the "
                   "current directory)");
   AddInputLimitFlags(*cmd, o.request.limits);
+  AddWindowFlags(*cmd, o.request.window);
   cmd->add_option("--device", o.request.device, "simulate only this CUDA device ordinal");
   cmd->add_option("--top", o.top,
                   "allocation sites to list at an out-of-memory point (default: 10)")

@@ -38,6 +38,7 @@ Status Run(const ViewFlags& flags) {
   request.overwrite = flags.force || replaces_earlier;
   request.title = flags.title;
   request.limits = flags.limits;
+  request.window = flags.window;
   TerminalProgress progress(!flags.quiet);
   request.control = {&progress, &InterruptToken()};
   RETURN_IF_ERROR(report::WriteView(request));
@@ -79,6 +80,7 @@ void RegisterViewCommand(CLI::App& app, ViewFlags& o) {
                   "stack frames under this folder are the user's code (for inputs that are not "
                   "report databases; default: the current directory)");
   AddInputLimitFlags(*cmd, o.limits);
+  AddWindowFlags(*cmd, o.window);
 }
 
 int RunViewCommand(const ViewFlags& flags) {

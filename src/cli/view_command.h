@@ -20,6 +20,7 @@ struct ViewFlags {
   bool quiet = false;
   std::string project_root;
   pipeline::InputLimits limits;  // --max-inflate-ratio
+  pipeline::WindowRequest window;  // --from, --to, --step-range
 };
 
 void RegisterViewCommand(CLI::App& app, ViewFlags& flags);

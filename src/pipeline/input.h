@@ -50,4 +50,15 @@ std::string DefaultOutputName(const Input& input, std::string_view extension);
 // when it is not a directory.
 Result<std::string> ResolveProjectRoot(const std::string& requested);
 
+// A window of the recording (pipeline/window.h): --from/--to and --step-range.
+struct WindowRequest {
+  // "" (open), an event number as reports print them (from 1, each device's own), or a time since
+  // the trace's first event with its unit: "250ms", "2.5s", "1200us". Both ends are kept.
+  std::string from, to;
+  // "" (none), "A:B", "A:", ":B" or "A": iterations of the training loop as the report numbers
+  // them (from 1), both kept.
+  std::string steps;
+  bool active() const { return !from.empty() || !to.empty() || !steps.empty(); }
+};
+
 }  // namespace vramscope::pipeline

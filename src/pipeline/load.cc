@@ -16,6 +16,7 @@
 #include "common/progress.h"
 #include "common/units.h"
 #include "pipeline/built_in_example.h"
+#include "pipeline/window.h"
 #include "sources/load_source.h"
 #include "sources/run_output/capture_folder.h"
 #include "sources/run_output/capture_sidecar.h"
@@ -202,7 +203,15 @@ Result<Loaded> LoadCaptureFolder(const Input& input, const LoadRequest& options)
 
 Result<Loaded> Load(const LoadRequest& request) {
   const Input& input = request.input;
-  if (input.kind == InputKind::kCaptureFolder) return LoadCaptureFolder(input, request);
+  if (input.kind == InputKind::kCaptureFolder) {
+    if (request.window.active()) {
+      return UsageError(fmt::format(
+          "{}: a window (--from/--to/--step-range) cuts one recording; give the rank's snapshot "
+          "inside the folder",
+          input.Name()));
+    }
+    return LoadCaptureFolder(input, request);
+  }
   ASSIGN_OR_RETURN(Loaded loaded, ReadFile(input, input.path, request));
   // A snapshot `vramscope run` wrote: its sidecar beside it gives phases and names.
   if (input.kind == InputKind::kFile) {
@@ -210,6 +219,7 @@ Result<Loaded> Load(const LoadRequest& request) {
       RETURN_IF_ERROR(InterpretSidecar(sidecar, loaded));
     }
   }
+  if (request.window.active()) RETURN_IF_ERROR(ApplyWindow(request.window, loaded));
   RETURN_IF_ERROR(Replay(loaded, request));
   RETURN_IF_ERROR(request.control.CheckCancelled("reading the input"));
   return loaded;

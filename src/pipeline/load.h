@@ -25,6 +25,8 @@ namespace vramscope::pipeline {
 
 struct LoadRequest {
   Input input;
+  // Only this part of the recording is reported (applied after reading, before the replay).
+  WindowRequest window;
   // Reading and replaying are stages on control.progress; control.cancel stops the parse between
   // chunks and the request between stages.
   Control control;

@@ -17,6 +17,7 @@
 #include "pipeline/load.h"
 #include "pipeline/predict.h"
 #include "pipeline/simulate.h"
+#include "pipeline/window.h"
 
 namespace vramscope::pipeline {
 namespace {
@@ -264,6 +265,47 @@ TEST(PipelineLoad, UnreadableAndUnsupportedInputsAreTold) {
   r.input = ClassifyInput(sqlite);
   EXPECT_EQ(Load(r).status().code(), StatusCode::kUnsupported);
   std::filesystem::remove_all(dir);
+}
+
+TEST(PipelineWindow, FlagsAreCheckedBeforeAnyFileIsRead) {
+  EXPECT_TRUE(CheckWindow({"5", "2.5s", ""}).ok());
+  EXPECT_TRUE(CheckWindow({"", "", "5:"}).ok());
+  EXPECT_TRUE(CheckWindow({"250ms", "1.5min", ":7"}).ok());
+  for (const WindowRequest& bad : std::vector<WindowRequest>{{"0", "", ""},
+                                                             {"1.5", "", ""},
+                                                             {"5q", "", ""},
+                                                             {"-1", "", ""},
+                                                             {"9", "3", ""},
+                                                             {"2s", "1s", ""},
+                                                             {"", "", "0"},
+                                                             {"", "", "4:2"},
+                                                             {"", "", "a:b"}}) {
+    const Status s = CheckWindow(bad);
+    EXPECT_EQ(s.code(), StatusCode::kUsage) << bad.from << " " << bad.to << " " << bad.steps;
+  }
+}
+
+TEST(PipelineWindow, AWindowIsASnapshotOfItsEventsThatReplaysAsTheWholeDoes) {
+  LoadRequest whole;
+  whole.input = ClassifyInput("");
+  Result<Loaded> all = Load(whole);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  LoadRequest part = whole;
+  part.window = {"50", "120", ""};
+  Result<Loaded> window = Load(part);
+  ASSERT_TRUE(window.ok()) << window.status().message();
+  EXPECT_EQ(window->trace.events.count(), 71u);
+  EXPECT_TRUE(model::CheckStateInvariants(window->trace).empty());
+  const auto& a = all->simulations->devices.front().runs.front().result;
+  const auto& w = window->simulations->devices.front().runs.front().result;
+  ASSERT_EQ(w.allocated.size(), 71u);
+  for (size_t i = 0; i < 71; ++i) {
+    EXPECT_EQ(w.allocated[i], a.allocated[49 + i]) << i;
+    EXPECT_EQ(w.reserved[i], a.reserved[49 + i]) << i;
+  }
+  // The replay of the window against its own dump: every allocation where it was recorded.
+  EXPECT_EQ(w.comparison.allocs, w.comparison.allocs_at_recorded_address);
+  EXPECT_EQ(w.comparison.final_blocks_recorded, w.comparison.final_blocks_matched);
 }
 
 TEST(PipelineAnalyze, WhatIfRunsAndTheRankComparisonLiveInTheResultNotTheInput) {

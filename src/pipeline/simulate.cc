@@ -110,6 +110,7 @@ Result<SimulateResult> Simulate(const SimulateRequest& r) {
   load.control = r.control;
   load.project_root = project_root;
   load.limits = r.limits;
+  load.window = r.window;
   load.recorded_conf = r.recorded_conf;
   load.require_replay = true;
   ASSIGN_OR_RETURN(Loaded loaded, Load(load));

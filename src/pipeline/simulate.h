@@ -24,6 +24,7 @@ struct SimulateRequest {
   Input input;
   std::string project_root;  // "" = the current directory
   InputLimits limits;
+  WindowRequest window;  // --from, --to, --step-range
   std::optional<int32_t> device;  // only this device
   size_t top = 10;                // live-at-OOM sites kept per what-if run
   std::string capacity;           // "24GiB", "80GB", bytes; "" = unlimited

@@ -111,8 +111,8 @@ Result<DiffResult> RunDiff(const DiffRequest& request) {
     gates.push_back(std::move(gate));
   }
   InputReports reports;
-  const InputReportsRequest each{request.project_root, request.limits, request.control,
-                                 "the comparison"};
+  const InputReportsRequest each{
+      request.project_root, request.limits, request.control, "the comparison", {}};
   RETURN_IF_ERROR(reports.Add(request.a, each));
   RETURN_IF_ERROR(reports.Add(request.b, each));
   request.control.Stage("comparing the reports");

@@ -32,6 +32,12 @@ InputReports::~InputReports() {
 Status InputReports::Add(const std::string& path, const InputReportsRequest& request) {
   const pipeline::Input input = pipeline::ClassifyInput(path);
   if (input.kind == pipeline::InputKind::kFile && IsSqliteFile(path)) {
+    if (request.window.active()) {
+      return UsageError(fmt::format(
+          "{}: a report database holds a whole report; a window (--from/--to/--step-range) cuts "
+          "a recording: give the snapshot it was made from",
+          path));
+    }
     databases_.push_back(path);
     return Status::Ok();
   }
@@ -53,6 +59,7 @@ Status InputReports::Add(const std::string& path, const InputReportsRequest& req
   load.control = request.control;
   load.project_root = request.project_root;
   load.limits = request.limits;
+  load.window = request.window;
   ASSIGN_OR_RETURN(pipeline::Loaded loaded, pipeline::Load(load));
   ASSIGN_OR_RETURN(
       const std::unique_ptr<const pipeline::Analyzed> analyzed,

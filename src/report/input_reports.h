@@ -17,6 +17,7 @@ struct InputReportsRequest {
   pipeline::InputLimits limits;
   Control control;
   std::string purpose;  // what the temporary report is for ("the page"), for the progress line
+  pipeline::WindowRequest window;  // --from/--to/--step-range of a recording
 };
 
 // Whether `path` starts with SQLite's header.

@@ -363,6 +363,10 @@ std::string RenderSimulationText(const ReportInput& in, std::optional<int32_t> d
                                                   ? "built-in example (recorded on an NVIDIA H200: "
                                                     "a 2-layer MLP trained with Adam for 3 steps)"
                                                   : trace.source.path);
+  // A window (--from/--to/--step-range): the simulation covers that part only.
+  for (const std::string& note : trace.facts.notes) {
+    if (note.starts_with("window (")) out += "  " + note + "\n";
+  }
   if (in.simulations == nullptr) return out;
   for (const auto& dev : in.simulations->devices) {
     if (!Shown(device, dev.device)) continue;

@@ -9,7 +9,8 @@ namespace vramscope::report {
 
 Status WriteView(const ViewRequest& request) {
   InputReports reports;
-  const InputReportsRequest each{request.project_root, request.limits, request.control, "the page"};
+  const InputReportsRequest each{request.project_root, request.limits, request.control, "the page",
+                                 request.window};
   for (const std::string& path : request.inputs) RETURN_IF_ERROR(reports.Add(path, each));
   const std::vector<std::string>& databases = reports.databases();
   request.control.Stage(fmt::format("building the viewer page {}", request.target));

@@ -20,6 +20,7 @@ struct ViewRequest {
   std::string title;         // empty: the reports' own titles
   std::string project_root;  // absolute, for inputs that are not report databases
   pipeline::InputLimits limits;
+  pipeline::WindowRequest window;  // of every input that is a recording
   Control control;
 };
 

@@ -98,6 +98,20 @@ def test_a_cut_off_snapshot_is_a_partial_report(installed, tmp_path):
     assert proc.stdout.splitlines() == [f"True {len(whole) * 3 // 4} False None", "True"]
 
 
+def test_a_window_of_a_recording(installed, tmp_path):
+    """from_=, to= and step_range= are --from, --to and --step-range: the built-in example's
+    second iteration holds fewer events than the whole, and a keyword's trailing underscore is
+    dropped."""
+    code = ("import vramscope\n"
+            "whole = vramscope.report(database=False)\n"
+            "part = vramscope.report(database=False, from_=50, to=120)\n"
+            "step = vramscope.report(database=False, step_range='2')\n"
+            "print(whole.device().events, part.device().events, len(step.device().iterations))\n")
+    proc = installed_python(installed, code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["193", "71", "1"]
+
+
 def test_errors_are_typed_with_the_commands_line(installed, tmp_path):
     code = ("import vramscope\n"
             "for call in (lambda: vramscope.report('missing.pickle'),\n"

@@ -1,0 +1,28 @@
+// A window of a recording (--from/--to, --step-range): the part of the trace a report covers.
+//
+// A memory snapshot holds the allocator's state when it was dumped and the events that led to
+// it. A window keeps the events between two points and the state at the window's end, found by
+// the allocator model's replay of the recording up to there (the replay follows the recorded
+// addresses, so its state is the recording's); the window is then read as a snapshot dumped at
+// its end whose trace began at its start, and every stage after loading sees nothing else. The
+// report's notes say what was left out.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "pipeline/load.h"
+
+namespace vramscope::pipeline {
+
+// The flags' syntax alone (no file needed): one line naming the flag and what it takes.
+Status CheckWindow(const WindowRequest& window);
+
+// Replaces loaded.trace and the event-keyed parts of loaded.interpretation by the window's.
+// Errors (one line naming the input) for a source without an allocator state, a window holding
+// no event, or steps the trace does not have.
+Status ApplyWindow(const WindowRequest& window, Loaded& loaded);
+
+}  // namespace vramscope::pipeline
