@@ -124,7 +124,8 @@ cmd_prepare() {
   # dlopen by soname: carried, and found through the library's run path, so that the device
   # measures the stacks users get where libunwind8 is installed.
   local unwind
-  unwind=$(/sbin/ldconfig -p 2>/dev/null | awk '$1 == "libunwind.so.8" { print $NF; exit }')
+  # awk reads to the end: an early exit would SIGPIPE ldconfig, which pipefail makes fatal.
+  unwind=$(/sbin/ldconfig -p 2>/dev/null | awk '$1 == "libunwind.so.8" && !found { print $NF; found = 1 }')
   if [[ -n $unwind && -f $unwind ]]; then
     cp -L "$unwind" "$bundle/lib/libunwind.so.8"
     patchelf --set-rpath '$ORIGIN/../lib' "$bundle/bin/libvramscope_inject.so"
@@ -462,7 +463,7 @@ find_cupti() {
     /usr/local/cuda*/targets/x86_64-linux/lib/libcupti.so*; do
     [[ -f $c ]] && { echo "$c"; return; }
   done
-  c=$(ldconfig -p 2>/dev/null | awk '/libcupti\.so/ { print $NF; exit }')
+  c=$(ldconfig -p 2>/dev/null | awk '/libcupti\.so/ && !found { print $NF; found = 1 }')
   [[ -n $c ]] && { echo "$c"; return; }
   "$GS_PY" - 2>/dev/null <<'EOF' || true
 import glob, os, site
