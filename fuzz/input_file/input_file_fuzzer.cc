@@ -8,7 +8,8 @@
 //
 // Half the inputs (by their length's parity) are also cut to a window (pipeline/window.h) before
 // the rest of the pipeline: a window of a snapshot is itself a consistent snapshot (its state
-// invariants hold whenever the file's did), and any other input is refused in one line.
+// invariants hold whenever the file's did), and any other input is refused in one line; the
+// window written back as a snapshot pickle (report/snapshot_pickle.h) reads back.
 //
 // Build: cmake -DVRAMSCOPE_BUILD_FUZZERS=ON with clang (target input_file_fuzzer).
 // Run:   input_file_fuzzer -max_len=8192 fuzz/input_file/corpus
@@ -18,6 +19,7 @@
 
 #include "common/mapped_file.h"
 #include "pipeline/window.h"
+#include "report/snapshot_pickle.h"
 #include "sources/load_source.h"
 #include "support/through_pipeline.h"
 
@@ -66,6 +68,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return 0;
     }
     Check(!sound || vramscope::model::CheckStateInvariants(loaded.trace).empty());
+    // The window written back as a snapshot (`vramscope split`) reads back whole.
+    vramscope::report::SnapshotPart part{
+        &loaded.trace, {}, loaded.trace.segments, loaded.trace.blocks};
+    for (size_t d = 0; d < loaded.trace.devices.size(); ++d) {
+      part.ranges.push_back({loaded.trace.devices[d], loaded.trace.device_event_ranges[d]});
+    }
+    const std::string written = vramscope::report::SnapshotPickle(part);
+    const auto again = vramscope::MappedFile::FromBytes(
+        kPath, std::span(reinterpret_cast<const uint8_t*>(written.data()), written.size()));
+    auto reread = vramscope::sources::LoadTrace(*again, options);
+    Check(reread.ok() || reread.status().IsInputError());
+    if (reread.ok()) Check(reread->events.count() == loaded.trace.events.count());
     vramscope::testing::ThroughPipeline(std::move(loaded.trace));
     return 0;
   }

@@ -16,7 +16,7 @@ the capture bootstrap (``vramscope.bootstrap``) that ``vramscope run`` injects l
 when their own code runs.
 """
 
-from .api import RunResult, diff, explain, plan, predict, report, run, simulate, view
+from .api import RunResult, diff, explain, plan, predict, report, run, simulate, split, view
 from .comparison import Change, Comparison, DeviceComparison, GateOutcome, Growth
 from .errors import (EngineNotFound, InputError, InternalError, UsageError,
                      VramscopeError)

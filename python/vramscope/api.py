@@ -32,7 +32,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 # What `explain` says of a text that holds no out-of-memory message.
 _NO_MESSAGE = "no out-of-memory message found"
 
-__all__ = ["report", "simulate", "view", "predict", "explain", "run", "diff", "RunResult"]
+__all__ = ["report", "simulate", "view", "split", "predict", "explain", "run", "diff",
+           "RunResult"]
 
 
 def _flags(options: Mapping[str, Any]) -> list[str]:
@@ -206,6 +207,24 @@ def view(path: Optional[PathLike] = None, *, output: Optional[PathLike] = None,
     args += _flags(options)
     _engine.run_engine(args)
     return Path(output)
+
+
+def split(path: Optional[PathLike], slices: int, *, output: Optional[PathLike] = None,
+          force: bool = False, **options: Any) -> list[Path]:
+    """Cuts a memory snapshot (``None``: the built-in example) into ``slices`` pieces that are
+    snapshots themselves, as ``vramscope split``: piece i holds the i-th part of each device's
+    trace and the allocator's state at its end, so PyTorch's memory_viz and :func:`report` open
+    each. ``output``: their folder (default: the current directory). Returns their paths in
+    order."""
+    args = ["split"] + ([os.fspath(path)] if path is not None else [])
+    args += ["--slices", str(slices), "--json", "--quiet"]
+    if output is not None:
+        args += ["-o", os.fspath(output)]
+    if force:
+        args.append("--force")
+    args += _flags(options)
+    document, _ = _engine.run_json(args)
+    return [Path(piece["path"]) for piece in document["pieces"]]
 
 
 def explain(text: str, **options: Any) -> Explanation:

@@ -14,6 +14,7 @@
 #include "cli/report_command.h"
 #include "cli/run_command.h"
 #include "cli/simulate_command.h"
+#include "cli/split_command.h"
 #include "cli/view_command.h"
 #include "report/report_input.h"
 
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
       "questions; writes an interactive HTML viewer; predicts the same report for a model and "
       "training set-up without a GPU; captures a training run with no change to its code "
       "(vramscope run -- python train.py); explains an out-of-memory message "
-      "(vramscope explain); compares two reports, with thresholds for CI (vramscope diff); serves "
+      "(vramscope explain); cuts big snapshots into pieces (vramscope split); compares two "
+      "reports, with thresholds for CI (vramscope diff); serves "
       "all of it to coding "
       "agents (vramscope mcp).",
       "vramscope"};
@@ -49,6 +51,8 @@ int main(int argc, char** argv) {
   cli::RegisterRunCommand(app, run_options);
   cli::DiffFlags diff_options;
   cli::RegisterDiffCommand(app, diff_options);
+  cli::SplitFlags split_options;
+  cli::RegisterSplitCommand(app, split_options);
   cli::McpFlags mcp_options;
   cli::RegisterMcpCommand(app, mcp_options);
   // The program `vramscope run` starts keeps its own arguments: CLI11 parses only ours.
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("run")) return cli::RunRunCommand(run_options);
   if (app.got_subcommand("explain")) return cli::RunExplainCommand(explain_options);
   if (app.got_subcommand("diff")) return cli::RunDiffCommand(diff_options);
+  if (app.got_subcommand("split")) return cli::RunSplitCommand(split_options);
   if (app.got_subcommand("mcp")) return cli::RunMcpCommand(mcp_options);
   fmt::print(stderr, "{}", app.help());
   fmt::print(stderr,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -189,23 +190,26 @@ model::BlockState StateOf(allocator::BlockView::State s) {
   }
 }
 
-// The allocator's segments and blocks of one device after event `end - 1`: the dump's when the
-// window reaches the device's last event, else the replay's, with each live block's stack taken
-// from the allocation that holds it and each segment's from its segment_alloc.
-struct DeviceState {
-  std::vector<model::Segment> segments;
-  std::vector<std::vector<model::Block>> blocks;  // per segment
-};
+}  // namespace
 
-Result<DeviceState> StateAtEnd(const Loaded& loaded, const DeviceWindow& w) {
+Result<AllocatorState> AllocatorStateAfter(const Loaded& loaded, int32_t device, size_t end) {
   const model::Trace& t = loaded.trace;
-  DeviceState out;
+  const auto [full_begin, full_end] = t.EventRange(device);
+  const DeviceWindow w{device, full_begin, end, full_begin, full_end};
+  AllocatorState out;
+  const auto add = [&out](model::Segment seg, std::span<const model::Block> blocks) {
+    seg.first_block = static_cast<uint32_t>(out.blocks.size());
+    seg.block_count = static_cast<uint32_t>(blocks.size());
+    for (model::Block b : blocks) {
+      b.segment = static_cast<uint32_t>(out.segments.size());
+      out.blocks.push_back(b);
+    }
+    out.segments.push_back(seg);
+  };
   if (w.end == w.full_end) {
     for (const model::Segment& s : t.segments) {
       if (s.device != w.device) continue;
-      out.segments.push_back(s);
-      out.blocks.emplace_back(t.blocks.begin() + s.first_block,
-                              t.blocks.begin() + s.first_block + s.block_count);
+      add(s, std::span(t.blocks).subspan(s.first_block, s.block_count));
     }
     return out;
   }
@@ -266,19 +270,22 @@ Result<DeviceState> StateAtEnd(const Loaded& loaded, const DeviceWindow& w) {
       b.size = bv.size;
       b.state = StateOf(bv.state);
       if (model::IsActive(b.state)) {
+        // As PyTorch sums them (model::CheckStateInvariants): allocated counts the allocated
+        // blocks, active and requested those waiting for other streams too.
         b.requested_size = bv.requested;
-        s.allocated_size += b.size;
         s.active_size += b.size;
         s.requested_size += b.requested_size;
+        if (b.state == model::BlockState::kActiveAllocated) s.allocated_size += b.size;
         if (auto it = holder.find(bv.addr); it != holder.end()) b.stack = it->second;
       }
       blocks.push_back(b);
     }
-    out.segments.push_back(s);
-    out.blocks.push_back(std::move(blocks));
+    add(s, blocks);
   }
   return out;
 }
+
+namespace {
 
 // A sparse per-event map with its keys moved to the window's numbering.
 template <typename V>
@@ -299,6 +306,18 @@ void RemapMarks(std::vector<model::PhaseMark>& marks, const std::vector<int64_t>
     out.push_back(m);
   }
   marks = std::move(out);
+}
+
+// Segments in the order a Trace keeps them, (device, address), their blocks told which is theirs.
+void SortSegments(std::vector<model::Segment>& segments, std::vector<model::Block>& blocks) {
+  std::stable_sort(segments.begin(), segments.end(), [](const auto& a, const auto& b) {
+    return a.device != b.device ? a.device < b.device : a.address < b.address;
+  });
+  for (uint32_t k = 0; k < segments.size(); ++k) {
+    for (uint32_t b = 0; b < segments[k].block_count; ++b) {
+      blocks[segments[k].first_block + b].segment = k;
+    }
+  }
 }
 
 std::string Describe(const WindowRequest& r) {
@@ -375,10 +394,10 @@ Status ApplyWindow(const WindowRequest& window, Loaded& loaded) {
   }
 
   // The state at each window's end, from the whole trace, before anything changes.
-  std::vector<DeviceState> states;
+  std::vector<AllocatorState> states;
   for (const DeviceWindow& w : windows) {
     if (w.end <= w.begin) continue;
-    ASSIGN_OR_RETURN(DeviceState s, StateAtEnd(loaded, w));
+    ASSIGN_OR_RETURN(AllocatorState s, AllocatorStateAfter(loaded, w.device, w.end));
     states.push_back(std::move(s));
   }
 
@@ -416,25 +435,15 @@ Status ApplyWindow(const WindowRequest& window, Loaded& loaded) {
   // The dump becomes the state at the windows' ends.
   std::vector<model::Segment> segments;
   std::vector<model::Block> blocks;
-  for (DeviceState& s : states) {
-    for (size_t k = 0; k < s.segments.size(); ++k) {
-      model::Segment seg = s.segments[k];
+  for (const AllocatorState& s : states) {
+    for (model::Segment seg : s.segments) {
+      const uint32_t first = seg.first_block;
       seg.first_block = static_cast<uint32_t>(blocks.size());
-      seg.block_count = static_cast<uint32_t>(s.blocks[k].size());
-      for (model::Block b : s.blocks[k]) {
-        b.segment = static_cast<uint32_t>(segments.size());
-        blocks.push_back(b);
-      }
+      for (uint32_t k = 0; k < seg.block_count; ++k) blocks.push_back(s.blocks[first + k]);
       segments.push_back(seg);
     }
   }
-  std::stable_sort(segments.begin(), segments.end(), [](const auto& a, const auto& b) {
-    return a.device != b.device ? a.device < b.device : a.address < b.address;
-  });
-  for (uint32_t k = 0; k < segments.size(); ++k) {
-    for (uint32_t b = 0; b < segments[k].block_count; ++b)
-      blocks[segments[k].first_block + b].segment = k;
-  }
+  SortSegments(segments, blocks);
 
   std::vector<std::string> notes;
   if (!iterations.empty()) notes.push_back(fmt::format("window ({}): {}", flags, iterations));

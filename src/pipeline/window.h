@@ -11,11 +11,24 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "pipeline/load.h"
 
 namespace vramscope::pipeline {
+
+// The allocator's segments and blocks of `device` after event `end - 1` of loaded.trace (an
+// index into Trace::events within the device's range): the snapshot's own when `end` is the
+// device's last event + 1, else the allocator model's replay of the recording up to there (it
+// follows the recorded addresses), each live block's stack from the allocation holding it and
+// each segment's from its segment_alloc. Segments by address; first_block/block_count index
+// `blocks`. An error (one line naming the input) when the replay cannot run.
+struct AllocatorState {
+  std::vector<model::Segment> segments;
+  std::vector<model::Block> blocks;
+};
+Result<AllocatorState> AllocatorStateAfter(const Loaded& loaded, int32_t device, size_t end);
 
 // The flags' syntax alone (no file needed): one line naming the flag and what it takes.
 Status CheckWindow(const WindowRequest& window);

@@ -110,6 +110,15 @@ def test_a_window_of_a_recording(installed, tmp_path):
     proc = installed_python(installed, code, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["193", "71", "1"]
+    # split() returns the pieces in order; each reports its part of the trace.
+    code = ("import vramscope\n"
+            "pieces = vramscope.split(None, 3, output='.')\n"
+            "print(*[p.name for p in pieces])\n"
+            "print(sum(vramscope.report(p, database=False).device().events for p in pieces))\n")
+    proc = installed_python(installed, code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        " ".join(f"vramscope-example.part{i}of3.pickle" for i in (1, 2, 3)), "193"]
 
 
 def test_errors_are_typed_with_the_commands_line(installed, tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-VERBS = ("report", "predict", "run", "simulate", "explain", "diff")
+VERBS = ("report", "predict", "run", "simulate", "explain", "diff", "split")
 
 
 def document_name(verb: str, document: dict[str, Any]) -> Optional[str]:
