@@ -71,9 +71,11 @@ class SavedTensors:
             used = self._unpacked.pop()
             if self._seq is not None:
                 self._release(self._by_seq.pop(node._sequence_nr() + 1, ()))
-            else:
-                for holder in used:
-                    holder.tensor = None
+            # What the node unpacked is its own whatever the counter said when it was packed: a
+            # custom Function packs after its forward has run, and every Function applied inside
+            # that forward (torchao's float8 casts) took a sequence number meanwhile.
+            for holder in used:
+                holder.tensor = None
 
     def release_running(self) -> None:
         """What ``ctx.maybe_clear_saved_tensors()`` does in a compiled graph's backward: the
