@@ -149,6 +149,23 @@ def assert_failure(rc, out, err, expected_rc, phrases, out_dir) -> str:
     return line
 
 
+def report_curves(cwd: Path, *args) -> dict[int, list[tuple[int, int]]]:
+    """`vramscope report ARGS`'s allocated and reserved bytes after each event, by device, read
+    from its database (written to a scratch file in `cwd` and removed)."""
+    out = cwd / "curves.sqlite"
+    rc, _, err = run_binary("report", *args, "-o", out, "-q", "--force", cwd=cwd, timeout=300)
+    assert rc == 0, err
+    db = sqlite3.connect(out)
+    rows = db.execute("SELECT device, allocated_bytes, reserved_bytes FROM vramscope_timeline "
+                      "ORDER BY device, event").fetchall()
+    db.close()
+    out.unlink()
+    by_device: dict[int, list[tuple[int, int]]] = {}
+    for device, allocated, reserved in rows:
+        by_device.setdefault(device, []).append((allocated, reserved))
+    return by_device
+
+
 def open_db(path: Path) -> sqlite3.Connection:
     """Opens a report read-only (so a test can never modify what it checks)."""
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True)

@@ -14,24 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import (BUILT_IN_EVENTS, REAL_FIXTURES, REPO, assert_failure, real_snapshot_params,
-                      run_binary)
+                      report_curves, run_binary)
 
 H100_GPT = REPO / "goldens" / "h100" / "gpt_adamw_bf16.pickle.gz"  # with its sidecar
-
-
-def timeline(cwd: Path, *args) -> dict[int, list[tuple[int, int]]]:
-    """(allocated, reserved) after each event, by device, from the report database."""
-    out = cwd / "t.sqlite"
-    rc, _, err = run_binary("report", *args, "-o", out, "-q", "--force", cwd=cwd, timeout=300)
-    assert rc == 0, err
-    db = sqlite3.connect(out)
-    rows = db.execute("SELECT device, allocated_bytes, reserved_bytes FROM vramscope_timeline "
-                      "ORDER BY device, event").fetchall()
-    db.close()
-    by_device: dict[int, list[tuple[int, int]]] = {}
-    for device, allocated, reserved in rows:
-        by_device.setdefault(device, []).append((allocated, reserved))
-    return by_device
 
 
 def notes(cwd: Path, *args) -> list[str]:
@@ -47,12 +32,12 @@ def notes(cwd: Path, *args) -> list[str]:
 def check_windows(tmp_path: Path, snapshot: list[str]) -> int:
     """Windows at the start, in the middle, at the end and of two events: each one's curves
     equal the whole recording's over the same events. Returns the events compared."""
-    whole = timeline(tmp_path, *snapshot)
+    whole = report_curves(tmp_path, *snapshot)
     device = min(whole)
     n = len(whole[device])
     compared = 0
     for first, last in ((1, n // 2), (n // 4, n // 2), (n // 3, n), (n // 2, n // 2 + 1)):
-        part = timeline(tmp_path, *snapshot, "--from", str(first), "--to", str(last))
+        part = report_curves(tmp_path, *snapshot, "--from", str(first), "--to", str(last))
         assert part[device] == whole[device][first - 1:last], (snapshot, first, last)
         compared += last - first + 1
     return compared
@@ -68,7 +53,7 @@ def test_windows_of_a_capture_with_its_sidecar(vramscope_bin, tmp_path):
 
 @pytest.mark.parametrize("snapshot", real_snapshot_params())
 def test_windows_of_real_snapshots_replay_as_the_whole_does(vramscope_bin, tmp_path, snapshot):
-    whole = timeline(tmp_path, str(snapshot))
+    whole = report_curves(tmp_path, str(snapshot))
     if sum(len(v) for v in whole.values()) < 8:
         pytest.skip(f"{snapshot.name} holds too few trace events for a window")
     check_windows(tmp_path, [str(snapshot)])

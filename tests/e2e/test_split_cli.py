@@ -9,30 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import REAL_FIXTURES, REPO, assert_failure, list_dir, real_snapshot_params, run_binary
+from conftest import (REAL_FIXTURES, REPO, assert_failure, list_dir, real_snapshot_params,
+                      report_curves, run_binary)
 
 H100_GPT = REPO / "goldens" / "h100" / "gpt_adamw_bf16.pickle.gz"
-
-
-def curves(cwd: Path, *args) -> dict[int, list[tuple[int, int]]]:
-    out = cwd / "c.sqlite"
-    rc, _, err = run_binary("report", *args, "-o", out, "-q", "--force", cwd=cwd, timeout=300)
-    assert rc == 0, err
-    db = sqlite3.connect(out)
-    rows = db.execute("SELECT device, allocated_bytes, reserved_bytes FROM vramscope_timeline "
-                      "ORDER BY device, event").fetchall()
-    db.close()
-    out.unlink()
-    by_device: dict[int, list[tuple[int, int]]] = {}
-    for device, allocated, reserved in rows:
-        by_device.setdefault(device, []).append((allocated, reserved))
-    return by_device
 
 
 def split(tmp_path: Path, slices: int, *snapshot: str) -> list[Path]:
@@ -48,11 +33,11 @@ def split(tmp_path: Path, slices: int, *snapshot: str) -> list[Path]:
 
 
 def check_pieces(tmp_path: Path, slices: int, *snapshot: str) -> list[Path]:
-    whole = curves(tmp_path, *snapshot)
+    whole = report_curves(tmp_path, *snapshot)
     pieces = split(tmp_path, slices, *snapshot)
     joined: dict[int, list[tuple[int, int]]] = {}
     for piece in pieces:
-        for device, points in curves(tmp_path, str(piece)).items():
+        for device, points in report_curves(tmp_path, str(piece)).items():
             joined.setdefault(device, []).extend(points)
     assert joined == whole
     return pieces
@@ -69,7 +54,7 @@ def test_a_captures_pieces_replay_as_the_whole(vramscope_bin, tmp_path):
 
 @pytest.mark.parametrize("snapshot", real_snapshot_params())
 def test_real_snapshots_pieces_replay_as_the_whole(vramscope_bin, tmp_path, snapshot):
-    whole = curves(tmp_path, str(snapshot))
+    whole = report_curves(tmp_path, str(snapshot))
     if min(len(v) for v in whole.values()) < 8:
         pytest.skip(f"{snapshot.name} holds too few trace events to split")
     check_pieces(tmp_path, 4, str(snapshot))
