@@ -44,16 +44,7 @@ Result<SplitPlan> PlanSplit(const SplitRequest& request) {
       SplitPiece& piece = plan.pieces[i];
       piece.ranges.push_back({t.devices[d], {from, to}});
       ASSIGN_OR_RETURN(AllocatorState state, AllocatorStateAfter(plan.loaded, t.devices[d], to));
-      for (model::Segment s : state.segments) {
-        const uint32_t first = s.first_block;
-        s.first_block = static_cast<uint32_t>(piece.state.blocks.size());
-        for (uint32_t k = 0; k < s.block_count; ++k) {
-          model::Block b = state.blocks[first + k];
-          b.segment = static_cast<uint32_t>(piece.state.segments.size());
-          piece.state.blocks.push_back(b);
-        }
-        piece.state.segments.push_back(s);
-      }
+      AppendState(state, piece.state);
     }
   }
   return plan;

@@ -111,8 +111,8 @@ int64_t FirstTime(const model::Events& ev) {
 }
 
 // Narrows each device's range by one bound (events sorted by time within a device).
-Status ApplyBound(const Bound& b, bool is_from, int64_t t0, const model::Events& ev,
-                  DeviceWindow& w) {
+void ApplyBound(const Bound& b, bool is_from, int64_t t0, const model::Events& ev,
+                DeviceWindow& w) {
   if (!b.is_time) {
     const size_t index = w.full_begin + static_cast<size_t>(b.event - 1);
     if (is_from) {
@@ -120,7 +120,7 @@ Status ApplyBound(const Bound& b, bool is_from, int64_t t0, const model::Events&
     } else {
       w.end = std::min(w.end, std::min(index + 1, w.full_end));
     }
-    return Status::Ok();
+    return;
   }
   const int64_t at = t0 + b.time_us;
   size_t i = w.full_begin;
@@ -131,7 +131,6 @@ Status ApplyBound(const Bound& b, bool is_from, int64_t t0, const model::Events&
     while (i < w.full_end && (ev.time_us[i] == model::kNoTime || ev.time_us[i] <= at)) ++i;
     w.end = std::min(w.end, i);
   }
-  return Status::Ok();
 }
 
 // The iterations' events of each device, from phase detection on the whole trace.
@@ -285,6 +284,19 @@ Result<AllocatorState> AllocatorStateAfter(const Loaded& loaded, int32_t device,
   return out;
 }
 
+void AppendState(const AllocatorState& from, AllocatorState& into) {
+  for (model::Segment s : from.segments) {
+    const uint32_t first = s.first_block;
+    s.first_block = static_cast<uint32_t>(into.blocks.size());
+    for (uint32_t k = 0; k < s.block_count; ++k) {
+      model::Block b = from.blocks[first + k];
+      b.segment = static_cast<uint32_t>(into.segments.size());
+      into.blocks.push_back(b);
+    }
+    into.segments.push_back(s);
+  }
+}
+
 namespace {
 
 // A sparse per-event map with its keys moved to the window's numbering.
@@ -368,8 +380,8 @@ Status ApplyWindow(const WindowRequest& window, Loaded& loaded) {
         loaded.input.Name()));
   }
   for (DeviceWindow& w : windows) {
-    if (from) RETURN_IF_ERROR(ApplyBound(*from, true, t0, t.events, w));
-    if (to) RETURN_IF_ERROR(ApplyBound(*to, false, t0, t.events, w));
+    if (from) ApplyBound(*from, true, t0, t.events, w);
+    if (to) ApplyBound(*to, false, t0, t.events, w);
   }
   std::string iterations;
   if (!window.steps.empty()) {
@@ -433,16 +445,10 @@ Status ApplyWindow(const WindowRequest& window, Loaded& loaded) {
   Remap(in.tensor_name, index);
 
   // The dump becomes the state at the windows' ends.
-  std::vector<model::Segment> segments;
-  std::vector<model::Block> blocks;
-  for (const AllocatorState& s : states) {
-    for (model::Segment seg : s.segments) {
-      const uint32_t first = seg.first_block;
-      seg.first_block = static_cast<uint32_t>(blocks.size());
-      for (uint32_t k = 0; k < seg.block_count; ++k) blocks.push_back(s.blocks[first + k]);
-      segments.push_back(seg);
-    }
-  }
+  AllocatorState end;
+  for (const AllocatorState& s : states) AppendState(s, end);
+  std::vector<model::Segment>& segments = end.segments;
+  std::vector<model::Block>& blocks = end.blocks;
   SortSegments(segments, blocks);
 
   std::vector<std::string> notes;

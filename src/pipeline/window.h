@@ -29,6 +29,9 @@ struct AllocatorState {
   std::vector<model::Block> blocks;
 };
 Result<AllocatorState> AllocatorStateAfter(const Loaded& loaded, int32_t device, size_t end);
+// Appends `from`'s segments and blocks to `into` (the states of several devices in one list),
+// renumbering first_block and each block's segment.
+void AppendState(const AllocatorState& from, AllocatorState& into);
 
 // The flags' syntax alone (no file needed): one line naming the flag and what it takes.
 Status CheckWindow(const WindowRequest& window);
