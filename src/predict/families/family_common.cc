@@ -55,7 +55,11 @@ TensorId CausalLmLoss(Ops& ops, TensorId logits, uint64_t batch, uint64_t seq, u
     sim.Ref(x);
   }
   const TensorId padded = ops.New(batch * (seq + 1), DType::kI64, "aten::constant_pad_nd");
-  const TensorId shifted = ops.New(batch * seq, DType::kI64, "aten::clone");
+  // labels[..., 1:].contiguous(): a copy, but of one row the slice is contiguous already (a
+  // dimension of size 1 has no stride to honour), so a batch of 1 (a packed row) keeps the
+  // padded labels alive through the view the loss saves.
+  const TensorId shifted =
+      batch == 1 ? ops.View(padded, seq) : ops.New(batch * seq, DType::kI64, "aten::clone");
   sim.Free(padded);
   const TensorId loss = ops.CrossEntropy(x, batch * seq, vocab, shifted);
   sim.Free(x);
