@@ -82,6 +82,11 @@ def parse_args(argv=None) -> Setup:
                    help="with --fsdp: FSDP2's MixedPrecisionPolicy as torchtitan sets it, "
                         "parameters gathered and computed in this dtype, gradients reduced in "
                         "fp32 (the parameters stay in --dtype)")
+    p.add_argument("--pack", metavar="L1,L2,...", type=_lengths, default=None,
+                   help="transformers causal LMs: the batch is samples of these lengths packed "
+                        "into one row as DataCollatorWithFlattening makes it (position ids "
+                        "restarting at each sample, labels -100 at each sample's first token); "
+                        "replaces --batch and --seq")
     p.add_argument("-o", "--output", required=True, help="the stream to write (JSON Lines)")
     a = p.parse_args(argv)
     for name in ("batch", "seq", "steps", "grad_accum"):
@@ -111,6 +116,11 @@ def parse_args(argv=None) -> Setup:
     if a.lora_dropout > 0 and a.lora is None:
         raise TracerError("--lora-dropout without --lora", "the command line",
                           "add --lora R (the dropout is the adapters')")
+    if a.pack is not None:
+        if not a.model.startswith("hf:"):
+            raise TracerError("--pack packs a transformers causal LM's batch", "the command line",
+                              "give --model hf:config.json (or drop --pack)")
+        a.batch, a.seq = 1, sum(a.pack)
     return Setup(model=a.model, output=a.output, inputs=a.inputs, batch=a.batch, seq=a.seq,
                  image_size=a.image_size, dtype=a.dtype, amp=a.amp, optimizer=a.optimizer,
                  optimizer_impl=a.optimizer_impl, zero_grad=a.zero_grad, steps=a.steps,
@@ -118,7 +128,20 @@ def parse_args(argv=None) -> Setup:
                  lora_dropout=a.lora_dropout,
                  freeze=list(a.freeze), sdpa=a.sdpa, compile=a.compile or a.cuda_graphs,
                  cuda_graphs=a.cuda_graphs, world_size=a.world_size, rank=a.rank,
-                 fsdp=a.fsdp, fsdp_mp=a.fsdp_mp)
+                 fsdp=a.fsdp, fsdp_mp=a.fsdp_mp, pack=a.pack)
+
+
+def _lengths(text: str) -> list:
+    """--pack's value: comma-separated positive sample lengths."""
+    try:
+        lengths = [int(part) for part in text.split(",")]
+    except ValueError:
+        lengths = []
+    if not lengths or min(lengths) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of sample lengths: give positive token counts such as "
+            "1024,800,2272")
+    return lengths
 
 
 def _check_output(path: str) -> str:

@@ -224,6 +224,9 @@ def load_hf_model(setup: Setup) -> ModelSpec:
         enable()
         notes.append(f"gradient checkpointing: model.{enable.__name__}() (transformers' "
                      "defaults)")
+    if setup.pack is not None and task != "causal_lm":
+        raise TracerError(f"--pack packs a causal LM's samples; {class_name} is not one", path,
+                          "drop --pack")
     forward_kwargs = {"use_cache": False} if task == "causal_lm" else {}
     vocab = getattr(config, "vocab_size", None)
     num_labels = getattr(config, "num_labels", 2)
@@ -243,6 +246,13 @@ def load_hf_model(setup: Setup) -> ModelSpec:
             raise TracerError(f"{class_name} takes neither input_ids with a vocab_size nor images",
                               path, "trace it as a FILE.py:FUNCTION model with vramscope_inputs")
         ids = torch.randint(0, vocab, (b, s), generator=g)
+        if setup.pack is not None:
+            # DataCollatorWithFlattening: one row, position ids restarting at every sample,
+            # each sample's first label -100 (it has no previous token to predict it from)
+            positions = torch.cat([torch.arange(n) for n in setup.pack]).unsqueeze(0)
+            labels = ids.clone()
+            labels[positions == 0] = -100
+            return {"input_ids": ids, "labels": labels, "position_ids": positions}
         if task in ("causal_lm", "masked_lm"):
             return {"input_ids": ids, "labels": ids.clone()}
         if task == "sequence_classification":
@@ -252,6 +262,9 @@ def load_hf_model(setup: Setup) -> ModelSpec:
     def forward(model, batch):
         return model(**batch, **forward_kwargs)
 
+    if setup.pack is not None:
+        notes.append(f"packed: samples of {','.join(map(str, setup.pack))} tokens in one row "
+                     "(position_ids restart per sample, as DataCollatorWithFlattening makes them)")
     inputs_note = {"causal_lm": "input_ids [b, s] int64 and labels (a copy)",
                    "masked_lm": "input_ids [b, s] int64 and labels (a copy: every position)",
                    "image_classification": "pixel_values [b, C, H, W] and labels [b]",

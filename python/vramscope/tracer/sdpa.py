@@ -95,7 +95,7 @@ class SdpaRouting:
         needs_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
         if backend == "flash":
             return self._flash(query, key, value, dropout_p, is_causal, scale)
-        bias = self._attn_bias(attn_mask) if attn_mask is not None else None
+        bias = self._attn_bias(attn_mask, query, key) if attn_mask is not None else None
         if backend == "efficient":
             return torch.ops.aten._scaled_dot_product_efficient_attention(
                 query, key, value, bias, needs_lse, dropout_p, is_causal, scale=scale)[0]
@@ -114,15 +114,18 @@ class SdpaRouting:
         return out[..., :d] if pad else out
 
     @staticmethod
-    def _attn_bias(mask):
-        # preprocess_mask: a boolean mask becomes an additive float one; the last dimension is
-        # padded to a multiple of 16 (the memory-efficient kernel's alignment) and sliced back
+    def _attn_bias(mask, query, key):
+        # attention.cpp: convert_boolean_attn_mask makes a boolean mask additive, in the
+        # query's dtype (where(mask, 0.0, scalar_tensor(-inf, dtype))); preprocess_mask pads
+        # the last dimension to a multiple of 8 (the memory-efficient kernel's alignment) when
+        # a stride but the last is not one, slices it back, and expands to [b, heads, l, s]
         if mask.dtype == torch.bool:
-            mask = torch.where(mask.logical_not(), float("-inf"), 0.0)
-        pad = (-mask.size(-1)) % 16
-        if pad:
+            minus_inf = torch.scalar_tensor(float("-inf"), dtype=query.dtype, device=mask.device)
+            mask = torch.where(mask, 0.0, minus_inf)
+        if mask.stride(-1) != 1 or any(st % 8 for st in mask.stride()[:-1]):
+            pad = 8 - mask.size(-1) % 8
             mask = torch.nn.functional.pad(mask, (0, pad))[..., : mask.size(-1)]
-        return mask
+        return mask.expand(query.size(0), query.size(1), query.size(2), key.size(2))
 
 
 def _call_with_schema(op, **named):

@@ -31,6 +31,7 @@ class Setup:
     rank: int = 0
     fsdp: bool = False          # --fsdp: FSDP2 applied by the tracer (blocks, then the root)
     fsdp_mp: str | None = None  # --fsdp-mp bf16|fp16: its MixedPrecisionPolicy
+    pack: list | None = None    # --pack: sample lengths packed into one row (causal LMs)
 
     def as_header(self) -> dict:
         d = dict(self.__dict__)
