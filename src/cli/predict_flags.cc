@@ -93,6 +93,16 @@ void RegisterPredictCommand(CLI::App& app, PredictFlags& o) {
                 "the blocks' linears, eager: each product's input and weight cast to float8 "
                 "and dropped after it, the bf16 input and weight kept for backward (LLaMA, "
                 "BERT and ViT families; --dtype bf16 or bf16-amp)");
+  cmd->add_option("--pack", o.request.pack,
+                  "causal LMs of the LLaMA family: the batch is samples of these lengths packed "
+                  "into one row, as transformers' DataCollatorWithFlattening makes it (position "
+                  "ids restart per sample); under sdpa each layer attends through a "
+                  "block-diagonal mask [1, 1, T, T] in the compute dtype with the "
+                  "memory-efficient kernel, K and V repeated to every head. Sets --batch 1 and "
+                  "--seq to the sum")
+      ->delimiter(',')
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24))
+      ->option_text("L1,L2,...");
   cmd->add_flag("--optimizer-in-backward", o.request.optimizer_in_backward,
                 "step each weight inside backward as soon as its gradient is made, then drop "
                 "the gradient (torchtune's optimizer_in_bwd; one GPU, no --grad-accum)");

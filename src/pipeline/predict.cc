@@ -262,6 +262,12 @@ Result<PredictResult> FitStep(const PredictRequest& r, const predict::PredictReq
     return UsageError(fmt::format("--fit-dim {}: use batch, seq or layout", r.fit_dim));
   }
   const char* what = dim == predict::FitDimension::kBatch ? "batch" : "sequence length";
+  if (!request.setup.pack.empty()) {
+    return UsageError(fmt::format(
+        "--fit sizes the {}; --pack fixes it (one row of the samples given): drop --pack, or "
+        "give fewer or shorter samples and predict again",
+        what));
+  }
   r.control.Stage(
       fmt::format("finding the largest {} that fits (a simulation per size tried)", what));
   ASSIGN_OR_RETURN(const predict::FitResult fit,

@@ -61,6 +61,7 @@ struct PredictRequest {
   bool offload_optimizer = false;    // optimizer states on the host
   bool offload_gradients = false;    // and gradients, as soon as they are accumulated
   bool fp8 = false;                  // torchao's float8 training of the blocks' linears
+  std::vector<uint64_t> pack;        // --pack: sample lengths packed into one row
   int lora = 0;                      // LoRA rank; 0: none
   int qlora = 0;                     // QLoRA rank (LoRA over NF4 base weights); 0: none
   double lora_dropout = 0;           // peft's lora_dropout

@@ -6,6 +6,39 @@
 
 namespace vramscope::pipeline::predict_parts {
 
+namespace {
+
+// --pack: the samples' lengths become one row of their sum.
+Status ResolvePacking(const PredictRequest& r, predict::TrainingSetup& s) {
+  if (r.pack.empty()) return Status::Ok();
+  if (r.batch > 1) {
+    return UsageError(fmt::format(
+        "--pack puts the samples in one row (DataCollatorWithFlattening makes batch 1): drop "
+        "--batch {} (--grad-accum N steps N packed rows)",
+        r.batch));
+  }
+  if (r.seq != 0) {
+    return UsageError("--pack makes the row as long as its samples together: drop --seq");
+  }
+  uint64_t total = 0;
+  for (const uint64_t length : r.pack) {
+    if (length == 0)
+      return UsageError("--pack: a sample of 0 tokens; give each length as 1 or more");
+    total += length;
+    if (total > (uint64_t{1} << 24)) {
+      return UsageError(
+          fmt::format("--pack: the samples make more than {} tokens in one row; pack fewer",
+                      uint64_t{1} << 24));
+    }
+  }
+  s.pack = r.pack;
+  s.batch = 1;
+  s.seq = total;
+  return Status::Ok();
+}
+
+}  // namespace
+
 std::string SimulatorOnlyTechnique(const PredictRequest& r) {
   if (r.loss_chunks > 1) return "--loss-chunks";
   if (r.fused_linear_ce) return "--fused-linear-ce";
@@ -18,6 +51,7 @@ std::string SimulatorOnlyTechnique(const PredictRequest& r) {
   if (r.offload_optimizer) return "--offload-optimizer";
   if (r.offload_gradients) return "--offload-gradients";
   if (r.fp8) return "--fp8";
+  if (!r.pack.empty()) return "--pack";
   if (r.optimizer != "sgd" && r.optimizer != "momentum" && r.optimizer != "adam" &&
       r.optimizer != "adamw" && r.optimizer != "none") {
     return "--optimizer " + r.optimizer;
@@ -97,6 +131,7 @@ Status ResolveTechniques(const PredictRequest& r, predict::TrainingSetup& s) {
         "bf16 autocast as torchtitan runs one GPU): give --dtype bf16 or bf16-amp, not {}",
         r.dtype));
   }
+  RETURN_IF_ERROR(ResolvePacking(r, s));
   s.offload_activations = r.offload_activations;
   o.offload = r.offload_optimizer;
   o.offload_gradients = r.offload_gradients;

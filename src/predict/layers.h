@@ -115,6 +115,14 @@ class Ops {
   // place, softmax, dropout, and the product with V: the output is [b, heads, s, d].
   TensorId SdpaMath(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                     uint64_t seq, uint64_t head_dim, double dropout);
+  // F.scaled_dot_product_attention with a boolean mask [batch, 1, seq, seq] (a packed batch's
+  // block-diagonal causal mask) and every head in q, k and v: the memory-efficient kernel, the
+  // mask made an additive bias in q's dtype (layers_masked_attention.cc).
+  TensorId MaskedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
+                           uint64_t seq, uint64_t head_dim);
+  // transformers' repeat_kv: K or V [b, kv_heads, s, d] copied to every one of `n_rep` query
+  // heads; backward sums the copies' gradients back.
+  TensorId RepeatKv(TensorId x, uint64_t n_rep);
   // Attention written out: softmax(q k^T / sqrt(d) + mask) v, with dropout on the probabilities.
   TensorId MathAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                          uint64_t seq, uint64_t head_dim, double dropout);

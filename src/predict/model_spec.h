@@ -124,6 +124,11 @@ struct TrainingSetup {
   // blocks' nn.Linear layers whose dimensions are multiples of 16 become Float8Linear, the
   // head stays as it is (torchtitan's filter_fqns ["output"]).
   bool float8 = false;
+  // Packing (transformers' DataCollatorWithFlattening): samples of these lengths concatenated
+  // into one row (batch 1, seq their sum) whose position ids restart at each sample. Under
+  // sdpa the model builds a block-diagonal causal mask [1, 1, seq, seq] and every layer runs
+  // the memory-efficient kernel with it as an additive bias. Empty: not packed.
+  std::vector<uint64_t> pack;
   int lora_rank = 0;
   // QLoRA (with lora_rank): every linear of the blocks frozen in bitsandbytes' NF4 (Linear4bit,
   // blocks of 64, double quantisation), dequantised into the compute dtype around each use.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/units.h"
 #include "predict/model_description.h"
 #include "predict/role_stream.h"
@@ -46,6 +48,13 @@ std::string SetupText(const ModelSpec& m, const TrainingSetup& s) {
   const bool lm =
       m.family == Family::kGpt2 || m.family == Family::kLlama || m.family == Family::kBert;
   if (lm) text += fmt::format(", seq {}", s.seq ? s.seq : m.default_seq);
+  if (s.pack.size() > 8) {
+    const auto [shortest, longest] = std::minmax_element(s.pack.begin(), s.pack.end());
+    text +=
+        fmt::format(" (packed: {} samples of {} to {} tokens)", s.pack.size(), *shortest, *longest);
+  } else if (!s.pack.empty()) {
+    text += fmt::format(" (packed: {} tokens)", fmt::join(s.pack, "+"));
+  }
   if (m.family == Family::kVit || m.family == Family::kResnet) {
     text += fmt::format(", image {}", s.image_size ? s.image_size : m.image_size);
   }

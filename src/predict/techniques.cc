@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/units.h"
 #include "predict/build_trace.h"
 
@@ -52,6 +54,18 @@ std::vector<ActiveTechnique> ActiveTechniques(const TrainingSetup& s) {
   if (s.checkpointing && s.offload_checkpoints) {
     out.push_back({"checkpoints offloaded to the host",
                    [](TrainingSetup& t) { t.offload_checkpoints = false; }});
+  }
+  if (!s.pack.empty()) {
+    // Against the same samples as a padded batch: each a row, padded to the longest (what a
+    // collator without packing makes; sdpa then runs causal with no mask).
+    const uint64_t longest = *std::max_element(s.pack.begin(), s.pack.end());
+    out.push_back({fmt::format("packing {} samples in one row (against padding them to {})",
+                               s.pack.size(), longest),
+                   [longest](TrainingSetup& t) {
+                     t.batch = t.pack.size();
+                     t.seq = longest;
+                     t.pack.clear();
+                   }});
   }
   if (s.float8) {
     out.push_back({"float8 linears (torchao)", [](TrainingSetup& t) { t.float8 = false; }});

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "predict/model_description.h"
 
@@ -362,6 +364,67 @@ TEST(Float8, UnderAutocastTheWeightsAreNotCopiedToBf16) {
   // dtype, once a block linear and step, as autocast's copy hands it back in plain bf16-amp.
   EXPECT_EQ(CountAllocs(fp8, 8192 * 4, "aten::_to_copy"),
             CountAllocs(plain, 8192 * 4, "aten::_to_copy"));
+}
+
+// The LLaMA above (4 blocks, 4 heads of 16, 2 KV heads) on three samples packed into one row of
+// 96 tokens, in bf16.
+TrainingSetup PackedSetup(std::vector<uint64_t> lengths) {
+  TrainingSetup s;
+  s.steps = 2;
+  s.precision.param = DType::kBF16;
+  s.seq = 0;
+  for (const uint64_t n : lengths) s.seq += n;
+  s.pack = std::move(lengths);
+  return s;
+}
+
+TEST(Packing, EveryLayerKeepsTheMaskAsABiasAndKAndVForEveryHead) {
+  const ModelSpec m = Spec(kLlama);
+  const TrainingSetup packed_setup = PackedSetup({40, 24, 32});
+  const TensorStream packed = Simulate(m, packed_setup);
+  TrainingSetup plain_setup = packed_setup;
+  plain_setup.pack.clear();  // the same 96 tokens as one sample: causal, no mask
+  const TensorStream plain = Simulate(m, plain_setup);
+  // The mask is built once a forward: two 96 x 96 booleans and-ed, the second one kept.
+  EXPECT_EQ(CountAllocs(packed, 96 * 96, "aten::bitwise_and"), 2u * 2);
+  // Each layer makes it an additive bf16 bias (no padding: 96 is a multiple of 8).
+  EXPECT_EQ(CountAllocs(packed, 96 * 96 * 2, "aten::where"), 4u * 2);
+  EXPECT_EQ(CountAllocs(packed, 96 * 104 * 2, "aten::constant_pad_nd"), 0u);
+  // Per layer and step, backward keeps the bias (18,432 B) and K and V repeated to 4 heads
+  // (12,288 B each) where the flash kernel kept the rotated K and V of 2 heads (6,144 B each)
+  // and its RNG state (16 + 8 B); the log-sum-exp is the same (96 is a multiple of 32).
+  const uint64_t more = 18432 + 2 * 12288;
+  const uint64_t fewer = 2 * 6144 + 16 + 8;
+  EXPECT_EQ(BytesOf(packed, model::Category::kActivation),
+            BytesOf(plain, model::Category::kActivation) + 4 * 2 * (more - fewer));
+  // Backward sums each repeated gradient back to 2 heads.
+  EXPECT_EQ(CountAllocs(packed, 6144, "aten::sum"), 2u * 4 * 2);
+}
+
+TEST(Packing, ARowNotAMultipleOfEightPadsTheBias) {
+  const TensorStream packed = Simulate(Spec(kLlama), PackedSetup({40, 24, 36}));
+  // 100 tokens: the bias is padded to rows of 104 and the padded tensor kept.
+  EXPECT_EQ(CountAllocs(packed, 100 * 104 * 2, "aten::constant_pad_nd"), 4u * 2);
+}
+
+TEST(Packing, CheckpointedBlocksRebuildTheBiasFromTheHeldMask) {
+  TrainingSetup s = PackedSetup({40, 24, 32});
+  s.checkpointing = true;
+  const TensorStream packed = Simulate(Spec(kLlama), s);
+  // The bias is made in forward and again in each block's recomputation.
+  EXPECT_EQ(CountAllocs(packed, 96 * 96 * 2, "aten::where"), 2u * 4 * 2);
+}
+
+TEST(TechniqueEffects, PackingIsWeighedAgainstPaddingTheSamples) {
+  auto model = LoadModel("qwen2-0.5b");
+  ASSERT_TRUE(model.ok());
+  PredictRequest r;
+  r.model = "qwen2-0.5b";
+  r.setup = PackedSetup({1024, 512, 2048});
+  auto effects = TechniqueEffects(*model, r);
+  ASSERT_TRUE(effects.ok()) << effects.status().message();
+  ASSERT_EQ(effects->size(), 1u);
+  EXPECT_EQ((*effects)[0].name, "packing 3 samples in one row (against padding them to 2048)");
 }
 
 TEST(TechniqueEffects, EachAgainstTheSetUpWithoutIt) {

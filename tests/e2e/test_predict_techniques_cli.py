@@ -139,3 +139,41 @@ def test_fp8_says_what_torchaos_casts_cost(run_module):
 def test_fp8_refusals_say_why(run_module, tmp_path, args, phrases):
     rc, out, err = run_module("predict", *args, "--fp8", cwd=tmp_path)
     assert_failure(rc, out, err, 2, phrases, tmp_path)
+
+
+def test_pack_weighs_packing_against_padding_the_same_samples(run_module):
+    """--pack on a LLaMA-family preset: one row of the samples' sum, the summary's set-up names
+    the samples, and the effect line compares the packed row with the same samples padded to
+    the longest (batch 3 x 2048 here), in the direction the two predictions' peaks differ."""
+    setup = ["--model", "qwen2-0.5b", "--dtype", "bf16", "--steps", "1"]
+    packed = predict_json(run_module, *setup, "--pack", "1024,512,2048")
+    padded = predict_json(run_module, *setup, "--batch", "3", "--seq", "2048")
+    assert "batch 1, seq 3584 (packed: 1024+512+2048 tokens)" in packed["prediction"]["setup"]
+    fact = packed["prediction"]["facts"][
+        "packing 3 samples in one row (against padding them to 2048)"]
+    # Qwen2's 151,936-token head makes fp32 logits of 0.6 MB a token: 3,584 packed tokens
+    # against 6,144 padded ones outweigh the 24 layers' 3584 x 3584 bf16 biases.
+    assert peak(padded) > peak(packed)
+    assert fact.startswith("saves "), fact
+    # The flag repeated is the same as one comma-separated list (the Python API repeats it).
+    repeated = predict_json(run_module, *setup, "--pack", "1024", "--pack", "512",
+                            "--pack", "2048")
+    assert peak(repeated) == peak(packed)
+
+
+@pytest.mark.parametrize("args, phrases", [
+    (["--model", "gpt2"], ["--pack", "LLaMA family", "gpt2"]),
+    (["--model", "qwen2-0.5b", "--batch", "2"], ["--pack", "drop --batch 2"]),
+    (["--model", "qwen2-0.5b", "--seq", "512"], ["--pack", "drop --seq"]),
+    (["--model", "llama3-8b", "--tp", "2"], ["--pack", "per-rank estimate"]),
+    (["--model", "qwen2-0.5b", "--fit", "h100-80gb"], ["--fit", "--pack", "fixes"]),
+])
+def test_pack_refusals_say_why(run_module, tmp_path, args, phrases):
+    rc, out, err = run_module("predict", *args, "--pack", "512,256", cwd=tmp_path)
+    assert_failure(rc, out, err, 2, phrases, tmp_path)
+
+
+@pytest.mark.parametrize("value", ["0,512", "512,x", "", "-3"])
+def test_pack_takes_positive_lengths_only(run_module, tmp_path, value):
+    rc, out, err = run_module("predict", "--model", "qwen2-0.5b", "--pack", value, cwd=tmp_path)
+    assert_failure(rc, out, err, 2, ["--pack"], tmp_path)

@@ -30,6 +30,9 @@ struct StepTensors {
   std::vector<TensorId> inputs;  // in the order the loop moved them to the device
   TensorId output = kNoTensor;   // what the loop keeps until the step ends
   TensorId loss = kNoTensor;
+  // What checkpointed blocks' recomputations still read after forward (a packed batch's
+  // attention mask, an argument of every block): held until backward ends.
+  std::vector<TensorId> held_for_backward;
 };
 
 class Model {

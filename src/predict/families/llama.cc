@@ -65,7 +65,11 @@ class Llama : public Model {
 
   std::vector<TensorId> Inputs(Ops& ops) override {
     const uint64_t n = s_.batch * Seq();
-    return {ops.Input("input_ids", n, DType::kI64), ops.Input("labels", n, DType::kI64)};
+    std::vector<TensorId> in = {ops.Input("input_ids", n, DType::kI64),
+                                ops.Input("labels", n, DType::kI64)};
+    // DataCollatorWithFlattening hands the restarting positions to the model.
+    if (!s_.pack.empty()) in.push_back(ops.Input("position_ids", n, DType::kI64));
+    return in;
   }
 
   StepTensors Forward(Ops& ops, const std::vector<TensorId>& in) override {
@@ -78,6 +82,7 @@ class Llama : public Model {
         Scope e(sim, "embed_tokens");
         x = ops.Embedding(in[0], embed_, rows, h);
       }
+      if (!s_.pack.empty()) mask_ = PackedMask(ops, s);
       // Rotary position embeddings, once per forward: cos and sin [1, s, d] in the compute
       // dtype (computed in fp32 first).
       const TensorId freqs = ops.New(s * d / 2, DType::kF32, "aten::matmul");
@@ -118,7 +123,17 @@ class Llama : public Model {
       sim.Free(x);
       x = y;
     }
-    return CausalLmHead(ops, x, head_, b, s, s_);
+    StepTensors out = CausalLmHead(ops, x, head_, b, s, s_);
+    if (!s_.pack.empty()) {
+      // The model drops its mask when it returns; checkpointed blocks hold it as an argument of
+      // their recomputation, until backward (which runs LayerForward again, packed).
+      if (s_.checkpointing) {
+        out.held_for_backward.push_back(mask_);
+      } else {
+        sim.Free(mask_);
+      }
+    }
+    return out;
   }
 
  private:
@@ -127,6 +142,61 @@ class Llama : public Model {
     Weight norm1, norm2;
   };
   uint64_t Seq() const { return s_.seq ? s_.seq : m_.default_seq; }
+
+  // A packed row's attention mask [1, 1, s, s] (bool), as transformers 5 builds it in
+  // create_causal_mask (masking_utils.py) from the restarting position ids: first
+  // find_packed_sequence_indices (which sample each token is in: a diff with a prepended value,
+  // != 1, cumsum, and a check that there is more than one sample), then sdpa_mask over
+  // broadcast index ranges: the causal rule on the remapped positions, and-ed with "same
+  // sample", each an s x s boolean. Only the last one is kept.
+  TensorId PackedMask(Ops& ops, uint64_t s) {
+    StepSimulator& sim = ops.sim();
+    const uint64_t square = s * s;
+    const TensorId first = ops.New(1, DType::kI64, "aten::sub");  // position_ids[:, :1] - 1
+    const TensorId prepended = ops.New(s + 1, DType::kI64, "aten::cat");
+    const TensorId diff = ops.New(s, DType::kI64, "aten::sub");
+    sim.Free(prepended);
+    const TensorId starts = ops.New(s, DType::kBool, "aten::ne");
+    const TensorId sample_of = ops.New(s, DType::kI64, "aten::cumsum");
+    sim.Free(starts);
+    const TensorId last = ops.New(1, DType::kBool, "aten::eq");
+    const TensorId all = ops.New(1, DType::kBool, "aten::all");
+    sim.Free(last);
+    sim.Free(all);
+    sim.Free(first);
+    sim.Free(diff);
+    // sdpa_mask: arange(batch), arange(1), the query and key positions (arange + offset).
+    const TensorId batch_idx = ops.New(1, DType::kI64, "aten::arange");
+    const TensorId head_idx = ops.New(1, DType::kI64, "aten::arange");
+    auto positions = [&] {
+      const TensorId range = ops.New(s, DType::kI64, "aten::arange");
+      const TensorId shifted = ops.New(s, DType::kI64, "aten::add");
+      sim.Free(range);
+      return shifted;
+    };
+    const TensorId q_idx = positions();
+    const TensorId kv_idx = positions();
+    // and_masks: ones & causal(position_ids[q], position_ids[kv]) & same_sample(q, kv).
+    const TensorId ones = ops.New(1, DType::kBool, "aten::new_ones");
+    auto pairwise = [&](std::string_view compare) {
+      const TensorId at_q = ops.New(s, DType::kI64, "aten::index");
+      const TensorId at_kv = ops.New(s, DType::kI64, "aten::index");
+      const TensorId result = ops.New(square, DType::kBool, compare);
+      sim.Free(at_q);
+      sim.Free(at_kv);
+      return result;
+    };
+    const TensorId causal = pairwise("aten::le");
+    const TensorId causal_and = ops.New(square, DType::kBool, "aten::bitwise_and");
+    sim.Free(causal);
+    sim.Free(ones);
+    const TensorId same = pairwise("aten::eq");
+    const TensorId mask = ops.New(square, DType::kBool, "aten::bitwise_and");
+    sim.Free(same);
+    sim.Free(causal_and);
+    for (const TensorId t : {batch_idx, head_idx, q_idx, kv_idx, sample_of}) sim.Free(t);
+    return mask;
+  }
 
   TensorId LayerForward(Ops& ops, const Layer& layer, TensorId x) {
     StepSimulator& sim = ops.sim();
@@ -152,34 +222,57 @@ class Llama : public Model {
       // 16-bit inputs, so sdpa runs its math kernel, whose gradient of v comes back contiguous
       // in [b, kv_heads, s, d] and is copied too.
       const bool fp32 = !ops.precision().autocast && ops.precision().param == DType::kF32;
-      const bool math = fp32 && m_.kv_heads != m_.heads;
+      // A packed row's mask goes to the memory-efficient kernel with K and V repeated to every
+      // head (MaskedAttention); the repeat's gradient comes back contiguous in
+      // [b, kv_heads, s, d], so v's is copied through the transpose too.
+      const bool packed = !s_.pack.empty();
+      const uint64_t n_rep = m_.heads / m_.kv_heads;
+      const bool math = fp32 && m_.kv_heads != m_.heads && !packed;
       q = split(ApplyIn(ops, "q_proj", layer.q, n1, rows, s_));
       k = split(ApplyIn(ops, "k_proj", layer.k, n1, rows, s_));
       v = ApplyIn(ops, "v_proj", layer.v, n1, rows, s_);
-      if (math) v = split(v);
+      if (math || (packed && n_rep > 1)) v = split(v);
       const TensorId qr = ops.Rotary(q, cos_, sin_);
       sim.Free(q);
       const TensorId kr = ops.Rotary(k, cos_, sin_);
       sim.Free(k);
       TensorId merged;
-      if (math) {
-        const TensorId ctx = ops.SdpaMath(qr, kr, v, b, m_.heads, s, d, m_.attention_dropout);
-        // attn_output.transpose(1, 2).contiguous(): a copy of the kernel's [b, heads, s, d]
-        // output; the gradient coming back goes through the transpose with a copy too.
-        const TensorId t = ops.LayoutView(ctx);
-        sim.Free(ctx);
-        merged = ops.Copy(t, "aten::clone");
-        sim.Free(t);
+      if (packed) {
+        // sdpa_attention_forward with a mask: transformers asks sdpa for grouped-query
+        // attention only without one, so K and V are repeated to every head first; the rotated
+        // K and the V projection stay referenced until the layer returns (after o_proj).
+        const TensorId kk = n_rep > 1 ? ops.RepeatKv(kr, n_rep) : kr;
+        const TensorId vv = n_rep > 1 ? ops.RepeatKv(v, n_rep) : v;
+        merged = ops.MaskedAttention(qr, kk, vv, b, m_.heads, s, d);
+        sim.Free(qr);
+        if (n_rep > 1) {
+          sim.Free(kk);
+          sim.Free(vv);
+        }
+        attn = ApplyIn(ops, "o_proj", layer.o, merged, rows, s_);
+        sim.Free(merged);
+        sim.Free(kr);
+        sim.Free(v);
       } else {
-        // The fused kernels' output is laid out [b, s, heads, d]: transpose + contiguous copy
-        // nothing.
-        merged = ops.FusedAttention(qr, kr, v, b, m_.heads, m_.kv_heads, s, d);
+        if (math) {
+          const TensorId ctx = ops.SdpaMath(qr, kr, v, b, m_.heads, s, d, m_.attention_dropout);
+          // attn_output.transpose(1, 2).contiguous(): a copy of the kernel's [b, heads, s, d]
+          // output; the gradient coming back goes through the transpose with a copy too.
+          const TensorId t = ops.LayoutView(ctx);
+          sim.Free(ctx);
+          merged = ops.Copy(t, "aten::clone");
+          sim.Free(t);
+        } else {
+          // The fused kernels' output is laid out [b, s, heads, d]: transpose + contiguous
+          // copy nothing.
+          merged = ops.FusedAttention(qr, kr, v, b, m_.heads, m_.kv_heads, s, d);
+        }
+        sim.Free(qr);
+        sim.Free(kr);
+        sim.Free(v);
+        attn = ApplyIn(ops, "o_proj", layer.o, merged, rows, s_);
+        sim.Free(merged);
       }
-      sim.Free(qr);
-      sim.Free(kr);
-      sim.Free(v);
-      attn = ApplyIn(ops, "o_proj", layer.o, merged, rows, s_);
-      sim.Free(merged);
     }
     sim.Free(n1);
     const TensorId r1 = ops.Add(x, attn);
@@ -217,6 +310,9 @@ class Llama : public Model {
   const ModelSpec& m_;
   const TrainingSetup& s_;
   TensorId cos_ = kNoTensor, sin_ = kNoTensor;  // this forward's rotary tables
+  // A packed row's attention mask (PackedMask), this forward's: freed when it ends, or after
+  // backward under checkpointing.
+  TensorId mask_ = kNoTensor;
   Weight embed_, norm_;
   LinearWeights head_;
   std::vector<Layer> layers_;

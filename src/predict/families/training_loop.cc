@@ -92,6 +92,18 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
         m.label, FamilyName(m.family),
         m.family == Family::kGpt2 ? ", whose blocks are Conv1D (torchao leaves them alone)" : ""));
   }
+  if (!setup.pack.empty() && m.family != Family::kLlama) {
+    return UsageError(fmt::format(
+        "--pack is predicted for the LLaMA family (LLaMA, Mistral, Qwen2 under transformers' "
+        "DataCollatorWithFlattening); {} is a {}",
+        m.label, FamilyName(m.family)));
+  }
+  if (!setup.pack.empty() && m.attention == "eager") {
+    return UsageError(
+        "--pack is predicted under sdpa (the block-diagonal mask through the memory-efficient "
+        "kernel); this model's attention is eager: drop --pack or the config's "
+        "attn_implementation");
+  }
   if (setup.checkpointing && (m.family == Family::kResnet || m.family == Family::kLayerList)) {
     // Checkpointing wraps each transformer block; these have none, and a silent "saves 0 B"
     // would mislead.
@@ -165,6 +177,7 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
       if (autocast) sim.EndAutocast();
       stream.Phase(step, Phase::kBackward, "backward");
       sim.Backward(t.loss);
+      for (const TensorId held : t.held_for_backward) sim.Free(held);
       if (stream.events.size() > setup.max_events) {
         return UsageError(fmt::format(
             "the prediction would hold more than {} tensor events (step {}, micro-batch {}, of "
