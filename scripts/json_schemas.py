@@ -115,7 +115,8 @@ def samples(work: Path) -> dict[str, list[dict]]:
         if doc is not None:
             out[document_name("predict", doc)].append(doc)
     corpus = REPO / "tests" / "data" / "oom_messages"
-    for n, text in enumerate(sorted(corpus.glob("*.txt"))):
+    frameworks = REPO / "tests" / "data" / "oom_frameworks"
+    for n, text in enumerate(sorted(corpus.glob("*.txt")) + sorted(frameworks.glob("*.txt"))):
         # Every fourth with a model to fit, every fourth with the allocator settings.
         extra = (["--model", "gpt2", "--seq", "512"] if n % 4 == 1 else
                  ["--alloc-conf", "expandable_segments:True"] if n % 4 == 3 else [])

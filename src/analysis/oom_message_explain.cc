@@ -483,6 +483,113 @@ void ExplainMps(Context& c) {
          "system failure); a smaller batch or fp16 lowers what is needed");
 }
 
+// XLA's (JAX's) and TensorFlow's messages: the BFC pool's figures when its log was pasted with
+// the error, the compiled program's buffers when XLA printed them, and each framework's levers:
+// its up-front reservation (JAX takes 75% of the GPU at start, TensorFlow nearly all of it),
+// rematerialisation, donation, memory growth.
+void ExplainXlaOrTensorflow(Context& c) {
+  const OomMessage& m = c.m;
+  OomMessageExplanation& out = c.out;
+  const bool jax = m.kind == OomMessageKind::kXla;
+  const bool host = m.device == "CPU" || m.device.rfind("CPU:", 0) == 0;
+  if (m.pool_limit && m.pool_in_use) {
+    const ByteRange limit = R(*m.pool_limit), in_use = R(*m.pool_in_use);
+    const ByteRange free = limit - in_use;
+    out.shares.push_back({"BFC pool limit (what it may take)", limit, "stated (Stats: Limit)"});
+    out.shares.push_back({"in use at the failure", in_use, "stated (Stats: InUse)"});
+    out.shares.push_back({"free in the pool", free, "limit - in use"});
+    if (m.largest_free_block) {
+      out.shares.push_back(
+          {"largest free block", R(*m.largest_free_block), "stated (Stats: LargestFreeBlock)"});
+    }
+    if (m.tried_to_allocate) {
+      const ByteRange request = R(*m.tried_to_allocate);
+      if (Always(free, request) && m.largest_free_block &&
+          Always(request, R(*m.largest_free_block) + Exact(1))) {
+        AddFinding(out, OomMessageCause::kFragmentation, true,
+                   fmt::format("free in the pool {} >= the request {}, but the largest free "
+                               "block is {}",
+                               FormatByteRange(free), FormatByteRange(request),
+                               FormatByteRange(R(*m.largest_free_block))),
+                   "fragmentation: the pool had the bytes, split between live buffers");
+        Advise(out, jax ? "XLA_PYTHON_CLIENT_PREALLOCATE=true (the default) keeps one pool "
+                          "for the whole run; a smaller peak (jax.checkpoint, a smaller batch) "
+                          "leaves room between buffers"
+                        : "a smaller peak (a smaller batch, mixed precision) leaves room "
+                          "between tensors; TF_GPU_ALLOCATOR=cuda_malloc_async lets the "
+                          "driver place them");
+      } else if (Sometimes(request, free + Exact(1))) {
+        AddFinding(
+            out, OomMessageCause::kCapacity, Always(request, free + Exact(1)),
+            fmt::format("in use {} + the request {} > the pool's limit {}", FormatByteRange(in_use),
+                        FormatByteRange(request), FormatByteRange(limit)),
+            "plain capacity of the pool: its buffers and the request need more than "
+            "the framework may take");
+      }
+    }
+  }
+  if (m.program_total) {
+    const ByteRange total = R(*m.program_total);
+    const std::pair<const char*, const std::optional<PrintedBytes>*> parts[] = {
+        {"program parameters (its arguments)", &m.program_parameters},
+        {"program constants", &m.program_constants},
+        {"program outputs (maybe_live_out)", &m.program_outputs},
+        {"program temporaries (intermediates)", &m.program_temp},
+    };
+    for (const auto& [what, figure] : parts) {
+      if (*figure) out.shares.push_back({what, R(**figure), "stated (BufferAssignment stats)"});
+    }
+    out.shares.push_back({"program total", total, "stated (BufferAssignment stats)"});
+    if (m.program_temp && R(*m.program_temp).hi > 0) {
+      AddFinding(out, OomMessageCause::kCapacity, false,
+                 fmt::format("the compiled program needs {} of its own, {} of it temporaries",
+                             FormatByteRange(total), FormatByteRange(R(*m.program_temp))),
+                 "the jitted step's own buffers: its arguments, outputs and the "
+                 "intermediates XLA keeps for the gradient",
+                 total);
+      Advise(out,
+             "jax.checkpoint (jax.remat) around the model's blocks recomputes intermediates "
+             "instead of keeping them; a smaller batch shrinks them; donate_argnums on the step "
+             "lets its outputs (the new weights and optimizer state) reuse the arguments' "
+             "buffers");
+    }
+  }
+  if (host) {
+    AddFinding(out, OomMessageCause::kCapacity, false,
+               fmt::format("on {}: the allocation was in the host's memory", m.device),
+               "the host ran out of memory (the CPU device), not a GPU");
+  }
+  if (m.tried_to_allocate && R(*m.tried_to_allocate).lo >= (int64_t{1} << 40)) {
+    AddFinding(out, OomMessageCause::kCapacity, true,
+               fmt::format("the request alone is {}", FormatByteRange(R(*m.tried_to_allocate))),
+               "more than any GPU or host has: a shape gone wrong (a broadcast, an outer "
+               "product, a batch dimension multiplied in twice) rather than a memory setting",
+               R(*m.tried_to_allocate));
+  }
+  if (jax && !host) {
+    Advise(out,
+           "JAX reserves 75% of the GPU when it starts (XLA_PYTHON_CLIENT_MEM_FRACTION=.75): "
+           "if nothing else uses the GPU, XLA_PYTHON_CLIENT_MEM_FRACTION=.95 gives it the rest; "
+           "XLA_PYTHON_CLIENT_PREALLOCATE=false allocates on demand (slower, more "
+           "fragmentation); other XLA clients have the same settings under their own names");
+  } else if (!jax && !host) {
+    Advise(out,
+           "TensorFlow takes nearly all of the GPU at start: "
+           "tf.config.experimental.set_memory_growth(gpu, True) grows its pool on demand, "
+           "tf.config.set_logical_device_configuration(gpu, [LogicalDeviceConfiguration("
+           "memory_limit=...)]) caps it; report_tensor_allocations_upon_oom in RunOptions "
+           "lists the tensors at the failure; mixed precision "
+           "(tf.keras.mixed_precision.set_global_policy('mixed_float16')) halves activations");
+  }
+  if (!m.pool_limit && !m.program_total && !host) {
+    Advise(out, jax ? "paste the lines the BFC allocator logs before the error (\"Allocator "
+                      "(GPU_0_bfc) ran out of memory ...\" and its Stats), or the "
+                      "BufferAssignment stats after it, to see what filled the GPU"
+                    : "paste the BFC allocator's log before the error (\"Allocator (GPU_0_bfc) ran "
+                      "out of memory ...\" and its Stats) to see what filled the GPU");
+  }
+}
+
 }  // namespace
 
 std::string FormatByteRange(ByteRange range) {
@@ -558,6 +665,10 @@ OomMessageExplanation ExplainOomMessage(const model::OomMessage& message,
              "PyTorch's cache may have taken the memory the library needed: look at nvidia-smi for "
              "other processes, call torch.cuda.empty_cache() before the call that fails, or lower "
              "the peak; with CUDA_LAUNCH_BLOCKING=1 the traceback points at the call");
+      break;
+    case OomMessageKind::kXla:
+    case OomMessageKind::kTensorflow:
+      ExplainXlaOrTensorflow(c);
       break;
     case OomMessageKind::kAllocatorBare:
       break;

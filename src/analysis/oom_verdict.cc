@@ -295,6 +295,59 @@ OomVerdict AsyncVerdict(const OomMessage& m, ExpectedOutside expected, bool unif
 }
 
 // Apple's MPS: PyTorch's allocations and the other Metal allocations under the high watermark.
+// XLA's and TensorFlow's: the BFC pool's figures when its log was pasted, else the compiled
+// program's buffers, else what the request alone says.
+OomVerdict XlaOrTensorflowVerdict(const OomMessage& m) {
+  const char* framework = m.kind == OomMessageKind::kXla ? "XLA" : "TensorFlow";
+  const bool host = m.device == "CPU" || m.device.rfind("CPU:", 0) == 0;
+  if (m.tried_to_allocate && RangeOf(*m.tried_to_allocate).lo >= kHugeRequest) {
+    return Overriding(OomHolder::kTensors,
+                      fmt::format("The request alone, {}, is more than {} has: a shape gone wrong "
+                                  "rather than too little memory.",
+                                  F(RangeOf(*m.tried_to_allocate)),
+                                  host ? "the host" : "any GPU but the largest"));
+  }
+  if (m.pool_limit && m.pool_in_use) {
+    const ByteRange limit = RangeOf(*m.pool_limit), in_use = RangeOf(*m.pool_in_use);
+    std::vector<OomHolding> holdings;
+    Hold(holdings, OomHolder::kTensors, in_use, fmt::format("{}'s live buffers", framework),
+         "Stats: InUse");
+    Hold(holdings, OomHolder::kFragmentation, limit - in_use, "free in the pool", "Limit - InUse");
+    Rank(holdings);
+    const bool fragmented =
+        m.tried_to_allocate && m.largest_free_block &&
+        Always(limit - in_use, RangeOf(*m.tried_to_allocate)) &&
+        Always(RangeOf(*m.tried_to_allocate), RangeOf(*m.largest_free_block) + ExactRange(1));
+    OomVerdict v;
+    v.holder = fragmented ? OomHolder::kFragmentation : OomHolder::kTensors;
+    v.sentence = fragmented
+                     ? fmt::format(
+                           "The pool had {} free but no block of the request's size: "
+                           "fragmentation between {}'s live buffers ({}).",
+                           F(limit - in_use), framework, F(in_use))
+                     : fmt::format(
+                           "{}'s live buffers, {} of the pool's {} ({}), and the request fill "
+                           "what the framework may take of the GPU.",
+                           framework, F(in_use), F(limit), Share(in_use, limit));
+    v.holdings = std::move(holdings);
+    return v;
+  }
+  if (m.program_total) {
+    return Overriding(
+        OomHolder::kTensors,
+        fmt::format("The compiled step needs {} of its own{}: it does not fit the memory XLA "
+                    "may take.",
+                    F(RangeOf(*m.program_total)),
+                    m.program_temp
+                        ? fmt::format(", {} of it temporaries", F(RangeOf(*m.program_temp)))
+                        : std::string()));
+  }
+  return Overriding(OomHolder::kNoFigures,
+                    fmt::format("{}'s message states the request only: paste the allocator's "
+                                "log before it to see what held the {}.",
+                                framework, host ? "host's memory" : "GPU"));
+}
+
 OomVerdict MpsVerdict(const OomMessage& m) {
   if (!m.tried_to_allocate || !m.allocated_by_pytorch || !m.allowed) {
     return Overriding(OomHolder::kNoFigures,
@@ -404,6 +457,9 @@ OomVerdict DecideOomVerdict(const model::OomMessage& m,
       return AsyncVerdict(m, expected, unified);
     case OomMessageKind::kMps:
       return MpsVerdict(m);
+    case OomMessageKind::kXla:
+    case OomMessageKind::kTensorflow:
+      return XlaOrTensorflowVerdict(m);
     case OomMessageKind::kDriverError:
     case OomMessageKind::kLibraryError:
       return Overriding(

@@ -17,6 +17,15 @@ const std::vector<OomMessageFigure>& OomMessageFigures() {
       {"cached", "cached", &OomMessage::cached},
       {"inactive", "inactive", &OomMessage::inactive},
       {"other_allocations", "other allocations", &OomMessage::other_allocations},
+      {"pool_limit", "BFC pool limit", &OomMessage::pool_limit},
+      {"pool_in_use", "BFC pool in use", &OomMessage::pool_in_use},
+      {"pool_peak_in_use", "BFC pool peak in use", &OomMessage::pool_peak_in_use},
+      {"largest_free_block", "largest free block", &OomMessage::largest_free_block},
+      {"program_parameters", "program parameters", &OomMessage::program_parameters},
+      {"program_constants", "program constants", &OomMessage::program_constants},
+      {"program_outputs", "program outputs", &OomMessage::program_outputs},
+      {"program_temp", "program temporaries", &OomMessage::program_temp},
+      {"program_total", "program total", &OomMessage::program_total},
   };
   return figures;
 }
@@ -37,6 +46,10 @@ const char* OomMessageKindName(OomMessageKind kind) {
       return "async_allocator";
     case OomMessageKind::kMps:
       return "mps";
+    case OomMessageKind::kXla:
+      return "xla";
+    case OomMessageKind::kTensorflow:
+      return "tensorflow";
   }
   return "allocator";
 }

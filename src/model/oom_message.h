@@ -35,6 +35,13 @@ enum class OomMessageKind : uint8_t {
   // with "Currently allocated", "Requested", "Device limit", "Free (according to CUDA)" lines.
   kAsyncAllocator,
   kMps,  // Apple's "MPS backend out of memory (MPS allocated: ..., other allocations: ...)"
+  // XLA (JAX): "RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes." on a GPU,
+  // "... Out of memory allocating N bytes." on the host; with the BFC allocator's log and
+  // BufferAssignment's stats of the compiled program when they are pasted with it.
+  kXla,
+  // TensorFlow: "OOM when allocating tensor with shape[...] and type T on DEVICE by allocator
+  // NAME", with the BFC allocator's log when it is pasted with it.
+  kTensorflow,
 };
 const char* OomMessageKindName(OomMessageKind kind);
 
@@ -82,6 +89,27 @@ struct OomMessage {
   // their keys ("this_process_in_use", "allowed", "process 1234"). Such a figure is never read as
   // one: its field is left unset (the process dropped) and `text` shows "[not available]" there.
   std::vector<std::string> not_available;
+  // XLA and TensorFlow. The device the failing allocation was for ("GPU:0", "CPU:0"), the
+  // allocator ("GPU_0_bfc", "cpu"), TensorFlow's tensor (its shape "[64,1024]" and dtype name).
+  std::string device;
+  std::string allocator;
+  std::string tensor_shape;
+  std::string tensor_dtype;
+  // TSL's BFC allocator (XLA's and TensorFlow's GPU pool), as it logs running out: its pool's
+  // limit (what it may take of the GPU), the bytes in use, the most ever in use, the largest
+  // free block ("Stats:" lines, exact integers).
+  std::optional<PrintedBytes> pool_limit;
+  std::optional<PrintedBytes> pool_in_use;
+  std::optional<PrintedBytes> pool_peak_in_use;
+  std::optional<PrintedBytes> largest_free_block;
+  // XLA's "BufferAssignment stats" of the compiled program (printed with the error when the
+  // program's own buffers do not fit): its parameters, constants, outputs that may outlive it
+  // (maybe_live_out), the preallocated temporaries (the step's intermediates) and their total.
+  std::optional<PrintedBytes> program_parameters;
+  std::optional<PrintedBytes> program_constants;
+  std::optional<PrintedBytes> program_outputs;
+  std::optional<PrintedBytes> program_temp;
+  std::optional<PrintedBytes> program_total;
   // The message's own advice, quoted back only to say whether it applies.
   bool suggests_expandable_segments = false;
   bool suggests_max_split_size = false;

@@ -30,6 +30,10 @@ const char* KindText(model::OomMessageKind kind) {
       return "cudaMallocAsync backend";
     case model::OomMessageKind::kMps:
       return "Apple MPS";
+    case model::OomMessageKind::kXla:
+      return "XLA runtime: JAX or another XLA client";
+    case model::OomMessageKind::kTensorflow:
+      return "TensorFlow runtime";
   }
   return "";
 }
@@ -129,6 +133,15 @@ std::string RenderExplainText(const ExplainReport& report) {
                        em.lines.size() > 1
                            ? fmt::format(": the same message {} times", em.lines.size())
                            : std::string());
+    if (!m.device.empty() || !m.allocator.empty()) {
+      out += fmt::format(
+          "  {}{}{}\n",
+          m.tensor_shape.empty()
+              ? std::string()
+              : fmt::format("a {} tensor of shape {} ", m.tensor_dtype, m.tensor_shape),
+          m.device.empty() ? std::string() : fmt::format("on {} ", m.device),
+          m.allocator.empty() ? std::string() : fmt::format("(allocator {})", m.allocator));
+    }
     out += VerdictText(e.verdict);
     // The proximate cause: why this one request failed, beside what held the GPU.
     for (size_t i = 0; i < e.findings.size(); ++i) {
@@ -151,6 +164,8 @@ std::string RenderExplainText(const ExplainReport& report) {
                                "up to 2 MiB, 20 MiB or a multiple of 2 MiB"
                          : m.kind == model::OomMessageKind::kAllocatorLegacy
                              ? "the request, rounded up to 512 B"
+                         : m.kind == model::OomMessageKind::kTensorflow && !m.tensor_shape.empty()
+                             ? "the tensor's elements times its dtype's size"
                              : "as stated");
     }
     if (m.gpu) {
@@ -195,8 +210,12 @@ std::string RenderExplainText(const ExplainReport& report) {
                            analysis::FormatByteRange(s.bytes), s.how);
       }
     }
-    if (!e.expected_outside.figures.empty() && m.kind != model::OomMessageKind::kMps &&
-        e.expected_outside_range.assumed) {
+    // What one process holds outside PyTorch's allocator is a PyTorch reading; XLA and
+    // TensorFlow allocate through their own pools.
+    const bool pytorch = m.kind != model::OomMessageKind::kMps &&
+                         m.kind != model::OomMessageKind::kXla &&
+                         m.kind != model::OomMessageKind::kTensorflow;
+    if (!e.expected_outside.figures.empty() && pytorch && e.expected_outside_range.assumed) {
       out += fmt::format(
           "Expected outside PyTorch for one process: {} (assumed: the message names no GPU the "
           "catalog has, so a range over the architectures plausible for its capacity{}; --gpu "
@@ -205,7 +224,7 @@ std::string RenderExplainText(const ExplainReport& report) {
           m.kind == model::OomMessageKind::kAllocatorLegacy
               ? ", with and without lazy kernel loading (the message predates PyTorch 2.1)"
               : "");
-    } else if (!e.expected_outside.figures.empty() && m.kind != model::OomMessageKind::kMps) {
+    } else if (!e.expected_outside.figures.empty() && pytorch) {
       out += fmt::format("Expected outside PyTorch for one process{}: {}\n",
                          e.gpus.empty() ? std::string() : " on " + e.gpus.front().name,
                          FormatBytes(static_cast<int64_t>(e.expected_outside.Total())));
@@ -291,6 +310,11 @@ nlohmann::json RenderExplainJson(const ExplainReport& report) {
         {"library", m.library},
         {"text", m.text},
         {"gpu", m.gpu ? nlohmann::json(*m.gpu) : nlohmann::json()},
+        {"device", m.device},
+        {"allocator", m.allocator},
+        {"tensor", m.tensor_shape.empty()
+                       ? nlohmann::json()
+                       : nlohmann::json({{"shape", m.tensor_shape}, {"dtype", m.tensor_dtype}})},
         {"figures", figures},
         {"processes", processes},
         {"what_the_gpu_held", shares},

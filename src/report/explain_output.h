@@ -16,8 +16,10 @@ namespace vramscope::report {
 // The version of `explain --json`: raised with every change to its keys or their meaning.
 // 2: each message's `verdict` (the dominant holder, its sentence, the ranked holders),
 // `proximate` (the cause and findings, also still at the top level), `not_available` and
-// `expected_outside_pytorch_range`.
-inline constexpr int kExplainJsonVersion = 2;
+// `expected_outside_pytorch_range`. 3: XLA's and TensorFlow's messages (kinds "xla",
+// "tensorflow"): each message's `device`, `allocator` and `tensor`, and the BFC pool's and the
+// compiled program's figures.
+inline constexpr int kExplainJsonVersion = 3;
 
 using ExplainReport = pipeline::ExplainResult;
 using ExplainedMessage = pipeline::ExplainedMessage;

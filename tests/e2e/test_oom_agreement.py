@@ -65,7 +65,7 @@ def test_the_verdict_comes_first_with_the_holders_ranked(tmp_path):
     code, out, err = run_binary("explain", "--json", DATA / case["file"], cwd=tmp_path)
     assert code == 0, err
     report = json.loads(out)
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3
     message = report["messages"][0]
     verdict = message["verdict"]
     assert verdict["holder"] in HOLDERS and verdict["sentence"]

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace vramscope::sources {
 
@@ -308,7 +309,7 @@ struct Phrase {
   std::string_view backend;
   std::string_view library;
 };
-constexpr std::array<Phrase, 19> kPhrases = {{
+constexpr std::array<Phrase, 21> kPhrases = {{
     {"CUDA out of memory", OomMessageKind::kAllocatorBare, "CUDA", ""},
     {"HIP out of memory", OomMessageKind::kAllocatorBare, "HIP", ""},
     {"XPU out of memory", OomMessageKind::kAllocatorBare, "XPU", ""},
@@ -331,6 +332,9 @@ constexpr std::array<Phrase, 19> kPhrases = {{
     // The device-generic allocator's wording (c10 CachingDeviceAllocator, seen in source copies
     // of 2025 main): CUDA's text without "CUDA".
     {"Out of memory. Tried to allocate", OomMessageKind::kAllocatorBare, "", ""},
+    // XLA (JAX) and TensorFlow, whose status code leads their messages.
+    {"RESOURCE_EXHAUSTED: Out of memory", OomMessageKind::kXla, "XLA", ""},
+    {"OOM when allocating tensor", OomMessageKind::kTensorflow, "TensorFlow", ""},
 }};
 
 // "Tried to allocate" starts a message of its own only this far (in bytes) after the last one
@@ -338,6 +342,10 @@ constexpr std::array<Phrase, 19> kPhrases = {{
 // figures) it is a clause.
 constexpr std::string_view kFragment = "Tried to allocate ";
 constexpr size_t kFragmentGap = 400;
+// How far before an XLA or TensorFlow error the BFC allocator's log is looked for (its chunk
+// dump can run to thousands of lines), and how close a repeat of the same failure follows it.
+constexpr size_t kBfcLogWindow = size_t{4} << 20;
+constexpr size_t kRepeatGap = 16384;
 
 // Whether the words at `pos` go on with a sentence: a space and a lower-case word.
 bool InSentence(std::string_view s, size_t pos) {
@@ -365,7 +373,7 @@ std::vector<Anchor> FindAnchors(std::string_view s, size_t keep, size_t* total) 
       continue;
     }
     if (c != 'C' && c != 'H' && c != 'X' && c != 'c' && c != 'h' && c != 'M' && c != 'A' &&
-        c != 'O') {
+        c != 'O' && c != 'R') {
       continue;
     }
     for (const Phrase& p : kPhrases) {
@@ -487,6 +495,197 @@ void ReadMpsClauses(const Tokenized& t, OomMessage& m) {
   if (auto c = FindClause(t, "Tried to allocate \x01")) m.tried_to_allocate = *c->figures[0];
 }
 
+// TensorFlow's dtype names (DataTypeString) and their sizes; 0 for a name not listed.
+uint64_t TensorflowDtypeBytes(std::string_view name) {
+  static constexpr std::array<std::pair<std::string_view, uint64_t>, 20> kSizes = {{
+      {"float", 4}, {"double", 8}, {"half", 2},   {"bfloat16", 2},      {"int8", 1},
+      {"uint8", 1}, {"int16", 2},  {"uint16", 2}, {"int32", 4},         {"uint32", 4},
+      {"int64", 8}, {"uint64", 8}, {"bool", 1},   {"complex64", 8},     {"complex128", 16},
+      {"qint8", 1}, {"quint8", 1}, {"qint32", 4}, {"float8_e4m3fn", 1}, {"float8_e5m2", 1},
+  }};
+  for (const auto& [n, bytes] : kSizes) {
+    if (n == name) return bytes;
+  }
+  return 0;
+}
+
+// A word of identifier characters (and '/', ':', '.', '-' for device names) at `pos`.
+std::string_view WordAt(std::string_view s, size_t pos) {
+  size_t j = pos;
+  while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) != 0 || s[j] == '_' ||
+                          s[j] == '/' || s[j] == ':' || s[j] == '.' || s[j] == '-')) {
+    ++j;
+  }
+  return s.substr(pos, j - pos);
+}
+
+// "/job:localhost/replica:0/task:0/device:GPU:0" as "GPU:0"; a BFC allocator's name
+// ("GPU_0_bfc") as "GPU:0"; "" when neither names a device.
+std::string DeviceOf(std::string_view name) {
+  if (const size_t at = name.rfind("device:"); at != std::string_view::npos) {
+    return std::string(name.substr(at + 7));
+  }
+  if (name.size() > 8 && name.substr(0, 4) == "GPU_" && name.substr(name.size() - 4) == "_bfc") {
+    return "GPU:" + std::string(name.substr(4, name.size() - 8));
+  }
+  return "";
+}
+
+void SetGpuFromDevice(OomMessage& m) {
+  if (m.device.size() > 4 && m.device.substr(0, 4) == "GPU:") {
+    int gpu = 0;
+    const char* begin = m.device.data() + 4;
+    const auto r = std::from_chars(begin, m.device.data() + m.device.size(), gpu);
+    if (r.ec == std::errc() && gpu >= 0) m.gpu = std::min(gpu, 1 << 20);
+  }
+}
+
+// An exact byte count ("Limit: 10581458944") as a figure.
+PrintedBytes ExactBytes(int64_t value) {
+  PrintedBytes b;
+  b.text = fmt::format("{} bytes", value);
+  b.lo = b.hi = static_cast<uint64_t>(value);
+  return b;
+}
+
+// TensorFlow's "OOM when allocating tensor with shape[64,1024] and type float on
+// /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc": the tensor, its bytes
+// (the shape's product times the dtype's size, exact), the device and the allocator.
+void ReadTensorflowClauses(std::string_view flat, OomMessage& m) {
+  const size_t shape = flat.find("with shape");
+  if (shape != std::string_view::npos) {
+    size_t i = shape + 10;
+    if (i < flat.size() && flat[i] == ' ') ++i;
+    if (i < flat.size() && flat[i] == '[') {
+      const size_t close = flat.find(']', i);
+      if (close != std::string_view::npos && close - i < 256) {
+        m.tensor_shape = std::string(flat.substr(i, close + 1 - i));
+        unsigned __int128 elements = 1;
+        bool ok = true;
+        for (size_t j = i + 1; j < close && ok;) {
+          uint64_t dim = 0;
+          const auto r = std::from_chars(flat.data() + j, flat.data() + close, dim);
+          ok = r.ec == std::errc();
+          if (!ok) break;
+          // No tensor has 2^64 bytes: a product past that is a misread, not a size.
+          constexpr unsigned __int128 kLimit = static_cast<unsigned __int128>(1) << 64;
+          if (dim != 0 && elements > kLimit / dim) {
+            ok = false;
+            break;
+          }
+          elements *= dim;
+          j = static_cast<size_t>(r.ptr - flat.data());
+          if (j < close && flat[j] == ',') ++j;
+        }
+        const size_t type = flat.find(" and type ", close);
+        if (type != std::string_view::npos && type - close < 8) {
+          m.tensor_dtype = std::string(WordAt(flat, type + 10));
+          const uint64_t size = TensorflowDtypeBytes(m.tensor_dtype);
+          const unsigned __int128 bytes = elements * size;
+          if (ok && size > 0 && bytes <= static_cast<unsigned __int128>(INT64_MAX)) {
+            m.tried_to_allocate = ExactBytes(static_cast<int64_t>(bytes));
+            m.tried_to_allocate->text = fmt::format("{} B ({} {})", static_cast<uint64_t>(bytes),
+                                                    m.tensor_dtype, m.tensor_shape);
+          }
+        }
+      }
+    }
+  }
+  if (const size_t on = flat.find(" on /"); on != std::string_view::npos && on < 600) {
+    m.device = DeviceOf(WordAt(flat, on + 4));
+  }
+  if (const size_t by = flat.find("by allocator "); by != std::string_view::npos && by < 800) {
+    m.allocator = std::string(WordAt(flat, by + 13));
+  }
+  SetGpuFromDevice(m);
+}
+
+// XLA's "Out of memory while trying to allocate N bytes." (a GPU) or "Out of memory allocating N
+// bytes." (the host), and BufferAssignment's stats of the program when they follow.
+void ReadXlaClauses(const Tokenized& t, OomMessage& m) {
+  if (auto c = FindClause(t, "Out of memory while trying to allocate \x01")) {
+    m.tried_to_allocate = *c->figures[0];
+  } else if (auto c = FindClause(t, "Out of memory allocating \x01")) {
+    m.tried_to_allocate = *c->figures[0];
+    m.device = "CPU";  // the host's allocator words it so
+  }
+  const std::pair<std::string_view, std::optional<PrintedBytes> OomMessage::*> kStats[] = {
+      {"parameter allocation: \x01", &OomMessage::program_parameters},
+      {"constant allocation: \x01", &OomMessage::program_constants},
+      {"maybe_live_out allocation: \x01", &OomMessage::program_outputs},
+      {"preallocated temp allocation: \x01", &OomMessage::program_temp},
+      {"total allocation: \x01", &OomMessage::program_total},
+  };
+  for (const auto& [pattern, field] : kStats) {
+    if (auto c = FindClause(t, pattern)) m.*field = *c->figures[0];
+  }
+}
+
+// The BFC allocator's log before an XLA or TensorFlow error: "Allocator (GPU_0_bfc) ran out of
+// memory trying to allocate 2.10GiB (rounded to 2254857472)" and its "Stats:" (Limit, InUse,
+// MaxInUse, LargestFreeBlock), the last of each in `before`. TensorFlow's warning of the same
+// words that ends "The caller indicates that this is not a failure" is not one.
+void ReadBfcLog(std::string_view before, OomMessage& m) {
+  constexpr std::string_view kRanOut = "ran out of memory trying to allocate ";
+  for (size_t at = before.rfind(kRanOut); at != std::string_view::npos;
+       at = at == 0 ? std::string_view::npos : before.rfind(kRanOut, at - 1)) {
+    const std::string_view line = before.substr(at, std::min<size_t>(400, before.size() - at));
+    if (line.substr(0, line.find('\n')).find("not a failure") != std::string_view::npos) continue;
+    const size_t open = before.rfind("Allocator (", at);
+    if (open != std::string_view::npos && at - open < 200) {
+      const std::string_view name = WordAt(before, open + 11);
+      m.allocator = std::string(name);
+      if (m.device.empty()) m.device = DeviceOf(name);
+    }
+    if (const size_t rounded = line.find("(rounded to "); rounded != std::string_view::npos) {
+      uint64_t bytes = 0;
+      const char* begin = line.data() + rounded + 12;
+      const auto r = std::from_chars(begin, line.data() + line.size(), bytes);
+      if (r.ec == std::errc() && !m.tried_to_allocate) {
+        m.tried_to_allocate =
+            ExactBytes(static_cast<int64_t>(std::min<uint64_t>(bytes, INT64_MAX)));
+      }
+    }
+    break;
+  }
+  // The stats are printed last, right before the error: the last 64 KiB hold them.
+  const std::string_view tail = before.substr(before.size() > 65536 ? before.size() - 65536 : 0);
+  const size_t stats = tail.rfind("Limit:");
+  if (stats == std::string_view::npos) return;
+  const Tokenized t =
+      Tokenize(Flatten(tail.substr(stats, std::min<size_t>(2048, tail.size() - stats))));
+  const std::pair<std::string_view, std::optional<PrintedBytes> OomMessage::*> kFields[] = {
+      {"Limit: #", &OomMessage::pool_limit},
+      {"InUse: #", &OomMessage::pool_in_use},
+      {"MaxInUse: #", &OomMessage::pool_peak_in_use},
+      {"LargestFreeBlock: #", &OomMessage::largest_free_block},
+  };
+  for (const auto& [pattern, field] : kFields) {
+    if (auto c = FindClause(t, pattern); c && c->begin < 600) m.*field = ExactBytes(c->integers[0]);
+  }
+  SetGpuFromDevice(m);
+}
+
+// Whether two XLA or TensorFlow messages are one failure printed twice (TensorFlow logs the
+// status, then raises it; XLA's runtime logs it, then JAX raises it).
+bool SameFailure(const OomMessage& a, const OomMessage& b) {
+  const bool a_has = a.tried_to_allocate.has_value(), b_has = b.tried_to_allocate.has_value();
+  return a.kind == b.kind && a_has == b_has &&
+         (!a_has || a.tried_to_allocate->lo == b.tried_to_allocate->lo) &&
+         a.tensor_shape == b.tensor_shape;
+}
+
+// What a repeat of a failure adds to its first message: the figures and names the first lacks.
+void MergeRepeat(OomMessage& first, const OomMessage& repeat) {
+  for (const model::OomMessageFigure& f : model::OomMessageFigures()) {
+    if (!(first.*f.field) && (repeat.*f.field)) first.*f.field = repeat.*f.field;
+  }
+  for (std::string OomMessage::*name : {&OomMessage::device, &OomMessage::allocator}) {
+    if ((first.*name).empty()) first.*name = repeat.*name;
+  }
+  if (!first.gpu) first.gpu = repeat.gpu;
+}
+
 // Unsets every figure printed as "not available" (model::PrintedBytes::IsNotAvailable) and says
 // so in `not_available` and in the kept text.
 void DropNotAvailable(OomMessage& m) {
@@ -535,6 +734,7 @@ std::vector<OomMessage> FindOomMessages(std::string_view text, size_t max_messag
       FindAnchors(clean, max_messages < SIZE_MAX ? max_messages + 1 : max_messages, &total);
   std::vector<OomMessage> out;
   size_t line = 1, counted_to = 0;
+  size_t last_kept = 0;  // where the last message kept starts
   if (left_out != nullptr) *left_out = 0;
   for (size_t k = 0; k < anchors.size(); ++k) {
     if (out.size() >= max_messages) {
@@ -568,8 +768,24 @@ std::vector<OomMessage> FindOomMessages(std::string_view text, size_t max_messag
       if (!ReadAsyncAllocatorClauses(Tokenize(flat), m)) continue;  // not an OOM after all
     } else if (a.kind == OomMessageKind::kMps) {
       ReadMpsClauses(Tokenize(flat), m);
+    } else if (a.kind == OomMessageKind::kXla || a.kind == OomMessageKind::kTensorflow) {
+      if (a.kind == OomMessageKind::kXla) {
+        ReadXlaClauses(Tokenize(flat), m);
+      } else {
+        ReadTensorflowClauses(flat, m);
+      }
+      // The BFC allocator logs its figures before the error: read back to the previous message
+      // (at most kBfcLogWindow), each stretch of text once.
+      const size_t from = std::max(k > 0 ? anchors[k - 1].pos : 0,
+                                   a.pos > kBfcLogWindow ? a.pos - kBfcLogWindow : 0);
+      ReadBfcLog(std::string_view(clean).substr(from, a.pos - from), m);
+      if (!out.empty() && SameFailure(out.back(), m) && a.pos - last_kept < kRepeatGap) {
+        MergeRepeat(out.back(), m);
+        continue;
+      }
     }
     DropNotAvailable(m);
+    last_kept = a.pos;
     out.push_back(std::move(m));
   }
   return out;

@@ -218,5 +218,102 @@ TEST(FindOomMessages, ReadsEveryRealMessageToItsStatedFigures) {
   }
 }
 
+TEST(XlaMessage, TheRequestIsExactAndTheHostWordingNamesTheCpu) {
+  const auto found = FindOomMessages(
+      "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating 17592186044416 "
+      "bytes.\n");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].kind, OomMessageKind::kXla);
+  EXPECT_EQ(found[0].backend, "XLA");
+  EXPECT_EQ(found[0].device, "CPU");
+  ASSERT_TRUE(found[0].tried_to_allocate.has_value());
+  EXPECT_EQ(found[0].tried_to_allocate->lo, 17592186044416u);
+  EXPECT_EQ(found[0].tried_to_allocate->hi, 17592186044416u);
+}
+
+TEST(XlaMessage, BufferAssignmentStatsAreThePrograms) {
+  // XLA's HumanReadableNumBytes: no space before the unit, one decimal for KiB.
+  const auto found = FindOomMessages(
+      "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4096 bytes.\n"
+      "BufferAssignment OOM Debugging.\nBufferAssignment stats:\n"
+      "             parameter allocation:   56.25MiB\n"
+      "              constant allocation:    48.5KiB\n"
+      "        maybe_live_out allocation:    9.64GiB\n"
+      "     preallocated temp allocation:         0B\n"
+      "                 total allocation:   14.44GiB\n");
+  ASSERT_EQ(found.size(), 1u);
+  const model::OomMessage& m = found[0];
+  EXPECT_EQ(m.device, "");  // a GPU's wording, but no device named
+  EXPECT_EQ(m.program_parameters->text, "56.25MiB");
+  EXPECT_LE(m.program_constants->lo, 48 * 1024 + 512u);
+  EXPECT_GE(m.program_constants->hi, 48 * 1024 + 512u);
+  EXPECT_EQ(m.program_temp->hi, 0u);
+  EXPECT_GE(m.program_total->hi, 1444 * kGiB / 100);
+  EXPECT_EQ(m.program_outputs->text, "9.64GiB");
+}
+
+TEST(XlaMessage, TheBfcLogBeforeTheErrorGivesThePool) {
+  // TensorFlow's warning with the same words that is "not a failure" is skipped; the failure's
+  // line names the allocator, and the Stats printed last give the pool.
+  const std::string text =
+      "W bfc_allocator.cc:275] Allocator (GPU_1_bfc) ran out of memory trying to allocate "
+      "2.10GiB with freed_by_count=0. The caller indicates that this is not a failure, but may "
+      "mean that there could be performance gains if more memory were available.\n"
+      "W bfc_allocator.cc:485] Allocator (GPU_0_bfc) ran out of memory trying to allocate "
+      "8.00GiB (rounded to 8589934592)requested by op\n"
+      "I bfc_allocator.cc:1100] Stats: \n"
+      "Limit:                     61496778752\n"
+      "InUse:                     55834574848\n"
+      "MaxInUse:                  57982058496\n"
+      "NumAllocs:                        1040\n"
+      "LargestFreeBlock:           4294967296\n\n"
+      "E pjrt_stream_executor_client.cc:2985] Execution of replica 0 failed: RESOURCE_EXHAUSTED: "
+      "Out of memory while trying to allocate 8589934592 bytes.\n"
+      "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
+      "allocate 8589934592 bytes.\n";
+  const auto found = FindOomMessages(text);
+  // The runtime's log line and the exception are one failure: one message.
+  ASSERT_EQ(found.size(), 1u);
+  const model::OomMessage& m = found[0];
+  EXPECT_EQ(m.allocator, "GPU_0_bfc");
+  EXPECT_EQ(m.device, "GPU:0");
+  ASSERT_TRUE(m.gpu.has_value());
+  EXPECT_EQ(*m.gpu, 0);
+  EXPECT_EQ(m.pool_limit->lo, 61496778752u);
+  EXPECT_EQ(m.pool_in_use->hi, 55834574848u);
+  EXPECT_EQ(m.pool_peak_in_use->lo, 57982058496u);
+  EXPECT_EQ(m.largest_free_block->lo, 4294967296u);
+  EXPECT_EQ(m.tried_to_allocate->lo, 8589934592u);
+}
+
+TEST(TensorflowMessage, TheTensorsBytesAreItsShapeTimesItsDtype) {
+  const auto found = FindOomMessages(
+      "ResourceExhaustedError: OOM when allocating tensor with shape[16,112,112,147] and type "
+      "half on /job:localhost/replica:0/task:0/device:GPU:3 by allocator GPU_3_bfc\n");
+  ASSERT_EQ(found.size(), 1u);
+  const model::OomMessage& m = found[0];
+  EXPECT_EQ(m.kind, OomMessageKind::kTensorflow);
+  EXPECT_EQ(m.tensor_shape, "[16,112,112,147]");
+  EXPECT_EQ(m.tensor_dtype, "half");
+  EXPECT_EQ(m.tried_to_allocate->lo, 16u * 112 * 112 * 147 * 2);
+  EXPECT_EQ(m.tried_to_allocate->hi, m.tried_to_allocate->lo);
+  EXPECT_EQ(m.device, "GPU:3");
+  EXPECT_EQ(m.allocator, "GPU_3_bfc");
+  EXPECT_EQ(*m.gpu, 3);
+}
+
+TEST(TensorflowMessage, AnUnknownDtypeOrAnAbsurdShapeLeavesTheBytesUnsaid) {
+  for (const char* text :
+       {"OOM when allocating tensor with shape[4,4] and type mystery on /device:GPU:0",
+        "OOM when allocating tensor with shape[99999999999,99999999999,99999999999,9999] and "
+        "type float on /device:GPU:0",
+        "OOM when allocating tensor with shape[4,x] and type float on /device:GPU:0",
+        "OOM when allocating tensor with shape[4,4"}) {
+    const auto found = FindOomMessages(text);
+    ASSERT_EQ(found.size(), 1u) << text;
+    EXPECT_FALSE(found[0].tried_to_allocate.has_value()) << text;
+  }
+}
+
 }  // namespace
 }  // namespace vramscope::sources
