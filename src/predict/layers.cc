@@ -549,17 +549,31 @@ TensorId Ops::Embedding(TensorId ids, const Weight& table, uint64_t rows, uint64
   return y;
 }
 
+TensorId Ops::SdpaOperand(TensorId t) {
+  if (precision_.autocast && Dtype(t) != *precision_.autocast) return Cast(t, *precision_.autocast);
+  sim_.Ref(t);
+  return t;
+}
+
+BackwardFn Ops::FusedAttentionBackward(uint64_t bq, uint64_t bk, uint64_t bv, uint64_t delta,
+                                       std::string op) {
+  return [bq, bk, bv, delta, op = std::move(op)](BackwardContext& c) {
+    const TensorId dq = c.New(bq, op);
+    const TensorId dk = c.New(bk, op);
+    const TensorId dv = c.New(bv, op);
+    // The kernels' delta (the row sums of dO * O), fp32, freed before they return.
+    const TensorId softmax_d = c.New(delta, op);
+    c.Free(softmax_d);
+    c.GiveGrad(0, dq);
+    c.GiveGrad(1, dk);
+    c.GiveGrad(2, dv);
+  };
+}
+
 TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                              uint64_t kv_heads, uint64_t seq, uint64_t head_dim) {
-  // sdpa is a lower-precision op under autocast: fp32 inputs (rotary's products) are cast.
-  auto operand = [&](TensorId t) {
-    if (precision_.autocast && Dtype(t) != *precision_.autocast)
-      return Cast(t, *precision_.autocast);
-    sim_.Ref(t);
-    return t;
-  };
   // Autocast casts the arguments last to first.
-  const TensorId vi = operand(v), ki = operand(k), qi = operand(q);
+  const TensorId vi = SdpaOperand(v), ki = SdpaOperand(k), qi = SdpaOperand(q);
   const DType d = Dtype(qi);
   const TensorId out =
       New(batch * heads * seq * head_dim, d, "aten::_scaled_dot_product_attention");
@@ -582,18 +596,10 @@ TensorId Ops::FusedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch,
       fp32 ? kNoTensor : New(1, DType::kI64, "aten::_scaled_dot_product_attention");
   const uint64_t bq = sim_.Bytes(qi), bk = sim_.Bytes(ki), bv = sim_.Bytes(vi);
   const uint64_t delta = batch * heads * seq * 4;
-  sim_.Node("ScaledDotProductAttentionBackward0", {qi, ki, vi}, {out},
-            {qi, ki, vi, out, lse, seed, offset}, [bq, bk, bv, delta](BackwardContext& c) {
-              const TensorId dq = c.New(bq, "aten::_scaled_dot_product_attention_backward");
-              const TensorId dk = c.New(bk, "aten::_scaled_dot_product_attention_backward");
-              const TensorId dv = c.New(bv, "aten::_scaled_dot_product_attention_backward");
-              const TensorId softmax_d =
-                  c.New(delta, "aten::_scaled_dot_product_attention_backward");
-              c.Free(softmax_d);
-              c.GiveGrad(0, dq);
-              c.GiveGrad(1, dk);
-              c.GiveGrad(2, dv);
-            });
+  sim_.Node(
+      "ScaledDotProductAttentionBackward0", {qi, ki, vi}, {out},
+      {qi, ki, vi, out, lse, seed, offset},
+      FusedAttentionBackward(bq, bk, bv, delta, "aten::_scaled_dot_product_attention_backward"));
   sim_.Free(lse);
   sim_.Free(seed);
   sim_.Free(offset);

@@ -153,6 +153,13 @@ class Ops {
                                    TensorId target);
 
  private:
+  // scaled_dot_product_attention's operand: under autocast (a lower-precision op) a cast of a
+  // tensor not in the autocast dtype, else a new reference to it.
+  TensorId SdpaOperand(TensorId t);
+  // The fused kernels' backward: the gradients of q, k and v (of those sizes) and the kernel's
+  // fp32 delta, made by `op`.
+  static BackwardFn FusedAttentionBackward(uint64_t bq, uint64_t bk, uint64_t bv, uint64_t delta,
+                                           std::string op);
   // bitsandbytes' MatMul4Bit: the weight dequantised (first its absmax, then the weight, in the
   // compute dtype) for the product and freed after it; nothing saved but the packed weight;
   // backward dequantises again for the input's gradient.

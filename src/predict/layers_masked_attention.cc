@@ -20,19 +20,12 @@ TensorId Ops::RepeatKv(TensorId x, uint64_t n_rep) {
 
 TensorId Ops::MaskedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch, uint64_t heads,
                               uint64_t seq, uint64_t head_dim) {
-  // sdpa is a lower-precision op under autocast: fp32 inputs are cast, last to first; the
-  // boolean mask is not a floating-point argument and stays as it is.
-  auto operand = [&](TensorId t) {
-    if (precision_.autocast && Dtype(t) != *precision_.autocast)
-      return Cast(t, *precision_.autocast);
-    sim_.Ref(t);
-    return t;
-  };
-  const TensorId vi = operand(v), ki = operand(k), qi = operand(q);
+  // Autocast casts the floating-point arguments, last to first; the boolean mask stays as it is.
+  const TensorId vi = SdpaOperand(v), ki = SdpaOperand(k), qi = SdpaOperand(q);
   const DType d = Dtype(qi);
   // attention.cpp's convert_boolean_attn_mask: where(mask, 0.0, scalar_tensor(-inf, q.dtype)),
   // the additive bias in q's dtype; preprocess_mask pads its last dimension to a multiple of 8
-  // (the kernel's alignment) when a row's stride is not one, keeps the padded tensor and
+  // (the kernel's alignment) when the rows' stride, seq, is not one, keeps the padded tensor and
   // expands it to every head (a view).
   // Both scalars are device tensors of q's dtype: the -inf, then where's wrapped 0.0.
   const TensorId minus_inf = New(1, d, "aten::scalar_tensor");
@@ -56,19 +49,9 @@ TensorId Ops::MaskedAttention(TensorId q, TensorId k, TensorId v, uint64_t batch
   const uint64_t bq = sim_.Bytes(qi), bk = sim_.Bytes(ki), bv = sim_.Bytes(vi);
   const uint64_t delta = batch * heads * seq * 4;
   sim_.Node("ScaledDotProductEfficientAttentionBackward0", {qi, ki, vi}, {out},
-            {qi, ki, vi, bias, out, lse}, [bq, bk, bv, delta](BackwardContext& c) {
-              constexpr std::string_view op =
-                  "aten::_scaled_dot_product_efficient_attention_backward";
-              const TensorId dq = c.New(bq, op);
-              const TensorId dk = c.New(bk, op);
-              const TensorId dv = c.New(bv, op);
-              // The kernel's delta (rowsum of dO * O), fp32, as for the other fused kernels.
-              const TensorId softmax_d = c.New(delta, op);
-              c.Free(softmax_d);
-              c.GiveGrad(0, dq);
-              c.GiveGrad(1, dk);
-              c.GiveGrad(2, dv);
-            });
+            {qi, ki, vi, bias, out, lse},
+            FusedAttentionBackward(bq, bk, bv, delta,
+                                   "aten::_scaled_dot_product_efficient_attention_backward"));
   sim_.Free(lse);
   sim_.Free(bias);
   sim_.Free(qi);
