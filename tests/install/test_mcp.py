@@ -27,7 +27,7 @@ def test_a_real_client_session_lists_and_calls_every_tool(installed, tmp_path):
     assert seen["tools"] == ["diff", "explain", "plan", "predict", "report", "simulate"]
     assert seen["documented"]
     assert seen["report"] == {"schema_version": 3}
-    assert seen["explain"] == {"schema_version": 2}
+    assert seen["explain"] == {"schema_version": 3}
     assert seen["simulate"] == {"schema_version": 1}
     assert seen["diff"] == {"schema_version": 1, "failed": False}
     assert seen["predict"]["fit"].startswith("largest batch that fits: ")
