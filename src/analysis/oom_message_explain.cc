@@ -491,7 +491,7 @@ void ExplainXlaOrTensorflow(Context& c) {
   const OomMessage& m = c.m;
   OomMessageExplanation& out = c.out;
   const bool jax = m.kind == OomMessageKind::kXla;
-  const bool host = m.device == "CPU" || m.device.rfind("CPU:", 0) == 0;
+  const bool host = m.OnHost();
   if (m.pool_limit && m.pool_in_use) {
     const ByteRange limit = R(*m.pool_limit), in_use = R(*m.pool_in_use);
     const ByteRange free = limit - in_use;

@@ -299,7 +299,7 @@ OomVerdict AsyncVerdict(const OomMessage& m, ExpectedOutside expected, bool unif
 // program's buffers, else what the request alone says.
 OomVerdict XlaOrTensorflowVerdict(const OomMessage& m) {
   const char* framework = m.kind == OomMessageKind::kXla ? "XLA" : "TensorFlow";
-  const bool host = m.device == "CPU" || m.device.rfind("CPU:", 0) == 0;
+  const bool host = m.OnHost();
   if (m.tried_to_allocate && RangeOf(*m.tried_to_allocate).lo >= kHugeRequest) {
     return Overriding(OomHolder::kTensors,
                       fmt::format("The request alone, {}, is more than {} has: a shape gone wrong "

@@ -93,6 +93,8 @@ struct OomMessage {
   // allocator ("GPU_0_bfc", "cpu"), TensorFlow's tensor (its shape "[64,1024]" and dtype name).
   std::string device;
   std::string allocator;
+  // Whether the failing allocation was in the host's memory (XLA's host wording, a CPU device).
+  bool OnHost() const { return device == "CPU" || device.rfind("CPU:", 0) == 0; }
   std::string tensor_shape;
   std::string tensor_dtype;
   // TSL's BFC allocator (XLA's and TensorFlow's GPU pool), as it logs running out: its pool's
