@@ -42,7 +42,8 @@ namespace {
 
 // The rules' sentences, named so that the refinement passes can test which rule decided.
 constexpr const char* kRuleSource =
-    "the source recorded this category (PyTorch's memory profiler or the capture sidecar)";
+    "the source recorded this category (PyTorch's memory profiler, the capture sidecar, or "
+    "vramscope.xla from the step's pytree types)";
 constexpr const char* kRulePersistent =
     "no stack; alive for the whole trace and allocated before it began: model state (a "
     "weight, unless sizes show optimizer state)";

@@ -9,13 +9,15 @@
 #include "sources/kineto/kineto_source.h"
 #include "sources/memory_timeline/memory_timeline_source.h"
 #include "sources/native_trace/native_trace_source.h"
+#include "sources/xla_analysis/xla_analysis_source.h"
 
 namespace vramscope::sources {
 
 namespace {
 
-// A JSON text is a raw memory timeline when it is a list of lists or numbers, and a profiler
-// trace when it is an object (or the Chrome trace format's bare list of event objects).
+// A JSON text is a raw memory timeline when it is a list of lists or numbers, an XLA memory
+// analysis when it is an object whose first key is "vramscope_format", and a profiler trace when
+// it is another object (or the Chrome trace format's bare list of event objects).
 bool IsMemoryTimeline(std::string_view json) {
   size_t i = 0;
   auto skip_space = [&] {
@@ -36,6 +38,8 @@ Result<model::Trace> FromJson(std::string_view json, const MappedFile& file,
   const auto t0 = std::chrono::steady_clock::now();
   Result<model::Trace> trace = IsMemoryTimeline(json)
                                    ? memory_timeline::TraceFromMemoryTimeline(json, file.path())
+                               : xla_analysis::IsXlaMemoryAnalysis(json)
+                                   ? xla_analysis::TraceFromXlaMemoryAnalysis(json, file.path())
                                    : kineto::TraceFromKinetoJson(json, file.path());
   if (timings != nullptr) {
     timings->parse_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
