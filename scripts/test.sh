@@ -37,6 +37,15 @@ if ! "$torch_venv/bin/python" -c "import $torch_modules" 2>/dev/null; then
   "$torch_venv/bin/python" -m pip install -q torch transformers peft accelerate lightning torchao pytest \
     nbclient nbformat ipykernel
 fi
+# vramscope.xla's tests record real jitted steps with jax[cpu] and optax (about 100 MB from
+# PyPI), in their own environment beside the torch one, made once.
+jax_venv=${VRAMSCOPE_JAX_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/vramscope/jax-venv}
+if ! "$jax_venv/bin/python" -c "import jax, optax, pytest" 2>/dev/null; then
+  echo "== installing jax[cpu] and optax into $jax_venv (once) =="
+  mkdir -p "$(dirname "$jax_venv")"
+  [[ -x $jax_venv/bin/python ]] || python3 -m venv "$jax_venv"
+  "$jax_venv/bin/python" -m pip install -q "jax[cpu]" optax pytest
+fi
 # The viewer's browser tests drive Debian's Chromium (Playwright's own browser download is not
 # needed); here they must run, not skip.
 export VRAMSCOPE_CHROMIUM=${VRAMSCOPE_CHROMIUM:-$(command -v chromium || true)}
@@ -57,7 +66,8 @@ fi
 echo "== build (ASan + UBSan) =="
 cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Debug "${launcher[@]}" \
   -DCMAKE_CXX_FLAGS="-O1" -DVRAMSCOPE_SANITIZE=address,undefined \
-  -DPython3_EXECUTABLE="$venv/bin/python" -DVRAMSCOPE_TORCH_PYTHON="$torch_venv/bin/python" >/dev/null
+  -DPython3_EXECUTABLE="$venv/bin/python" -DVRAMSCOPE_TORCH_PYTHON="$torch_venv/bin/python" -DVRAMSCOPE_JAX_PYTHON="$jax_venv/bin/python" \
+  >/dev/null
 cmake --build build-test
 
 echo "== tests =="
@@ -95,7 +105,7 @@ if [[ $runs != 0 ]]; then
     -DVRAMSCOPE_BUILD_TESTS=OFF >/dev/null
   cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer kineto_source_fuzzer \
     memory_timeline_source_fuzzer predict_input_fuzzer native_trace_fuzzer capture_sidecar_fuzzer \
-    viewer_report_fuzzer input_file_fuzzer oom_message_text_fuzzer
+    viewer_report_fuzzer input_file_fuzzer oom_message_text_fuzzer xla_analysis_source_fuzzer
   # Two lanes, one per core, each running its targets one after another (their seconds under
   # ASan on 2 cores, measured: lane 1 about 200, lane 2 about 215); each lane's output is
   # printed when both are done, and a finding in either fails the run.
@@ -133,6 +143,9 @@ if [[ $runs != 0 ]]; then
       build-fuzz/fuzz/capture_sidecar_fuzzer \
       "fuzz/capture_sidecar/corpus/*" 8192 \
       -dict=fuzz/capture_sidecar/capture_sidecar_fuzzer.dict
+    fuzz "XLA memory analysis of a jitted JAX step (vramscope.xla's JSON) + analysis" \
+      build-fuzz/fuzz/xla_analysis_source_fuzzer "fuzz/xla_analysis_source/corpus/*" 16384 \
+      -dict=fuzz/xla_analysis_source/xla_analysis_source_fuzzer.dict
   }
   lane1 >"$work/lane1.log" 2>&1 &
   lane1_pid=$!
