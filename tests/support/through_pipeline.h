@@ -8,12 +8,23 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
+#include "common/status.h"
 #include "pipeline/analyze.h"
 #include "pipeline/load.h"
 
 namespace vramscope::testing {
+
+// What a source's refusal must be (docs/design/resource-contract.md): an input error, one line,
+// naming the input (every fuzz target passes the path "fuzz"). Aborts otherwise.
+inline void CheckRefusal(const Status& status) {
+  const std::string& message = status.message();
+  if (!status.IsInputError()) std::abort();
+  if (message.rfind("fuzz: ", 0) != 0) std::abort();
+  if (message.find('\n') != std::string::npos) std::abort();
+}
 
 inline std::unique_ptr<const pipeline::Analyzed> ThroughPipeline(model::Trace trace) {
   const size_t allocations = trace.allocations.size();

@@ -352,7 +352,7 @@ Result<model::Trace> TraceFromXlaMemoryAnalysis(std::string_view json_text,
     t.devices = {0};
     t.device_event_ranges = {{0, ev.count()}};
   }
-  t.start_levels = {model::StartLevels{0, 0, 0}};
+  t.start_levels = {model::StartLevels{}};  // device 0, nothing before the step
 
   model::TraceFacts& f = t.facts;
   f.has_trace = ev.count() > 0;
