@@ -18,7 +18,11 @@ bool Contains(std::string_view s, std::string_view part) {
   return s.find(part) != std::string_view::npos;
 }
 
-bool IsTorchFile(std::string_view file) { return Contains(file, "/torch/"); }
+// The framework's own code (PyTorch's, JAX's): a user's line or a model library's is a better
+// site than the framework's dispatch that made the buffer.
+bool IsFrameworkFile(std::string_view file) {
+  return Contains(file, "/torch/") || Contains(file, "/jax/") || Contains(file, "/jaxlib/");
+}
 
 // Frames of the allocator, the unwinder and the interpreter: never a useful site.
 bool IsPlumbing(std::string_view function) {
@@ -126,7 +130,7 @@ uint32_t SiteNamer::Compute(model::StackId stack) const {
                     // is the line to show
       } else if (root_.Relative(norm)) {
         level = 0;
-      } else if (!IsTorchFile(norm) && !Contains(norm, "<frozen")) {
+      } else if (!IsFrameworkFile(norm) && !Contains(norm, "<frozen")) {
         level = 1;  // the user's code or a model library (transformers, ...): innermost wins
       } else {
         level = 3;

@@ -1,8 +1,8 @@
 // Allocation sites: the one frame of a stack that best tells a user "this line allocated it".
 //
 // Preference, innermost first within each level: a Python frame inside the project root; a Python
-// frame outside torch (the user's code or a model library such as transformers); any Python frame;
-// an operator frame (at::native, at::_ops); any named native frame past the allocator's own.
+// frame outside torch and jax (the user's code or a model library such as transformers); any Python
+// frame; an operator frame (at::native, at::_ops); any named native frame past the allocator's own.
 #pragma once
 
 #include <cstdint>
