@@ -105,7 +105,8 @@ if [[ $runs != 0 ]]; then
     -DVRAMSCOPE_BUILD_TESTS=OFF >/dev/null
   cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer kineto_source_fuzzer \
     memory_timeline_source_fuzzer predict_input_fuzzer native_trace_fuzzer capture_sidecar_fuzzer \
-    viewer_report_fuzzer input_file_fuzzer oom_message_text_fuzzer xla_analysis_source_fuzzer
+    viewer_report_fuzzer input_file_fuzzer oom_message_text_fuzzer xla_analysis_source_fuzzer \
+    pprof_source_fuzzer
   # Two lanes, one per core, each running its targets one after another (their seconds under
   # ASan on 2 cores, measured: lane 1 about 200, lane 2 about 215); each lane's output is
   # printed when both are done, and a finding in either fails the run.
@@ -123,6 +124,8 @@ if [[ $runs != 0 ]]; then
       build-fuzz/fuzz/memory_timeline_source_fuzzer \
       "fuzz/memory_timeline_source/corpus/*.json" 4096 \
       -dict=fuzz/memory_timeline_source/memory_timeline_source_fuzzer.dict
+    fuzz "pprof device memory profiles (JAX's) + analysis" build-fuzz/fuzz/pprof_source_fuzzer \
+      "fuzz/pprof_source/corpus/*" 8192
     fuzz "any input file by content, plain or gzipped (streaming inflation, bombs of each kind)" \
       build-fuzz/fuzz/input_file_fuzzer "fuzz/input_file/corpus/*" 8192
   }

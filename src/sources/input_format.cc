@@ -22,6 +22,12 @@ InputFormat DetectInputFormat(std::span<const uint8_t> head) {
   if (head[0] == 0x80 && (head.size() == 1 || (head[1] >= 2 && head[1] <= 5))) {
     return InputFormat::kPickle;
   }
+  // A pprof profile's first field is a sample_type (field 1, length-delimited: 0x0a), a ValueType
+  // of two small varints (at most 22 bytes) whose first field, type, is a varint (0x08). A text
+  // starting with a newline has a printable byte, not 0x08, two bytes in.
+  if (head.size() >= 3 && head[0] == 0x0a && head[1] >= 2 && head[1] <= 22 && head[2] == 0x08) {
+    return InputFormat::kPprof;
+  }
   size_t i = 0;
   while (i < head.size() &&
          (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t')) {
@@ -80,6 +86,8 @@ const char* InputFormatName(InputFormat format) {
       return "a SQLite database";
     case InputFormat::kNativeTrace:
       return "a vramscope native trace (.vstrace)";
+    case InputFormat::kPprof:
+      return "a pprof profile (protobuf)";
     case InputFormat::kUnknown:
       return "an unrecognised file";
   }

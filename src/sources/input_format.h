@@ -17,6 +17,7 @@ enum class InputFormat {
   kZipArchive,   // torch.save() archives, .zip
   kSqlite,       // e.g. a report we wrote
   kNativeTrace,  // vramscope run --native's .vstrace (native_capture/vstrace_format.h)
+  kPprof,        // a pprof profile (protobuf), e.g. JAX's device memory profile, inflated
   kUnknown,
 };
 

@@ -9,6 +9,7 @@
 #include "sources/kineto/kineto_source.h"
 #include "sources/memory_timeline/memory_timeline_source.h"
 #include "sources/native_trace/native_trace_source.h"
+#include "sources/pprof/pprof_source.h"
 #include "sources/xla_analysis/xla_analysis_source.h"
 
 namespace vramscope::sources {
@@ -68,6 +69,16 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
       }
       return trace;
     }
+    case InputFormat::kPprof: {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto trace = pprof::TraceFromPprof(bytes, file.path());
+      if (timings != nullptr) {
+        timings->parse_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+      if (trace.ok()) trace->source.file_bytes = bytes.size();
+      return trace;
+    }
     case InputFormat::kGzip: {
       // Inflated as a stream (sources/inflate_input.h): content that is no format vramscope
       // reads is refused from its first bytes, and what is read is bounded by the input's size.
@@ -79,12 +90,13 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
               file, options.limits,
               [&](std::span<const uint8_t> head) -> Status {
                 inner = DetectInputFormat(head);
-                if (inner == InputFormat::kPickle || inner == InputFormat::kJson) {
+                if (inner == InputFormat::kPickle || inner == InputFormat::kJson ||
+                    inner == InputFormat::kPprof) {
                   return Status::Ok();
                 }
                 return Unsupported(fmt::format(
-                    "{}: a gzip file holding {}, not a memory snapshot, profiler trace or memory "
-                    "timeline; vramscope reads those plain or gzipped",
+                    "{}: a gzip file holding {}, not a memory snapshot, profiler trace, memory "
+                    "timeline or device memory profile; vramscope reads those plain or gzipped",
                     file.path(), InputFormatName(inner)));
               },
               &cut));
@@ -118,6 +130,12 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
             "{}: the gzip data is truncated after {} compressed bytes ({} inflated); the file "
             "was cut short, copy it again",
             file.path(), cut.compressed_bytes, cut.inflated_bytes));
+      }
+      if (inner == InputFormat::kPprof) {
+        // JAX writes its device memory profile gzipped, as pprof's format asks.
+        auto trace = pprof::TraceFromPprof(text, file.path());
+        if (trace.ok()) trace->source.file_bytes = bytes.size();
+        return trace;
       }
       const std::string_view json(reinterpret_cast<const char*>(text.data()), text.size());
       return FromJson(json, file, timings);

@@ -1,0 +1,315 @@
+#include "sources/pprof/pprof_source.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/stubs/logging.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/units.h"
+#include "model/limits.h"
+#include "pprof_profile.pb.h"
+
+namespace vramscope::pprof {
+
+namespace {
+
+using model::Action;
+using model::Category;
+
+// Synthetic addresses: one per sample, 512 B apart, never reused.
+constexpr uint64_t kAddressStep = 512;
+constexpr const char* kWhat =
+    "the file is damaged or not a device memory profile (jax.profiler."
+    "save_device_memory_profile writes one)";
+
+std::string Clip(std::string_view text, size_t max_chars = 60) {
+  std::string out;
+  for (const char c : text) {
+    if (out.size() >= max_chars) return out + "...";
+    const auto u = static_cast<unsigned char>(c);
+    out += (u < 0x20 || u >= 0x7f) ? '?' : c;
+  }
+  return out;
+}
+
+class Converter {
+ public:
+  Converter(const Profile& profile, const std::string& path) : p_(profile), path_(path) {}
+
+  Status Error(const std::string& what) const {
+    return InvalidInput(fmt::format("{}: {}; {}", path_, what, kWhat));
+  }
+
+  // string_table[index], or an error naming the field.
+  Result<std::string_view> String(int64_t index, const char* field) const {
+    if (index < 0 || index >= p_.string_table_size()) {
+      return Error(
+          fmt::format("{} names string {} of a table of {}", field, index, p_.string_table_size()));
+    }
+    return std::string_view(p_.string_table(static_cast<int>(index)));
+  }
+
+  Result<model::Trace> Convert() {
+    if (p_.string_table_size() == 0 || !p_.string_table(0).empty()) {
+      return Error("its string table does not start with \"\" as pprof's does");
+    }
+    RETURN_IF_ERROR(FindSampleTypes());
+    RETURN_IF_ERROR(IndexLocations());
+    for (int i = 0; i < p_.sample_size(); ++i) RETURN_IF_ERROR(AddSample(i));
+    return Finish();
+  }
+
+ private:
+  Status FindSampleTypes() {
+    std::vector<std::string> seen;
+    for (int i = 0; i < p_.sample_type_size(); ++i) {
+      ASSIGN_OR_RETURN(const std::string_view type,
+                       String(p_.sample_type(i).type(), "a sample type"));
+      ASSIGN_OR_RETURN(const std::string_view unit,
+                       String(p_.sample_type(i).unit(), "a sample unit"));
+      if (unit == "bytes" && (type == "space" || type == "inuse_space")) bytes_index_ = i;
+      if (unit == "count" && (type == "allocations" || type == "inuse_objects")) count_index_ = i;
+      seen.push_back(fmt::format("{} ({})", Clip(type, 30), Clip(unit, 20)));
+    }
+    if (!bytes_index_) {
+      return Unsupported(fmt::format(
+          "{}: a pprof profile of {}, not of memory in use; vramscope reads device memory "
+          "profiles (jax.profiler.save_device_memory_profile), whose sample type is space (bytes)",
+          path_, seen.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(seen, ", "))));
+    }
+    return Status::Ok();
+  }
+
+  Status IndexLocations() {
+    for (int i = 0; i < p_.function_size(); ++i) {
+      const Function& f = p_.function(i);
+      ASSIGN_OR_RETURN(const std::string_view name, String(f.name(), "a function's name"));
+      ASSIGN_OR_RETURN(const std::string_view file, String(f.filename(), "a function's file"));
+      functions_[f.id()] = {t_.strings.Intern(file), t_.strings.Intern(name)};
+      optax_functions_[f.id()] = file.find("/optax/") != std::string_view::npos;
+    }
+    for (int i = 0; i < p_.location_size(); ++i) {
+      const Location& l = p_.location(i);
+      std::vector<model::FrameId>& frames = locations_[l.id()];
+      bool optax = false;
+      for (const Line& line : l.line()) {
+        const auto f = functions_.find(line.function_id());
+        if (f == functions_.end()) {
+          return Error(fmt::format("location {} names function {}, which the profile does not hold",
+                                   l.id(), line.function_id()));
+        }
+        model::Frame frame;
+        frame.filename = f->second.first;
+        frame.function = f->second.second;
+        frame.line = static_cast<int32_t>(std::clamp<int64_t>(line.line(), 0, INT32_MAX));
+        frame.kind = model::ClassifyFrame(t_.strings.Get(frame.filename));
+        frames.push_back(t_.frames.Intern(frame));
+        optax |= optax_functions_[line.function_id()];
+      }
+      optax_locations_[l.id()] = optax;
+    }
+    return Status::Ok();
+  }
+
+  Status AddSample(int index) {
+    const Sample& s = p_.sample(index);
+    if (s.value_size() != p_.sample_type_size()) {
+      return Error(fmt::format("sample {} has {} values for {} sample types", index, s.value_size(),
+                               p_.sample_type_size()));
+    }
+    const int64_t bytes = s.value(*bytes_index_);
+    const int64_t count = count_index_ ? s.value(*count_index_) : 1;
+    if (bytes < 0 || static_cast<uint64_t>(bytes) > model::kMaxPlausibleBytes || count < 0) {
+      return Error(fmt::format("sample {} holds {} bytes in {} buffers", index, bytes, count));
+    }
+    std::string_view kind = "buffer";
+    int32_t device = 0;
+    for (const Label& label : s.label()) {
+      ASSIGN_OR_RETURN(const std::string_view key, String(label.key(), "a label's key"));
+      ASSIGN_OR_RETURN(const std::string_view value, String(label.str(), "a label's value"));
+      if (key == "kind") kind = value;
+      if (key == "device") {
+        device_names_[std::string(Clip(value, 30))] += 1;
+        const size_t colon = value.rfind(':');
+        int64_t ordinal = 0;
+        if (colon != std::string_view::npos && colon + 1 < value.size() &&
+            colon + 7 > value.size()) {
+          for (const char c : value.substr(colon + 1)) {
+            if (c < '0' || c > '9') {
+              ordinal = -1;
+              break;
+            }
+            ordinal = ordinal * 10 + (c - '0');
+          }
+        }
+        device =
+            ordinal >= 0 && ordinal <= model::kMaxDeviceOrdinal ? static_cast<int32_t>(ordinal) : 0;
+      }
+    }
+    std::vector<model::FrameId> frames;
+    bool optax = false;
+    for (const uint64_t id : s.location_id()) {
+      const auto l = locations_.find(id);
+      if (l == locations_.end()) {
+        return Error(
+            fmt::format("sample {} names location {}, which the profile does not hold", index, id));
+      }
+      if (frames.size() + l->second.size() > 4096) {
+        return Error(fmt::format("sample {} has a stack deeper than 4,096 frames", index));
+      }
+      frames.insert(frames.end(), l->second.begin(), l->second.end());
+      optax |= optax_locations_[id];
+    }
+    const bool executable = kind == "executable";
+    if (executable) {
+      executables_ += static_cast<uint64_t>(count);
+      executable_bytes_ += static_cast<uint64_t>(bytes);
+    } else {
+      buffers_ += static_cast<uint64_t>(count);
+    }
+    if (bytes == 0) {
+      ++empty_samples_;
+      return Status::Ok();
+    }
+    live_bytes_ += static_cast<uint64_t>(bytes);
+    if (live_bytes_ > model::kMaxPlausibleLiveBytes) return Error("more than 64 PiB in all");
+    if (events_.size() + 1 > model::kMaxEvents) return Error("more samples than a trace holds");
+    const Category category = optax && !executable ? Category::kOptimizerState : Category::kUnknown;
+    if (category == Category::kOptimizerState) optax_bytes_ += static_cast<uint64_t>(bytes);
+    if (count > 1) multi_buffer_samples_ += 1;
+    std::string name;
+    if (executable) {
+      name = fmt::format("compiled executable{} ({})", count == 1 ? "" : "s", count);
+    } else if (count > 1) {
+      name = fmt::format("{} buffers", count);
+    }
+    events_.push_back({device, static_cast<uint64_t>(bytes), t_.stacks.Intern(frames), category,
+                       std::move(name)});
+    return Status::Ok();
+  }
+
+  Result<model::Trace> Finish() {
+    if (p_.sample_size() == 0) {
+      return Error("it holds no samples (a profile saved with no buffers alive?)");
+    }
+    model::Events& ev = t_.events;
+    uint64_t address = 0;
+    for (const Pending& e : events_) {
+      const auto i = static_cast<uint32_t>(ev.count());
+      ev.category.emplace(i, e.category);
+      if (!e.name.empty()) ev.tensor_name.emplace(i, t_.strings.Intern(e.name));
+      address += kAddressStep;
+      ev.Push(Action::kAlloc, e.device, address, e.bytes, 0, model::kNoTime, e.stack);
+    }
+    model::StableSortEventsByDevice(ev);
+    for (size_t i = 0; i < ev.count(); ++i) {
+      if (t_.devices.empty() || t_.devices.back() != ev.device[i]) {
+        t_.devices.push_back(ev.device[i]);
+        t_.device_event_ranges.emplace_back(i, i);
+        model::StartLevels levels;
+        levels.device = ev.device[i];
+        t_.start_levels.push_back(std::move(levels));
+      }
+      t_.device_event_ranges.back().second = i + 1;
+    }
+    t_.source.path = path_;
+    t_.source.format = "pprof device memory profile (jax.profiler.save_device_memory_profile)";
+    t_.source.generation = "pprof profile.proto";
+    t_.source.generation_evidence = fmt::format(
+        "protobuf with a string table starting \"\" and sample types of unit bytes; {} samples, "
+        "{} locations, {} functions",
+        p_.sample_size(), p_.location_size(), p_.function_size());
+    model::TraceFacts& f = t_.facts;
+    f.has_trace = ev.count() > 0;
+    f.sizes_are_block_sizes = true;  // the runtime's buffer bytes
+    for (size_t i = 0; i < t_.frames.size(); ++i) {
+      const bool python =
+          t_.frames.Get(static_cast<model::FrameId>(i)).kind == model::FrameKind::kPython;
+      f.has_python_frames |= python;
+      f.has_native_frames |= !python;
+    }
+    f.has_stacks = t_.frames.size() > 0;
+    std::vector<std::string>& notes = f.notes;
+    notes.push_back(fmt::format(
+        "the {} buffers alive when the profile was saved ({}), as {} samples grouped by the "
+        "stack that created them and the device; a sample of several buffers is one allocation "
+        "of their total ({} such), as the file records no single buffer's size",
+        FormatCount(static_cast<int64_t>(buffers_)),
+        FormatBytes(static_cast<int64_t>(live_bytes_ - executable_bytes_)),
+        FormatCount(p_.sample_size()), FormatCount(static_cast<int64_t>(multi_buffer_samples_))));
+    notes.push_back(
+        "no times, addresses or allocator state: the peak is what was alive at that moment; "
+        "device memory the runtime reserved up front (XLA_PYTHON_CLIENT_PREALLOCATE) is not in "
+        "the file");
+    notes.push_back(fmt::format(
+        "categories: buffers created under optax's code are optimizer state ({}); the rest is "
+        "unknown, as the profile records no role. A jitted step's outputs carry the line that "
+        "called it, so after a step the weights, the optimizer state and the step's outputs "
+        "share one stack: vramscope.xla.save_memory_analysis tells them apart",
+        FormatBytes(static_cast<int64_t>(optax_bytes_))));
+    if (executables_ > 0) {
+      notes.push_back(fmt::format("{} compiled executables (kind=executable) hold {}",
+                                  FormatCount(static_cast<int64_t>(executables_)),
+                                  FormatBytes(static_cast<int64_t>(executable_bytes_))));
+    }
+    if (!device_names_.empty()) {
+      std::vector<std::string> names;
+      for (const auto& [name, samples] : device_names_) names.push_back(name);
+      notes.push_back(fmt::format("devices as the profile names them: {} (shown by ordinal)",
+                                  fmt::join(names, ", ")));
+    }
+    if (empty_samples_ > 0) {
+      notes.push_back(fmt::format("{} samples of 0 bytes are not shown",
+                                  FormatCount(static_cast<int64_t>(empty_samples_))));
+    }
+    model::BuildAllocations(t_);
+    return std::move(t_);
+  }
+
+  struct Pending {
+    int32_t device = 0;
+    uint64_t bytes = 0;
+    model::StackId stack = model::kEmptyStack;
+    Category category = Category::kUnknown;
+    std::string name;
+  };
+
+  const Profile& p_;
+  const std::string& path_;
+  model::Trace t_;
+  std::optional<int> bytes_index_, count_index_;
+  std::unordered_map<uint64_t, std::pair<model::StringId, model::StringId>> functions_;
+  std::unordered_map<uint64_t, bool> optax_functions_, optax_locations_;
+  std::unordered_map<uint64_t, std::vector<model::FrameId>> locations_;
+  std::map<std::string, uint64_t> device_names_;
+  std::vector<Pending> events_;
+  uint64_t buffers_ = 0, executables_ = 0, executable_bytes_ = 0, live_bytes_ = 0;
+  uint64_t optax_bytes_ = 0, multi_buffer_samples_ = 0, empty_samples_ = 0;
+};
+
+}  // namespace
+
+Result<model::Trace> TraceFromPprof(std::span<const uint8_t> bytes, const std::string& path) {
+  if (bytes.size() > static_cast<size_t>(INT32_MAX)) {
+    return InvalidInput(
+        fmt::format("{}: {} of protobuf is more than a pprof profile may hold (2 GiB)", path,
+                    FormatBytes(static_cast<int64_t>(bytes.size()))));
+  }
+  // libprotobuf logs what it refuses (too deep, malformed) to stderr; the refusal here is the
+  // one line a user sees.
+  const google::protobuf::LogSilencer silence;
+  Profile profile;
+  if (!profile.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return InvalidInput(fmt::format("{}: not a valid pprof protobuf; {}", path, kWhat));
+  }
+  return Converter(profile, path).Convert();
+}
+
+}  // namespace vramscope::pprof
