@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <span>
 
 #include "sources/inflate_input.h"
 #include "sources/input_format.h"
@@ -34,17 +35,34 @@ bool IsMemoryTimeline(std::string_view json) {
   return i < json.size() && json[i] != '{';
 }
 
-Result<model::Trace> FromJson(std::string_view json, const MappedFile& file,
-                              snapshot::LoadTimings* timings) {
+// Runs a source's `parse`, recording its seconds in `timings` (when given).
+template <typename Parse>
+Result<model::Trace> Timed(snapshot::LoadTimings* timings, Parse&& parse) {
   const auto t0 = std::chrono::steady_clock::now();
-  Result<model::Trace> trace = IsMemoryTimeline(json)
-                                   ? memory_timeline::TraceFromMemoryTimeline(json, file.path())
-                               : xla_analysis::IsXlaMemoryAnalysis(json)
-                                   ? xla_analysis::TraceFromXlaMemoryAnalysis(json, file.path())
-                                   : kineto::TraceFromKinetoJson(json, file.path());
+  Result<model::Trace> trace = parse();
   if (timings != nullptr) {
     timings->parse_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  return trace;
+}
+
+Result<model::Trace> FromJson(std::string_view json, const MappedFile& file,
+                              snapshot::LoadTimings* timings) {
+  Result<model::Trace> trace = Timed(timings, [&] {
+    return IsMemoryTimeline(json) ? memory_timeline::TraceFromMemoryTimeline(json, file.path())
+           : xla_analysis::IsXlaMemoryAnalysis(json)
+               ? xla_analysis::TraceFromXlaMemoryAnalysis(json, file.path())
+               : kineto::TraceFromKinetoJson(json, file.path());
+  });
+  if (trace.ok()) trace->source.file_bytes = file.bytes().size();
+  return trace;
+}
+
+// A pprof profile's protobuf bytes (inflated when the file was gzipped).
+Result<model::Trace> FromPprof(std::span<const uint8_t> protobuf, const MappedFile& file,
+                               snapshot::LoadTimings* timings) {
+  Result<model::Trace> trace =
+      Timed(timings, [&] { return pprof::TraceFromPprof(protobuf, file.path()); });
   if (trace.ok()) trace->source.file_bytes = file.bytes().size();
   return trace;
 }
@@ -60,25 +78,10 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
       const std::string_view json(reinterpret_cast<const char*>(bytes.data()), bytes.size());
       return FromJson(json, file, timings);
     }
-    case InputFormat::kNativeTrace: {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto trace = native_trace::TraceFromNativeTrace(bytes, file.path());
-      if (timings != nullptr) {
-        timings->parse_s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      }
-      return trace;
-    }
-    case InputFormat::kPprof: {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto trace = pprof::TraceFromPprof(bytes, file.path());
-      if (timings != nullptr) {
-        timings->parse_s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      }
-      if (trace.ok()) trace->source.file_bytes = bytes.size();
-      return trace;
-    }
+    case InputFormat::kNativeTrace:
+      return Timed(timings, [&] { return native_trace::TraceFromNativeTrace(bytes, file.path()); });
+    case InputFormat::kPprof:
+      return FromPprof(bytes, file, timings);
     case InputFormat::kGzip: {
       // Inflated as a stream (sources/inflate_input.h): content that is no format vramscope
       // reads is refused from its first bytes, and what is read is bounded by the input's size.
@@ -131,12 +134,8 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
             "was cut short, copy it again",
             file.path(), cut.compressed_bytes, cut.inflated_bytes));
       }
-      if (inner == InputFormat::kPprof) {
-        // JAX writes its device memory profile gzipped, as pprof's format asks.
-        auto trace = pprof::TraceFromPprof(text, file.path());
-        if (trace.ok()) trace->source.file_bytes = bytes.size();
-        return trace;
-      }
+      // JAX writes its device memory profile gzipped, as pprof's format asks.
+      if (inner == InputFormat::kPprof) return FromPprof(text, file, timings);
       const std::string_view json(reinterpret_cast<const char*>(text.data()), text.size());
       return FromJson(json, file, timings);
     }

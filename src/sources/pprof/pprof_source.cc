@@ -29,16 +29,6 @@ constexpr const char* kWhat =
     "the file is damaged or not a device memory profile (jax.profiler."
     "save_device_memory_profile writes one)";
 
-std::string Clip(std::string_view text, size_t max_chars = 60) {
-  std::string out;
-  for (const char c : text) {
-    if (out.size() >= max_chars) return out + "...";
-    const auto u = static_cast<unsigned char>(c);
-    out += (u < 0x20 || u >= 0x7f) ? '?' : c;
-  }
-  return out;
-}
-
 class Converter {
  public:
   Converter(const Profile& profile, const std::string& path) : p_(profile), path_(path) {}
@@ -76,7 +66,7 @@ class Converter {
                        String(p_.sample_type(i).unit(), "a sample unit"));
       if (unit == "bytes" && (type == "space" || type == "inuse_space")) bytes_index_ = i;
       if (unit == "count" && (type == "allocations" || type == "inuse_objects")) count_index_ = i;
-      seen.push_back(fmt::format("{} ({})", Clip(type, 30), Clip(unit, 20)));
+      seen.push_back(fmt::format("{} ({})", ForMessage(type, 30), ForMessage(unit, 20)));
     }
     if (!bytes_index_) {
       return Unsupported(fmt::format(
@@ -136,7 +126,7 @@ class Converter {
       ASSIGN_OR_RETURN(const std::string_view value, String(label.str(), "a label's value"));
       if (key == "kind") kind = value;
       if (key == "device") {
-        device_names_[std::string(Clip(value, 30))] += 1;
+        device_names_[std::string(ForMessage(value, 30))] += 1;
         const size_t colon = value.rfind(':');
         int64_t ordinal = 0;
         if (colon != std::string_view::npos && colon + 1 < value.size() &&

@@ -33,17 +33,6 @@ constexpr uint64_t kAddressStep = 512;
 constexpr const char* kWhat =
     "write it again with vramscope.xla.save_memory_analysis (docs/guide/report.md, JAX)";
 
-// A string from the file, fit for a one-line message.
-std::string Clip(std::string_view text, size_t max_chars = 80) {
-  std::string out;
-  for (const char c : text) {
-    if (out.size() >= max_chars) return out + "...";
-    const auto u = static_cast<unsigned char>(c);
-    out += (u < 0x20 || u >= 0x7f) ? '?' : c;
-  }
-  return out;
-}
-
 // The deepest nesting of `text`'s arrays and objects, stopping once past `limit`.
 int NestingDepth(std::string_view text, int limit) {
   int depth = 0, deepest = 0;
@@ -95,7 +84,8 @@ class Reader {
       return Error(where, fmt::format("\"{}\" is missing", key));
     }
     if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<int64_t>() >= 0)) {
-      return Error(where, fmt::format("\"{}\" is {}, not a byte count", key, Clip(it->dump(), 40)));
+      return Error(where,
+                   fmt::format("\"{}\" is {}, not a byte count", key, ForMessage(it->dump(), 40)));
     }
     const auto value = it->get<uint64_t>();
     if (value > model::kMaxPlausibleBytes) {
@@ -137,7 +127,7 @@ class Reader {
                      fmt::format("category \"{}\" is not one of vramscope's (weight, gradient, "
                                  "optimizer_state, activation, input, workspace, temporary, "
                                  "unknown)",
-                                 Clip(category->get<std::string>(), 40)));
+                                 ForMessage(category->get<std::string>(), 40)));
       }
       leaf.category = *parsed;
       if (const auto rule = v.find("rule"); rule != v.end() && rule->is_string()) {
@@ -145,8 +135,9 @@ class Reader {
       }
       if (const auto alias = v.find(alias_key); alias != v.end() && !alias->is_null()) {
         if (!alias->is_number_unsigned() || alias->get<uint64_t>() >= other_count) {
-          return Error(where, fmt::format("\"{}\" is {}, not the index of one of the {} {}",
-                                          alias_key, Clip(alias->dump(), 40), other_count, other));
+          return Error(where,
+                       fmt::format("\"{}\" is {}, not the index of one of the {} {}", alias_key,
+                                   ForMessage(alias->dump(), 40), other_count, other));
         }
         leaf.alias = alias->get<uint64_t>();
       }
@@ -172,7 +163,8 @@ std::map<std::string, std::string> Rules(const json& document) {
 
 std::string StringField(const json& document, const char* key) {
   const auto it = document.find(key);
-  return it != document.end() && it->is_string() ? Clip(it->get<std::string>()) : std::string();
+  return it != document.end() && it->is_string() ? ForMessage(it->get<std::string>(), 80)
+                                                 : std::string();
 }
 
 // One line per (category, rule) that decided leaves, with their count and bytes.
@@ -186,9 +178,9 @@ void RuleNotes(const std::vector<Leaf>& leaves, const char* which,
   }
   for (const auto& [key, totals] : by_rule) {
     const auto sentence = rules.find(key.second);
-    const std::string rule = sentence != rules.end() ? Clip(sentence->second, 160)
+    const std::string rule = sentence != rules.end() ? ForMessage(sentence->second, 160)
                              : key.second.empty()    ? std::string("no rule named")
-                                                     : Clip(key.second, 40);
+                                                     : ForMessage(key.second, 40);
     notes.push_back(fmt::format(
         "{} {} {} ({}) {} {}: {}", FormatCount(totals.first), which,
         totals.first == 1 ? "leaf" : "leaves", FormatBytes(static_cast<int64_t>(totals.second)),
