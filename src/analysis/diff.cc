@@ -112,6 +112,8 @@ Result<Diff> CompareReports(const DiffSide& a, const DiffSide& b, std::optional<
   diff.b = b.name;
   diff.predicted_a = a.predicted;
   diff.predicted_b = b.predicted;
+  diff.device_type_a = a.device_type;
+  diff.device_type_b = b.device_type;
   const auto find = [](const DiffSide& side, int32_t ordinal) -> const DiffDevice* {
     for (const DiffDevice& d : side.devices) {
       if (d.device == ordinal) return &d;

@@ -42,7 +42,8 @@ struct DiffDevice {
 struct DiffSide {
   std::string name;  // the input as the user named it
   bool predicted = false;
-  std::vector<DiffDevice> devices;  // by ordinal
+  std::string device_type = "cuda";  // the report's: "cuda", or "cpu" for host recordings
+  std::vector<DiffDevice> devices;   // by ordinal
 };
 
 // Memory that grows step over step: the bytes live at the start of each step rise at every step
@@ -77,6 +78,7 @@ struct DeviceDiff {
 struct Diff {
   std::string a, b;
   bool predicted_a = false, predicted_b = false;
+  std::string device_type_a = "cuda", device_type_b = "cuda";
   std::vector<DeviceDiff> devices;
 };
 

@@ -209,6 +209,10 @@ struct SourceInfo {
   int pickle_protocol = 0;
   uint64_t file_bytes = 0;
   bool built_in_example = false;
+  // What the device ordinals number: "cuda" (GPUs), or "cpu" for memory a framework recorded on
+  // the host (TensorFlow's CPU allocator, a jax[cpu] profile or compile). Reports label devices
+  // "<device_type>:<ordinal>".
+  std::string device_type = "cuda";
 };
 
 struct TraceFacts {

@@ -133,9 +133,10 @@ std::string DiffText(const DiffResult& result, size_t top) {
       fmt::format("vramscope diff: A = {}{}\n                B = {}{}\n", d.a,
                   d.predicted_a ? " (predicted)" : "", d.b, d.predicted_b ? " (predicted)" : "");
   for (const analysis::DeviceDiff& dev : d.devices) {
-    out += dev.device_a == dev.device_b
-               ? fmt::format("\ncuda:{}\n", dev.device_a)
-               : fmt::format("\nA cuda:{} against B cuda:{}\n", dev.device_a, dev.device_b);
+    out += dev.device_a == dev.device_b && d.device_type_a == d.device_type_b
+               ? fmt::format("\n{}:{}\n", d.device_type_a, dev.device_a)
+               : fmt::format("\nA {}:{} against B {}:{}\n", d.device_type_a, dev.device_a,
+                             d.device_type_b, dev.device_b);
     ChangeLine(out, dev.peak_allocated);
     ChangeLine(out, dev.peak_reserved);
     std::vector<Change> categories;

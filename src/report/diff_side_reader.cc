@@ -97,9 +97,15 @@ Result<analysis::DiffSide> ReadDiffSide(const std::string& database, const std::
   ASSIGN_OR_RETURN(std::unique_ptr<ReportDb> db, ReportDb::Open(database));
   analysis::DiffSide side;
   side.name = name;
-  RETURN_IF_ERROR(
-      db->Select("vramscope_metadata", {"key", "value"}, "WHERE key = 'predicted'",
-                 [&](const ReportRow& row) { side.predicted = row.Text(1) == "true"; }));
+  RETURN_IF_ERROR(db->Select(
+      "vramscope_metadata", {"key", "value"}, "WHERE key IN ('predicted', 'device_type')",
+      [&](const ReportRow& row) {
+        if (row.Text(0) == "predicted") side.predicted = row.Text(1) == "true";
+        // Absent in reports written before it was recorded: those are all "cuda".
+        if (row.Text(0) == "device_type" && (row.Text(1) == "cpu" || row.Text(1) == "cuda")) {
+          side.device_type = row.Text(1);
+        }
+      }));
   std::map<int64_t, int64_t> peak_events;
   // A size no device could hold anywhere below: the file is damaged (checked once all is read).
   bool damaged = false;

@@ -143,6 +143,7 @@ nlohmann::json RenderJsonSummary(const ReportInput& in, int top_sites) {
       {"generation_evidence", t.source.generation_evidence},
       {"bytes", t.source.file_bytes},
       {"pickle_protocol", t.source.pickle_protocol},
+      {"device_type", t.source.device_type},
       {"built_in_example", t.source.built_in_example},
       {"events", t.events.count()},
       {"segments", t.segments.size()},

@@ -153,6 +153,7 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
         {"predicted", IsPredictedTrace(t) ? "true" : "false"},
         {"project_root", in.project_root.path()},
         {"devices", DeviceList(in.summary)},
+        {"device_type", src.device_type},
         {"has_trace", f.has_trace ? "1" : "0"},
         {"has_times", f.has_times ? "1" : "0"},
         {"has_stacks", f.has_stacks ? "1" : "0"},

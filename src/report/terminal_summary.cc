@@ -389,7 +389,7 @@ std::string RenderTerminalSummary(const ReportInput& in, const TerminalOptions& 
   for (const analysis::DeviceSummary& d : in.summary.devices) {
     if (options.device && *options.device != d.device) continue;
     line("");
-    line(fmt::format("cuda:{}", d.device));
+    line(fmt::format("{}:{}", t.source.device_type, d.device));
     OomBlock(t, d, options, line);
     line(fmt::format("  {:<{}}{}  {}", Figure(predicted, "peak allocated"), width,
                      Bytes(d.peak_allocated),

@@ -153,6 +153,7 @@ std::string EncodeViewerBlob(const std::vector<const ViewerReport*>& reports) {
     j["title"] = r.title;
     j["kind"] = r.kind;
     j["source"] = r.source;
+    j["device_type"] = r.device_type;
     j["predicted"] = r.predicted;
     j["prediction"] = r.prediction;  // null unless the report holds vramscope_prediction
     j["ranks"] = r.ranks;            // null unless the report is of a capture folder's ranks

@@ -185,6 +185,7 @@ Result<ViewerReport> LoadViewerReport(const std::string& path, const std::string
   RETURN_IF_ERROR(db.Select("vramscope_metadata", {"key", "value"}, "",
                             [&](const ReportRow& s) { meta[s.Text(0)] = s.Text(1); }));
   r.source = meta["source_format"];
+  r.device_type = meta["device_type"] == "cpu" ? "cpu" : "cuda";
   if (meta.count("kind") != 0) r.kind = meta["kind"];
   if (db.version() > db.schema().version) {
     r.notes.push_back(fmt::format(

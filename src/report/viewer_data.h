@@ -94,6 +94,7 @@ struct ViewerFrame {
 
 struct ViewerReport {
   std::string title, kind = "measured", source;
+  std::string device_type = "cuda";  // what the devices' ordinals number ("cpu": host memory)
   // Made by `vramscope predict`: kind is "predicted", and `prediction` holds what it assumed
   // (vramscope_prediction read back; null when the report has no such table).
   bool predicted = false;

@@ -70,8 +70,10 @@
     return m;
   }
 
+  // "cuda:0", or "cpu:0" for memory a framework recorded on the host (the report's device_type).
   function deviceName(dev) {
-    return "cuda:" + dev.device;
+    const report = app.data.reports[state.report];
+    return (report && report.device_type === "cpu" ? "cpu:" : "cuda:") + dev.device;
   }
 
   function peakEvent(m) {

@@ -249,6 +249,9 @@ class Converter {
                                   FormatCount(static_cast<int64_t>(executables_)),
                                   FormatBytes(static_cast<int64_t>(executable_bytes_))));
     }
+    bool host_only = !device_names_.empty();
+    for (const auto& [name, samples] : device_names_) host_only &= name.starts_with("cpu:");
+    if (host_only) t_.source.device_type = "cpu";  // a jax[cpu] profile
     if (!device_names_.empty()) {
       std::vector<std::string> names;
       for (const auto& [name, samples] : device_names_) names.push_back(name);

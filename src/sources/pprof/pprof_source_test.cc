@@ -50,6 +50,7 @@ TEST(JaxDeviceMemoryProfile, AfterInitTheOptimizerStateIsOptaxs) {
   EXPECT_EQ(Bytes(t, Category::kUnknown), 19'155'580u - 12'681'300u);
   EXPECT_TRUE(t.facts.has_python_frames);
   EXPECT_EQ(t.devices, std::vector<int32_t>{0});
+  EXPECT_EQ(t.source.device_type, "cpu");  // jax[cpu]: every sample's device is "cpu:0"
 }
 
 TEST(JaxDeviceMemoryProfile, AfterAStepEveryOutputHasTheCallersStack) {

@@ -393,6 +393,7 @@ Result<model::Trace> TraceFromXlaMemoryAnalysis(std::string_view json_text,
                                 FormatBytes(static_cast<int64_t>(code_size))));
   }
   if (backend == "cpu") {
+    t.source.device_type = "cpu";
     notes.push_back(
         "compiled for the CPU: a GPU compile fuses, lays out and rematerialises differently and "
         "adds cuBLAS/cuDNN workspaces, so the temp buffer on a GPU differs");

@@ -63,6 +63,7 @@ TEST(XlaMemoryAnalysis, RecordedStepWithoutDonation) {
   auto trace = TraceFromXlaMemoryAnalysis(Read(path), path.string());
   ASSERT_TRUE(trace.ok()) << trace.status().message();
   EXPECT_EQ(trace->source.generation, "jax 0.10.2");
+  EXPECT_EQ(trace->source.device_type, "cpu");  // compiled for jax[cpu]
   const Totals t = Sum(*trace);
   // The arguments, then each output leaf anew (nothing is donated): the weights and Adam's
   // state twice, the step's new values beside the old.
