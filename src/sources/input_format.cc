@@ -7,6 +7,42 @@
 
 namespace vramscope::sources {
 
+namespace {
+
+// Reads the protobuf varint at head[i], advancing i; false when it does not end in the head.
+bool ReadVarint(std::span<const uint8_t> head, size_t& i, uint64_t& value) {
+  value = 0;
+  for (int shift = 0; i < head.size() && shift < 64; shift += 7) {
+    const uint8_t byte = head[i++];
+    value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+// A profiler XSpace starts with its first plane (field 1, length-delimited: 0x0a, a varint
+// length), whose fields start with its id (0x08, a varint; absent when 0) and then its name
+// (0x12, a length of 1 to 255, then the name: printable, as "/host:CPU" and "/device:GPU:0" are).
+// A pprof profile's ValueType has a varint (0x10) where a plane has its name.
+bool LooksLikeXSpace(std::span<const uint8_t> head) {
+  size_t i = 1;
+  uint64_t value = 0;
+  if (head.empty() || head[0] != 0x0a || !ReadVarint(head, i, value) || value < 3) return false;
+  if (i < head.size() && head[i] == 0x08) {
+    ++i;
+    if (!ReadVarint(head, i, value)) return false;
+  }
+  if (i >= head.size() || head[i] != 0x12) return false;
+  ++i;
+  if (!ReadVarint(head, i, value) || value == 0 || value > 255) return false;
+  for (size_t k = 0; k < value && i < head.size(); ++k, ++i) {
+    if (head[i] < 0x20 || head[i] > 0x7e) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 InputFormat DetectInputFormat(std::span<const uint8_t> head) {
   if (head.empty()) return InputFormat::kEmpty;
   auto starts = [&](const char* magic, size_t n) {
@@ -28,6 +64,7 @@ InputFormat DetectInputFormat(std::span<const uint8_t> head) {
   if (head.size() >= 3 && head[0] == 0x0a && head[1] >= 2 && head[1] <= 22 && head[2] == 0x08) {
     return InputFormat::kPprof;
   }
+  if (LooksLikeXSpace(head)) return InputFormat::kXSpace;
   size_t i = 0;
   while (i < head.size() &&
          (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t')) {
@@ -88,6 +125,8 @@ const char* InputFormatName(InputFormat format) {
       return "a vramscope native trace (.vstrace)";
     case InputFormat::kPprof:
       return "a pprof profile (protobuf)";
+    case InputFormat::kXSpace:
+      return "a profiler XSpace (.xplane.pb)";
     case InputFormat::kUnknown:
       return "an unrecognised file";
   }

@@ -18,6 +18,7 @@ enum class InputFormat {
   kSqlite,       // e.g. a report we wrote
   kNativeTrace,  // vramscope run --native's .vstrace (native_capture/vstrace_format.h)
   kPprof,        // a pprof profile (protobuf), e.g. JAX's device memory profile, inflated
+  kXSpace,       // a profiler XSpace (protobuf, .xplane.pb): TensorFlow's profiler writes it
   kUnknown,
 };
 

@@ -12,6 +12,7 @@
 #include "sources/native_trace/native_trace_source.h"
 #include "sources/pprof/pprof_source.h"
 #include "sources/xla_analysis/xla_analysis_source.h"
+#include "sources/xspace/xspace_source.h"
 
 namespace vramscope::sources {
 
@@ -67,6 +68,15 @@ Result<model::Trace> FromPprof(std::span<const uint8_t> protobuf, const MappedFi
   return trace;
 }
 
+// A profiler XSpace's protobuf bytes (inflated when the file was gzipped).
+Result<model::Trace> FromXSpace(std::span<const uint8_t> protobuf, const MappedFile& file,
+                                snapshot::LoadTimings* timings) {
+  Result<model::Trace> trace =
+      Timed(timings, [&] { return xspace::TraceFromXSpace(protobuf, file.path()); });
+  if (trace.ok()) trace->source.file_bytes = file.bytes().size();
+  return trace;
+}
+
 }  // namespace
 
 Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& options,
@@ -82,6 +92,8 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
       return Timed(timings, [&] { return native_trace::TraceFromNativeTrace(bytes, file.path()); });
     case InputFormat::kPprof:
       return FromPprof(bytes, file, timings);
+    case InputFormat::kXSpace:
+      return FromXSpace(bytes, file, timings);
     case InputFormat::kGzip: {
       // Inflated as a stream (sources/inflate_input.h): content that is no format vramscope
       // reads is refused from its first bytes, and what is read is bounded by the input's size.
@@ -94,12 +106,13 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
               [&](std::span<const uint8_t> head) -> Status {
                 inner = DetectInputFormat(head);
                 if (inner == InputFormat::kPickle || inner == InputFormat::kJson ||
-                    inner == InputFormat::kPprof) {
+                    inner == InputFormat::kPprof || inner == InputFormat::kXSpace) {
                   return Status::Ok();
                 }
                 return Unsupported(fmt::format(
                     "{}: a gzip file holding {}, not a memory snapshot, profiler trace, memory "
-                    "timeline or device memory profile; vramscope reads those plain or gzipped",
+                    "timeline, device memory profile or XSpace; vramscope reads those plain or "
+                    "gzipped",
                     file.path(), InputFormatName(inner)));
               },
               &cut));
@@ -136,6 +149,7 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
       }
       // JAX writes its device memory profile gzipped, as pprof's format asks.
       if (inner == InputFormat::kPprof) return FromPprof(text, file, timings);
+      if (inner == InputFormat::kXSpace) return FromXSpace(text, file, timings);
       const std::string_view json(reinterpret_cast<const char*>(text.data()), text.size());
       return FromJson(json, file, timings);
     }
