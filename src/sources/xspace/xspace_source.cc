@@ -548,15 +548,19 @@ class Converter {
                  m.op.find("Iterator") != std::string_view::npos) {
         c = Category::kInput;
         rule = "data_pipeline";
+      } else if (UnderOptimizer(parts) && has("Initializer")) {
+        c = Category::kOptimizerState;
+        rule = "optimizer_initializer";
+      } else if (m.region.empty() && parts.size() > 1) {
+        rule = "function_constant";  // no op's output or scratch: made when a function is set up
       } else if (has("gradient_tape")) {
         const bool weight_shape =
             weight_shapes_.contains({std::string(WithoutSpaces(m.shape)), m.requested});
         c = weight_shape ? Category::kGradient : Category::kTemporary;
         rule = weight_shape ? "gradient_of_weight" : "backward_value";
       } else if (UnderOptimizer(parts)) {
-        const bool initializer = has("Initializer");
-        c = initializer ? Category::kOptimizerState : Category::kTemporary;
-        rule = initializer ? "optimizer_initializer" : "optimizer_step";
+        c = Category::kTemporary;
+        rule = "optimizer_step";
       } else if (m.region == "temp") {
         c = Category::kWorkspace;
         rule = "temp_region";
@@ -649,6 +653,8 @@ class Converter {
         {"function_output", "activations: other outputs of a tf.function's ops"},
         {"eager_freed", "temporaries: outputs of eager ops, freed"},
         {"eager_alive", "unknown: outputs of eager ops alive at the end"},
+        {"function_constant",
+         "unknown: values of an op with no region (a function's constants and folded values)"},
         {"before_profile", "unknown: in use before the profile began"},
         {"no_rule", "unknown: no op recorded"},
     };

@@ -14,10 +14,11 @@
 // the start level. Categories are the source's own, decided by the rules of
 // docs/design/xspace-memory-events.md: "vramscope.variable" annotations (vramscope.tf marks each
 // variable's buffer with its path and role) make weights and optimizer state; tf.data threads
-// make inputs; ops under gradient_tape/ make gradients (the shape of a marked weight) or
-// temporaries; ops under the optimizer's scope make optimizer state (its Initializer) or
-// temporaries; TF's temp regions are workspace; other outputs of a tf.function's ops are
-// activations; what no rule decides is unknown. The most-called tf.function
+// make inputs; an optimizer's Initializer makes optimizer state; values with no region (a
+// function's constants) are unknown; ops under gradient_tape/ make gradients (the shape of a
+// marked weight) or temporaries; other ops under the optimizer's scope make temporaries; TF's
+// temp regions are workspace; other outputs of a tf.function's ops are activations; what no
+// rule decides is unknown. The most-called tf.function
 // ("EagerLocalExecute: __inference_<name>_<n>") defines the steps.
 #pragma once
 
