@@ -46,6 +46,15 @@ if ! "$jax_venv/bin/python" -c "import jax, optax, pytest" 2>/dev/null; then
   [[ -x $jax_venv/bin/python ]] || python3 -m venv "$jax_venv"
   "$jax_venv/bin/python" -m pip install -q "jax[cpu]" optax pytest
 fi
+# vramscope.tf's tests record real TensorFlow profiles with tensorflow-cpu (Keras comes with it;
+# about 600 MB from PyPI), in a third environment, made once.
+tf_venv=${VRAMSCOPE_TF_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/vramscope/tf-venv}
+if ! "$tf_venv/bin/python" -c "import tensorflow, keras, pytest" 2>/dev/null; then
+  echo "== installing tensorflow-cpu into $tf_venv (once) =="
+  mkdir -p "$(dirname "$tf_venv")"
+  [[ -x $tf_venv/bin/python ]] || python3 -m venv "$tf_venv"
+  "$tf_venv/bin/python" -m pip install -q tensorflow-cpu pytest
+fi
 # The viewer's browser tests drive Debian's Chromium (Playwright's own browser download is not
 # needed); here they must run, not skip.
 export VRAMSCOPE_CHROMIUM=${VRAMSCOPE_CHROMIUM:-$(command -v chromium || true)}
@@ -67,6 +76,7 @@ echo "== build (ASan + UBSan) =="
 cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Debug "${launcher[@]}" \
   -DCMAKE_CXX_FLAGS="-O1" -DVRAMSCOPE_SANITIZE=address,undefined \
   -DPython3_EXECUTABLE="$venv/bin/python" -DVRAMSCOPE_TORCH_PYTHON="$torch_venv/bin/python" -DVRAMSCOPE_JAX_PYTHON="$jax_venv/bin/python" \
+  -DVRAMSCOPE_TF_PYTHON="$tf_venv/bin/python" \
   >/dev/null
 cmake --build build-test
 
@@ -106,7 +116,7 @@ if [[ $runs != 0 ]]; then
   cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer kineto_source_fuzzer \
     memory_timeline_source_fuzzer predict_input_fuzzer native_trace_fuzzer capture_sidecar_fuzzer \
     viewer_report_fuzzer input_file_fuzzer oom_message_text_fuzzer xla_analysis_source_fuzzer \
-    pprof_source_fuzzer
+    pprof_source_fuzzer xspace_source_fuzzer
   # Two lanes, one per core, each running its targets one after another (their seconds under
   # ASan on 2 cores, measured: lane 1 about 200, lane 2 about 215); each lane's output is
   # printed when both are done, and a finding in either fails the run.
@@ -126,6 +136,9 @@ if [[ $runs != 0 ]]; then
       -dict=fuzz/memory_timeline_source/memory_timeline_source_fuzzer.dict
     fuzz "pprof device memory profiles (JAX's) + analysis" build-fuzz/fuzz/pprof_source_fuzzer \
       "fuzz/pprof_source/corpus/*" 8192
+    fuzz "profiler XSpace memory events (TensorFlow's .xplane.pb) + analysis" \
+      build-fuzz/fuzz/xspace_source_fuzzer "fuzz/xspace_source/corpus/*" 8192 \
+      -dict=fuzz/xspace_source/xspace_source_fuzzer.dict
     fuzz "any input file by content, plain or gzipped (streaming inflation, bombs of each kind)" \
       build-fuzz/fuzz/input_file_fuzzer "fuzz/input_file/corpus/*" 8192
   }
