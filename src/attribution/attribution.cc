@@ -42,8 +42,9 @@ namespace {
 
 // The rules' sentences, named so that the refinement passes can test which rule decided.
 constexpr const char* kRuleSource =
-    "the source recorded this category (PyTorch's memory profiler, the capture sidecar, or "
-    "vramscope.xla from the step's pytree types)";
+    "the source recorded this category (PyTorch's memory profiler, the capture sidecar, "
+    "vramscope.xla from the step's pytree types, or a JAX or TensorFlow profile's rules, "
+    "tallied in the notes)";
 constexpr const char* kRulePersistent =
     "no stack; alive for the whole trace and allocated before it began: model state (a "
     "weight, unless sizes show optimizer state)";
