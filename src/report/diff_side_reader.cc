@@ -1,8 +1,11 @@
 #include "report/diff_side_reader.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -109,18 +112,25 @@ Result<analysis::DiffSide> ReadDiffSide(const std::string& database, const std::
   std::map<int64_t, int64_t> peak_events;
   // A size no device could hold anywhere below: the file is damaged (checked once all is read).
   bool damaged = false;
+  std::optional<int32_t> repeated_device;  // a device's rows are keyed by its ordinal: one row
   RETURN_IF_ERROR(
       db->Select("vramscope_devices",
                  {"device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_allocated_event"},
                  "ORDER BY device", [&](const ReportRow& row) {
                    DiffDevice d;
                    d.device = static_cast<int32_t>(row.Int(0));
+                   if (!side.devices.empty() && side.devices.back().device == d.device) {
+                     repeated_device = d.device;
+                   }
                    d.peak_allocated = row.Int(1);
                    d.peak_reserved = row.Int(2);
                    damaged |= !PlausibleBytes(d.peak_allocated) || !PlausibleBytes(d.peak_reserved);
                    peak_events[d.device] = row.IsNull(3) ? model::kNoEvent : row.Int(3);
                    side.devices.push_back(std::move(d));
                  }));
+  if (repeated_device) {
+    return db->Damaged(fmt::format("vramscope_devices holds device {} twice", *repeated_device));
+  }
   RETURN_IF_ERROR(control.CheckCancelled("reading the reports"));
   RETURN_IF_ERROR(db->Select("vramscope_categories_at_peak", {"device", "category", "bytes"}, "",
                              [&](const ReportRow& row) {
