@@ -296,7 +296,8 @@ def run(command: Sequence[str], *, output: Optional[PathLike] = None,
         args.append("--force")
     args += _flags({"steps": steps}) + _flags(options) + ["--", *command]
     exit_code = _engine.run_passthrough(args)
-    captured = any(folder.glob("*.pickle")) or any(folder.glob("*.vstrace"))
+    captured = any(any(folder.glob(f"*{suffix}"))
+                   for suffix in (".pickle", ".vstrace", ".jax.prof", ".xplane.pb"))
     if not captured:
         if exit_code == 2:
             raise UsageError("vramscope run refused its arguments (see the message above)", 2)

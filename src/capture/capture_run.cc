@@ -160,7 +160,8 @@ Result<RunOutcome> RunAndCapture(const RunRequest& r) {
   out.program_description = child.description;
   for (const fs::path& p : sources::CaptureFilesIn(out.folder)) {
     const std::string name = p.filename().string();
-    out.captured |= name.ends_with(".pickle") || name.ends_with(".vstrace");
+    out.captured |= name.ends_with(".pickle") || name.ends_with(".vstrace") ||
+                    name.ends_with(".jax.prof") || name.ends_with(".xplane.pb");
     out.sidecars += name.ends_with(".sidecar.json") ? 1 : 0;
   }
   // A folder made for this run and left empty goes (remove() refuses a folder that is not).

@@ -17,7 +17,9 @@ CLI::App* RegisterRunCommand(CLI::App& app, RunFlags& o) {
       "Run a training command unchanged and capture its GPU memory: PyTorch's allocator history "
       "with phases (forward, backward, optimizer) and the names of parameters, gradients and "
       "optimizer state, written at exit, after --steps N, or when it dies of a CUDA OOM (with "
-      "--on-oom: only then); one capture per process (per rank under torchrun). Then reports on "
+      "--on-oom: only then); one capture per process (per rank under torchrun). A JAX program "
+      "gets its device memory profile at the end (<rank>.jax.prof), a TensorFlow one its "
+      "profiler's memory events (<rank>.xplane.pb) with Keras's variables named. Then reports on "
       "the captures (as 'vramscope report FOLDER'). Example: vramscope run --steps 3 -- python "
       "train.py");
   cmd->add_option("-o,--output", o.capture.output,
@@ -28,8 +30,9 @@ CLI::App* RegisterRunCommand(CLI::App& app, RunFlags& o) {
                 "replace the captures of an earlier run in the folder -o names, and the --html "
                 "page if it exists");
   cmd->add_option("--steps", o.capture.steps,
-                  "write the capture after this many training steps (optimizer steps) and stop "
-                  "the program; 0 (default): capture until the program exits")
+                  "write the capture after this many training steps (PyTorch's optimizer steps, "
+                  "Keras's training batches; JAX's profile is taken at the end regardless) and "
+                  "stop the program; 0 (default): capture until the program exits")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000000}));
   cmd->add_flag("--keep-running", o.capture.keep_running,
                 "with --steps: stop recording after N steps but let the program run to its end");
@@ -45,8 +48,9 @@ CLI::App* RegisterRunCommand(CLI::App& app, RunFlags& o) {
   cmd->add_flag("--on-oom", o.capture.on_oom,
                 "a flight recorder: record until the program exits (no --steps), without stacks "
                 "unless --stacks is given, and write the capture only if it runs out of GPU "
-                "memory (an out-of-memory error, caught or not); at any other exit nothing is "
-                "written");
+                "memory (an out-of-memory error, caught or not; for JAX: XLA's "
+                "RESOURCE_EXHAUSTED the program dies of; TensorFlow is not recorded); at any "
+                "other exit nothing is written");
   cmd->add_flag("--phase-memory", o.capture.phase_memory,
                 "record PyTorch's max_memory_allocated/reserved for every phase (synchronizes "
                 "and resets the peak statistics at each phase: for checks, not for speed)");
@@ -55,7 +59,8 @@ CLI::App* RegisterRunCommand(CLI::App& app, RunFlags& o) {
                 "CUDA's injection mechanism (CUPTI): for JAX, TensorFlow, CuPy or any CUDA "
                 "program");
   cmd->add_flag("--no-python", o.capture.no_python,
-                "do not inject the PyTorch bootstrap (with --native: native capture only)");
+                "do not inject the Python bootstrap (PyTorch, JAX, TensorFlow; with --native: "
+                "native capture only)");
   cmd->add_flag("--no-report", o.no_report, "write the captures only; no report afterwards");
   cmd->add_flag("--json", o.json,
                 "print the report's summary as JSON on stdout (and write no report.sqlite)");
@@ -123,12 +128,12 @@ int RunRunCommand(RunFlags o) {
                  "snapshot, because no process initialized CUDA; no report\n",
                  run.sidecars, run.shown);
     } else {
-      fmt::print(
-          stderr,
-          "vramscope: nothing was captured: no process of '{}' used CUDA{}, so there is "
-          "no snapshot and no report; check that it trains on a GPU{}\n",
-          o.capture.command.front(), o.capture.no_python ? "" : " through PyTorch",
-          o.capture.native ? "" : " (for JAX, TensorFlow or plain CUDA programs add --native)");
+      fmt::print(stderr,
+                 "vramscope: nothing was captured: no process of '{}' used CUDA{}, so there is "
+                 "no snapshot and no report; check that it trains on a GPU{}\n",
+                 o.capture.command.front(),
+                 o.capture.no_python ? "" : " through PyTorch, JAX or TensorFlow",
+                 o.capture.native ? "" : " (for other CUDA programs add --native)");
     }
     return run.program_exit;
   }

@@ -90,14 +90,14 @@ Status InterpretSidecar(const fs::path& sidecar_path, Loaded& loaded) {
   return Status::Ok();
 }
 
-// One process's capture: its snapshot (else its native trace) with the sidecar's phases, names
-// and notes.
+// One process's capture: its snapshot (else its framework's profile, else its native trace) with
+// the sidecar's phases, names and notes.
 Result<Loaded> LoadCapture(const Input& folder, const sources::Capture& capture,
                            const LoadRequest& options,
                            std::optional<sources::CaptureSidecar>* sidecar_out) {
-  const fs::path& file = capture.snapshot.empty() ? capture.native : capture.snapshot;
+  const fs::path& file = capture.Recording();
   ASSIGN_OR_RETURN(Loaded loaded, ReadFile(folder, file.string(), options));
-  if (!capture.snapshot.empty() && !capture.sidecar.empty()) {
+  if (file != capture.native && !capture.sidecar.empty()) {
     ASSIGN_OR_RETURN(std::optional<sources::CaptureSidecar> sidecar,
                      sources::ReadCaptureSidecar(capture.sidecar.string()));
     if (sidecar) {
@@ -105,10 +105,15 @@ Result<Loaded> LoadCapture(const Input& folder, const sources::Capture& capture,
     }
     if (sidecar_out != nullptr) *sidecar_out = std::move(sidecar);
   }
-  if (!capture.snapshot.empty() && !capture.native.empty()) {
+  if (file != capture.native && !capture.native.empty()) {
     loaded.interpretation.notes.push_back(fmt::format(
         "a native trace was captured too: 'vramscope report {}' shows the driver-level view",
         capture.native.string()));
+  }
+  if (!capture.snapshot.empty() && !capture.profile.empty()) {
+    loaded.interpretation.notes.push_back(fmt::format(
+        "the program used another framework too: 'vramscope report {}' shows its memory",
+        capture.profile.string()));
   }
   RETURN_IF_ERROR(Replay(loaded, options));
   return loaded;
@@ -135,9 +140,7 @@ Result<analysis::RankRow> RankRowOf(const Input& folder, const sources::Capture&
   analysis::RankRow row;
   row.label = capture.label;
   row.rank = capture.rank;
-  row.file = fs::path(capture.snapshot.empty() ? capture.native : capture.snapshot)
-                 .lexically_relative(folder.path)
-                 .string();
+  row.file = capture.Recording().lexically_relative(folder.path).string();
   RETURN_IF_ERROR(FillRankRow(loaded, options.project_root, row));
   if (sidecar) {
     row.local_rank = sidecar->local_rank;

@@ -1,26 +1,31 @@
 """Start-up: ``install()``, which the injected sitecustomize calls in every process, and the wait
-for the program's own ``import torch``.
+for the program's own ``import torch`` (or ``import jax``, ``import tensorflow``, ``import keras``).
 
 ``install()`` reads the contract's environment variables (docs/design/capture.md) and does nothing
-unless VRAMSCOPE_CAPTURE_DIR is set. The bootstrap never imports torch itself, so that a program
-that never does (a launcher, a tool) runs as if it were not there: a meta path finder wraps
-torch's own loader for that one import, and once torch/__init__ has run, asks torch to start the
-recording when CUDA initializes (``torch.cuda._lazy_call``; at once in the CPU test mode).
+unless VRAMSCOPE_CAPTURE_DIR is set. The bootstrap never imports a framework itself, so that a
+program that never does (a launcher, a tool) runs as if it were not there: a meta path finder
+wraps the framework's own loader for that one import, and once its ``__init__`` has run, hands
+the module over: torch is asked to start the recording when CUDA initializes
+(``torch.cuda._lazy_call``; at once in the CPU test mode); JAX and TensorFlow go to
+``frameworks``, which turns their own recordings on.
 """
 
 import os
 import sys
 
 from ..vocabulary import CAPTURE_LIMITS
+from .frameworks import _on_jax_imported, _on_keras_imported, _on_tensorflow_imported
 from .phases import _start
 from .state import _SetupError, _env_int, _fail, _state
 
 
-class _TorchLoader:
-    """Wraps torch's own loader for one import, to run the bootstrap once torch/__init__ is done."""
+class _WatchingLoader:
+    """Wraps a framework's own loader for one import, to run ``then(module)`` once its __init__ is
+    done."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, then):
         self.inner = inner
+        self.then = then
 
     def create_module(self, spec):
         create = getattr(self.inner, "create_module", None)
@@ -36,20 +41,22 @@ class _TorchLoader:
         except Exception:
             pass
         self.inner.exec_module(module)
-        _on_torch_imported(module)
+        self.then(module)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
 
-class _TorchFinder:
-    """A meta path finder that only reacts to the top-level ``torch`` import, once."""
+class _ImportFinder:
+    """A meta path finder that only reacts to the top-level import of one module, once."""
 
-    def __init__(self):
+    def __init__(self, name, then):
+        self.name = name
+        self.then = then
         self.busy = False
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "torch" or self.busy:
+        if fullname != self.name or self.busy:
             return None
         self.busy = True
         try:
@@ -63,11 +70,11 @@ class _TorchFinder:
                     continue
                 if spec.loader is None or not hasattr(spec.loader, "exec_module"):
                     return spec
-                spec.loader = _TorchLoader(spec.loader)
+                spec.loader = _WatchingLoader(spec.loader, self.then)
                 return spec
             return None
         except Exception as e:
-            _fail(f"could not watch for the import of torch ({type(e).__name__}: {e})")
+            _fail(f"could not watch for the import of {self.name} ({type(e).__name__}: {e})")
             return None
         finally:
             self.busy = False
@@ -109,11 +116,21 @@ def install():
         _fail(f"{e}")
         return
     s.enabled = True
+    if s.cpu_mode:
+        # TensorFlow records CPU memory only through its BFC allocator (vramscope.tf), chosen when
+        # it starts: the CPU test mode's stand-in for a GPU, where BFC is TensorFlow's default.
+        os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "cuda"):
         _on_torch_imported(torch)
     else:
-        sys.meta_path.insert(0, _TorchFinder())
+        sys.meta_path.insert(0, _ImportFinder("torch", _on_torch_imported))
+    for name, then in _FRAMEWORKS.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            then(module)
+        else:
+            sys.meta_path.insert(0, _ImportFinder(name, then))
 
 
 def _on_torch_imported(torch):
@@ -132,3 +149,8 @@ def _on_torch_imported(torch):
             torch.cuda._lazy_call(_start)
     except Exception as e:
         _fail(f"could not set up capture after torch was imported ({type(e).__name__}: {e})")
+
+
+# The frameworks besides torch whose own memory recordings the bootstrap turns on (frameworks.py).
+_FRAMEWORKS = {"jax": _on_jax_imported, "tensorflow": _on_tensorflow_imported,
+               "keras": _on_keras_imported}

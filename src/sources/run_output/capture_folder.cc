@@ -25,12 +25,12 @@ std::optional<std::pair<std::string, int64_t>> ParseLabel(const std::string& lab
 }
 
 // ("rank3", kind) for a capture file name; nullopt for other files.
-enum class Kind { kSnapshot, kSidecar, kNative };
+enum class Kind { kSnapshot, kSidecar, kNative, kProfile };
 std::optional<std::pair<std::string, Kind>> Classify(const std::string& name) {
-  static const std::pair<const char*, Kind> kSuffixes[] = {{".pickle", Kind::kSnapshot},
-                                                           {".pickle.gz", Kind::kSnapshot},
-                                                           {".sidecar.json", Kind::kSidecar},
-                                                           {".vstrace", Kind::kNative}};
+  static const std::pair<const char*, Kind> kSuffixes[] = {
+      {".pickle", Kind::kSnapshot},      {".pickle.gz", Kind::kSnapshot},
+      {".sidecar.json", Kind::kSidecar}, {".vstrace", Kind::kNative},
+      {".jax.prof", Kind::kProfile},     {".xplane.pb", Kind::kProfile}};
   for (const auto& [suffix, kind] : kSuffixes) {
     const std::string s = suffix;
     if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
@@ -79,24 +79,32 @@ Result<std::vector<Capture>> FindCaptures(const fs::path& dir) {
       case Kind::kNative:
         c.native = it->path();
         break;
+      case Kind::kProfile:
+        c.profile = it->path();
+        break;
     }
   }
   std::vector<Capture> out;
   for (auto& [key, c] : by_key) {
-    if (!c.snapshot.empty() || !c.native.empty()) out.push_back(std::move(c));
+    if (!c.Recording().empty()) out.push_back(std::move(c));
   }
   if (out.empty()) {
     return InvalidInput(fmt::format(
-        "{}: holds no captures (expected rank<N>.pickle or pid<N>.pickle snapshots, or .vstrace "
-        "native traces, as 'vramscope run' writes them)",
+        "{}: holds no captures (expected rank<N>.pickle or pid<N>.pickle snapshots, .jax.prof or "
+        ".xplane.pb framework profiles, or .vstrace native traces, as 'vramscope run' writes "
+        "them)",
         dir.string()));
   }
   return out;
 }
 
+const fs::path& Capture::Recording() const {
+  return !snapshot.empty() ? snapshot : !profile.empty() ? profile : native;
+}
+
 fs::path SidecarBeside(const fs::path& snapshot) {
   std::string name = snapshot.filename().string();
-  for (const std::string suffix : {".pickle.gz", ".pickle"}) {
+  for (const std::string suffix : {".pickle.gz", ".pickle", ".jax.prof", ".xplane.pb"}) {
     if (name.size() > suffix.size() &&
         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
       const fs::path candidate =

@@ -1,6 +1,7 @@
 // The files `vramscope run` writes into its output folder (docs/design/capture.md): per process
-// <label>.pickle (PyTorch snapshot), <label>.sidecar.json and <label>.vstrace (native trace),
-// where <label> is rank<RANK> under a launcher, else pid<PID>; plus the report it writes there.
+// <label>.pickle (PyTorch snapshot), <label>.jax.prof or <label>.xplane.pb (JAX's device memory
+// profile, TensorFlow's profile), <label>.sidecar.json and <label>.vstrace (native trace), where
+// <label> is rank<RANK> under a launcher, else pid<PID>; plus the report it writes there.
 #pragma once
 
 #include <filesystem>
@@ -20,6 +21,11 @@ struct Capture {
   std::filesystem::path snapshot;  // empty when absent
   std::filesystem::path sidecar;
   std::filesystem::path native;
+  std::filesystem::path profile;  // a framework's own: .jax.prof or .xplane.pb
+
+  // What the report reads: the snapshot, else the framework's profile (categorised), else the
+  // native trace.
+  const std::filesystem::path& Recording() const;
 };
 
 // Every file of a capture run in `dir` (snapshots, sidecars, native traces, the report and viewer
@@ -30,8 +36,8 @@ std::vector<std::filesystem::path> CaptureFilesIn(const std::filesystem::path& d
 // folder holds none (naming what it expected).
 Result<std::vector<Capture>> FindCaptures(const std::filesystem::path& dir);
 
-// The sidecar written beside a snapshot: runs/rank0.pickle -> runs/rank0.sidecar.json (also for
-// .pickle.gz). Empty when there is none.
+// The sidecar written beside a snapshot or a framework's profile: runs/rank0.pickle ->
+// runs/rank0.sidecar.json (also for .pickle.gz, .jax.prof, .xplane.pb). Empty when there is none.
 std::filesystem::path SidecarBeside(const std::filesystem::path& snapshot);
 
 }  // namespace vramscope::sources

@@ -1,6 +1,7 @@
 #include "sources/run_output/capture_sidecar.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -10,6 +11,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "common/units.h"
 #include "sources/oom_message/oom_message_text.h"
 
 namespace vramscope::sources {
@@ -106,6 +108,35 @@ struct Reader {
 int32_t Step(Reader& r, const json& obj, const std::string& where) {
   return static_cast<int32_t>(
       std::clamp<int64_t>(r.Int(obj, "step", where).value_or(0), 0, INT32_MAX));
+}
+
+// process.allocator of a JAX or TensorFlow capture. At most kMaxSettings settings are kept (the
+// bootstrap writes a handful).
+SidecarFrameworkAllocator ParseFrameworkAllocator(Reader& r, const json& a) {
+  constexpr size_t kMaxSettings = 16;
+  const std::string at = "process.allocator";
+  SidecarFrameworkAllocator out;
+  if (const json* settings = r.Object(a, "settings", at)) {
+    for (const auto& [name, value] : settings->items()) {
+      if (out.settings.size() == kMaxSettings) break;
+      if (!value.is_string()) {
+        r.Fail(at + ".settings." + name.substr(0, 64), "is not text");
+        break;
+      }
+      out.settings.emplace_back(name.substr(0, 64), value.get<std::string>().substr(0, 64));
+    }
+  }
+  if (const json* stats = r.Object(a, "memory_stats", at)) {
+    const std::string where = at + ".memory_stats";
+    // JAX's names; TensorFlow's get_memory_info says "current" and "peak".
+    out.bytes_in_use = r.OptionalUnsigned(*stats, "bytes_in_use", where);
+    if (!out.bytes_in_use) out.bytes_in_use = r.OptionalUnsigned(*stats, "current", where);
+    out.peak_bytes_in_use = r.OptionalUnsigned(*stats, "peak_bytes_in_use", where);
+    if (!out.peak_bytes_in_use) out.peak_bytes_in_use = r.OptionalUnsigned(*stats, "peak", where);
+    out.bytes_limit = r.OptionalUnsigned(*stats, "bytes_limit", where);
+    out.pool_bytes = r.OptionalUnsigned(*stats, "pool_bytes", where);
+  }
+  return out;
 }
 
 // The sidecar's "memory" of one phase: torch's counters at its end.
@@ -312,6 +343,67 @@ size_t MarksFromTimes(const CaptureSidecar& sidecar, const model::Trace& trace,
   return marks;
 }
 
+// The value of an allocator setting, or "" when it was not set.
+std::string SettingOf(const SidecarFrameworkAllocator& a, std::string_view name) {
+  for (const auto& [key, value] : a.settings) {
+    if (key == name) return value;
+  }
+  return "";
+}
+
+// What the framework's allocator takes up front, from its settings (JAX's "GPU memory
+// allocation" page; TensorFlow's "Limiting GPU memory growth"): the reservation nvidia-smi shows
+// whatever is in use, as PyTorch's reserved memory is.
+std::string ReservationRule(const std::string& framework, const SidecarFrameworkAllocator& a) {
+  if (framework == "jax") {
+    if (SettingOf(a, "XLA_PYTHON_CLIENT_ALLOCATOR") == "platform") {
+      return "XLA_PYTHON_CLIENT_ALLOCATOR=platform: allocated and freed on demand, no pool";
+    }
+    const std::string prealloc = SettingOf(a, "XLA_PYTHON_CLIENT_PREALLOCATE");
+    if (prealloc == "false" || prealloc == "0") {
+      return "XLA_PYTHON_CLIENT_PREALLOCATE=false: the pool grows as buffers need it and is "
+             "kept";
+    }
+    std::string fraction = SettingOf(a, "XLA_CLIENT_MEM_FRACTION");
+    if (fraction.empty()) fraction = SettingOf(a, "XLA_PYTHON_CLIENT_MEM_FRACTION");
+    return fraction.empty()
+               ? "preallocated: 75% of the GPU is taken at the first operation (JAX's default), "
+                 "which nvidia-smi shows whatever is in use"
+               : fmt::format(
+                     "preallocated: {} of the GPU is taken at the first operation (the "
+                     "memory fraction set), which nvidia-smi shows whatever is in use",
+                     fraction);
+  }
+  if (SettingOf(a, "TF_FORCE_GPU_ALLOW_GROWTH") == "true") {
+    return "TF_FORCE_GPU_ALLOW_GROWTH=true: the BFC pool grows as tensors need it and is kept";
+  }
+  if (SettingOf(a, "TF_GPU_ALLOCATOR") == "cuda_malloc_async") {
+    return "TF_GPU_ALLOCATOR=cuda_malloc_async: CUDA's stream-ordered pool, not BFC";
+  }
+  return "on a GPU TensorFlow's BFC pool takes nearly all of its free memory at start unless "
+         "memory growth is on (TF_FORCE_GPU_ALLOW_GROWTH=true), and nvidia-smi shows it whatever "
+         "is in use";
+}
+
+// One note on the JAX or TensorFlow allocator: its own figures at the end, when it gave them,
+// its settings, and what it takes up front.
+std::string FrameworkAllocatorNote(const std::string& framework,
+                                   const SidecarFrameworkAllocator& a) {
+  std::vector<std::string> figures;
+  auto bytes = [](uint64_t b) { return FormatBytes(static_cast<int64_t>(b)); };
+  if (a.bytes_in_use) figures.push_back(bytes(*a.bytes_in_use) + " in use");
+  if (a.peak_bytes_in_use) figures.push_back("peak " + bytes(*a.peak_bytes_in_use));
+  if (a.pool_bytes) figures.push_back("pool " + bytes(*a.pool_bytes));
+  if (a.bytes_limit) figures.push_back("limit " + bytes(*a.bytes_limit));
+  std::string line = framework == "jax" ? "XLA's allocator" : "TensorFlow's allocator";
+  line += figures.empty() ? " gave no figures (none on the CPU)"
+                          : fmt::format(" at the end: {}", fmt::join(figures, ", "));
+  std::vector<std::string> set;
+  for (const auto& [key, value] : a.settings) set.push_back(key + "=" + value);
+  if (!set.empty()) line += fmt::format(" (set: {})", fmt::join(set, ", "));
+  return line + "; " + ReservationRule(framework, a);
+}
+
 }  // namespace
 
 Result<std::optional<CaptureSidecar>> ReadCaptureSidecar(const std::string& path) {
@@ -358,6 +450,9 @@ Result<std::optional<CaptureSidecar>> ParseCaptureSidecar(std::string_view text,
     s.framework = r.Text(*p, "framework", "process");
     s.torch_version = r.Text(*p, "torch", "process");
     s.device_name = r.Text(*p, "device_name", "process");
+    if (const json* a = r.Object(*p, "allocator", "process")) {
+      s.framework_allocator = ParseFrameworkAllocator(r, *a);
+    }
   }
   if (const json* rec = r.Object(doc, "recording", "")) {
     s.stacks = r.Text(*rec, "stacks", "recording");
@@ -522,7 +617,11 @@ SidecarApplied InterpretCaptureSidecar(const CaptureSidecar& sidecar, const mode
       if (!sidecar.oom->phase.empty()) line += fmt::format(" ({})", sidecar.oom->phase);
     }
     if (sidecar.oom && !sidecar.oom->message.empty()) {
-      line += "; PyTorch said: " + sidecar.oom->message.substr(0, 400);
+      const std::string& f = sidecar.framework;
+      const std::string who_said = f == "jax"          ? "XLA"
+                                   : f == "tensorflow" ? "TensorFlow"
+                                                       : "PyTorch";
+      line += fmt::format("; {} said: {}", who_said, sidecar.oom->message.substr(0, 400));
       const auto messages = FindOomMessages(sidecar.oom->message, 1);
       if (!messages.empty()) out.oom_message = messages.front();
     }
@@ -536,6 +635,9 @@ SidecarApplied InterpretCaptureSidecar(const CaptureSidecar& sidecar, const mode
   }
   if (!sidecar.fallback.empty()) {
     out.notes.push_back("stacks: " + sidecar.fallback);
+  }
+  if (sidecar.framework_allocator) {
+    out.notes.push_back(FrameworkAllocatorNote(sidecar.framework, *sidecar.framework_allocator));
   }
   if (applied.phase_marks > 0) {
     out.notes.push_back(fmt::format("phases recorded by the capture ({})",

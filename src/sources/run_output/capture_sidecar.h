@@ -45,6 +45,14 @@ struct SidecarOom {
   std::string message;  // PyTorch's own
 };
 
+// A JAX or TensorFlow capture's own allocator at the end (the sidecar's process.allocator): the
+// environment that decides what it takes up front, and its own figures where it gives them (JAX's
+// device.memory_stats(), TensorFlow's get_memory_info: GPU only).
+struct SidecarFrameworkAllocator {
+  std::vector<std::pair<std::string, std::string>> settings;  // variable, value; as set
+  std::optional<uint64_t> bytes_in_use, peak_bytes_in_use, bytes_limit, pool_bytes;
+};
+
 struct CaptureSidecar {
   std::string path;
   std::string snapshot;  // file name beside it; empty: none was taken
@@ -61,6 +69,7 @@ struct CaptureSidecar {
   // At most kMaxNvmlSamples samples (the rest counted in samples_dropped) and kMaxNvmlProcesses
   // other processes per sample (the rest counted in other_processes_more).
   std::optional<model::DeviceUsage> nvml;
+  std::optional<SidecarFrameworkAllocator> framework_allocator;
 };
 
 // What the bootstrap writes at most is what is read (model/vocabulary.h: one set of limits).

@@ -4,6 +4,7 @@
 #include "sources/run_output/capture_sidecar.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -138,6 +139,64 @@ TEST(CaptureSidecar, DamagedSidecarsGetOneLineNamingTheFileAndField) {
     EXPECT_NE(parsed.status().message().find(expected), std::string::npos)
         << parsed.status().message();
     EXPECT_EQ(parsed.status().message().find('\n'), std::string::npos);
+  }
+}
+
+// A JAX capture's sidecar as the bootstrap writes it on a GPU (bootstrap/frameworks.py): no
+// snapshot, the profile beside it, XLA's allocator figures (PJRT's memory_stats names) and the
+// out-of-memory error the program died of.
+constexpr const char* kJaxSidecar = R"({"format": "vramscope-capture", "version": 1,
+  "snapshot": null, "profile": "pid42.jax.prof",
+  "process": {"pid": 42, "hostname": "h100-node", "torch": null, "jax": "0.10.2",
+              "backend": "gpu", "device_name": "NVIDIA H100 80GB HBM3", "framework": "jax",
+              "allocator": {"settings": {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"},
+                            "memory_stats": {"bytes_in_use": 1073741824,
+                                             "peak_bytes_in_use": 3221225472,
+                                             "bytes_limit": 42949672960, "num_allocs": 812}}},
+  "recording": {"profile": "jax", "started_us": 1, "cpu_test_mode": false, "on_oom": false},
+  "end": {"reason": "oom", "steps_completed": 0, "time_us": 2,
+          "exception": "JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes."},
+  "phases": [], "tensors": [],
+  "oom": {"message": "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",
+          "time_us": 2}})";
+
+TEST(CaptureSidecar, AJaxCaptureExplainsXlasAllocatorAndQuotesXla) {
+  const CaptureSidecar s = Parse(kJaxSidecar);
+  ASSERT_TRUE(s.framework_allocator);
+  EXPECT_EQ(s.framework_allocator->bytes_limit, 42949672960u);
+  StepTrace trace(/*with_marks=*/false);
+  trace.Apply(s);
+  const std::string notes = fmt::format("{}", fmt::join(trace.in.notes, "\n"));
+  EXPECT_NE(notes.find("the program ran out of GPU memory; XLA said: RESOURCE_EXHAUSTED"),
+            std::string::npos)
+      << notes;
+  EXPECT_NE(notes.find("XLA's allocator at the end: 1.00 GiB in use, peak 3.00 GiB, limit 40.00 "
+                       "GiB (set: XLA_PYTHON_CLIENT_MEM_FRACTION=.5); preallocated: .5 of the GPU"),
+            std::string::npos)
+      << notes;
+}
+
+TEST(CaptureSidecar, ATensorFlowCaptureSaysWhatItsPoolTakes) {
+  const std::string text = R"({"format": "vramscope-capture", "version": 1, "snapshot": null,
+    "process": {"framework": "tensorflow", "allocator": {
+      "settings": {"TF_FORCE_GPU_ALLOW_GROWTH": "true"},
+      "memory_stats": {"current": 2048, "peak": 4096}}}})";
+  StepTrace trace(/*with_marks=*/false);
+  trace.Apply(Parse(text.c_str()));
+  const std::string notes = fmt::format("{}", fmt::join(trace.in.notes, "\n"));
+  EXPECT_NE(notes.find("TensorFlow's allocator at the end: 2.00 KiB in use, peak 4.00 KiB (set: "
+                       "TF_FORCE_GPU_ALLOW_GROWTH=true); TF_FORCE_GPU_ALLOW_GROWTH=true: the BFC "
+                       "pool grows"),
+            std::string::npos)
+      << notes;
+  for (const char* bad : {R"({"settings": {"X": 1}})", R"({"memory_stats": {"peak": -1}})",
+                          R"({"memory_stats": []})"}) {
+    const std::string damaged = fmt::format(
+        R"({{"format": "vramscope-capture", "version": 1, "process": {{"allocator": {}}}}})", bad);
+    auto parsed = ParseCaptureSidecar(damaged, "pid1.sidecar.json");
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find("process.allocator"), std::string::npos)
+        << parsed.status().message();
   }
 }
 
@@ -465,6 +524,32 @@ TEST(CaptureFolder, FindsRanksInOrderAndTheirFiles) {
   auto none = FindCaptures(dir);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("holds no captures"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(CaptureFolder, FrameworkProfilesAreRecordingsAndASnapshotComesFirst) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fs::path("vramscope-capture-folder-profiles");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* name : {"pid7.jax.prof", "pid7.sidecar.json", "pid7.vstrace", "rank0.xplane.pb",
+                           "rank1.pickle", "rank1.jax.prof", "pid8.prof", "pid9.xplane.pb.gz"}) {
+    std::ofstream(dir / name) << "x";
+  }
+  auto captures = FindCaptures(dir);
+  ASSERT_TRUE(captures.ok()) << captures.status().message();
+  ASSERT_EQ(captures->size(), 3u);  // rank0, rank1, pid7: not pid8.prof or a gzipped profile
+  const Capture& rank0 = (*captures)[0];
+  const Capture& rank1 = (*captures)[1];
+  const Capture& pid7 = (*captures)[2];
+  EXPECT_EQ(rank0.Recording().filename(), "rank0.xplane.pb");
+  EXPECT_EQ(rank1.Recording().filename(), "rank1.pickle");
+  EXPECT_EQ(rank1.profile.filename(), "rank1.jax.prof");
+  // The framework's profile is categorised; the native trace beside it is the driver's view.
+  EXPECT_EQ(pid7.Recording().filename(), "pid7.jax.prof");
+  EXPECT_EQ(pid7.native.filename(), "pid7.vstrace");
+  EXPECT_EQ(SidecarBeside(dir / "pid7.jax.prof").filename(), "pid7.sidecar.json");
+  EXPECT_EQ(CaptureFilesIn(dir).size(), 6u);  // --force replaces the profiles too
   fs::remove_all(dir);
 }
 
