@@ -107,6 +107,111 @@ def memory_analysis(fn: Any, *args: Any, **kwargs: Any) -> dict:
     }
 
 
+def step_peak(document: dict) -> int:
+    """The bytes a step holds while it runs, as ``vramscope report`` counts them from a memory
+    analysis document: every argument leaf, the temp buffer, the outputs written into no argument
+    and the output tuple's index tables (``output_size_in_bytes`` beyond the leaves)."""
+    stats = document["memory_analysis"]
+    outputs = document["outputs"]
+    leaves = sum(int(leaf["bytes"]) for leaf in outputs)
+    new = sum(int(leaf["bytes"]) for leaf in outputs if leaf.get("aliases_argument") is None)
+    tables = max(0, int(stats.get("output_size_in_bytes", 0)) - leaves)
+    return (sum(int(leaf["bytes"]) for leaf in document["arguments"])
+            + int(stats["temp_size_in_bytes"]) + new + tables)
+
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
+
+
+def _budget_bytes(budget: int | str) -> int:
+    if isinstance(budget, bool) or not isinstance(budget, (int, str)):
+        raise TypeError(f"budget: {budget!r} is not a number of bytes or a size such as '60GiB'")
+    if isinstance(budget, int):
+        value = budget
+    else:
+        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", budget)
+        unit = match.group(2).upper() if match else None
+        if unit not in _UNITS:
+            raise ValueError(f"budget: {budget!r} is not a size; write it as 60GiB, 80GB or a "
+                             "number of bytes")
+        value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise ValueError(f"budget: {budget!r} must be more than 0 bytes")
+    return value
+
+
+def fit(fn: Any, args_for: Any, budget: int | str, *, start: int = 1,
+        limit: int = 1 << 20) -> dict:
+    """The largest batch whose step fits ``budget``, from XLA's memory analysis alone.
+
+    ``args_for(batch)`` returns the step's arguments for a batch size (a tuple; use
+    ``jax.ShapeDtypeStruct`` leaves so that nothing is allocated: only shapes are compiled).
+    ``budget``: the bytes the step may use, as a number or a size (``"60GiB"``). On a GPU that is
+    the memory JAX's allocator may take, which its environment decides
+    (``XLA_PYTHON_CLIENT_MEM_FRACTION``, 75% of the device by default in the JAX versions that
+    preallocate a fixed fraction; see JAX's "GPU memory allocation" page for yours).
+
+    The step is compiled for ``start``, then for doubled sizes until one does not fit (or
+    ``limit`` is reached), then for the sizes between by bisection: one compile per size tried.
+    The peak of each is ``step_peak`` (what ``vramscope report`` gives for the document). It
+    assumes the peak grows with the batch, which XLA's rematerialisation can break at the edges:
+    ``tried`` has every size compiled. On the CPU a compile is not a GPU compile (fusions,
+    layouts, rematerialisation, no cuBLAS or cuDNN workspaces): the answer is the CPU
+    compiler's, docs/design/xla-memory-analysis.md says how far it can be.
+
+    Returns ``{"batch": the largest size that fits (None if ``start`` does not), "peak": its
+    bytes, "budget": the budget's bytes, "tried": [{"batch", "peak", "fits"}...] in the order
+    compiled, "analysis": the memory analysis document of the answer (as
+    ``save_memory_analysis`` writes it; None without an answer)}``.
+    """
+    if not callable(args_for):
+        raise TypeError("args_for must be a function of the batch size returning the step's "
+                        "arguments")
+    if not isinstance(start, int) or not isinstance(limit, int) or not 1 <= start <= limit:
+        raise ValueError(f"start={start!r}, limit={limit!r}: need whole numbers with "
+                         "1 <= start <= limit")
+    capacity = _budget_bytes(budget)
+    tried: list[dict] = []
+    documents: dict[int, dict] = {}
+
+    def fits(batch: int) -> bool:
+        args = args_for(batch)
+        if not isinstance(args, tuple):
+            args = (args,)
+        document = memory_analysis(fn, *args)
+        peak = step_peak(document)
+        tried.append({"batch": batch, "peak": peak, "fits": peak <= capacity})
+        if peak <= capacity:
+            documents[batch] = document
+        return peak <= capacity
+
+    best = None
+    too_big = None
+    size = start
+    while True:
+        if fits(size):
+            best = size
+            if size == limit:
+                break
+            size = min(size * 2, limit)
+        else:
+            too_big = size
+            break
+    if best is not None and too_big is not None:
+        lo, hi = best, too_big  # lo fits, hi does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+        best = lo
+    answer = documents.get(best) if best is not None else None
+    return {"batch": best, "peak": step_peak(answer) if answer else None, "budget": capacity,
+            "tried": tried, "analysis": answer}
+
+
 def _jaxlib_version() -> str | None:
     try:
         import jaxlib
