@@ -10,7 +10,8 @@ deliberate out-of-memory (gpt under a 64 MiB cap), gpt with AdamW on two ranks s
 (torchrun, gloo) under DDP and under FSDP2 (issue 18's ground truth per rank), examples/distributed's
 tensor-parallel LLaMA on two ranks and its FSDP2 x TP version on four (train_model_file.py: what the
 tracer traces, trained for real), and, when JAX with CUDA is installed, a JAX program captured
-natively (--native --no-python).
+natively (--native) with its device memory profile, which the bootstrap writes beside the native
+trace (`<case>.jax.prof`: the live buffers inside XLA's reservation).
 
 Per case the folder gets `<case>.pickle.gz` (the snapshot the bootstrap wrote, gzipped with a fixed
 mtime), `<case>.sidecar.json` (the capture sidecar; `--phase-memory` makes it hold PyTorch's own
@@ -147,7 +148,13 @@ def run_case(vramscope: str, python: str, name: str, program: list[str], out: Pa
     for src in sorted(capture.glob("*.vstrace")):
         shutil.copy(src, out / f"{name}.vstrace")
         case["native"] = f"{name}.vstrace"
-    captured = "snapshot" in case or "native" in case
+    # A JAX or TensorFlow program's own recording, which the bootstrap wrote beside the native
+    # trace: the live buffers that split XLA's reservation (issue 42).
+    for suffix in (".jax.prof", ".xplane.pb"):
+        for src in sorted(capture.glob(f"*{suffix}")):
+            shutil.copy(src, out / f"{name}{suffix}")
+            case["profile"] = f"{name}{suffix}"
+    captured = "snapshot" in case or "native" in case or "profile" in case
     if env.get("VRAMSCOPE_CAPTURE_CPU") == "1":  # the dry run writes sidecars only
         captured = "sidecar" in case or bool(case.get("ranks"))
     case["status"] = "ok" if captured else "failed"
@@ -237,7 +244,7 @@ def main() -> int:
                 and not args.dry_run_cpu:
             cases["jax_native"] = run_case(args.vramscope, args.python, "jax_native",
                                            ["-c", JAX_PROGRAM], args.out, work,
-                                           ["--native", "--no-python"], env)
+                                           ["--native"], env)
     write_metadata()
     failed = [n for n, c in cases.items() if not c["status"].startswith("ok")]
     print(f"{len(cases) - len(failed)} of {len(cases)} cases captured into {args.out}"
