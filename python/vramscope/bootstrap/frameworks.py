@@ -28,7 +28,7 @@ import os
 import sys
 
 from .state import SIDECAR_FORMAT, SIDECAR_VERSION, _now_us, _say, _state
-from .writing import _atomic_write, _label
+from .writing import _atomic_write, _int_env, _label
 
 # An exception is the framework's out-of-memory error when its type is one of these and (for XLA,
 # whose one runtime error type carries every status) its message starts the status it names.
@@ -320,18 +320,12 @@ def _write_sidecar(framework, name, device, reason, exc, oom):
     s = _state
     now = _now_us()
 
-    def int_env(key):
-        try:
-            return int(os.environ[key])
-        except (KeyError, ValueError):
-            return None
-
     sidecar = {
         "format": SIDECAR_FORMAT, "version": SIDECAR_VERSION,
         "snapshot": None,
         "profile": name,
-        "process": {"pid": os.getpid(), "rank": int_env("RANK"),
-                    "local_rank": int_env("LOCAL_RANK"), "world_size": int_env("WORLD_SIZE"),
+        "process": {"pid": os.getpid(), "rank": _int_env("RANK"),
+                    "local_rank": _int_env("LOCAL_RANK"), "world_size": _int_env("WORLD_SIZE"),
                     "hostname": socket.gethostname(), "argv": list(sys.argv),
                     "python": platform.python_version(), "torch": None,
                     framework.name: device["framework_version"], "backend": device["backend"],
