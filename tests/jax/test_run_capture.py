@@ -45,6 +45,11 @@ TRAIN = textwrap.dedent("""
     jax.block_until_ready((params, state, value))
     with open(sys.argv[1], "w") as f:
         json.dump({"live": sum(a.nbytes for a in jax.live_arrays())}, f)
+    if sys.argv[2] == "signal":
+        # A scheduler's time limit: SIGTERM, which the program does not handle.
+        import os, signal, time
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
     if sys.argv[2] == "oom":
         # What XLA raises when the device's memory runs out (a CPU never does).
         raise jax.errors.JaxRuntimeError(
@@ -88,6 +93,15 @@ def test_an_out_of_memory_error_is_written_with_xlas_message(tmp_path):
     assert document["devices"][0]["peak_allocated"]["bytes"] >= expected["live"]
     notes = "\n".join(document["notes"])
     assert "the program ran out of GPU memory; XLA said: RESOURCE_EXHAUSTED" in notes
+
+
+def test_sigterm_writes_the_profile_then_the_program_dies_of_it(tmp_path):
+    out, expected = run(tmp_path, "--json", ending="signal")
+    assert out.returncode == 128 + 15, out.stderr  # the program's own end: killed by SIGTERM
+    sidecar = json.loads(next((tmp_path / "out").glob("*.sidecar.json")).read_text())
+    assert sidecar["end"]["reason"] == "signal" and sidecar["end"]["exception"] == "signal 15"
+    document = json.loads(out.stdout)
+    assert document["devices"][0]["peak_allocated"]["bytes"] == expected["live"]
 
 
 def test_the_flight_recorder_writes_only_for_an_out_of_memory_error(tmp_path):

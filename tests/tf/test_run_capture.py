@@ -44,19 +44,24 @@ TRAIN = textwrap.dedent("""
     y = tf.random.uniform((128,), maxval=8, dtype=tf.int64)
     model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[Sizes()])
     open(sys.argv[1] + ".done", "w").close()
+    if sys.argv[2:] == ["signal"]:
+        # A scheduler's time limit: SIGTERM, which the program does not handle.
+        import os, signal, time
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
 """)
 
 
-def run(tmp_path, *flags):
+def run(tmp_path, *flags, ending="exit", rc=0):
     script = tmp_path / "train_tf.py"
     script.write_text(TRAIN)
     expected = tmp_path / "expected.json"
     env = dict(os.environ, VRAMSCOPE_CAPTURE_CPU="1", TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
     out = subprocess.run([BIN, "run", "-o", str(tmp_path / "out"), "--json", *flags, "--",
-                          sys.executable, str(script), str(expected)],
+                          sys.executable, str(script), str(expected), ending],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == rc, out.stderr
     return out, json.loads(expected.read_text())
 
 
@@ -105,6 +110,19 @@ def test_without_steps_the_whole_fit_is_recorded(tmp_path):
     assert (tmp_path / "expected.json.done").exists() and expected["batches"] == 4
     document = json.loads(out.stdout)
     assert "steps: the 4 calls of tf.function" in "\n".join(document["notes"])
+    categories = report_at_end(tmp_path / "out", tmp_path)
+    assert categories["weight"] == expected["weights"]
+    assert categories["optimizer_state"] == optimizer_bytes(expected)
+
+
+def test_sigterm_stops_the_profiler_and_writes_the_profile(tmp_path):
+    out, expected = run(tmp_path, ending="signal", rc=128 + 15)
+    assert (tmp_path / "expected.json.done").exists()
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert not any(name.startswith(".") for name in files)  # the profiler's folder is gone
+    sidecar = json.loads(next((tmp_path / "out").glob("*.sidecar.json")).read_text())
+    assert sidecar["end"]["reason"] == "signal" and sidecar["end"]["exception"] == "signal 15"
+    assert json.loads(out.stdout)["source"]["format"].startswith("profiler XSpace memory events")
     categories = report_at_end(tmp_path / "out", tmp_path)
     assert categories["weight"] == expected["weights"]
     assert categories["optimizer_state"] == optimizer_bytes(expected)

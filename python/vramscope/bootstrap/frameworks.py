@@ -12,7 +12,7 @@ change to the program (docs/design/capture.md, "JAX and TensorFlow").
 
 "The end" is the first of: the steps asked for (``VRAMSCOPE_STEPS``: Keras training batches; JAX
 has no step the bootstrap can see, so its profile is taken at the end whatever the steps), the
-process's exit, or an uncaught exception (``oom`` for XLA's ``RESOURCE_EXHAUSTED`` and
+process's exit, SIGTERM or SIGHUP (a scheduler's time limit), or an uncaught exception (``oom`` for XLA's ``RESOURCE_EXHAUSTED`` and
 TensorFlow's ``ResourceExhaustedError``: the exception's traceback still holds the frames' buffers,
 so the profile has them). Each capture gets a sidecar (``snapshot: null``) with the process's
 facts, how it ended and the out-of-memory message. Under the flight recorder (``--on-oom``) JAX's
@@ -28,7 +28,7 @@ import os
 import sys
 
 from .state import SIDECAR_FORMAT, SIDECAR_VERSION, _now_us, _say, _state
-from .writing import _atomic_write, _int_env, _label
+from .writing import _atomic_write, _install_signal_handlers, _int_env, _label, _signal_hooks
 
 # An exception is the framework's out-of-memory error when its type is one of these and (for XLA,
 # whose one runtime error type carries every status) its message starts the status it names.
@@ -143,6 +143,8 @@ def _install_handlers():
     atexit.register(_at_exit)
     _handlers["excepthook"] = sys.excepthook
     sys.excepthook = _excepthook
+    _signal_hooks.append(_on_signal)
+    _install_signal_handlers()
 
 
 def _excepthook(exc_type, exc, tb):
@@ -164,6 +166,12 @@ def _at_exit():
         _write(framework, "exception" if exc is not None else "exit", exc)
 
 
+def _on_signal(signum):
+    """SIGTERM or SIGHUP: the profiles are written now, as torch's snapshot is (writing.py)."""
+    for framework in (_jax, _tf):
+        _write(framework, "signal", signum=signum)
+
+
 def _oom_message(exc):
     """The out-of-memory message of ``exc`` or an exception it was raised from, else None."""
     seen = set()
@@ -177,7 +185,7 @@ def _oom_message(exc):
     return None
 
 
-def _write(framework, reason, exc=None):
+def _write(framework, reason, exc=None, signum=None):
     """Writes the framework's profile and its sidecar, once per process."""
     s = _state
     if not framework.active or framework.written or os.getpid() != s.pid:
@@ -198,7 +206,7 @@ def _write(framework, reason, exc=None):
             return  # nothing of a GPU's to say
         if s.started_us is not None:
             return  # torch recorded in this process too: the sidecar is its snapshot's
-        _write_sidecar(framework, name, device, reason, exc, oom)
+        _write_sidecar(framework, name, device, reason, exc, oom, signum)
     except Exception as e:
         _say(f"could not write the {framework.name} capture to {s.out_dir} "
              f"({type(e).__name__}: {e}); check that the folder exists and has room", error=True)
@@ -312,7 +320,7 @@ def _mark_alive():
         vtf.mark_variables(optimizer_variables=loose)
 
 
-def _write_sidecar(framework, name, device, reason, exc, oom):
+def _write_sidecar(framework, name, device, reason, exc, oom, signum=None):
     import json
     import platform
     import socket
@@ -334,7 +342,8 @@ def _write_sidecar(framework, name, device, reason, exc, oom):
         "recording": {"profile": framework.name, "started_us": framework.started_us,
                       "cpu_test_mode": s.cpu_mode, "on_oom": s.on_oom},
         "end": {"reason": reason, "steps_completed": framework.steps, "time_us": now,
-                "exception": None if exc is None else f"{type(exc).__name__}: {exc}"[:4000]},
+                "exception": (f"{type(exc).__name__}: {exc}"[:4000] if exc is not None
+                              else f"signal {signum}" if signum is not None else None)},
         "phases": [],
         "tensors": [],
         "oom": None if oom is None else {"message": oom[:4000], "time_us": now},

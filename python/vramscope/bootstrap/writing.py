@@ -28,6 +28,11 @@ def _excepthook(exc_type, exc, tb):
     previous(exc_type, exc, tb)
 
 
+# Called with the signal's number on SIGTERM/SIGHUP, after torch's capture is written and before
+# the program's own handler: the other frameworks' captures (bootstrap/frameworks.py) end there.
+_signal_hooks = []
+
+
 def _signal_handler(signum, frame):
     import signal
 
@@ -36,6 +41,11 @@ def _signal_handler(signum, frame):
             _write("signal", signum=signum)
     except Exception:
         pass
+    for hook in list(_signal_hooks):
+        try:
+            hook(signum)
+        except Exception:
+            pass
     previous = _state.prev_signals.get(signum, signal.SIG_DFL)
     if callable(previous):
         return previous(signum, frame)
@@ -65,8 +75,6 @@ _handlers_installed = False
 
 def _install_exit_handlers():
     import atexit
-    import signal
-    import threading
 
     global _handlers_installed
     if _handlers_installed:
@@ -76,8 +84,25 @@ def _install_exit_handlers():
     atexit.register(_atexit)
     s.prev_excepthook = sys.excepthook
     sys.excepthook = _excepthook
+    _install_signal_handlers()
+
+
+_signals_installed = False
+
+
+def _install_signal_handlers():
+    """SIGTERM and SIGHUP (a scheduler's time limit, a closed terminal) end the captures before the
+    program's own handler, or the default action, runs; once per process."""
+    import signal
+    import threading
+
+    global _signals_installed
+    if _signals_installed:
+        return
     if threading.current_thread() is not threading.main_thread():
-        return  # CUDA initialized in another thread: signal handlers can only be set in the main one
+        return  # imported in another thread: signal handlers can only be set in the main one
+    _signals_installed = True
+    s = _state
     for name in ("SIGTERM", "SIGHUP"):
         signum = getattr(signal, name, None)
         if signum is None:
