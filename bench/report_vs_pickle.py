@@ -19,7 +19,10 @@ Standard library only.  Steps:
    the file is one this script has just written itself.
 3. Run ``<vramscope> report BIG.pickle -o OUT.sqlite --force --quiet --json --timings``,
    read ``timings_s`` from its JSON on stdout, and measure its wall time and peak RSS.
-4. Print a table with the goals: vramscope parse >= 10x faster than pickle.load,
+   Then run it in text mode (``report BIG.pickle -o OUT.sqlite --force``) and time the
+   summary's first byte on stdout: the summary is printed before the database is written.
+4. Print a table with the goals: vramscope parse >= 10x faster than pickle.load, the summary
+   printed >= 5x faster than pickle.load,
    vramscope end to end (wall) faster than pickle.load alone, peak RSS < 2x the
    file size.
 
@@ -193,7 +196,14 @@ def run_vramscope(cmd: list[str], timeout: float) -> dict:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out_chunks: list[bytes] = []
     err_chunks: list[bytes] = []
-    readers = [threading.Thread(target=lambda s=proc.stdout, o=out_chunks: o.append(s.read())),
+    first_stdout: list[float] = []
+
+    def read_stdout():
+        first = proc.stdout.read(1)
+        first_stdout.append(time.perf_counter() - t0)
+        out_chunks.append(first + proc.stdout.read())
+
+    readers = [threading.Thread(target=read_stdout),
                threading.Thread(target=lambda s=proc.stderr, o=err_chunks: o.append(s.read()))]
     for r in readers:
         r.start()
@@ -216,6 +226,7 @@ def run_vramscope(cmd: list[str], timeout: float) -> dict:
         "stdout": b"".join(out_chunks).decode("utf-8", "replace"),
         "stderr": b"".join(err_chunks).decode("utf-8", "replace"),
         "wall_s": wall,
+        "first_stdout_s": first_stdout[0] if first_stdout else None,
         "peak_rss_kib": usage.ru_maxrss,
         "children_maxrss_before_kib": before,
         "children_maxrss_after_kib": after,
@@ -380,6 +391,21 @@ def main(argv: list[str] | None = None) -> int:
                 print("warning: no \"timings_s\" object in vramscope's JSON output; stdout began with: "
                       + repr(run["stdout"][:300]), file=sys.stderr)
 
+            # The terminal summary is printed before the database is written: the time a user
+            # waits for the answer.
+            text_cmd = [binary, "report", big_path, "-o", report_path, "--force"]
+            print("running: " + " ".join(text_cmd) + f"  (best of {args.repeat})", flush=True)
+            text_run = None
+            for _ in range(max(1, args.repeat)):
+                attempt = run_vramscope(text_cmd, args.timeout)
+                if attempt["rc"] != 0:
+                    break
+                if text_run is None or attempt["first_stdout_s"] < text_run["first_stdout_s"]:
+                    text_run = attempt
+            if text_run is not None:
+                results["vramscope"]["summary_printed_s"] = text_run["first_stdout_s"]
+                results["vramscope"]["summary_run_wall_s"] = text_run["wall_s"]
+
         # 4. table
         # vramscope's "parse" stage already converts the trace entries into events while it reads
         # them; parse + build_model is the time from bytes to the complete event model, the fair
@@ -395,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         r_parse = ratio(t_load, parse_s)
         r_total = ratio(t_load, wall_s)
         r_rss = ratio(rss_bytes, size)
+        summary_s = results.get("vramscope", {}).get("summary_printed_s")
+        r_summary = ratio(t_load, summary_s)
         rows = [
             ("file size", fmt_bytes(size), ""),
             ("trace entries", f"{n_entries:,}", ""),
@@ -405,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("vramscope parse + build_model", fmt_s(parse_s), "bytes -> complete event model"))
         rows += [
             ("vramscope total wall (measured)", fmt_s(wall_s), "process start to exit"),
+            ("vramscope summary printed (text mode)", fmt_s(summary_s),
+             "process start to the summary's first byte; the database is written after it"),
             ("vramscope peak RSS", fmt_bytes(rss_bytes) if rss_bytes else "n/a", "its own VmHWM"),
             ("pickle.load peak RSS", fmt_bytes(load_rss["peak_rss_bytes"]) if load_rss else "n/a",
              f"fresh process, load {load_rss['load_s']:.3f} s" if load_rss else ""),
@@ -414,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
              f"goal > 1x     {verdict(r_total, lambda v: v > 1)}"),
             ("peak RSS / file size", f"{r_rss:.2f}x" if r_rss else "n/a",
              f"goal < 2x     {verdict(r_rss, lambda v: v < 2)}"),
+            ("pickle.load / vramscope summary printed", f"{r_summary:.2f}x" if r_summary else "n/a",
+             f"goal >= 5x    {verdict(r_summary, lambda v: v >= 5)}"),
         ]
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
@@ -421,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, value, note in rows:
             print(f"  {name:<{w0}}  {value:>{w1}}  {note}".rstrip())
         results.update(ratio_pickle_over_parse=r_parse, ratio_pickle_over_total_wall=r_total,
-                       ratio_rss_over_file=r_rss)
+                       ratio_rss_over_file=r_rss, ratio_pickle_over_summary=r_summary)
         if args.json:
             print(json.dumps(results, indent=None, sort_keys=True))
 

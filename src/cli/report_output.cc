@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 
 #include "cli/interrupt.h"
 #include "common/peak_memory.h"
@@ -45,6 +46,15 @@ void AddReportOutputFlags(CLI::App& cmd, ReportOutputFlags& o, bool with_summary
 Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputFlags& flags,
                   report::PreparedOutputs& outputs, const StageTimes& times,
                   TerminalProgress& progress) {
+  report::TerminalOptions terminal;
+  terminal.top_sites = flags.top;
+  terminal.device = flags.device;
+  const bool text = !flags.files.json && !flags.quiet;
+  if (text) {
+    // The summary needs nothing of the database: the user reads it while the database is written.
+    fmt::print("{}", report::SummaryText(analyzed, terminal));
+    std::fflush(stdout);
+  }
   const auto t_write = Clock::now();
   ASSIGN_OR_RETURN(const report::WrittenOutputs written,
                    report::WriteReportOutputs(analyzed, outputs, {&progress, &InterruptToken()}));
@@ -59,11 +69,7 @@ Status EmitReport(const pipeline::Analyzed& analyzed, const ReportOutputFlags& f
                            .dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     return Status::Ok();
   }
-  if (flags.quiet) return Status::Ok();
-  report::TerminalOptions terminal;
-  terminal.top_sites = flags.top;
-  terminal.device = flags.device;
-  fmt::print("{}", report::ReportText(analyzed, terminal, written, timings));
+  if (text) fmt::print("{}", report::WrittenText(analyzed, written, timings));
   return Status::Ok();
 }
 

@@ -100,8 +100,7 @@ nlohmann::json ReportJson(const pipeline::Analyzed& analyzed, int top,
   return json;
 }
 
-std::string ReportText(const pipeline::Analyzed& analyzed, const TerminalOptions& terminal,
-                       const WrittenOutputs& written, const std::optional<ReportTimings>& timings) {
+std::string SummaryText(const pipeline::Analyzed& analyzed, const TerminalOptions& terminal) {
   std::string out;
   if (!analyzed.ranks().empty()) {
     out += RenderRankTable(analyzed.ranks(), *analyzed.ranks_compared) + "\n";
@@ -123,6 +122,12 @@ std::string ReportText(const pipeline::Analyzed& analyzed, const TerminalOptions
           FormatCount(static_cast<int64_t>(c.recorded_segment_allocs)));
     }
   }
+  return out;
+}
+
+std::string WrittenText(const pipeline::Analyzed& analyzed, const WrittenOutputs& written,
+                        const std::optional<ReportTimings>& timings) {
+  std::string out;
   if (written.database) {
     out += fmt::format(
         "\nreport written to {} ({} Skyline tables + {} vramscope_ tables, {} rows){}\n",

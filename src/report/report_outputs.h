@@ -76,11 +76,12 @@ nlohmann::json ReportJson(const pipeline::Analyzed& analyzed, int top,
                           const WrittenOutputs& written,
                           const std::optional<ReportTimings>& timings = std::nullopt);
 
-// The terminal text: the ranks' table, the summary, the allocator replay's agreement, what was
-// written, and the timings when given.
-std::string ReportText(const pipeline::Analyzed& analyzed, const TerminalOptions& terminal,
-                       const WrittenOutputs& written,
-                       const std::optional<ReportTimings>& timings = std::nullopt);
+// The terminal text, in two parts so that the summary is printed before the database is written
+// (it needs nothing of it): the ranks' table, the summary and the allocator replay's agreement;
+// then what was written and the timings when given.
+std::string SummaryText(const pipeline::Analyzed& analyzed, const TerminalOptions& terminal);
+std::string WrittenText(const pipeline::Analyzed& analyzed, const WrittenOutputs& written,
+                        const std::optional<ReportTimings>& timings = std::nullopt);
 
 // A usage error when `device` names no device the input holds memory on (--device N).
 Status CheckDevice(const pipeline::Analyzed& analyzed, std::optional<int32_t> device);
