@@ -585,14 +585,20 @@ Result<ModelSpec> LoadModelSpec(std::string_view model) {
         "--model {}: a folder; give its config.json (or a layer list, or a tracer .jsonl)", model));
   }
   if (!std::filesystem::exists(path, ec)) {
-    // A path that names a file is a missing input (1); a bare word, an unknown preset (2).
+    // A path that names a file is a missing input (1); a bare word, an unknown preset (2), as is
+    // a dotted word that is a preset's name mistyped ("llama3.1-8b").
     const bool looks_like_file =
         model.find('/') != std::string_view::npos || model.find('.') != std::string_view::npos;
-    if (looks_like_file) {
+    const std::optional<std::string> meant = NearestPreset(model);
+    if (looks_like_file && !(meant && model.find('/') == std::string_view::npos)) {
       return InvalidInput(fmt::format(
           "--model {}: cannot be read (no such file?); give a config.json, a layer list, a "
           "tracer .jsonl or a Hugging Face Hub id (org/name)",
           model));
+    }
+    if (meant) {
+      return UsageError(fmt::format("--model {}: not a preset nor a file; did you mean --model {}?",
+                                    model, *meant));
     }
     return UsageError(fmt::format("--model {}: not a preset (presets: {}) nor a file", model,
                                   fmt::join(PresetNames(), ", ")));

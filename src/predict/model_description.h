@@ -4,6 +4,7 @@
 // Hugging Face Hub id in the local cache.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,11 @@ namespace vramscope::predict {
 
 // The preset names, in the order --help lists them.
 std::vector<std::string> PresetNames();
+
+// The preset a mistyped name most likely meant ("llama-3-8b", "Llama2_7B", "gpt-2" -> the preset
+// that differs only in case, '-', '_' and '.', or by at most two letters after that), or nothing
+// when no preset is that close (preset_suggestion.cc).
+std::optional<std::string> NearestPreset(std::string_view name);
 
 // A preset, a config.json path, a layer-list path, or a Hugging Face Hub id ("org/name",
 // "org/name@revision") whose config.json is in the local cache (predict/hub_cache.h; offline:

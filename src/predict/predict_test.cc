@@ -242,6 +242,24 @@ TEST(Formulas, Fp32AdamW) {
 // GPT-2 family in pure bf16 with GELU, dropout and attention written out saves exactly that,
 // plus the LayerNorms' fp32 statistics (mean and rstd, 4 bytes per row each: 16sb per layer),
 // which the paper leaves out. Measured as the difference between 3 and 2 layers, so embeddings
+// Model names are written many ways ("Llama-2-7B", "llama3.1-8b"): a near miss names the preset.
+TEST(ModelDescription, AMistypedPresetNamesTheNearestOne) {
+  EXPECT_EQ(NearestPreset("llama-3-8b"), "llama3-8b");
+  EXPECT_EQ(NearestPreset("Llama_2_7B"), "llama2-7b");
+  EXPECT_EQ(NearestPreset("gpt-2"), "gpt2");
+  EXPECT_EQ(NearestPreset("resnt50"), "resnet50");
+  EXPECT_EQ(NearestPreset("nosuchpreset"), std::nullopt);
+  EXPECT_EQ(NearestPreset("t5"), std::nullopt);  // short names need an exact fold
+  const auto dotted = LoadModelSpec("llama3.1-8b");
+  ASSERT_FALSE(dotted.ok());
+  EXPECT_EQ(dotted.status().message(),
+            "--model llama3.1-8b: not a preset nor a file; did you mean --model llama3-8b?");
+  // A path is a path: no preset is suggested for a missing file.
+  const auto path = LoadModelSpec("./llama-3-8b");
+  ASSERT_FALSE(path.ok());
+  EXPECT_NE(path.status().message().find("cannot be read (no such file?)"), std::string::npos);
+}
+
 // Found by predict_input_fuzzer: a number past every numeric type made the JSON parser throw an
 // exception that was not a parse error, and the program abort.
 TEST(ModelDescription, ANumberPastEveryTypeIsOneLine) {

@@ -419,6 +419,8 @@ ERRORS = {
     "unknown-preset": (None, ["--model", "nosuchpreset"], 2,
                        ["--model nosuchpreset", "not a preset", "presets: ", "gpt2",
                         "llama2-7b"]),
+    "near-preset": (None, ["--model", "Llama-3-8B"], 2,
+                    ["--model Llama-3-8B", "not a preset", "did you mean --model llama3-8b?"]),
     # A path that does not exist is a bad input (1), as for 'vramscope report'.
     "missing-file": (lambda d: d / "missing.json", ["--model", "MODEL"], 1,
                      ["missing.json", "cannot be read", "give a config.json"]),
