@@ -408,12 +408,13 @@ Result<PredictResult> Predict(const PredictRequest& r) {
     ASSIGN_OR_RETURN(const predict::LoadedModel loaded, predict::LoadModel(r.model));
     const bool layout = loaded.spec && (predict_parts::WantsParallel(r) ||
                                         loaded.spec->experts > 0 || loaded.spec->Mla());
-    if (loaded.spec && layout && !technique.empty()) {
+    if (const std::string outside = predict_parts::TechniqueOutsideLayouts(r);
+        loaded.spec && layout && !outside.empty()) {
       return UsageError(fmt::format(
           "{} is predicted on the step simulator (one GPU, DDP or ZeRO/FSDP over "
           "--world-size); the per-rank estimate of parallel layouts and mixtures of experts "
           "does not model it yet",
-          technique));
+          outside));
     }
     if (loaded.spec &&
         (predict_parts::WantsParallel(r) || loaded.spec->experts > 0 || loaded.spec->Mla())) {

@@ -16,6 +16,9 @@ namespace vramscope::pipeline::predict_parts {
 Status ResolveTechniques(const PredictRequest& r, predict::TrainingSetup& s);
 // Whether the request uses a technique only the built-in families' step simulator models.
 std::string SimulatorOnlyTechnique(const PredictRequest& r);
+// Of those, the one the per-rank estimate of parallel layouts does not model yet ("" when it
+// models every technique asked for: today the quantised optimizers but the paged one).
+std::string TechniqueOutsideLayouts(const PredictRequest& r);
 
 // Whether the request asks for a parallel layout (or the model has experts, which only the
 // per-rank estimate models).

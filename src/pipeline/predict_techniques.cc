@@ -59,6 +59,16 @@ std::string SimulatorOnlyTechnique(const PredictRequest& r) {
   return "";
 }
 
+std::string TechniqueOutsideLayouts(const PredictRequest& r) {
+  const std::string technique = SimulatorOnlyTechnique(r);
+  // The optimizer is the last technique SimulatorOnlyTechnique looks at: when it names it, no
+  // other was asked for.
+  const bool quantised = r.optimizer == "adamw8bit" || r.optimizer == "adamw8bit-ao" ||
+                         r.optimizer == "adamw4bit" || r.optimizer == "adamw-fp8";
+  if (quantised && technique == "--optimizer " + r.optimizer) return "";
+  return technique;
+}
+
 Status ResolveTechniques(const PredictRequest& r, predict::TrainingSetup& s) {
   using predict::StateFormat;
   predict::OptimizerSetup& o = s.optimizer;

@@ -223,6 +223,19 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
         e * (sharded(held.dense, zero_group, 2) + sharded(held.experts, expert_group, 2));
     r.optimizer_bytes = opt_per_element * (sharded(held.dense, zero_group, 1) +
                                            sharded(held.experts, expert_group, 1));
+    if (s.optimizer.states != StateFormat::kNative) {
+      // Quantised states: blocks and thresholds per tensor, so counted tensor by tensor.
+      std::vector<parallel_terms::LayerTensor> tensors;
+      const auto add = [&](const std::vector<parallel_terms::LayerTensor>& more) {
+        tensors.insert(tensors.end(), more.begin(), more.end());
+      };
+      if (r.embedding) add(parallel_terms::EmbeddingTensors(m, l));
+      for (uint64_t i = first_layer - r.layers; i < first_layer; ++i) {
+        add(parallel_terms::LayerTensors(m, l, m.MoeLayer(i)));
+      }
+      if (r.head) add(parallel_terms::HeadTensors(m, l));
+      r.optimizer_bytes = parallel_terms::QuantisedOptimizerBytes(s, tensors, groups, zero);
+    }
     // In flight: whole micro-batches of the stage's layers (1F1B), or model chunks of
     // L / (p v) layers (interleaved), never more than the step runs.
     double per_unit = layer_activation * static_cast<double>(r.layers);
@@ -357,7 +370,10 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
             "zero_grad(set_to_none=True) (torch's pipeline stages or DTensor's TP without data "
             "parallelism: no gradient buffer)"
           : "gradients in one contiguous buffer per model chunk (Megatron-Core's)",
-      s.optimizer.impl == OptimizerImpl::kFused     ? "fused: none"
+      s.optimizer.states != StateFormat::kNative
+          ? "quantised states, codes and scales per tensor as bitsandbytes or torchao make them, "
+            "small tensors' states unquantised; one fused kernel per parameter: none"
+      : s.optimizer.impl == OptimizerImpl::kFused   ? "fused: none"
       : s.optimizer.impl == OptimizerImpl::kForeach ? "foreach: every exp_avg_sq's root at once"
                                                     : "for-loop: one parameter's at a time"));
   if (l.data_parallel_impl == model::DataParallelImpl::kDeepSpeed && zero < 3) {

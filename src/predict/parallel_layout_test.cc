@@ -115,6 +115,37 @@ TEST(ParallelLayout, Llama2At2WayTensorParallelHoldsHalfTheMatricesAndAllTheNorm
   EXPECT_EQ(r.optimizer_bytes, 4 * r.parameters);
 }
 
+// The same rank with quantised AdamW states, tensor by tensor (quantised_states.h).
+// bitsandbytes' 8-bit: every tensor (the norms' 4,096 elements too) quantised in blocks of 256,
+// two 1-byte codes and 2 x 4 / 256 bytes of scales an element, and two 256-entry fp32 maps
+// once: 2,048 + 65 N / 32. torchao's 4-bit: blocks of 128, half a byte of code and 4 / 128 of
+// scale per element and state, a 16-entry fp32 map per state: 17 N / 16 + 128 per tensor, of
+// which the rank holds 291 (the embedding, 9 per layer, the final norm and the head). Under
+// ZeRO-1 over 8 ranks each shard is quantised alone: the norms' 512-element shards are too
+// small, and keep two fp32 states (4,096 B).
+TEST(ParallelLayout, QuantisedAdamStatesAreCountedTensorByTensor) {
+  ParallelLayout l;
+  l.tp = 2;
+  TrainingSetup s = Bf16Adam(1, 4096);
+  s.optimizer.states = StateFormat::kBnb8bit;
+  const uint64_t n = 3'369'340'928u;  // the rank's elements (the hand count above)
+  auto bnb = PredictParallel(Preset("llama2-7b"), s, l);
+  ASSERT_TRUE(bnb.ok()) << bnb.status().message();
+  EXPECT_EQ(bnb->roles[0].optimizer_bytes, 2048 + 65 * n / 32);
+  s.optimizer.states = StateFormat::kAo4bit;
+  auto ao4 = PredictParallel(Preset("llama2-7b"), s, l);
+  ASSERT_TRUE(ao4.ok()) << ao4.status().message();
+  EXPECT_EQ(ao4->roles[0].optimizer_bytes, 17 * n / 16 + 128 * 291);
+  s.optimizer.states = StateFormat::kBnb8bit;
+  s.zero = ZeroMode::kZero1;
+  l.dp = 8;
+  auto zero1 = PredictParallel(Preset("llama2-7b"), s, l);
+  ASSERT_TRUE(zero1.ok()) << zero1.status().message();
+  const uint64_t norms = 32 * 2 + 1, quantised = (n - norms * 4096) / 8;
+  EXPECT_EQ(zero1->roles[0].optimizer_bytes, 2048 + 65 * quantised / 32 + norms * 2 * 512 * 4);
+  EXPECT_EQ(zero1->roles[0].optimizer_bytes, 855'697'408u);
+}
+
 // Pipeline stages of llama2-7b (PP=4, 8 layers each, 1F1B, 8 micro-batches): the first holds
 // the embedding and 4 micro-batches in flight, the last the final norm and head and 1.
 TEST(ParallelLayout, PipelineStagesDifferByEmbeddingHeadAndMicroBatchesInFlight) {

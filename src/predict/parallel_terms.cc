@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "predict/quantised_states.h"
+
 namespace vramscope::predict::parallel_terms {
 
 namespace {
@@ -185,6 +187,19 @@ uint64_t OptimizerBytesPerElement(const TrainingSetup& s) {
       break;
   }
   return moments * state + (s.optimizer.master_weights ? 4 : 0);
+}
+
+uint64_t QuantisedOptimizerBytes(const TrainingSetup& s, const std::vector<LayerTensor>& tensors,
+                                 const ZeroGroups& groups, int zero) {
+  const StateFormat format = s.optimizer.states;
+  uint64_t bytes = 0;
+  for (const QuantisedState& q : SharedQuantisationMaps(format)) bytes += q.bytes;
+  const uint64_t e = ElementSize(s.precision.param);
+  for (const LayerTensor& t : tensors) {
+    const uint64_t n = Sharded(t.elements, t.expert ? groups.experts : groups.dense, zero, 1);
+    for (const QuantisedState& q : QuantisedAdamStates(format, n, n * e)) bytes += q.bytes;
+  }
+  return bytes;
 }
 
 bool SixteenBitActivations(const TrainingSetup& s) {

@@ -64,7 +64,8 @@ struct Communication {
 Communication LargestCommunicationBuffer(const ModelSpec& m, const TrainingSetup& s,
                                          const ParallelLayout& l, uint64_t seq, bool moe);
 
-// Bytes of optimizer state per parameter element (moments, and fp32 master weights).
+// Bytes of optimizer state per parameter element (moments, and fp32 master weights), for
+// torch.optim's states (s.optimizer.states kNative).
 uint64_t OptimizerBytesPerElement(const TrainingSetup& s);
 
 // 0 (none) to 3.
@@ -81,6 +82,13 @@ ZeroGroups ZeroGroupsOf(const ParallelLayout& l);
 inline uint64_t Sharded(uint64_t elements, uint64_t group, int zero, int from_stage) {
   return zero >= from_stage ? CeilDiv(elements, group) : elements;
 }
+
+// The optimizer state one rank holds under a quantised format (bitsandbytes', torchao's; not the
+// paged one, whose codes live outside the GPU's allocator): each of `tensors` (one rank's
+// model-parallel shards) sharded by ZeRO as `groups` and `zero` say, then its states tensor by
+// tensor (quantised_states.h), and the optimizer's shared maps once.
+uint64_t QuantisedOptimizerBytes(const TrainingSetup& s, const std::vector<LayerTensor>& tensors,
+                                 const ZeroGroups& groups, int zero);
 
 // The units ZeRO-2/3 reduce-scatter (and ZeRO-3 all-gathers) one at a time, in forward order,
 // as FSDP2 wraps a model: the embedding, each decoder layer [first_layer, first_layer + layers),

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "predict/parallel_terms.h"
+#include "predict/quantised_states.h"
 #include "predict/step_simulator.h"
 
 namespace vramscope::predict {
@@ -108,6 +109,7 @@ class RoleStepBuilder {
   void Forward(size_t chunk, uint64_t micro_batch);
   void Backward(size_t chunk);
   void OptimizerState();
+  void QuantisedOptimizerState();
   void OptimizerTemporaries();
   // torch.distributed.pipelining: the receive buffers (made at the first step, kept), and the
   // last stage's merge of its outputs at the step's end.
@@ -651,6 +653,10 @@ std::vector<std::pair<std::string, uint64_t>> RoleStepBuilder::TensorElements(
 }
 
 void RoleStepBuilder::OptimizerState() {
+  if (s_.optimizer.states != StateFormat::kNative) {
+    QuantisedOptimizerState();
+    return;
+  }
   const uint64_t per_element = parallel_terms::OptimizerBytesPerElement(s_);
   if (per_element == 0) return;
   const bool master = s_.optimizer.master_weights;
@@ -674,6 +680,28 @@ void RoleStepBuilder::OptimizerState() {
   }
 }
 
+// bitsandbytes' and torchao's quantised AdamW states, tensor by tensor as the step simulator
+// makes them for one GPU (quantised_states.h): the shared maps, then each tensor's codes and
+// scales (fp32 or zeros_like states for tensors too small or not divisible by the block).
+void RoleStepBuilder::QuantisedOptimizerState() {
+  const StateFormat format = s_.optimizer.states;
+  std::vector<std::pair<std::string, uint64_t>> tensors;
+  for (const QuantisedState& q : SharedQuantisationMaps(format)) {
+    tensors.emplace_back("optimizer" + q.suffix, q.bytes);
+  }
+  for (const auto& [name, n] : TensorElements(1)) {
+    for (const QuantisedState& q : QuantisedAdamStates(format, n, n * element_size_)) {
+      tensors.emplace_back(name + q.suffix, q.bytes);
+    }
+  }
+  std::vector<uint64_t> sizes;
+  for (const auto& t : tensors) sizes.push_back(t.second);
+  AdjustLast(sizes, r_.optimizer_bytes);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Alloc(sizes[i], Category::kOptimizerState, tensors[i].first, "optimizer.step");
+  }
+}
+
 // Adam's and AdamW's step temporaries, one tensor per parameter as the step simulator counts them
 // for one GPU (byte-exact against torch 2.11's _multi_tensor_adam and _single_tensor_adam):
 // foreach, the low-precision gradients converted to fp32 beside master weights, Adam's L2 term a
@@ -682,7 +710,8 @@ void RoleStepBuilder::OptimizerState() {
 void RoleStepBuilder::OptimizerTemporaries() {
   const OptimizerSetup& o = s_.optimizer;
   if (o.kind != OptimizerKind::kAdam && o.kind != OptimizerKind::kAdamW) return;
-  if (o.impl == OptimizerImpl::kFused) return;
+  // The fused kernels (torch's, and every quantised optimizer's: one per parameter) make none.
+  if (o.impl == OptimizerImpl::kFused || o.states != StateFormat::kNative) return;
   const uint64_t state = o.master_weights ? 4 : element_size_;
   const bool l2 = o.kind == OptimizerKind::kAdam && o.weight_decay != 0;
   const std::vector<std::pair<std::string, uint64_t>> tensors = TensorElements(1);

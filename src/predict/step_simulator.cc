@@ -7,6 +7,8 @@
 #include <memory>
 #include <utility>
 
+#include "predict/quantised_states.h"
+
 namespace vramscope::predict {
 
 uint64_t ElementSize(DType dtype) {
@@ -767,36 +769,18 @@ void StepSimulator::MakeState(const OptimizerSetup& setup, int32_t i) {
   };
   if (setup.states != StateFormat::kNative && setup.kind != OptimizerKind::kMomentum) {
     const uint64_t n = (elements + setup.shards - 1) / static_cast<uint64_t>(setup.shards);
-    const bool bnb =
-        setup.states == StateFormat::kBnb8bit || setup.states == StateFormat::kBnbPaged8bit;
-    if (bnb && !quantisation_maps_) {
+    if (!quantisation_maps_) {
       quantisation_maps_ = true;
-      state(256 * 4, ".qmap1 (shared)", "aten::_to_copy");
-      state(256 * 4, ".qmap2 (shared)", "aten::_to_copy");
-    }
-    const uint64_t block = setup.states == StateFormat::kAo4bit ? 128 : 256;
-    const bool quantised = n >= 4096 && (bnb || n % block == 0);
-    if (!quantised) {
-      // bitsandbytes keeps fp32 states for small tensors; torchao zeros_like(param).
-      const uint64_t bytes = bnb ? n * 4 : shard(p.full_bytes);
-      state(bytes, ".exp_avg", "aten::zeros_like");
-      state(bytes, ".exp_avg_sq", "aten::zeros_like");
-      return;
-    }
-    const uint64_t blocks = (n + block - 1) / block;
-    for (const char* which : {".exp_avg", ".exp_avg_sq"}) {
-      const uint64_t codes = setup.states == StateFormat::kAo4bit ? (n + 1) / 2 : n;
-      if (setup.states == StateFormat::kBnbPaged8bit && n >= 100000) {
-        // F.get_paged: cudaMallocManaged, outside the caching allocator.
-        AddHost(codes);
-        paged_bytes_ += codes;
-      } else {
-        state(codes, std::string(which) + " (codes)", "aten::zeros");
+      for (const QuantisedState& q : SharedQuantisationMaps(setup.states)) {
+        state(q.bytes, q.suffix, q.op);
       }
-      state(blocks * 4, std::string(which) + " (scales)", "aten::zeros");
-      if (setup.states == StateFormat::kAo8bit || setup.states == StateFormat::kAo4bit) {
-        state(setup.states == StateFormat::kAo4bit ? 16 * 4 : 256 * 4,
-              std::string(which) + " (qmap)", "aten::tensor");
+    }
+    for (const QuantisedState& q : QuantisedAdamStates(setup.states, n, shard(p.full_bytes))) {
+      if (q.paged) {
+        AddHost(q.bytes);
+        paged_bytes_ += q.bytes;
+      } else {
+        state(q.bytes, q.suffix, q.op);
       }
     }
     return;

@@ -117,6 +117,33 @@ def test_techniques_are_refused_for_parallel_layouts(run_module, tmp_path):
     assert_failure(rc, out, err, 2, ["--fused-linear-ce", "per-rank estimate"], tmp_path)
 
 
+@pytest.mark.parametrize("optimizer", ["adamw8bit", "adamw8bit-ao", "adamw4bit", "adamw-fp8"])
+def test_quantised_states_per_rank_equal_the_one_gpu_prediction(run_module, tmp_path, optimizer):
+    """The per-rank estimate (--dp 1: a layout of one rank) counts the quantised states tensor by
+    tensor as the step simulator does: the same requested bytes, GPT-2's small biases and norms
+    (fp32 or zeros_like states) included; the paged optimizer's codes live outside the GPU's
+    allocator, which the per-rank estimate does not count, so it is refused there."""
+    import sqlite3
+
+    flags = [*BASE, "--optimizer", optimizer]
+    rc, _, err = run_module("predict", *flags, "-o", tmp_path / "one.sqlite", "-q")
+    assert rc == 0, err
+    with sqlite3.connect(tmp_path / "one.sqlite") as c:
+        (one_gpu,) = c.execute("SELECT SUM(requested_bytes) FROM vramscope_allocations "
+                               "WHERE category = 'optimizer_state' AND alive_at_end = 1").fetchone()
+    per_rank = predict_json(run_module, *flags, "--dp", "1")["parallel"]["roles"]
+    assert [r["optimizer_bytes"] for r in per_rank] == [one_gpu]
+    native = predict_json(run_module, *BASE, "--optimizer", "adamw", "--dp", "1")
+    assert one_gpu < native["parallel"]["roles"][0]["optimizer_bytes"] * 0.6
+
+
+def test_the_paged_optimizer_is_refused_for_parallel_layouts(run_module, tmp_path):
+    rc, out, err = run_module("predict", "--model", "llama3-8b", "--tp", "2",
+                              "--optimizer", "paged-adamw8bit", cwd=tmp_path)
+    assert_failure(rc, out, err, 2, ["--optimizer paged-adamw8bit", "per-rank estimate"],
+                   tmp_path)
+
+
 def test_fp8_says_what_torchaos_casts_cost(run_module):
     """--fp8 on a LLaMA-family preset: the summary names torchao's float8 linears and what they
     change against the same set-up in bf16; under bf16 autocast the blocks' weights are no
