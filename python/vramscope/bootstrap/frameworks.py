@@ -10,15 +10,16 @@ change to the program (docs/design/capture.md, "JAX and TensorFlow").
   marked after each batch, and those of every Keras model and optimizer alive at the end
   (``vramscope.tf.mark_variables``), so that the report names weights and optimizer state.
 
-"The end" is the first of: the steps asked for (``VRAMSCOPE_STEPS``: Keras training batches; JAX
-has no step the bootstrap can see, so its profile is taken at the end whatever the steps), the
-process's exit, SIGTERM or SIGHUP (a scheduler's time limit), or an uncaught exception (``oom`` for XLA's ``RESOURCE_EXHAUSTED`` and
-TensorFlow's ``ResourceExhaustedError``: the exception's traceback still holds the frames' buffers,
-so the profile has them). Each capture gets a sidecar (``snapshot: null``) with the process's
-facts, how it ended and the out-of-memory message. Under the flight recorder (``--on-oom``) JAX's
-profile is written only for an out-of-memory error, and TensorFlow's profiler, which costs on
-every allocation, is not started. A capture is taken on a GPU (JAX's default backend a GPU;
-TensorFlow seeing one), or on the CPU in the test mode (``VRAMSCOPE_CAPTURE_CPU``).
+"The end" is the first of: the steps asked for (``VRAMSCOPE_STEPS``: Keras training batches; JAX has
+no step the bootstrap can see, so its profile is taken at the end whatever the steps), the process's
+exit, SIGTERM or SIGHUP (a scheduler's time limit), or an uncaught exception (``oom`` for XLA's
+``RESOURCE_EXHAUSTED`` and TensorFlow's ``ResourceExhaustedError``: the exception's traceback still
+holds the frames' buffers, so the profile has them). Each capture gets a sidecar (``snapshot:
+null``) with the process's facts, how it ended and the out-of-memory message. Under the flight
+recorder (``--on-oom``) JAX's profile is written only for an out-of-memory error, and TensorFlow's
+profiler, which costs on every allocation, is not started. A capture is taken on a GPU (JAX's
+default backend a GPU; TensorFlow seeing one), or on the CPU in the test mode
+(``VRAMSCOPE_CAPTURE_CPU``).
 
 Nothing here raises into the program: a failure prints one ``vramscope: ...`` line and this
 framework's capture stops.
