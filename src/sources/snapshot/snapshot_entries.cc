@@ -21,8 +21,8 @@ Status Converter::ConvertBlock(Value block, const Path& where, uint64_t address,
   } else if (*state_text == "inactive") {
     out->state = model::BlockState::kInactive;
   } else {
-    return InvalidInput(fmt::format("{}: unknown block state '{}'", where.ToString(),
-                                    std::string(state_text->substr(0, 40))));
+    return InvalidInput(
+        fmt::format("{}: unknown block state '{}'", where.ToString(), ForMessage(*state_text, 40)));
   }
   // 2.1+ blocks carry their address; older ones tile the segment from its start.
   RETURN_IF_ERROR(GetU64(block, where, "address", kAddress, address, &out->address));

@@ -66,7 +66,8 @@ Result<model::Trace> Converter::Run() {
       std::vector<std::string> keys;
       const auto pairs = doc_->DictItems(root);
       for (size_t i = 0; i + 1 < pairs.size() && keys.size() < 6; i += 2) {
-        keys.push_back("'" + ScalarText(pairs[i]).substr(0, 30) + "'");
+        // One line, whatever the key holds (input_file_fuzzer found a key with a newline).
+        keys.push_back("'" + ForMessage(ScalarText(pairs[i]), 30) + "'");
       }
       return InvalidInput(fmt::format(
           "not a PyTorch memory snapshot: the pickle holds a dict without 'segments' (its keys: "

@@ -373,6 +373,9 @@ TEST(SnapshotErrors, NameThePathToTheBadValue) {
   EXPECT_THAT(ErrorOf(tb::Int(3)), HasSubstr("the pickle holds an int"));
   EXPECT_THAT(ErrorOf(tb::Dict({{"model", tb::Int(1)}, {"optimizer", tb::Int(2)}})),
               HasSubstr("without 'segments' (its keys: 'model', 'optimizer')"));
+  // Found by input_file_fuzzer: a key holding a newline made the one-line message two.
+  EXPECT_THAT(ErrorOf(tb::Dict({{std::string("a\0\0\0\nss", 7), tb::Int(1)}})),
+              HasSubstr("(its keys: 'a\\x00\\x00\\x00\\nss')"));
   EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::Dict({})}})),
               HasSubstr("segments: is a dict, expected a list"));
   EXPECT_THAT(ErrorOf(tb::Dict({{"segments", tb::List({tb::Dict({{"address", tb::Int(0)},
