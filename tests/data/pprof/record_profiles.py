@@ -30,3 +30,7 @@ for i in range(3):
 l.block_until_ready()
 jax.profiler.save_device_memory_profile("mlp_adam_after_step.prof")
 print("after step", live())
+# vramscope's writer (python/vramscope on PYTHONPATH): the same profile, one sample per live array
+# with its role.
+import vramscope.jax_memory
+print(vramscope.jax_memory.save_profile("mlp_adam_after_step_roles.prof"))

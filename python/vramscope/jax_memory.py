@@ -1,0 +1,414 @@
+"""JAX: the device memory profile with what each buffer is (weights, optimizer state), for
+``vramscope report``.
+
+    import vramscope.jax_memory
+    vramscope.jax_memory.save_profile("memory.prof")                  # roles found by the rules
+    vramscope.jax_memory.save_profile("memory.prof", weights=params,  # or named by the caller
+                                      optimizer_state=opt_state)
+
+JAX's own profile (``jax.profiler.device_memory_profile``) groups the live buffers by the stack
+that made them, and after a jitted step the weights, the optimizer state and the loss all carry
+the line that called the step. ``save_profile`` takes that profile and splits each of its buffer
+samples into one sample per live array (``jax.live_arrays()``; per device for a sharded array),
+labelled with the array's role (``unknown`` where no rule decides), the rule that decided it and
+its pytree path. The file stays a
+pprof profile JAX's way (the same stacks, executables and devices) that any pprof reader opens;
+the labels are ``vramscope_role`` (a vramscope category name), ``vramscope_rule`` and
+``vramscope_name``, and the profile's comments say what could not be decided. A sample whose
+arrays do not add up to its bytes (a buffer no ``jax.Array`` owns) is kept whole and unlabelled.
+
+The rules, first match wins (docs/design/xla-memory-analysis.md, "Roles in the profile"):
+
+- weights / optimizer state: the pytrees passed as ``weights=`` / ``optimizer_state=``;
+- optimizer state: a leaf inside an optax state object (a class from ``optax``: Adam's ``mu``,
+  ``nu`` and ``count``) or under a ``TrainState``'s ``opt_state``;
+- weights: a ``TrainState``'s ``params``, or the one live pytree, outside the optimizer state,
+  with the structure, shapes and dtypes of an optax state's moments (``mu``: the weights it
+  updates). When several do (the weights and gradients both alive), the one made by the same call
+  as the moments (a jitted step returns both) is chosen; else none, and a comment says so;
+- anything else is ``unknown`` (the batch, the loss, gradients and updates a loop keeps).
+
+Objects are found with ``gc.get_objects()`` (one pass, plus one over the candidates' types), so
+nothing is asked of the program. Importing this module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from typing import Any
+
+ROLE_KEY = "vramscope_role"
+RULE_KEY = "vramscope_rule"
+NAME_KEY = "vramscope_name"
+
+RULES = {
+    "marked_weights": "passed as weights= to vramscope.jax_memory.save_profile",
+    "marked_optimizer_state": "passed as optimizer_state= to vramscope.jax_memory.save_profile",
+    "optax_state": "a leaf inside an optax optimizer-state object",
+    "train_state_opt_state": "under a TrainState's opt_state",
+    "train_state_params": "under a TrainState's params",
+    "matches_optimizer_state": "the live pytree with the structure, shapes and dtypes of the "
+                               "optimizer state's moments (the weights it updates)",
+    "none": "no rule names it (not in an optimizer state, a TrainState or the weights' pytree)",
+}
+
+
+def save_profile(path: str | os.PathLike, *, weights: Any = None,
+                 optimizer_state: Any = None) -> dict:
+    """Writes the labelled profile (gzipped pprof) to ``path``; returns ``summary()``'s dict."""
+    data, summary = profile(weights=weights, optimizer_state=optimizer_state)
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return summary
+
+
+def profile(*, weights: Any = None, optimizer_state: Any = None) -> tuple[bytes, dict]:
+    """The labelled profile's bytes, and what it says: ``{"bytes": {role: n}, "comments":
+    [...], "split_samples": n, "kept_samples": n}``."""
+    import jax
+
+    raw = jax.profiler.device_memory_profile()
+    buffers = _live_buffers(jax)
+    roles, comments = _roles(jax, weights, optimizer_state)
+    return _labelled(raw, buffers, roles, comments)
+
+
+# --- what is alive, and what it is -----------------------------------------------------------
+
+def _frames(array: Any) -> tuple:
+    tb = getattr(array, "traceback", None)
+    if tb is None:
+        return ()
+    # JAX's profile names a frame's function by its code's name, the traceback by its qualified
+    # name ("Trainer.step.<locals>.loss"): the last part of that is the name.
+    return tuple((f.file_name, f.function_name.rsplit(".", 1)[-1], int(f.line_num))
+                 for f in tb.frames)
+
+
+def _live_buffers(jax: Any) -> list[tuple]:
+    """(array, device label, bytes, frames) for every device buffer of every live array."""
+    out = []
+    for array in jax.live_arrays():
+        frames = _frames(array)
+        itemsize = array.dtype.itemsize
+        shards = array.addressable_shards
+        if len(shards) == 1:
+            out.append((array, str(shards[0].device), int(array.nbytes), frames))
+            continue
+        for shard in shards:
+            elements = 1
+            for dim, index in zip(array.shape, shard.index):
+                elements *= len(range(*index.indices(dim))) if isinstance(index, slice) else 1
+            out.append((array, str(shard.device), elements * itemsize, frames))
+    return out
+
+
+def _leaves_with_paths(jax: Any, tree: Any, prefix: str) -> list[tuple[str, Any]]:
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [(prefix + jax.tree_util.keystr(p), leaf) for p, leaf in flat
+            if isinstance(leaf, jax.Array)]
+
+
+def _signature(leaves: list) -> tuple:
+    return tuple((tuple(leaf.shape), str(leaf.dtype)) for _, leaf in leaves)
+
+
+def _kind(t: type, o: Any) -> str:
+    """"optax" for an optax state's class, "train_state" for a TrainState's, else ""."""
+    module = getattr(t, "__module__", None)
+    name = getattr(t, "__qualname__", None)
+    if isinstance(module, str) and module.split(".")[0] == "optax" and isinstance(o, tuple):
+        return "optax"
+    if isinstance(name, str) and name.endswith("TrainState") and hasattr(o, "params") \
+            and hasattr(o, "opt_state"):
+        return "train_state"
+    return ""
+
+
+def _roles(jax: Any, weights: Any, optimizer_state: Any) -> tuple[dict, list[str]]:
+    """id(array) -> (category, rule key, pytree path), and the comments for the profile."""
+    import gc
+
+    roles: dict[int, tuple[str, str, str]] = {}
+    comments: list[str] = []
+
+    def mark(tree: Any, category: str, rule: str, prefix: str) -> None:
+        for path, leaf in _leaves_with_paths(jax, tree, prefix):
+            roles.setdefault(id(leaf), (category, rule, path))
+
+    if optimizer_state is not None:
+        mark(optimizer_state, "optimizer_state", "marked_optimizer_state", "optimizer_state")
+    if weights is not None:
+        mark(weights, "weight", "marked_weights", "weights")
+
+    # One pass over the objects the collector tracks: optax states and TrainStates.
+    kinds: dict[type, str] = {}
+    states, train_states = [], []
+    o = None
+    for o in gc.get_objects():
+        t = type(o)
+        kind = kinds.get(t)
+        if kind is None:
+            kind = kinds[t] = _kind(t, o)
+        if kind == "optax":
+            states.append(o)
+        elif kind == "train_state":
+            train_states.append(o)
+    del o
+    for ts in train_states:
+        mark(ts.opt_state, "optimizer_state", "train_state_opt_state", "opt_state")
+        mark(ts.params, "weight", "train_state_params", "params")
+    # States nested in others (chain's tuple of states) are reached from the outermost; a state
+    # reached twice keeps its first path.
+    for state in states:
+        mark(state, "optimizer_state", "optax_state", type(state).__name__)
+
+    # The moments: the fields of optax states that are pytrees of several arrays (not a count).
+    moments: dict[tuple, list] = {}
+    for state in states:
+        for field in state:
+            leaves = _leaves_with_paths(jax, field, "")
+            if len(leaves) < 1 or (len(leaves) == 1 and leaves[0][1] is field):
+                continue
+            treedef = jax.tree_util.tree_structure(field)
+            moments.setdefault((treedef, _signature(leaves)), []).append(field)
+    if moments and not any(r[1] in ("marked_weights", "train_state_params")
+                           for r in roles.values()):
+        _mark_mirrors(jax, moments, roles, comments)
+    return roles, comments
+
+
+def _mark_mirrors(jax: Any, moments: dict, roles: dict, comments: list[str]) -> None:
+    """Marks as weights the live pytree that repeats an optax state's moments."""
+    import gc
+
+    wanted_types = {type(f) for fields in moments.values() for f in fields}
+    moment_ids = {id(f) for fields in moments.values() for f in fields}
+    found: dict[frozenset, tuple[Any, list]] = {}
+    o = None
+    for o in gc.get_objects():
+        if type(o) not in wanted_types or id(o) in moment_ids:
+            continue
+        try:
+            treedef = jax.tree_util.tree_structure(o)
+        except Exception:  # noqa: BLE001 - an object jax cannot flatten is no pytree of ours
+            continue
+        leaves = _leaves_with_paths(jax, o, "")
+        if not leaves or (treedef, _signature(leaves)) not in moments:
+            continue
+        if any(roles.get(id(leaf), ("",))[0] == "optimizer_state" for _, leaf in leaves):
+            continue
+        found.setdefault(frozenset(id(leaf) for _, leaf in leaves), (o, leaves))
+    del o
+    candidates = list(found.values())
+    if len(candidates) > 1:
+        # A jitted step returns the new weights and the new moments from one call.
+        moment_frames = {_frames(leaf) for fields in moments.values() for f in fields
+                         for _, leaf in _leaves_with_paths(jax, f, "")}
+        same_call = [c for c in candidates
+                     if all(_frames(leaf) in moment_frames for _, leaf in c[1])]
+        if len(same_call) == 1:
+            candidates = same_call
+        else:
+            total = sum(int(leaf.nbytes) for c in candidates for _, leaf in c[1])
+            comments.append(
+                f"vramscope: {len(candidates)} live pytrees have the structure, shapes and dtypes "
+                f"of the optimizer state's moments ({total:,} B in all: the weights, and "
+                "gradients or a copy); none is named weights. vramscope.jax_memory.save_profile("
+                "path, weights=params) names them")
+            return
+    if candidates:
+        for path, leaf in candidates[0][1]:
+            roles.setdefault(id(leaf), ("weight", "matches_optimizer_state", "weights" + path))
+
+
+# --- the pprof profile, read and written at the wire level -----------------------------------
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        if i >= len(data) or shift > 63:
+            raise ValueError("a varint runs past the end")
+        b = data[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return n, i
+
+
+def _fields(data: bytes):
+    """(field number, wire type, value, raw encoding) of each field of one message."""
+    i = 0
+    while i < len(data):
+        start = i
+        tag, i = _varint(data, i)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, i = _varint(data, i)
+        elif wire == 1:
+            value, i = data[i:i + 8], i + 8
+        elif wire == 2:
+            size, i = _varint(data, i)
+            value, i = data[i:i + size], i + size
+        elif wire == 5:
+            value, i = data[i:i + 4], i + 4
+        else:
+            raise ValueError(f"wire type {wire}")
+        if i > len(data):
+            raise ValueError("a field runs past the end")
+        yield field, wire, value, data[start:i]
+
+
+def _ints(wire: int, value: Any) -> list[int]:
+    """A repeated integer field's values, packed or not."""
+    if wire == 0:
+        return [value]
+    out, i = [], 0
+    while i < len(value):
+        n, i = _varint(value, i)
+        out.append(n)
+    return out
+
+
+def _encode_varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _encode(field: int, value: int | bytes) -> bytes:
+    if isinstance(value, int):
+        return _encode_varint(field << 3) + _encode_varint(value)
+    return _encode_varint(field << 3 | 2) + _encode_varint(len(value)) + value
+
+
+def _labelled(raw: bytes, buffers: list[tuple], roles: dict,
+              comments: list[str]) -> tuple[bytes, dict]:
+    data = gzip.decompress(raw)
+    strings: list[bytes] = []
+    functions: dict[int, tuple[int, int]] = {}
+    locations: dict[int, list[tuple[int, int]]] = {}
+    sample_types: list[tuple[int, int]] = []
+    samples: list[bytes] = []
+    kept: list[bytes] = []
+    for field, wire, value, encoded in _fields(data):
+        if field == 2:
+            samples.append(value)
+            continue
+        kept.append(encoded)
+        if field == 6:
+            strings.append(bytes(value))
+        elif field == 1:
+            f = {k: v for k, _, v, _ in _fields(value)}
+            sample_types.append((f.get(1, 0), f.get(2, 0)))
+        elif field == 5:
+            f = {k: v for k, _, v, _ in _fields(value)}
+            functions[f.get(1, 0)] = (f.get(2, 0), f.get(4, 0))
+        elif field == 4:
+            lines, lid = [], 0
+            for k, _, v, _ in _fields(value):
+                if k == 1:
+                    lid = v
+                elif k == 4:
+                    line = {kk: vv for kk, _, vv, _ in _fields(v)}
+                    lines.append((line.get(1, 0), line.get(2, 0)))
+            locations[lid] = lines
+
+    def text(index: int) -> str:
+        return strings[index].decode("utf-8", "replace") if 0 <= index < len(strings) else ""
+
+    names = [(text(t), text(u)) for t, u in sample_types]
+    bytes_at = next((i for i, n in enumerate(names) if n in (("space", "bytes"),
+                                                             ("inuse_space", "bytes"))), None)
+    count_at = next((i for i, n in enumerate(names) if n[1] == "count"), None)
+    if bytes_at is None:
+        raise ValueError("JAX's profile has no sample type of space (bytes)")
+
+    # JAX groups buffers by (stack, device, size): a sample is `count` buffers of bytes/count.
+    parsed = []
+    groups: dict[tuple, list[int]] = {}
+    for raw_sample in samples:
+        location_ids, values, labels, label_of = [], [], [], {}
+        for k, wire, v, encoded in _fields(raw_sample):
+            if k == 1:
+                location_ids += _ints(wire, v)
+            elif k == 2:
+                values += _ints(wire, v)
+            elif k == 3:
+                labels.append(encoded)
+                label = {kk: vv for kk, _, vv, _ in _fields(v)}
+                label_of[text(label.get(1, 0))] = text(label.get(2, 0))
+        parsed.append((raw_sample, location_ids, values, labels))
+        sample_bytes = values[bytes_at] if bytes_at < len(values) else 0
+        count = values[count_at] if count_at is not None and count_at < len(values) else 1
+        if label_of.get("kind", "buffer") != "buffer" or count < 1 or sample_bytes % count:
+            continue
+        frames = tuple((text(functions.get(fid, (0, 0))[1]), text(functions.get(fid, (0, 0))[0]),
+                        line)
+                       for lid in location_ids for fid, line in locations.get(lid, []))
+        key = (label_of.get("device", ""), frames, sample_bytes // count)
+        groups.setdefault(key, []).append(len(parsed) - 1)
+
+    by_key: dict[tuple, list[Any]] = {}
+    for array, device, nbytes, frames in buffers:
+        by_key.setdefault((device, frames, nbytes), []).append(array)
+    # Each sample of a group whose buffer count equals its live arrays' takes its share of them.
+    arrays_of: dict[int, list[Any]] = {}
+    for key, members in groups.items():
+        arrays = by_key.get(key, [])
+        counts = [parsed[i][2][count_at] if count_at is not None else 1 for i in members]
+        if sum(counts) != len(arrays):
+            continue
+        start = 0
+        for i, n in zip(members, counts):
+            arrays_of[i] = arrays[start:start + n]
+            start += n
+
+    index = {s: i for i, s in enumerate(strings)}
+
+    def string(s: str) -> int:
+        b = s.encode("utf-8")
+        if b not in index:
+            index[b] = len(strings)
+            strings.append(b)
+            kept.append(_encode(6, b))
+        return index[b]
+
+    out_samples: list[bytes] = []
+    totals: dict[str, int] = {}
+    split = whole = 0
+    for i, (raw_sample, location_ids, values, labels) in enumerate(parsed):
+        arrays = arrays_of.get(i)
+        if not arrays:
+            out_samples.append(_encode(2, raw_sample))
+            whole += 1
+            continue
+        split += 1
+        nbytes = values[bytes_at] // len(arrays)
+        ids = b"".join(_encode_varint(i) for i in location_ids)
+        for array in arrays:
+            vals = [0] * len(values)
+            vals[bytes_at] = nbytes
+            if count_at is not None:
+                vals[count_at] = 1
+            body = _encode(1, ids) + _encode(2, b"".join(_encode_varint(v) for v in vals))
+            body += b"".join(labels)
+            category, rule, path = roles.get(id(array), ("unknown", "none", ""))
+            totals[category] = totals.get(category, 0) + nbytes
+            for key, value in ((ROLE_KEY, category), (RULE_KEY, RULES[rule]), (NAME_KEY, path)):
+                if value:
+                    body += _encode(3, _encode(1, string(key)) + _encode(2, string(value)))
+            out_samples.append(_encode(2, body))
+    comment_ids = [string(c) for c in comments]
+    body = b"".join(kept) + b"".join(out_samples) + b"".join(_encode(13, i) for i in comment_ids)
+    summary = {"bytes": totals, "comments": list(comments), "split_samples": split,
+               "kept_samples": whole}
+    return gzip.compress(body, mtime=0), summary
