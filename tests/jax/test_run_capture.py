@@ -1,6 +1,7 @@
 """`vramscope run` on a JAX training loop, unchanged: the bootstrap takes JAX's device memory
 profile at the end (<label>.jax.prof, with a sidecar), and the report of the folder is that
-profile's: its total is what jax.live_arrays() held when the program ended. An out-of-memory error
+profile's: its total is what jax.live_arrays() held when the program ended, with the weights and
+Adam's state marked as such. An out-of-memory error
 the program dies of is written as `oom` with XLA's message; the flight recorder (--on-oom) writes
 nothing at a normal exit.
 
@@ -44,7 +45,9 @@ TRAIN = textwrap.dedent("""
         params, state, value = step(params, state, x, y)
     jax.block_until_ready((params, state, value))
     with open(sys.argv[1], "w") as f:
-        json.dump({"live": sum(a.nbytes for a in jax.live_arrays())}, f)
+        json.dump({"live": sum(a.nbytes for a in jax.live_arrays()),
+                   "params": sum(a.nbytes for a in jax.tree.leaves(params)),
+                   "state": sum(a.nbytes for a in jax.tree.leaves(state))}, f)
     if sys.argv[2] == "signal":
         # A scheduler's time limit: SIGTERM, which the program does not handle.
         import os, signal, time
@@ -80,9 +83,16 @@ def test_the_profile_at_the_end_holds_the_live_arrays(tmp_path):
     document = json.loads(out.stdout)
     assert document["source"]["format"].startswith("pprof device memory profile")
     assert document["source"]["format"].endswith("+ vramscope run sidecar")
-    assert document["devices"][0]["peak_allocated"]["bytes"] == expected["live"]
+    device = document["devices"][0]
+    assert device["peak_allocated"]["bytes"] == expected["live"]
     assert any(n.startswith("captured by 'vramscope run': process") and n.endswith(", jax")
                for n in document["notes"])
+    # The roles the bootstrap marked: the weights are the params pytree, the optimizer state is
+    # Adam's (mu, nu, count), to the byte; what is left (the batch, the loss) is unknown.
+    by_category = {c["category"]: c["bytes"] for c in device["breakdown_at_peak"]["by_category"]}
+    assert by_category["weight"] == expected["params"]
+    assert by_category["optimizer_state"] == expected["state"]
+    assert by_category["unknown"] == expected["live"] - expected["params"] - expected["state"]
 
 
 def test_an_out_of_memory_error_is_written_with_xlas_message(tmp_path):

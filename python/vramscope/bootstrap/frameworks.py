@@ -1,9 +1,11 @@
 """JAX and TensorFlow under ``vramscope run``: their own memory recordings, turned on without a
 change to the program (docs/design/capture.md, "JAX and TensorFlow").
 
-- **JAX**: at the end, ``jax.profiler.save_device_memory_profile`` writes ``<label>.jax.prof``
-  (pprof: every live buffer with the Python stack that made it, what ``vramscope report`` reads as
-  a JAX device memory profile). It sees live buffers only, never the inside of a jitted step.
+- **JAX**: at the end, JAX's device memory profile is written to ``<label>.jax.prof`` (pprof:
+  every live buffer with the Python stack that made it, what ``vramscope report`` reads as a JAX
+  device memory profile), through ``vramscope.jax_memory``, which marks each live array's role
+  (weights, optimizer state) from the optax states and TrainStates alive then. It sees live
+  buffers only, never the inside of a jitted step.
 - **TensorFlow**: the profiler (``tf.profiler.experimental.start``) runs from ``import tensorflow``
   to the end, which writes ``<label>.xplane.pb``: every allocation and release of TensorFlow's BFC
   allocators with its op and region. The variables of every Keras model trained with ``fit`` are
@@ -227,7 +229,14 @@ def _write_jax(path):
     backend = jax.default_backend()
     if backend == "cpu" and not _state.cpu_mode:
         return None
-    profile = jax.profiler.device_memory_profile()
+    try:
+        from .. import jax_memory
+
+        profile, _ = jax_memory.profile()  # each live array's role marked
+    except Exception as e:
+        _say(f"could not mark the JAX buffers' roles ({type(e).__name__}: {e}); the profile is "
+             "JAX's own, without them", error=True)
+        profile = jax.profiler.device_memory_profile()
     _atomic_write(path, lambda f: f.write(profile))
     device = jax.devices()[0]
     try:

@@ -25,6 +25,10 @@ using model::Category;
 
 // Synthetic addresses: one per sample, 512 B apart, never reused.
 constexpr uint64_t kAddressStep = 512;
+// At most this many events from splitting samples of equal-sized buffers (then one per sample),
+// and this many of the profile's comments shown.
+constexpr size_t kMaxSplit = 1u << 22;
+constexpr int kMaxComments = 16;
 constexpr const char* kWhat =
     "the file is damaged or not a device memory profile (jax.profiler."
     "save_device_memory_profile writes one)";
@@ -119,12 +123,15 @@ class Converter {
     if (bytes < 0 || static_cast<uint64_t>(bytes) > model::kMaxPlausibleBytes || count < 0) {
       return Error(fmt::format("sample {} holds {} bytes in {} buffers", index, bytes, count));
     }
-    std::string_view kind = "buffer";
+    std::string_view kind = "buffer", role, rule, array_name;
     int32_t device = 0;
     for (const Label& label : s.label()) {
       ASSIGN_OR_RETURN(const std::string_view key, String(label.key(), "a label's key"));
       ASSIGN_OR_RETURN(const std::string_view value, String(label.str(), "a label's value"));
       if (key == "kind") kind = value;
+      if (key == "vramscope_role") role = value;
+      if (key == "vramscope_rule") rule = value;
+      if (key == "vramscope_name") array_name = value;
       if (key == "device") {
         device_names_[std::string(ForMessage(value, 30))] += 1;
         const size_t colon = value.rfind(':');
@@ -171,17 +178,42 @@ class Converter {
     live_bytes_ += static_cast<uint64_t>(bytes);
     if (live_bytes_ > model::kMaxPlausibleLiveBytes) return Error("more than 64 PiB in all");
     if (events_.size() + 1 > model::kMaxEvents) return Error("more samples than a trace holds");
-    const Category category = optax && !executable ? Category::kOptimizerState : Category::kUnknown;
-    if (category == Category::kOptimizerState) optax_bytes_ += static_cast<uint64_t>(bytes);
-    if (count > 1) multi_buffer_samples_ += 1;
-    std::string name;
-    if (executable) {
-      name = fmt::format("compiled executable{} ({})", count == 1 ? "" : "s", count);
-    } else if (count > 1) {
-      name = fmt::format("{} buffers", count);
+    Category category = Category::kUnknown;
+    // A role label is vramscope's decision, "unknown" included; only samples without one (JAX's
+    // own profile, a sample the writer kept whole) fall back to optax's frames.
+    if (!role.empty() && !executable) {
+      const std::optional<Category> marked = model::ParseCategory(role);
+      if (marked) {
+        category = *marked;
+        marked_[{std::string(role), std::string(ForMessage(rule, 200))}] +=
+            static_cast<uint64_t>(bytes);
+      } else {
+        unknown_roles_[std::string(ForMessage(role, 40))] += 1;
+      }
+    } else if (!executable) {
+      unlabelled_bytes_ += static_cast<uint64_t>(bytes);
+      if (optax) {
+        category = Category::kOptimizerState;
+        optax_bytes_ += static_cast<uint64_t>(bytes);
+      }
     }
-    events_.push_back({device, static_cast<uint64_t>(bytes), t_.stacks.Intern(frames), category,
-                       std::move(name)});
+    const model::StackId stack = t_.stacks.Intern(frames);
+    if (executable) {
+      events_.push_back({device, static_cast<uint64_t>(bytes), stack, category,
+                         fmt::format("compiled executable{} ({})", count == 1 ? "" : "s", count)});
+      return Status::Ok();
+    }
+    // JAX groups buffers by stack, device and size: a sample of `count` buffers is that many
+    // buffers of bytes/count each. Any other grouping stays one allocation of the total.
+    const bool equal_sizes = count > 1 && bytes % count == 0 && events_.size() + count <= kMaxSplit;
+    if (count > 1 && !equal_sizes) ++multi_buffer_samples_;
+    const int64_t pieces = equal_sizes ? count : 1;
+    std::string name = !array_name.empty()         ? std::string(ForMessage(array_name, 200))
+                       : count > 1 && !equal_sizes ? fmt::format("{} buffers", count)
+                                                   : std::string();
+    for (int64_t k = 0; k < pieces; ++k) {
+      events_.push_back({device, static_cast<uint64_t>(bytes / pieces), stack, category, name});
+    }
     return Status::Ok();
   }
 
@@ -229,21 +261,61 @@ class Converter {
     std::vector<std::string>& notes = f.notes;
     notes.push_back(fmt::format(
         "the {} buffers alive when the profile was saved ({}), as {} samples grouped by the "
-        "stack that created them and the device; a sample of several buffers is one allocation "
-        "of their total ({} such), as the file records no single buffer's size",
+        "stack that created them, the device and the size: a sample of n buffers is n "
+        "allocations of its bytes/n",
         FormatCount(static_cast<int64_t>(buffers_)),
         FormatBytes(static_cast<int64_t>(live_bytes_ - executable_bytes_)),
-        FormatCount(p_.sample_size()), FormatCount(static_cast<int64_t>(multi_buffer_samples_))));
+        FormatCount(p_.sample_size())));
+    if (multi_buffer_samples_ > 0) {
+      notes.push_back(
+          fmt::format("{} samples hold buffers of unequal sizes (not JAX's grouping): each is one "
+                      "allocation of its total",
+                      FormatCount(static_cast<int64_t>(multi_buffer_samples_))));
+    }
     notes.push_back(
         "no times, addresses or allocator state: the peak is what was alive at that moment; "
         "device memory the runtime reserved up front (XLA_PYTHON_CLIENT_PREALLOCATE) is not in "
         "the file");
-    notes.push_back(fmt::format(
-        "categories: buffers created under optax's code are optimizer state ({}); the rest is "
-        "unknown, as the profile records no role. A jitted step's outputs carry the line that "
-        "called it, so after a step the weights, the optimizer state and the step's outputs "
-        "share one stack: vramscope.xla.save_memory_analysis tells them apart",
-        FormatBytes(static_cast<int64_t>(optax_bytes_))));
+    if (marked_.empty()) {
+      notes.push_back(fmt::format(
+          "categories: buffers created under optax's code are optimizer state ({}); the rest is "
+          "unknown, as the profile records no role. A jitted step's outputs carry the line that "
+          "called it, so after a step the weights, the optimizer state and the step's outputs "
+          "share one stack: vramscope run, or vramscope.jax_memory.save_profile, saves the "
+          "profile with each buffer's role; vramscope.xla.save_memory_analysis gives the step's "
+          "inside",
+          FormatBytes(static_cast<int64_t>(optax_bytes_))));
+    } else {
+      std::vector<std::string> parts;
+      for (const auto& [what, n] : marked_) {
+        parts.push_back(fmt::format("{} {}, {}", what.first, FormatBytes(static_cast<int64_t>(n)),
+                                    what.second));
+      }
+      std::string unlabelled;
+      if (unlabelled_bytes_ > 0) {
+        unlabelled = fmt::format(
+            "; buffers without a role ({}, samples the writer kept whole): under optax's code "
+            "optimizer state ({}), the rest unknown",
+            FormatBytes(static_cast<int64_t>(unlabelled_bytes_)),
+            FormatBytes(static_cast<int64_t>(optax_bytes_)));
+      }
+      notes.push_back(fmt::format(
+          "categories: each buffer's role as vramscope marked it when the profile was saved "
+          "(vramscope run, vramscope.jax_memory.save_profile): {}{}",
+          fmt::join(parts, "; "), unlabelled));
+    }
+    if (!unknown_roles_.empty()) {
+      std::vector<std::string> names;
+      for (const auto& [role, n] : unknown_roles_) names.push_back(role);
+      notes.push_back(fmt::format(
+          "roles this vramscope does not know (a newer vramscope wrote them?) are unknown: {}",
+          fmt::join(names, ", ")));
+    }
+    for (int i = 0; i < p_.comment_size() && i < kMaxComments; ++i) {
+      const auto comment = String(p_.comment(i), "a comment");
+      if (comment.ok())
+        notes.push_back(fmt::format("the profile says: {}", ForMessage(*comment, 400)));
+    }
     if (executables_ > 0) {
       notes.push_back(fmt::format("{} compiled executables (kind=executable) hold {}",
                                   FormatCount(static_cast<int64_t>(executables_)),
@@ -281,10 +353,11 @@ class Converter {
   std::unordered_map<uint64_t, std::pair<model::StringId, model::StringId>> functions_;
   std::unordered_map<uint64_t, bool> optax_functions_, optax_locations_;
   std::unordered_map<uint64_t, std::vector<model::FrameId>> locations_;
-  std::map<std::string, uint64_t> device_names_;
+  std::map<std::string, uint64_t> device_names_, unknown_roles_;
+  std::map<std::pair<std::string, std::string>, uint64_t> marked_;  // (role, rule): bytes
   std::vector<Pending> events_;
   uint64_t buffers_ = 0, executables_ = 0, executable_bytes_ = 0, live_bytes_ = 0;
-  uint64_t optax_bytes_ = 0, multi_buffer_samples_ = 0, empty_samples_ = 0;
+  uint64_t optax_bytes_ = 0, unlabelled_bytes_ = 0, multi_buffer_samples_ = 0, empty_samples_ = 0;
 };
 
 }  // namespace

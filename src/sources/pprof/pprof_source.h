@@ -8,12 +8,18 @@
 // created the buffers, leaf first. Any pprof profile with a sample type of unit "bytes" named
 // "space" or "inuse_space" is read the same way.
 //
-// Each sample of nonzero bytes becomes one alloc event on its device (the label's ordinal, else
-// 0) with its stack: a sample of several buffers is one allocation of their total, as the file
-// records no single buffer's size. Categories are the source's own: buffers created under
-// optax's code are optimizer state; executables, and every other buffer, are unknown (the
-// profile records no role: after a jitted step, weights, optimizer state and outputs share the
-// stack of the line that called the step). No times, addresses or allocator state.
+// JAX groups buffers by stack, device and size, so each sample of n buffers becomes n alloc events
+// of its bytes/n on its device (the label's ordinal, else 0) with its stack; a sample whose bytes
+// do not divide (another writer's grouping) is one allocation of its total. No times, addresses
+// or allocator state.
+//
+// Categories: the profile records no role, so after a jitted step the weights, the optimizer
+// state and the step's outputs share the stack of the line that called it. vramscope's own
+// writer (python/vramscope/jax_memory.py, which `vramscope run` uses) splits JAX's samples into
+// one per live array and labels each with `vramscope_role` (a category name), `vramscope_rule`
+// (why) and `vramscope_name` (its pytree path), and says in the profile's comments what it could
+// not decide; those labels are taken as the source's categories. An unlabelled buffer created
+// under optax's code is optimizer state; executables and every other buffer are unknown.
 #pragma once
 
 #include <cstdint>

@@ -1,11 +1,14 @@
 // The pprof source on JAX device memory profiles recorded with jax[cpu] 0.10.2 and optax 0.2.8
 // (tests/data/pprof/README.md): an MLP 512-1024-1024-10 with Adam, saved after optax's init and
 // after three jitted steps. jax.live_arrays() held 19,155,580 B (21 arrays) and 19,155,584 B
-// (22) then; the parameters are 6,340,648 B and Adam's state 12,681,300 B.
+// (22) then; the parameters are 6,340,648 B and Adam's state 12,681,300 B. The third file is
+// the second's profile as vramscope.jax_memory.save_profile writes it: a sample per live array
+// with its role.
 #include "sources/pprof/pprof_source.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -26,6 +29,12 @@ model::Trace Load(const std::string& name) {
   auto trace = sources::LoadTrace(**file);  // gzipped, picked by content
   EXPECT_TRUE(trace.ok()) << trace.status().message();
   return trace.ok() ? std::move(*trace) : model::Trace{};
+}
+
+size_t Allocations(const model::Trace& t) {
+  size_t n = 0;
+  for (size_t i = 0; i < t.events.count(); ++i) n += t.events.action[i] == model::Action::kAlloc;
+  return n;
 }
 
 uint64_t Bytes(const model::Trace& t, std::optional<Category> category = std::nullopt) {
@@ -51,6 +60,8 @@ TEST(JaxDeviceMemoryProfile, AfterInitTheOptimizerStateIsOptaxs) {
   EXPECT_TRUE(t.facts.has_python_frames);
   EXPECT_EQ(t.devices, std::vector<int32_t>{0});
   EXPECT_EQ(t.source.device_type, "cpu");  // jax[cpu]: every sample's device is "cpu:0"
+  // JAX groups buffers by stack, device and size: split back, they are the 21 live arrays.
+  EXPECT_EQ(Allocations(t), 21u);
 }
 
 TEST(JaxDeviceMemoryProfile, AfterAStepEveryOutputHasTheCallersStack) {
@@ -58,11 +69,38 @@ TEST(JaxDeviceMemoryProfile, AfterAStepEveryOutputHasTheCallersStack) {
   EXPECT_EQ(Bytes(t), 19'155'584u);
   // The step's outputs (weights, state, loss) were made by the jitted step, not by optax's code.
   EXPECT_EQ(Bytes(t, Category::kOptimizerState), 0u);
+  EXPECT_EQ(Allocations(t), 22u);
   bool explained = false;
   for (const std::string& n : t.facts.notes) {
-    explained |= n.find("vramscope.xla.save_memory_analysis tells them apart") != std::string::npos;
+    explained |= n.find(
+                     "vramscope.jax_memory.save_profile, saves the profile with each "
+                     "buffer's role") != std::string::npos;
   }
   EXPECT_TRUE(explained);
+}
+
+TEST(JaxDeviceMemoryProfile, RolesMarkedByVramscopesWriterAreTheCategories) {
+  const model::Trace t = Load("mlp_adam_after_step_roles.prof");
+  EXPECT_EQ(t.source.format,
+            "pprof device memory profile (jax.profiler.save_device_memory_profile)");
+  EXPECT_EQ(Bytes(t), 19'155'584u);
+  EXPECT_EQ(Allocations(t), 22u);
+  EXPECT_EQ(Bytes(t, Category::kWeight), 6'340'648u);
+  EXPECT_EQ(Bytes(t, Category::kOptimizerState), 12'681'300u);
+  EXPECT_EQ(Bytes(t, Category::kUnknown), 19'155'584u - 6'340'648u - 12'681'300u);
+  // Each array is named by its pytree path: the first layer's weight matrix, Adam's mu of it.
+  std::vector<std::string> names;
+  for (const auto& [event, name] : t.events.tensor_name) names.emplace_back(t.strings.Get(name));
+  EXPECT_NE(std::find(names.begin(), names.end(), "weights[0]['w']"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "ScaleByAdamState.mu[0]['w']"), names.end());
+  bool said = false;
+  for (const std::string& n : t.facts.notes) {
+    said |= n.starts_with("categories: each buffer's role as vramscope marked it") &&
+            n.find(
+                "weight 6.05 MiB, the live pytree with the structure, shapes and dtypes of "
+                "the optimizer state's moments (the weights it updates)") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
 }
 
 TEST(JaxDeviceMemoryProfileDamaged, OneLineEach) {
