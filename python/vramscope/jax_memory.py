@@ -28,6 +28,13 @@ The rules, first match wins (docs/design/xla-memory-analysis.md, "Roles in the p
   as the moments (a jitted step returns both) is chosen; else none, and a comment says so;
 - anything else is ``unknown`` (the batch, the loss, gradients and updates a loop keeps).
 
+The step: the largest computation XLA compiled that is still alive and whose parameters all have
+the shapes of live arrays (a training step's holds the weights, the optimizer state and the
+batch, and its outputs repeat them) is named by one more sample of no bytes per device it runs on, with ``kind`` ``vramscope_step``, its module's name, the stack
+that compiled it and XLA's analysis of it as numeric labels (``vramscope_argument_bytes``,
+``_output_``, ``_alias_``, ``_temp_``): the temp buffer holds the step's activations, gradients
+and scratch, which a profile of live buffers never sees.
+
 Objects are found with ``gc.get_objects()`` (one pass, plus one over the candidates' types), so
 nothing is asked of the program. Importing this module imports only the standard library.
 """
@@ -41,6 +48,7 @@ from typing import Any
 ROLE_KEY = "vramscope_role"
 RULE_KEY = "vramscope_rule"
 NAME_KEY = "vramscope_name"
+STEP_KIND = "vramscope_step"  # the `kind` label of the sample that names the step
 
 RULES = {
     "marked_weights": "passed as weights= to vramscope.jax_memory.save_profile",
@@ -73,7 +81,80 @@ def profile(*, weights: Any = None, optimizer_state: Any = None) -> tuple[bytes,
     raw = jax.profiler.device_memory_profile()
     buffers = _live_buffers(jax)
     roles, comments = _roles(jax, weights, optimizer_state)
-    return _labelled(raw, buffers, roles, comments)
+    return _labelled(raw, buffers, roles, comments, _step(jax, buffers))
+
+
+def _step(jax: Any, buffers: list[tuple]) -> dict | None:
+    """The step: of the computations XLA compiled that are still alive, the largest (arguments +
+    outputs - aliased + temp) whose parameters all have the shape and dtype of a live array (the
+    state after a training step repeats its arguments; a step compiled for arrays gone since, or
+    for another model, does not). Its name, where it was compiled, its devices and XLA's analysis
+    of it; None when none qualifies or jaxlib cannot say."""
+    import collections
+
+    try:
+        from jax._src import xla_bridge
+
+        executables = xla_bridge.get_backend().live_executables()
+    except Exception:  # noqa: BLE001 - a jax without these internals: no step is named
+        return None
+    live: collections.Counter = collections.Counter()
+    seen: set[int] = set()
+    for array, _, _, _ in buffers:
+        if id(array) in seen:
+            continue
+        seen.add(id(array))
+        kind = _HLO_TYPES.get(str(array.dtype), str(array.dtype))
+        shapes = {tuple(array.shape)}
+        try:
+            shapes.add(tuple(array.sharding.shard_shape(array.shape)))
+        except Exception:  # noqa: BLE001 - uneven shards: the global shape only
+            pass
+        for shape in shapes:
+            live[(kind, shape)] += 1
+    candidates = []
+    for exe in executables:
+        try:
+            stats = exe.get_compiled_memory_stats()
+            sizes = {k: int(getattr(stats, f"{k}_size_in_bytes"))
+                     for k in ("argument", "output", "alias", "temp")}
+        except Exception:  # noqa: BLE001 - an executable without an analysis is skipped
+            continue
+        peak = sizes["argument"] + sizes["output"] - sizes["alias"] + sizes["temp"]
+        candidates.append((peak, sizes, exe))
+    for peak, sizes, exe in sorted(candidates, key=lambda c: -c[0]):
+        try:
+            modules = exe.hlo_modules()
+            parameters = _entry_parameters(modules[0].to_string())
+            devices = [str(d) for d in exe.local_devices()]
+        except Exception:  # noqa: BLE001 - no text to match: not named
+            continue
+        wanted = collections.Counter(parameters)
+        if parameters is None or any(live[p] < n for p, n in wanted.items()):
+            continue
+        return {"name": modules[0].name, "peak": peak, **sizes, "devices": devices,
+                "frames": _frames(exe)}
+    return None
+
+
+# numpy's dtype names as HLO prints them.
+_HLO_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
+              "int8": "s8", "int16": "s16", "int32": "s32", "int64": "s64", "uint8": "u8",
+              "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "pred",
+              "float8_e4m3fn": "f8e4m3fn", "float8_e5m2": "f8e5m2"}
+
+
+def _entry_parameters(text: str) -> list[tuple] | None:
+    """The (HLO type, dims) of each parameter of an HLO module's entry computation, from its
+    `ENTRY %main (p: f32[2,3]{1,0}, ...) -> ...` line; None without one."""
+    import re
+
+    for line in text.splitlines():
+        if line.startswith("ENTRY "):
+            head = line.split("->", 1)[0]
+            return [(kind, tuple(int(d) for d in dims.split(",") if d))
+                    for kind, dims in re.findall(r":\s*(\w+)\[([\d,]*)\]", head)]
+    return None
 
 
 # --- what is alive, and what it is -----------------------------------------------------------
@@ -290,8 +371,8 @@ def _encode(field: int, value: int | bytes) -> bytes:
     return _encode_varint(field << 3 | 2) + _encode_varint(len(value)) + value
 
 
-def _labelled(raw: bytes, buffers: list[tuple], roles: dict,
-              comments: list[str]) -> tuple[bytes, dict]:
+def _labelled(raw: bytes, buffers: list[tuple], roles: dict, comments: list[str],
+              step: dict | None = None) -> tuple[bytes, dict]:
     data = gzip.decompress(raw)
     strings: list[bytes] = []
     functions: dict[int, tuple[int, int]] = {}
@@ -335,6 +416,7 @@ def _labelled(raw: bytes, buffers: list[tuple], roles: dict,
     # JAX groups buffers by (stack, device, size): a sample is `count` buffers of bytes/count.
     parsed = []
     groups: dict[tuple, list[int]] = {}
+    stacks: dict[tuple, list[int]] = {}  # a stack's frames -> its location ids
     for raw_sample in samples:
         location_ids, values, labels, label_of = [], [], [], {}
         for k, wire, v, encoded in _fields(raw_sample):
@@ -347,13 +429,14 @@ def _labelled(raw: bytes, buffers: list[tuple], roles: dict,
                 label = {kk: vv for kk, _, vv, _ in _fields(v)}
                 label_of[text(label.get(1, 0))] = text(label.get(2, 0))
         parsed.append((raw_sample, location_ids, values, labels))
+        frames = tuple((text(functions.get(fid, (0, 0))[1]), text(functions.get(fid, (0, 0))[0]),
+                        line)
+                       for lid in location_ids for fid, line in locations.get(lid, []))
+        stacks.setdefault(frames, location_ids)
         sample_bytes = values[bytes_at] if bytes_at < len(values) else 0
         count = values[count_at] if count_at is not None and count_at < len(values) else 1
         if label_of.get("kind", "buffer") != "buffer" or count < 1 or sample_bytes % count:
             continue
-        frames = tuple((text(functions.get(fid, (0, 0))[1]), text(functions.get(fid, (0, 0))[0]),
-                        line)
-                       for lid in location_ids for fid, line in locations.get(lid, []))
         key = (label_of.get("device", ""), frames, sample_bytes // count)
         groups.setdefault(key, []).append(len(parsed) - 1)
 
@@ -407,8 +490,21 @@ def _labelled(raw: bytes, buffers: list[tuple], roles: dict,
                 if value:
                     body += _encode(3, _encode(1, string(key)) + _encode(2, string(value)))
             out_samples.append(_encode(2, body))
+    if step is not None:
+        # One sample of no bytes per device the step runs on (pprof readers add nothing), with
+        # the stack that compiled it and XLA's figures as numeric labels.
+        ids = b"".join(_encode_varint(i) for i in stacks.get(step["frames"], []))
+        for device in step["devices"]:
+            body = _encode(1, ids) + _encode(2, b"\0" * len(sample_types))
+            for key, value in (("kind", STEP_KIND), ("device", device), (NAME_KEY, step["name"])):
+                body += _encode(3, _encode(1, string(key)) + _encode(2, string(value)))
+            for what in ("argument", "output", "alias", "temp"):
+                body += _encode(3, _encode(1, string(f"vramscope_{what}_bytes"))
+                                + _encode(3, step[what]) + _encode(4, string("bytes")))
+            out_samples.append(_encode(2, body))
     comment_ids = [string(c) for c in comments]
     body = b"".join(kept) + b"".join(out_samples) + b"".join(_encode(13, i) for i in comment_ids)
     summary = {"bytes": totals, "comments": list(comments), "split_samples": split,
-               "kept_samples": whole}
+               "kept_samples": whole,
+               "step": None if step is None else {k: v for k, v in step.items() if k != "frames"}}
     return gzip.compress(body, mtime=0), summary

@@ -4,8 +4,8 @@ change to the program (docs/design/capture.md, "JAX and TensorFlow").
 - **JAX**: at the end, JAX's device memory profile is written to ``<label>.jax.prof`` (pprof:
   every live buffer with the Python stack that made it, what ``vramscope report`` reads as a JAX
   device memory profile), through ``vramscope.jax_memory``, which marks each live array's role
-  (weights, optimizer state) from the optax states and TrainStates alive then. It sees live
-  buffers only, never the inside of a jitted step.
+  (weights, optimizer state) from the optax states and TrainStates alive then, and names the
+  jitted step with XLA's analysis of it (its temp buffer, the peak while it ran).
 - **TensorFlow**: the profiler (``tf.profiler.experimental.start``) runs from ``import tensorflow``
   to the end, which writes ``<label>.xplane.pb``: every allocation and release of TensorFlow's BFC
   allocators with its op and region. The variables of every Keras model trained with ``fit`` are

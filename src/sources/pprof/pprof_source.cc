@@ -29,6 +29,8 @@ constexpr uint64_t kAddressStep = 512;
 // and this many of the profile's comments shown.
 constexpr size_t kMaxSplit = 1u << 22;
 constexpr int kMaxComments = 16;
+// The `kind` label of the sample vramscope's writer adds to name the step.
+constexpr std::string_view kStepKind = "vramscope_step";
 constexpr const char* kWhat =
     "the file is damaged or not a device memory profile (jax.profiler."
     "save_device_memory_profile writes one)";
@@ -124,6 +126,7 @@ class Converter {
       return Error(fmt::format("sample {} holds {} bytes in {} buffers", index, bytes, count));
     }
     std::string_view kind = "buffer", role, rule, array_name;
+    std::map<std::string, uint64_t> figures;  // vramscope_<what>_bytes numeric labels
     int32_t device = 0;
     for (const Label& label : s.label()) {
       ASSIGN_OR_RETURN(const std::string_view key, String(label.key(), "a label's key"));
@@ -132,6 +135,13 @@ class Converter {
       if (key == "vramscope_role") role = value;
       if (key == "vramscope_rule") rule = value;
       if (key == "vramscope_name") array_name = value;
+      if (key.starts_with("vramscope_") && key.ends_with("_bytes")) {
+        if (label.num() < 0 || static_cast<uint64_t>(label.num()) > model::kMaxPlausibleBytes) {
+          return Error(fmt::format("sample {}'s label {} is {} bytes", index, ForMessage(key, 40),
+                                   label.num()));
+        }
+        figures[std::string(key)] = static_cast<uint64_t>(label.num());
+      }
       if (key == "device") {
         device_names_[std::string(ForMessage(value, 30))] += 1;
         const size_t colon = value.rfind(':');
@@ -163,6 +173,16 @@ class Converter {
       }
       frames.insert(frames.end(), l->second.begin(), l->second.end());
       optax |= optax_locations_[id];
+    }
+    if (kind == kStepKind) {
+      if (std::none_of(steps_.begin(), steps_.end(),
+                       [&](const Step& st) { return st.device == device; })) {
+        steps_.push_back({device, t_.stacks.Intern(frames),
+                          std::string(ForMessage(array_name.empty() ? "?" : array_name, 100)),
+                          figures["vramscope_argument_bytes"], figures["vramscope_output_bytes"],
+                          figures["vramscope_alias_bytes"], figures["vramscope_temp_bytes"]});
+      }
+      return Status::Ok();
     }
     const bool executable = kind == "executable";
     if (executable) {
@@ -230,6 +250,7 @@ class Converter {
       address += kAddressStep;
       ev.Push(Action::kAlloc, e.device, address, e.bytes, 0, model::kNoTime, e.stack);
     }
+    AddSteps();
     model::StableSortEventsByDevice(ev);
     for (size_t i = 0; i < ev.count(); ++i) {
       if (t_.devices.empty() || t_.devices.back() != ev.device[i]) {
@@ -272,10 +293,10 @@ class Converter {
                       "allocation of its total",
                       FormatCount(static_cast<int64_t>(multi_buffer_samples_))));
     }
-    notes.push_back(
-        "no times, addresses or allocator state: the peak is what was alive at that moment; "
-        "device memory the runtime reserved up front (XLA_PYTHON_CLIENT_PREALLOCATE) is not in "
-        "the file");
+    notes.push_back(fmt::format(
+        "no times, addresses or allocator state: the peak is {}; device memory the runtime "
+        "reserved up front (XLA_PYTHON_CLIENT_PREALLOCATE) is not in the file",
+        steps_.empty() ? "what was alive at that moment" : "the step's (above)"));
     if (marked_.empty()) {
       notes.push_back(fmt::format(
           "categories: buffers created under optax's code are optimizer state ({}); the rest is "
@@ -338,6 +359,76 @@ class Converter {
     return std::move(t_);
   }
 
+  // The step vramscope's writer named (the largest compiled computation alive), after the
+  // device's live buffers: its temp buffer and, where XLA's arguments plus outputs (aliased ones
+  // once) exceed what is alive after it, the arguments it replaced; both then freed. The peak is
+  // then XLA's own figure for the step, or the live buffers plus the temp buffer, whichever is
+  // more: a lower bound of what the device held while the step ran.
+  void AddSteps() {
+    model::Events& ev = t_.events;
+    uint64_t address = (events_.size() + 1) * kAddressStep;
+    std::map<std::string, std::vector<std::string>> said;
+    for (const Step& st : steps_) {
+      uint64_t live = 0;
+      for (const Pending& e : events_) live += e.device == st.device ? e.bytes : 0;
+      const uint64_t own = st.argument + st.output - std::min(st.alias, st.argument + st.output);
+      const uint64_t replaced = own > live ? own - live : 0;
+      struct Part {
+        uint64_t bytes;
+        Category category;
+        const char* what;
+        uint64_t address = 0;
+      };
+      Part parts[] = {
+          {replaced, Category::kUnknown,
+           "its arguments and outputs beyond what is alive after it (XLA's analysis: the "
+           "previous weights and state, unless donated)"},
+          {st.temp, Category::kTemporary, "its temp buffer (activations, gradients, scratch)"}};
+      for (Part& part : parts) {
+        if (part.bytes == 0) continue;
+        const auto i = static_cast<uint32_t>(ev.count());
+        ev.category.emplace(i, part.category);
+        ev.tensor_name.emplace(i, t_.strings.Intern(fmt::format("{}: {}", st.name, part.what)));
+        address += kAddressStep;
+        part.address = address;
+        ev.Push(Action::kAlloc, st.device, address, part.bytes, 0, model::kNoTime, st.stack);
+      }
+      for (const Part& part : parts) {
+        if (part.bytes == 0) continue;
+        ev.Push(Action::kFreeRequested, st.device, part.address, part.bytes, 0, model::kNoTime,
+                st.stack);
+        ev.Push(Action::kFreeCompleted, st.device, part.address, part.bytes, 0, model::kNoTime,
+                st.stack);
+      }
+      said[fmt::format(
+               "the step: {} (the largest compiled computation still alive whose parameters "
+               "all have live arrays' shapes), as XLA's analysis gives it: arguments {}, outputs "
+               "{} ({} of them "
+               "written into donated arguments), temp buffer {}, which a profile of live buffers "
+               "never shows; shown after the live buffers as its temp buffer and {} of its "
+               "arguments and outputs beyond them, both then freed: the peak is the step's, at "
+               "least",
+               st.name, FormatBytes(static_cast<int64_t>(st.argument)),
+               FormatBytes(static_cast<int64_t>(st.output)),
+               FormatBytes(static_cast<int64_t>(st.alias)),
+               FormatBytes(static_cast<int64_t>(st.temp)),
+               FormatBytes(static_cast<int64_t>(replaced)))]
+          .push_back(std::to_string(st.device));
+    }
+    for (const auto& [note, devices] : said) {
+      t_.facts.notes.push_back(devices.size() == 1 ? note
+                                                   : fmt::format("{} (on each of devices {})", note,
+                                                                 fmt::join(devices, ", ")));
+    }
+  }
+
+  struct Step {
+    int32_t device = 0;
+    model::StackId stack = model::kEmptyStack;
+    std::string name;
+    uint64_t argument = 0, output = 0, alias = 0, temp = 0;
+  };
+
   struct Pending {
     int32_t device = 0;
     uint64_t bytes = 0;
@@ -356,6 +447,7 @@ class Converter {
   std::map<std::string, uint64_t> device_names_, unknown_roles_;
   std::map<std::pair<std::string, std::string>, uint64_t> marked_;  // (role, rule): bytes
   std::vector<Pending> events_;
+  std::vector<Step> steps_;
   uint64_t buffers_ = 0, executables_ = 0, executable_bytes_ = 0, live_bytes_ = 0;
   uint64_t optax_bytes_ = 0, unlabelled_bytes_ = 0, multi_buffer_samples_ = 0, empty_samples_ = 0;
 };

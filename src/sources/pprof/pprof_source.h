@@ -20,6 +20,12 @@
 // (why) and `vramscope_name` (its pytree path), and says in the profile's comments what it could
 // not decide; those labels are taken as the source's categories. An unlabelled buffer created
 // under optax's code is optimizer state; executables and every other buffer are unknown.
+//
+// The step: the writer also adds a sample of no bytes with kind `vramscope_step` per device, named
+// by `vramscope_name`, with XLA's analysis of the largest compiled computation as numeric labels
+// (`vramscope_{argument,output,alias,temp}_bytes`). After that device's live buffers come its
+// temp buffer (temporary) and its arguments and outputs beyond what is alive (unknown), both then
+// freed: the peak is XLA's figure for the step or the live buffers plus the temp, a lower bound.
 #pragma once
 
 #include <cstdint>

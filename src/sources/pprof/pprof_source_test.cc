@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/mapped_file.h"
+#include "pprof_profile.pb.h"
 #include "sources/load_source.h"
 
 namespace vramscope::pprof {
@@ -83,11 +84,22 @@ TEST(JaxDeviceMemoryProfile, RolesMarkedByVramscopesWriterAreTheCategories) {
   const model::Trace t = Load("mlp_adam_after_step_roles.prof");
   EXPECT_EQ(t.source.format,
             "pprof device memory profile (jax.profiler.save_device_memory_profile)");
-  EXPECT_EQ(Bytes(t), 19'155'584u);
-  EXPECT_EQ(Allocations(t), 22u);
+  // The 22 live arrays, then the step: XLA's analysis of jit_step gave arguments 19,155,580 B,
+  // outputs 19,022,112 B (none aliased) and a temp buffer of 68 B. Its temp buffer and the
+  // 19,022,108 B of arguments and outputs beyond the live buffers come after them.
+  EXPECT_EQ(Allocations(t), 22u + 2u);
+  constexpr uint64_t kLive = 19'155'584, kStepOwn = 19'155'580 + 19'022'112;
+  EXPECT_EQ(Bytes(t), kStepOwn + 68);
   EXPECT_EQ(Bytes(t, Category::kWeight), 6'340'648u);
   EXPECT_EQ(Bytes(t, Category::kOptimizerState), 12'681'300u);
-  EXPECT_EQ(Bytes(t, Category::kUnknown), 19'155'584u - 6'340'648u - 12'681'300u);
+  EXPECT_EQ(Bytes(t, Category::kTemporary), 68u);
+  EXPECT_EQ(Bytes(t, Category::kUnknown), kLive - 6'340'648u - 12'681'300u + (kStepOwn - kLive));
+  // Both step allocations are freed: what is alive at the end is the live arrays.
+  uint64_t freed = 0;
+  for (size_t i = 0; i < t.events.count(); ++i) {
+    if (t.events.action[i] == model::Action::kFreeCompleted) freed += t.events.size[i];
+  }
+  EXPECT_EQ(freed, kStepOwn - kLive + 68);
   // Each array is named by its pytree path: the first layer's weight matrix, Adam's mu of it.
   std::vector<std::string> names;
   for (const auto& [event, name] : t.events.tensor_name) names.emplace_back(t.strings.Get(name));
@@ -101,6 +113,12 @@ TEST(JaxDeviceMemoryProfile, RolesMarkedByVramscopesWriterAreTheCategories) {
                 "the optimizer state's moments (the weights it updates)") != std::string::npos;
   }
   EXPECT_TRUE(said);
+  bool step = false;
+  for (const std::string& n : t.facts.notes) {
+    step |= n.starts_with("the step: jit_step (the largest compiled computation still alive") &&
+            n.find("temp buffer 68 B") != std::string::npos;
+  }
+  EXPECT_TRUE(step);
 }
 
 TEST(JaxDeviceMemoryProfileDamaged, OneLineEach) {
@@ -119,6 +137,25 @@ TEST(JaxDeviceMemoryProfileDamaged, OneLineEach) {
   EXPECT_NE(fail(cpu).find("a pprof profile of cpu (nanoseconds), not of memory in use"),
             std::string::npos);
   EXPECT_NE(fail(std::string("\x0a\xff", 2)).find("not a valid pprof protobuf"), std::string::npos);
+
+  // A step sample whose figure is negative (a writer's bug, or damage).
+  Profile p;
+  for (const char* s : {"", "space", "bytes", "kind", "vramscope_step", "vramscope_temp_bytes"}) {
+    p.add_string_table(s);
+  }
+  ValueType* type = p.add_sample_type();
+  type->set_type(1);
+  type->set_unit(2);
+  Sample* sample = p.add_sample();
+  sample->add_value(0);
+  Label* kind = sample->add_label();
+  kind->set_key(3);
+  kind->set_str(4);
+  Label* temp = sample->add_label();
+  temp->set_key(5);
+  temp->set_num(-1);
+  EXPECT_NE(fail(p.SerializeAsString()).find("sample 0's label vramscope_temp_bytes is -1 bytes"),
+            std::string::npos);
 }
 
 }  // namespace
