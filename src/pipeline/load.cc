@@ -17,6 +17,7 @@
 #include "common/units.h"
 #include "pipeline/built_in_example.h"
 #include "pipeline/window.h"
+#include "pipeline/xla_reservation.h"
 #include "sources/load_source.h"
 #include "sources/run_output/capture_folder.h"
 #include "sources/run_output/capture_sidecar.h"
@@ -104,6 +105,13 @@ Result<Loaded> LoadCapture(const Input& folder, const sources::Capture& capture,
       sources::InterpretCaptureSidecar(*sidecar, loaded.trace, loaded.interpretation);
     }
     if (sidecar_out != nullptr) *sidecar_out = std::move(sidecar);
+  }
+  if (file == capture.profile && !capture.native.empty() &&
+      file.filename().string().ends_with(".jax.prof")) {
+    // XLA's pool, from the driver allocations of the same run: reserved = live + free pool.
+    ASSIGN_OR_RETURN(const Loaded native, ReadFile(folder, capture.native.string(), options));
+    ApplyXlaReservations(XlaReservations(native.trace), capture.native.string(), loaded.trace,
+                         loaded.interpretation.notes);
   }
   if (file != capture.native && !capture.native.empty()) {
     loaded.interpretation.notes.push_back(fmt::format(
