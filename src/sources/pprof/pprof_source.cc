@@ -35,6 +35,20 @@ constexpr const char* kWhat =
     "the file is damaged or not a device memory profile (jax.profiler."
     "save_device_memory_profile writes one)";
 
+// "cuda:3" -> 3: the ordinal after the last colon; 0 when there is none or it is out of range.
+int32_t DeviceOrdinal(std::string_view label) {
+  const size_t colon = label.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 >= label.size() || colon + 7 <= label.size()) {
+    return 0;
+  }
+  int64_t ordinal = 0;
+  for (const char c : label.substr(colon + 1)) {
+    if (c < '0' || c > '9') return 0;
+    ordinal = ordinal * 10 + (c - '0');
+  }
+  return ordinal <= model::kMaxDeviceOrdinal ? static_cast<int32_t>(ordinal) : 0;
+}
+
 class Converter {
  public:
   Converter(const Profile& profile, const std::string& path) : p_(profile), path_(path) {}
@@ -144,20 +158,7 @@ class Converter {
       }
       if (key == "device") {
         device_names_[std::string(ForMessage(value, 30))] += 1;
-        const size_t colon = value.rfind(':');
-        int64_t ordinal = 0;
-        if (colon != std::string_view::npos && colon + 1 < value.size() &&
-            colon + 7 > value.size()) {
-          for (const char c : value.substr(colon + 1)) {
-            if (c < '0' || c > '9') {
-              ordinal = -1;
-              break;
-            }
-            ordinal = ordinal * 10 + (c - '0');
-          }
-        }
-        device =
-            ordinal >= 0 && ordinal <= model::kMaxDeviceOrdinal ? static_cast<int32_t>(ordinal) : 0;
+        device = DeviceOrdinal(value);
       }
     }
     std::vector<model::FrameId> frames;
@@ -400,19 +401,15 @@ class Converter {
         ev.Push(Action::kFreeCompleted, st.device, part.address, part.bytes, 0, model::kNoTime,
                 st.stack);
       }
-      said[fmt::format(
-               "the step: {} (the largest compiled computation still alive whose parameters "
-               "all have live arrays' shapes), as XLA's analysis gives it: arguments {}, outputs "
-               "{} ({} of them "
-               "written into donated arguments), temp buffer {}, which a profile of live buffers "
-               "never shows; shown after the live buffers as its temp buffer and {} of its "
-               "arguments and outputs beyond them, both then freed: the peak is the step's, at "
-               "least",
-               st.name, FormatBytes(static_cast<int64_t>(st.argument)),
-               FormatBytes(static_cast<int64_t>(st.output)),
-               FormatBytes(static_cast<int64_t>(st.alias)),
-               FormatBytes(static_cast<int64_t>(st.temp)),
-               FormatBytes(static_cast<int64_t>(replaced)))]
+      const auto bytes = [](uint64_t b) { return FormatBytes(static_cast<int64_t>(b)); };
+      said[fmt::format("the step: {} (the largest compiled computation still alive whose "
+                       "parameters all have live arrays' shapes), as XLA's analysis gives it: "
+                       "arguments {}, outputs {} ({} of them written into donated arguments), "
+                       "temp buffer {}, which a profile of live buffers never shows; shown after "
+                       "the live buffers as its temp buffer and {} of its arguments and outputs "
+                       "beyond them, both then freed: the peak is the step's, at least",
+                       st.name, bytes(st.argument), bytes(st.output), bytes(st.alias),
+                       bytes(st.temp), bytes(replaced))]
           .push_back(std::to_string(st.device));
     }
     for (const auto& [note, devices] : said) {
