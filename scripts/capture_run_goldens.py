@@ -91,14 +91,28 @@ SUITE = [(model, opt, amp)
 
 JAX_PROGRAM = """
 import jax, jax.numpy as jnp
+try:
+    import optax  # the bootstrap names Adam's state and, from it, the weights
+except ImportError:
+    optax = None
 key = jax.random.PRNGKey(0)
-w = jax.random.normal(key, (4096, 4096))
-def loss(w, x): return jnp.mean((x @ w) ** 2)
-grad = jax.jit(jax.grad(loss))
+params = {"w": jax.random.normal(key, (4096, 4096)), "b": jnp.zeros((4096,))}
 x = jax.random.normal(key, (512, 4096))
-for _ in range(3):
-    w = w - 1e-3 * grad(w, x)
-print(float(loss(w, x)))
+def loss(p, x): return jnp.mean((x @ p["w"] + p["b"]) ** 2)
+if optax is not None:
+    opt = optax.adam(1e-3)
+    state = opt.init(params)
+    @jax.jit
+    def step(p, s, x):
+        u, s = opt.update(jax.grad(loss)(p, x), s, p)
+        return optax.apply_updates(p, u), s
+    for _ in range(3):
+        params, state = step(params, state, x)
+else:
+    step = jax.jit(lambda p, x: jax.tree.map(lambda a, g: a - 1e-3 * g, p, jax.grad(loss)(p, x)))
+    for _ in range(3):
+        params = step(params, x)
+print(float(loss(params, x)))
 """
 
 
