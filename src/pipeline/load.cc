@@ -103,6 +103,12 @@ Result<Loaded> LoadCapture(const Input& folder, const sources::Capture& capture,
                      sources::ReadCaptureSidecar(capture.sidecar.string()));
     if (sidecar) {
       sources::InterpretCaptureSidecar(*sidecar, loaded.trace, loaded.interpretation);
+      // XLA's pool as its allocator reported it, unless a native trace gives it (below).
+      if (sidecar->framework == "jax" && sidecar->framework_allocator &&
+          sidecar->framework_allocator->pool_bytes && capture.native.empty()) {
+        ApplyXlaAllocatorPool(*sidecar->framework_allocator->pool_bytes, loaded.trace,
+                              loaded.interpretation.notes);
+      }
     }
     if (sidecar_out != nullptr) *sidecar_out = std::move(sidecar);
   }

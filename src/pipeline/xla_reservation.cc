@@ -101,48 +101,67 @@ std::vector<XlaReservation> XlaReservations(const model::Trace& native) {
   return out;
 }
 
+namespace {
+
+// Makes `pool` the profile's reserved memory on `device` when it can hold the live buffers, with
+// one note; `whence` says where the pool's size comes from. Whether it was applied.
+bool SplitPool(int32_t device, uint64_t pool, const std::string& whence, const std::string& outside,
+               model::Trace& profile, std::vector<std::string>& notes) {
+  auto level = std::find_if(profile.start_levels.begin(), profile.start_levels.end(),
+                            [&](const model::StartLevels& l) { return l.device == device; });
+  uint64_t live = 0;
+  for (const model::Allocation& a : profile.allocations) {
+    if (a.device == device && a.alive_at_end) live += a.size;
+  }
+  if (level == profile.start_levels.end() || live > pool) {
+    notes.push_back(fmt::format(
+        "device {}: XLA's pool ({}, {}) cannot hold this profile's {} of live buffers{}: not the "
+        "same run? reserved memory is left unknown",
+        device, FormatBytes(static_cast<int64_t>(pool)), whence,
+        FormatBytes(static_cast<int64_t>(live)),
+        level == profile.start_levels.end() ? " (the profile has no such device)" : ""));
+    return false;
+  }
+  level->reserved = static_cast<int64_t>(pool);
+  profile.facts.reserved_known = true;
+  notes.push_back(fmt::format(
+      "device {}: reserved is XLA's pool, {} ({}) = the live buffers here ({}) + XLA's free "
+      "pool ({}){}",
+      device, whence, FormatBytes(static_cast<int64_t>(pool)),
+      FormatBytes(static_cast<int64_t>(live)), FormatBytes(static_cast<int64_t>(pool - live)),
+      outside));
+  return true;
+}
+
+}  // namespace
+
 void ApplyXlaReservations(const std::vector<XlaReservation>& reservations,
                           const std::string& native_path, model::Trace& profile,
                           std::vector<std::string>& notes) {
   if (reservations.empty()) {
     notes.push_back(fmt::format(
         "the native trace {} holds no driver allocation by XLA's libraries: XLA's pool is not "
-        "known",
+        "known from it",
         native_path));
     return;
   }
-  bool applied = false;
   for (const XlaReservation& r : reservations) {
-    auto level = std::find_if(profile.start_levels.begin(), profile.start_levels.end(),
-                              [&](const model::StartLevels& l) { return l.device == r.device; });
-    uint64_t live = 0;
-    for (const model::Allocation& a : profile.allocations) {
-      if (a.device == r.device && a.alive_at_end) live += a.size;
-    }
     const std::string outside = r.other_owners.empty()
                                     ? std::string()
                                     : fmt::format("; outside it the driver held {} more ({})",
                                                   FormatBytes(static_cast<int64_t>(r.other_bytes)),
                                                   fmt::join(r.other_owners, ", "));
-    if (level == profile.start_levels.end() || live > r.pool_bytes) {
-      notes.push_back(fmt::format(
-          "device {}: XLA's pool in the native trace ({}) cannot hold this profile's {} of live "
-          "buffers{}: not the same run? reserved memory is left unknown",
-          r.device, FormatBytes(static_cast<int64_t>(r.pool_bytes)),
-          FormatBytes(static_cast<int64_t>(live)),
-          level == profile.start_levels.end() ? " (the profile has no such device)" : ""));
-      continue;
-    }
-    level->reserved = static_cast<int64_t>(r.pool_bytes);
-    applied = true;
-    notes.push_back(fmt::format(
-        "device {}: reserved is XLA's pool, its driver allocations at their largest in the native "
-        "trace {} ({}) = the live buffers here ({}) + XLA's free pool ({}){}",
-        r.device, native_path, FormatBytes(static_cast<int64_t>(r.pool_bytes)),
-        FormatBytes(static_cast<int64_t>(live)),
-        FormatBytes(static_cast<int64_t>(r.pool_bytes - live)), outside));
+    SplitPool(
+        r.device, r.pool_bytes,
+        fmt::format("its driver allocations at their largest in the native trace {}", native_path),
+        outside, profile, notes);
   }
-  if (applied) profile.facts.reserved_known = true;
+}
+
+void ApplyXlaAllocatorPool(uint64_t pool_bytes, model::Trace& profile,
+                           std::vector<std::string>& notes) {
+  SplitPool(0, pool_bytes, "as XLA's allocator gave it at the end (memory_stats pool_bytes)", "",
+            profile, notes);
 }
 
 }  // namespace vramscope::pipeline

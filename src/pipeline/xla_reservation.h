@@ -41,4 +41,10 @@ void ApplyXlaReservations(const std::vector<XlaReservation>& reservations,
                           const std::string& native_path, model::Trace& profile,
                           std::vector<std::string>& notes);
 
+// The same from XLA's own figure: the pool size its allocator reported for jax.devices()[0] at
+// the program's end (the capture sidecar's memory_stats `pool_bytes`, on a GPU), for device 0,
+// when no native trace was taken.
+void ApplyXlaAllocatorPool(uint64_t pool_bytes, model::Trace& profile,
+                           std::vector<std::string>& notes);
+
 }  // namespace vramscope::pipeline

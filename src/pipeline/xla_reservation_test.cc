@@ -5,12 +5,15 @@
 // beside a native trace (scripts/capture_run_goldens.py's jax_native case keeps one from the next
 // GPU session on), so the join is checked with a real CPU profile standing in for it
 // (tests/data/pprof), renamed into a capture folder beside the native trace: the arithmetic, not
-// the pairing, is what these tests hold.
+// the pairing, is what these tests hold. The same split from the pool size XLA's allocator
+// reports (a GPU sidecar's memory_stats) is checked with a sidecar written as the bootstrap
+// writes one on a GPU.
 #include "pipeline/xla_reservation.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "pipeline/load.h"
 
@@ -73,6 +76,39 @@ TEST(XlaReservation, AFolderWithAProfileAndANativeTraceSplitsTheReservation) {
         n.find(
             "= the live buffers here (18.27 MiB) + XLA's free pool (59.37 GiB); outside "
             "it the driver held 64.17 MiB more (libcublas.so.13 64.13 MiB") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << ::testing::PrintToString(loaded.interpretation.notes);
+  fs::remove_all(dir);
+}
+
+// Without a native trace, the pool XLA's allocator reported at the end (the sidecar the
+// bootstrap writes on a GPU: PJRT's memory_stats names, here 48 GiB preallocated).
+TEST(XlaReservation, ThePoolXlasAllocatorReportedSplitsTheReservation) {
+  const fs::path dir = fs::temp_directory_path() / "vramscope_xla_pool_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(kProfile, dir / "pid7.jax.prof");
+  std::ofstream(dir / "pid7.sidecar.json") << R"({"format": "vramscope-capture", "version": 1,
+    "snapshot": null, "profile": "pid7.jax.prof",
+    "process": {"pid": 7, "hostname": "h100-node", "torch": null, "jax": "0.10.2",
+                "backend": "gpu", "device_name": "NVIDIA H100 80GB HBM3", "framework": "jax",
+                "allocator": {"settings": {},
+                              "memory_stats": {"bytes_in_use": 19155584,
+                                               "peak_bytes_in_use": 38177760,
+                                               "pool_bytes": 51539607552,
+                                               "bytes_limit": 63763906560}}},
+    "recording": {"profile": "jax", "started_us": 1, "cpu_test_mode": false, "on_oom": false},
+    "end": {"reason": "exit", "steps_completed": 0, "time_us": 2, "exception": null},
+    "phases": [], "tensors": [], "oom": null})";
+  const Loaded loaded = LoadFile(dir);
+  EXPECT_TRUE(loaded.trace.facts.reserved_known);
+  EXPECT_EQ(loaded.trace.start_levels[0].reserved, int64_t{48} << 30);
+  bool said = false;
+  for (const std::string& n : loaded.interpretation.notes) {
+    said |= n ==
+            "device 0: reserved is XLA's pool, as XLA's allocator gave it at the end "
+            "(memory_stats pool_bytes) (48.00 GiB) = the live buffers here (18.27 MiB) + "
+            "XLA's free pool (47.98 GiB)";
   }
   EXPECT_TRUE(said) << ::testing::PrintToString(loaded.interpretation.notes);
   fs::remove_all(dir);
