@@ -12,6 +12,9 @@ not XLA's up-front reservation):
   gzipped by JAX: the live buffers with their Python stacks and kinds);
 - `<case>.xplane.pb.gz`: the XSpace of jax.profiler.trace() around two steps (gzipped here), with
   the allocator's memory events where XLA records them;
+- `<case>.roles.prof`: the same moment through vramscope.jax_memory.save_profile (each buffer's
+  role, the step from XLA's analysis): its report's peak is vramscope's estimate of the step's,
+  which step3's peak_bytes_in_use measures;
 - `<case>.json`: XLA's compiled.memory_analysis() of the jitted step, the device's memory_stats()
   after each phase (init, first step, last step), the parameter and optimizer-state bytes counted
   from the arrays, and whether the XSpace names the allocator's memory events (names are interned
@@ -103,6 +106,17 @@ with jax.profiler.trace(logdir):
 record("step3")
 with open(os.path.join(out, name + ".memprof.pb.gz"), "wb") as f:
     f.write(jax.profiler.device_memory_profile())
+# vramscope's writer beside JAX's (python/vramscope on PYTHONPATH): the buffers named by role
+# (this optimizer is hand-written, so named outright) and the step from XLA's analysis; its
+# report's peak is the estimate that step3's peak_bytes_in_use checks.
+roles = None
+try:
+    import vramscope.jax_memory
+    roles = vramscope.jax_memory.save_profile(os.path.join(out, name + ".roles.prof"),
+                                              weights=params, optimizer_state=opt)
+    roles["file"] = name + ".roles.prof"
+except Exception as e:  # a failure is recorded, not fatal: JAX's own profile is the golden
+    roles = {"error": f"{type(e).__name__}: {e}"}
 planes = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
 xplane = {}
 if planes:
@@ -120,7 +134,7 @@ json.dump({"case": name, "dtype": dtype_name, "layers": sizes, "batch": batch,
            "param_bytes": nbytes(params), "optimizer_state_bytes": nbytes(opt),
            "input_bytes": nbytes((x, y)), "loss": float(loss),
            "memory_analysis": memory_analysis, "memory_stats": stats, "xplane": xplane,
-           "memprof": name + ".memprof.pb.gz",
+           "memprof": name + ".memprof.pb.gz", "roles": roles,
            "env": {k: v for k, v in os.environ.items() if k.startswith(("XLA_", "JAX_"))}},
           open(os.path.join(out, name + ".json"), "w"), indent=1)
 print(name, "ok", json.dumps(memory_analysis), json.dumps(stats.get("step3", {})))
@@ -174,7 +188,10 @@ def main() -> int:
                     help="no GPU: the CPU backend, small shapes; nothing written is ground truth")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONUNBUFFERED="1")
+    python_dir = str(Path(__file__).resolve().parent.parent / "python")
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(p for p in (python_dir, os.environ.get("PYTHONPATH"))
+                                          if p))
     if args.dry_run_cpu:
         env["JAX_PLATFORMS"] = "cpu"
     cases: dict[str, dict] = {}
@@ -195,12 +212,12 @@ def main() -> int:
             produced = Path(tmp) / f"{name}.json"
             if rc == 0 and produced.exists():
                 doc = json.loads(produced.read_text())
-                for key in ("memprof", "xplane"):
-                    f = doc[key]["file"] if key == "xplane" and doc[key] else doc.get(key)
+                for key in ("memprof", "xplane", "roles"):
+                    f = doc[key].get("file") if key != "memprof" and doc.get(key) else doc.get(key)
                     if isinstance(f, str) and (Path(tmp) / f).exists():
                         (args.out / f).write_bytes((Path(tmp) / f).read_bytes())
                 (args.out / produced.name).write_text(produced.read_text())
-                case.update(memory_analysis=doc["memory_analysis"],
+                case.update(roles=doc.get("roles"), memory_analysis=doc["memory_analysis"],
                             peak_bytes_in_use=doc["memory_stats"].get("step3", {}).get(
                                 "peak_bytes_in_use"), xplane=doc["xplane"])
             cases[name] = case
