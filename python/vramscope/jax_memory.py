@@ -266,7 +266,18 @@ def _mark_mirrors(jax: Any, moments: dict, roles: dict, comments: list[str]) -> 
     """Marks as weights the live pytree that repeats an optax state's moments."""
     import gc
 
-    wanted_types = {type(f) for fields in moments.values() for f in fields}
+    # Cheap tests first (the process holds many dicts): the top node's type and size (and a
+    # dict's keys), then the treedef, and only then the leaves.
+    def outline(node: Any) -> tuple:
+        if isinstance(node, dict):
+            return (type(node), len(node), frozenset(node.keys()))
+        if isinstance(node, (tuple, list)):
+            return (type(node), len(node))
+        return (type(node),)
+
+    outlines = {outline(f) for fields in moments.values() for f in fields}
+    wanted_types = {o[0] for o in outlines}
+    treedefs = {treedef for treedef, _ in moments}
     moment_ids = {id(f) for fields in moments.values() for f in fields}
     found: dict[frozenset, tuple[Any, list]] = {}
     o = None
@@ -274,8 +285,12 @@ def _mark_mirrors(jax: Any, moments: dict, roles: dict, comments: list[str]) -> 
         if type(o) not in wanted_types or id(o) in moment_ids:
             continue
         try:
+            if outline(o) not in outlines:
+                continue
             treedef = jax.tree_util.tree_structure(o)
         except Exception:  # noqa: BLE001 - an object jax cannot flatten is no pytree of ours
+            continue
+        if treedef not in treedefs:
             continue
         leaves = _leaves_with_paths(jax, o, "")
         if not leaves or (treedef, _signature(leaves)) not in moments:
