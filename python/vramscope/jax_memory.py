@@ -242,8 +242,8 @@ def _roles(jax: Any, weights: Any, optimizer_state: Any) -> tuple[dict, list[str
     for ts in train_states:
         mark(ts.opt_state, "optimizer_state", "train_state_opt_state", "opt_state")
         mark(ts.params, "weight", "train_state_params", "params")
-    # States nested in others (chain's tuple of states) are reached from the outermost; a state
-    # reached twice keeps its first path.
+    # Each state under its own class's name (a chain's states are found one by one, and one
+    # nested in another optax state is reached twice: an array keeps its first path).
     for state in states:
         mark(state, "optimizer_state", "optax_state", type(state).__name__)
 
