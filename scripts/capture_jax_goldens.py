@@ -16,9 +16,9 @@ not XLA's up-front reservation):
   role, the step from XLA's analysis): its report's peak is vramscope's estimate of the step's,
   which step3's peak_bytes_in_use measures;
 - `<case>.json`: XLA's compiled.memory_analysis() of the jitted step, the device's memory_stats()
-  after each phase (init, first step, last step), the parameter and optimizer-state bytes counted
-  from the arrays, and whether the XSpace names the allocator's memory events (names are interned
-  per plane, so this is a presence, not a count).
+  after each phase (init, compiled, first step, last step), the parameter and optimizer-state
+  bytes counted from the arrays, and whether the XSpace names the allocator's memory events
+  (names are interned per plane, so this is a presence, not a count).
 
 Then `oom_eager.json` and `oom_jit.json`: XLA's own out-of-memory messages (an array, and a jitted
 step whose temporaries do not fit) under XLA_PYTHON_CLIENT_MEM_FRACTION, for `explain`.
@@ -92,6 +92,7 @@ y = jax.random.normal(jax.random.PRNGKey(2), (batch, width))
 record("init")
 step = jax.jit(train_step, donate_argnums=(0, 1))
 compiled = step.lower(params, opt, x, y).compile()
+record("compiled")  # the peak so far includes what compiling took (GEMM autotuning's buffers)
 analysis = compiled.memory_analysis()
 fields = [f for f in dir(analysis) if f.endswith("_in_bytes")] if analysis is not None else []
 memory_analysis = {f: int(getattr(analysis, f)) for f in fields}
