@@ -14,10 +14,13 @@ namespace vramscope::pipeline::predict_parts {
 // optimizer in backward, 8-bit optimizers, offloading) onto the set-up, each checked
 // (predict_techniques.cc); `optimizer` is the --optimizer value, which may name a quantised one.
 Status ResolveTechniques(const PredictRequest& r, predict::TrainingSetup& s);
-// Whether the request uses a technique only the built-in families' step simulator models.
+// The techniques of the request that only the built-in families model (flags as written), and
+// the first of them ("" for none).
+std::vector<std::string> SimulatorOnlyTechniques(const PredictRequest& r);
 std::string SimulatorOnlyTechnique(const PredictRequest& r);
-// Of those, the one the per-rank estimate of parallel layouts does not model yet ("" when it
-// models every technique asked for: today the quantised optimizers but the paged one).
+// Of those, the first the per-rank estimate of parallel layouts does not model yet ("" when it
+// models every technique asked for: today the quantised optimizers but the paged one, and
+// --checkpointing-every).
 std::string TechniqueOutsideLayouts(const PredictRequest& r);
 
 // Whether the request asks for a parallel layout (or the model has experts, which only the

@@ -39,34 +39,44 @@ Status ResolvePacking(const PredictRequest& r, predict::TrainingSetup& s) {
 
 }  // namespace
 
-std::string SimulatorOnlyTechnique(const PredictRequest& r) {
-  if (r.loss_chunks > 1) return "--loss-chunks";
-  if (r.fused_linear_ce) return "--fused-linear-ce";
-  if (r.checkpointing_every > 1) return "--checkpointing-every";
-  if (r.checkpointing_offload) return "--checkpointing-offload";
-  if (r.checkpointing_ops) return "--checkpointing-ops";
-  if (r.qlora > 0) return "--qlora";
-  if (r.optimizer_in_backward) return "--optimizer-in-backward";
-  if (r.offload_activations) return "--offload-activations";
-  if (r.offload_optimizer) return "--offload-optimizer";
-  if (r.offload_gradients) return "--offload-gradients";
-  if (r.fp8) return "--fp8";
-  if (!r.pack.empty()) return "--pack";
+std::vector<std::string> SimulatorOnlyTechniques(const PredictRequest& r) {
+  std::vector<std::string> out;
+  if (r.loss_chunks > 1) out.emplace_back("--loss-chunks");
+  if (r.fused_linear_ce) out.emplace_back("--fused-linear-ce");
+  if (r.checkpointing_every > 1) out.emplace_back("--checkpointing-every");
+  if (r.checkpointing_offload) out.emplace_back("--checkpointing-offload");
+  if (r.checkpointing_ops) out.emplace_back("--checkpointing-ops");
+  if (r.qlora > 0) out.emplace_back("--qlora");
+  if (r.optimizer_in_backward) out.emplace_back("--optimizer-in-backward");
+  if (r.offload_activations) out.emplace_back("--offload-activations");
+  if (r.offload_optimizer) out.emplace_back("--offload-optimizer");
+  if (r.offload_gradients) out.emplace_back("--offload-gradients");
+  if (r.fp8) out.emplace_back("--fp8");
+  if (!r.pack.empty()) out.emplace_back("--pack");
   if (r.optimizer != "sgd" && r.optimizer != "momentum" && r.optimizer != "adam" &&
       r.optimizer != "adamw" && r.optimizer != "none") {
-    return "--optimizer " + r.optimizer;
+    out.push_back("--optimizer " + r.optimizer);
   }
-  return "";
+  return out;
+}
+
+std::string SimulatorOnlyTechnique(const PredictRequest& r) {
+  const std::vector<std::string> all = SimulatorOnlyTechniques(r);
+  return all.empty() ? std::string() : all.front();
 }
 
 std::string TechniqueOutsideLayouts(const PredictRequest& r) {
-  const std::string technique = SimulatorOnlyTechnique(r);
-  // The optimizer is the last technique SimulatorOnlyTechnique looks at: when it names it, no
-  // other was asked for.
-  const bool quantised = r.optimizer == "adamw8bit" || r.optimizer == "adamw8bit-ao" ||
-                         r.optimizer == "adamw4bit" || r.optimizer == "adamw-fp8";
-  if (quantised && technique == "--optimizer " + r.optimizer) return "";
-  return technique;
+  // What the per-rank estimate models too: the quantised AdamW states (per tensor, on each
+  // rank's shards) and checkpointing every K-th layer (torchtitan's selective_ac_option K:
+  // each layer's saved set by its index).
+  for (const std::string& technique : SimulatorOnlyTechniques(r)) {
+    const bool modelled =
+        technique == "--checkpointing-every" || technique == "--optimizer adamw8bit" ||
+        technique == "--optimizer adamw8bit-ao" || technique == "--optimizer adamw4bit" ||
+        technique == "--optimizer adamw-fp8";
+    if (!modelled) return technique;
+  }
+  return "";
 }
 
 Status ResolveTechniques(const PredictRequest& r, predict::TrainingSetup& s) {

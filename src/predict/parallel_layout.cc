@@ -184,8 +184,6 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
   const parallel_terms::ZeroGroups groups = parallel_terms::ZeroGroupsOf(l);
   const uint64_t zero_group = groups.dense, expert_group = groups.experts;
   const Held dense_layer = LayerParameters(m, l, false), moe_layer = LayerParameters(m, l, true);
-  const double dense_activation = LayerActivationBytes(m, s, l, seq, false);
-  const double moe_activation = m.experts > 0 ? LayerActivationBytes(m, s, l, seq, true) : 0;
   const bool interleaved = l.schedule == PipelineSchedule::kInterleaved;
   const uint64_t v = interleaved ? l.virtual_stages : 1;
   const std::vector<uint64_t> stage_layers = StageLayers(m, l);
@@ -208,11 +206,13 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
     first_layer += r.layers;
     Held held{dense_layer.dense * dense_layers + moe_layer.dense * moe_layers,
               dense_layer.experts * dense_layers + moe_layer.experts * moe_layers};
+    // The stage's mean per layer (dense and MoE layers, checkpointed ones or not).
+    double stage_activation = 0;
+    for (uint64_t i = first_layer - r.layers; i < first_layer; ++i) {
+      stage_activation += LayerActivationBytes(m, s, l, seq, i);
+    }
     const double layer_activation =
-        r.layers == 0 ? 0
-                      : (dense_activation * static_cast<double>(dense_layers) +
-                         moe_activation * static_cast<double>(moe_layers)) /
-                            static_cast<double>(r.layers);  // the stage's mean per layer
+        r.layers == 0 ? 0 : stage_activation / static_cast<double>(r.layers);
     if (r.embedding) held.dense += parallel_terms::EmbeddingElements(m, l);
     if (r.head) held.dense += parallel_terms::HeadElements(m, l);
     r.parameters = held.dense + held.experts;

@@ -209,6 +209,44 @@ TEST(ParallelLayout, ActivationsFollowKorthikantiForTpAndSp) {
   auto full = PredictParallel(m, s, l);
   EXPECT_EQ(full->roles[0].activation_bytes_per_micro_batch,
             static_cast<uint64_t>(std::llround(12 * 2 * sbh / 4)));
+  // Every 3rd layer checkpointed (torchtitan's selective_ac_option 3): layers 2, 5, 8 and 11
+  // keep their input, the other 8 all of the above.
+  s.checkpoint_every = 3;
+  auto every3 = PredictParallel(m, s, l);
+  ASSERT_TRUE(every3.ok());
+  EXPECT_EQ(every3->roles[0].activation_bytes_per_micro_batch,
+            static_cast<uint64_t>(std::llround(8 * sbh * 34.0 / 4 + 4 * 2 * sbh / 4)));
+}
+
+// Checkpointing every K-th layer under pipelining: each stage counts its own layers by their
+// index in the model. LLaMA-2-7B (32 layers), PP 4 (8 each), every 3rd: layers 2, 5, 8, ..., 29
+// are checkpointed, so stage 0 (layers 0-7) holds 2 (2, 5), stage 1 (8-15) 3 (8, 11, 14),
+// stage 2 (16-23) 3 (17, 20, 23) and stage 3 (24-31) 2 (26, 29); a checkpointed layer keeps its
+// input, 2 s b h (bf16), the others the full LLaMA layer (its terms' sum, taken from the
+// prediction without checkpointing).
+TEST(ParallelLayout, CheckpointingEveryKthLayerIsCountedPerStage) {
+  const ModelSpec m = Preset("llama2-7b");
+  TrainingSetup s = Bf16Adam(1, 4096);
+  ParallelLayout l;
+  l.pp = 4;
+  l.micro_batches = 8;
+  auto none = PredictParallel(m, s, l);
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  const double full_layer =
+      static_cast<double>(none->roles[0].activation_bytes_per_micro_batch) / 8;
+  const double input = 2.0 * 4096 * 4096;
+  s.checkpointing = true;
+  s.checkpoint_every = 3;
+  auto every3 = PredictParallel(m, s, l);
+  ASSERT_TRUE(every3.ok()) << every3.status().message();
+  const int checkpointed[] = {2, 3, 3, 2};
+  ASSERT_EQ(every3->roles.size(), 4u);
+  for (size_t stage = 0; stage < 4; ++stage) {
+    const int k = checkpointed[stage];
+    EXPECT_EQ(every3->roles[stage].activation_bytes_per_micro_batch,
+              static_cast<uint64_t>(std::llround((8 - k) * full_layer + k * input)))
+        << "stage " << stage;
+  }
 }
 
 // DTensor's TP (--tp-impl torch), as torchtitan's plan runs it: under SP the attention's and

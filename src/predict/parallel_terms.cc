@@ -126,9 +126,9 @@ std::vector<LayerTensor> HeadTensors(const ModelSpec& m, const ParallelLayout& l
 // Activation bytes of one layer and micro-batch (Korthikanti et al.; see the header); `moe`: a
 // mixture-of-experts layer.
 double LayerActivationBytes(const ModelSpec& m, const TrainingSetup& s, const ParallelLayout& l,
-                            uint64_t seq, bool moe) {
+                            uint64_t seq, uint64_t layer) {
   double bytes = 0;
-  for (const ActivationTerm& t : LayerActivationTerms(m, s, l, seq, moe)) bytes += t.bytes;
+  for (const ActivationTerm& t : LayerActivationTerms(m, s, l, seq, layer)) bytes += t.bytes;
   return bytes;
 }
 
@@ -207,7 +207,9 @@ bool SixteenBitActivations(const TrainingSetup& s) {
 }
 
 std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const TrainingSetup& s,
-                                                 const ParallelLayout& l, uint64_t seq, bool moe) {
+                                                 const ParallelLayout& l, uint64_t seq,
+                                                 uint64_t layer) {
+  const bool moe = m.MoeLayer(layer);
   // Units of 16-bit s b h (fp32 activations double them); s is the sequence over CP.
   const double t = static_cast<double>(l.tp), h = static_cast<double>(m.hidden);
   const double unit = static_cast<double>(seq) * static_cast<double>(s.batch) * h *
@@ -220,7 +222,7 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
   auto add = [&](const char* what, double coefficient) {
     if (coefficient > 0) terms.push_back({what, coefficient * unit});
   };
-  if (s.checkpointing) {
+  if (s.Checkpointed(layer)) {
     add("layer input (checkpointed)", 2 * q);
     return terms;
   }

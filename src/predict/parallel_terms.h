@@ -44,17 +44,20 @@ std::vector<LayerTensor> HeadTensors(const ModelSpec& m, const ParallelLayout& l
 // The vocabulary rows of one TP rank (padded up to a multiple of TP).
 inline uint64_t VocabShard(const ModelSpec& m, uint64_t tp) { return CeilDiv(m.vocab, tp); }
 
-// What one layer saves for backward per micro-batch, tensor by tensor as Korthikanti et al.
-// count them (the layer norms' inputs, q/k/v, the scores, the MLP's intermediates, ...): the
-// terms of the formula in parallel_layout.h, in bytes, in the order the forward makes them.
+// What layer `layer` (of the whole model, from 0) saves for backward per micro-batch, tensor by
+// tensor as Korthikanti et al. count them (the layer norms' inputs, q/k/v, the scores, the MLP's
+// intermediates, ...): the terms of the formula in parallel_layout.h, in bytes, in the order the
+// forward makes them. A layer the setup checkpoints (every layer with --checkpointing, every K-th
+// with --checkpointing-every K: TrainingSetup::Checkpointed) saves its input alone.
 struct ActivationTerm {
   const char* what;
   double bytes;
 };
 std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const TrainingSetup& s,
-                                                 const ParallelLayout& l, uint64_t seq, bool moe);
+                                                 const ParallelLayout& l, uint64_t seq,
+                                                 uint64_t layer);
 double LayerActivationBytes(const ModelSpec& m, const TrainingSetup& s, const ParallelLayout& l,
-                            uint64_t seq, bool moe);
+                            uint64_t seq, uint64_t layer);
 
 // The largest communication buffer of a layer (parallel_layout.h says which); bytes 0: none.
 struct Communication {

@@ -352,10 +352,10 @@ void RoleStepBuilder::MakeChunks() {
       u.elements = held.dense + held.experts;
       u.expert_elements = held.experts;
       u.tensors = parallel_terms::LayerTensors(m_, l_, is_moe);
-      const double layer_bytes = parallel_terms::LayerActivationBytes(m_, s_, l_, seq, is_moe);
+      const double layer_bytes = parallel_terms::LayerActivationBytes(m_, s_, l_, seq, i);
       std::vector<uint64_t> sizes;
       for (const parallel_terms::ActivationTerm& t :
-           parallel_terms::LayerActivationTerms(m_, s_, l_, seq, is_moe)) {
+           parallel_terms::LayerActivationTerms(m_, s_, l_, seq, i)) {
         u.saved.emplace_back(t.what, 0);
         sizes.push_back(static_cast<uint64_t>(std::llround(t.bytes)));
       }
