@@ -63,7 +63,8 @@ def rows(vramscope: str) -> list[dict]:
         live = report(vramscope, path.parent / doc["memprof"])["live"]
         roles = (doc.get("roles") or {}).get("file")
         if roles and (path.parent / roles).exists():
-            estimate, how = report(vramscope, path.parent / roles)["peak"], "report of the roles profile"
+            estimate = report(vramscope, path.parent / roles)["peak"]
+            how = "report of the roles profile"
         else:
             own = (a["argument_size_in_bytes"] + a["output_size_in_bytes"]
                    - a["alias_size_in_bytes"])

@@ -30,13 +30,15 @@ The rules, first match wins (docs/design/xla-memory-analysis.md, "Roles in the p
 
 The step: the largest computation XLA compiled that is still alive and whose parameters all have
 the shapes of live arrays (a training step's holds the weights, the optimizer state and the
-batch, and its outputs repeat them) is named by one more sample of no bytes per device it runs on, with ``kind`` ``vramscope_step``, its module's name, the stack
-that compiled it and XLA's analysis of it as numeric labels (``vramscope_argument_bytes``,
-``_output_``, ``_alias_``, ``_temp_``): the temp buffer holds the step's activations, gradients
-and scratch, which a profile of live buffers never sees.
+batch, and its outputs repeat them) is named by one more sample of no bytes per device it runs
+on, with ``kind`` ``vramscope_step``, its module's name, the stack that compiled it and XLA's
+analysis of it as numeric labels (``vramscope_argument_bytes``, ``_output_``, ``_alias_``,
+``_temp_``): the temp buffer holds the step's activations, gradients and scratch, which a profile
+of live buffers never sees.
 
-Objects are found with ``gc.get_objects()`` (one pass, plus one over the candidates' types), so
-nothing is asked of the program. Importing this module imports only the standard library.
+Objects are found with ``gc.get_objects()`` (one pass, plus one over the candidates of the
+weights' search, tested on type, size and keys before any flattening), so nothing is asked of the
+program. Importing this module imports only the standard library.
 """
 
 from __future__ import annotations
