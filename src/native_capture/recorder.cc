@@ -12,6 +12,8 @@
 #include <ctime>
 #include <exception>
 
+#include "common/path_names.h"
+
 namespace vramscope::capture {
 
 namespace {
@@ -40,11 +42,6 @@ std::string ReadSmallFile(const char* path, size_t max_bytes) {
   ::close(fd);
   out.resize(done);
   return out;
-}
-
-std::string_view Basename(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
 // An NVTX message as UTF-8 (wide strings: their code points, best effort).
@@ -623,7 +620,7 @@ Recorder::PcInfo Recorder::FrameLocked(void* pc, std::string& defs) {
   const std::string_view module = found && info.dli_fname != nullptr ? info.dli_fname : "";
   PcInfo out;
   if (options_.skip_own_frames && found) {
-    const std::string_view base = Basename(module);
+    const std::string_view base = PathBasename(module);
     out.internal = info.dli_fbase == own_module_ || base.substr(0, 8) == "libcupti" ||
                    base.substr(0, 10) == "libcuda.so";
   }

@@ -5,16 +5,12 @@
 #include <algorithm>
 #include <map>
 
+#include "common/path_names.h"
 #include "common/units.h"
 
 namespace vramscope::pipeline {
 
 namespace {
-
-std::string_view Basename(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
 
 // The library that made a driver allocation: the module of its innermost frame, skipping CUDA's
 // runtime (the recorder already skips the driver, CUPTI and itself). "" without a stack.
@@ -22,7 +18,7 @@ std::string OwnerLibrary(const model::Trace& t, model::StackId stack) {
   std::string owner;
   t.stacks.ForEachFrame(stack, [&](model::FrameId id) {
     if (!owner.empty()) return;
-    const std::string_view module = Basename(t.strings.Get(t.frames.Get(id).filename));
+    const std::string_view module = PathBasename(t.strings.Get(t.frames.Get(id).filename));
     if (module.starts_with("libcudart")) return;
     owner = std::string(module);
   });
@@ -32,7 +28,7 @@ std::string OwnerLibrary(const model::Trace& t, model::StackId stack) {
 }  // namespace
 
 bool IsXlaLibrary(std::string_view module) {
-  const std::string_view base = Basename(module);
+  const std::string_view base = PathBasename(module);
   return base.find("xla") != std::string_view::npos || base.find("jax") != std::string_view::npos;
 }
 

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/path_names.h"
 #include "common/units.h"
 #include "sources/native_trace/vstrace_reader.h"
 
@@ -62,11 +63,6 @@ std::string Demangle(const std::string& symbol) {
   std::unique_ptr<char, void (*)(void*)> out(
       abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status), std::free);
   return status == 0 && out != nullptr ? std::string(out.get()) : symbol;
-}
-
-std::string_view Basename(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
 struct Live {
@@ -394,8 +390,8 @@ class Builder {
     std::string module = string_of(f.module);
     std::string symbol = string_of(f.symbol);
     if (module.empty()) module = "??";
-    std::string function =
-        symbol.empty() ? fmt::format("{}+0x{:x}", Basename(module), f.offset) : Demangle(symbol);
+    std::string function = symbol.empty() ? fmt::format("{}+0x{:x}", PathBasename(module), f.offset)
+                                          : Demangle(symbol);
     model::Frame frame;
     frame.filename = trace_.strings.Intern(module);
     frame.function = trace_.strings.Intern(function);
