@@ -388,55 +388,60 @@ def _encode(field: int, value: int | bytes) -> bytes:
     return _encode_varint(field << 3 | 2) + _encode_varint(len(value)) + value
 
 
-def _labelled(raw: bytes, buffers: list[tuple], roles: dict, comments: list[str],
-              step: dict | None = None) -> tuple[bytes, dict]:
-    data = gzip.decompress(raw)
-    strings: list[bytes] = []
-    functions: dict[int, tuple[int, int]] = {}
-    locations: dict[int, list[tuple[int, int]]] = {}
-    sample_types: list[tuple[int, int]] = []
-    samples: list[bytes] = []
-    kept: list[bytes] = []
-    for field, wire, value, encoded in _fields(data):
-        if field == 2:
-            samples.append(value)
-            continue
-        kept.append(encoded)
-        if field == 6:
-            strings.append(bytes(value))
-        elif field == 1:
-            f = {k: v for k, _, v, _ in _fields(value)}
-            sample_types.append((f.get(1, 0), f.get(2, 0)))
-        elif field == 5:
-            f = {k: v for k, _, v, _ in _fields(value)}
-            functions[f.get(1, 0)] = (f.get(2, 0), f.get(4, 0))
-        elif field == 4:
-            lines, lid = [], 0
-            for k, _, v, _ in _fields(value):
-                if k == 1:
-                    lid = v
-                elif k == 4:
-                    line = {kk: vv for kk, _, vv, _ in _fields(v)}
-                    lines.append((line.get(1, 0), line.get(2, 0)))
-            locations[lid] = lines
+class _Profile:
+    """A pprof profile read at the wire level: every field but the samples kept as encoded, the
+    tables a sample's stack and labels need, and the samples parsed."""
 
-    def text(index: int) -> str:
-        return strings[index].decode("utf-8", "replace") if 0 <= index < len(strings) else ""
+    def __init__(self, data: bytes):
+        self.kept: list[bytes] = []  # the encoded fields other than samples, in order
+        self.strings: list[bytes] = []
+        self.functions: dict[int, tuple[int, int]] = {}  # id -> (name, file name) indices
+        self.locations: dict[int, list[tuple[int, int]]] = {}  # id -> [(function id, line)]
+        self.sample_types: list[tuple[int, int]] = []
+        raw_samples: list[bytes] = []
+        for field, _, value, encoded in _fields(data):
+            if field == 2:
+                raw_samples.append(value)
+                continue
+            self.kept.append(encoded)
+            if field == 6:
+                self.strings.append(bytes(value))
+            elif field == 1:
+                f = {k: v for k, _, v, _ in _fields(value)}
+                self.sample_types.append((f.get(1, 0), f.get(2, 0)))
+            elif field == 5:
+                f = {k: v for k, _, v, _ in _fields(value)}
+                self.functions[f.get(1, 0)] = (f.get(2, 0), f.get(4, 0))
+            elif field == 4:
+                lines, lid = [], 0
+                for k, _, v, _ in _fields(value):
+                    if k == 1:
+                        lid = v
+                    elif k == 4:
+                        line = {kk: vv for kk, _, vv, _ in _fields(v)}
+                        lines.append((line.get(1, 0), line.get(2, 0)))
+                self.locations[lid] = lines
+        self.index = {s: i for i, s in enumerate(self.strings)}
+        self.samples = [self._sample(raw) for raw in raw_samples]
 
-    names = [(text(t), text(u)) for t, u in sample_types]
-    bytes_at = next((i for i, n in enumerate(names) if n in (("space", "bytes"),
-                                                             ("inuse_space", "bytes"))), None)
-    count_at = next((i for i, n in enumerate(names) if n[1] == "count"), None)
-    if bytes_at is None:
-        raise ValueError("JAX's profile has no sample type of space (bytes)")
+    def text(self, index: int) -> str:
+        return self.strings[index].decode("utf-8", "replace") \
+            if 0 <= index < len(self.strings) else ""
 
-    # JAX groups buffers by (stack, device, size): a sample is `count` buffers of bytes/count.
-    parsed = []
-    groups: dict[tuple, list[int]] = {}
-    stacks: dict[tuple, list[int]] = {}  # a stack's frames -> its location ids
-    for raw_sample in samples:
+    def string(self, s: str) -> int:
+        """The index of `s` in the string table, appended (and written) when new."""
+        b = s.encode("utf-8")
+        if b not in self.index:
+            self.index[b] = len(self.strings)
+            self.strings.append(b)
+            self.kept.append(_encode(6, b))
+        return self.index[b]
+
+    def _sample(self, raw: bytes) -> dict:
+        """A sample's location ids, values, encoded labels, labels by key and stack's frames
+        ((file, function, line), leaf first)."""
         location_ids, values, labels, label_of = [], [], [], {}
-        for k, wire, v, encoded in _fields(raw_sample):
+        for k, wire, v, encoded in _fields(raw):
             if k == 1:
                 location_ids += _ints(wire, v)
             elif k == 2:
@@ -444,84 +449,100 @@ def _labelled(raw: bytes, buffers: list[tuple], roles: dict, comments: list[str]
             elif k == 3:
                 labels.append(encoded)
                 label = {kk: vv for kk, _, vv, _ in _fields(v)}
-                label_of[text(label.get(1, 0))] = text(label.get(2, 0))
-        parsed.append((raw_sample, location_ids, values, labels))
-        frames = tuple((text(functions.get(fid, (0, 0))[1]), text(functions.get(fid, (0, 0))[0]),
-                        line)
-                       for lid in location_ids for fid, line in locations.get(lid, []))
-        stacks.setdefault(frames, location_ids)
-        sample_bytes = values[bytes_at] if bytes_at < len(values) else 0
-        count = values[count_at] if count_at is not None and count_at < len(values) else 1
-        if label_of.get("kind", "buffer") != "buffer" or count < 1 or sample_bytes % count:
-            continue
-        key = (label_of.get("device", ""), frames, sample_bytes // count)
-        groups.setdefault(key, []).append(len(parsed) - 1)
+                label_of[self.text(label.get(1, 0))] = self.text(label.get(2, 0))
+        frames = []
+        for lid in location_ids:
+            for fid, line in self.locations.get(lid, []):
+                name, file_name = self.functions.get(fid, (0, 0))
+                frames.append((self.text(file_name), self.text(name), line))
+        return {"raw": raw, "location_ids": location_ids, "values": values, "labels": labels,
+                "label_of": label_of, "frames": tuple(frames)}
 
-    by_key: dict[tuple, list[Any]] = {}
-    for array, device, nbytes, frames in buffers:
-        by_key.setdefault((device, frames, nbytes), []).append(array)
-    # Each sample of a group whose buffer count equals its live arrays' takes its share of them.
-    arrays_of: dict[int, list[Any]] = {}
-    for key, members in groups.items():
-        arrays = by_key.get(key, [])
-        counts = [parsed[i][2][count_at] if count_at is not None else 1 for i in members]
-        if sum(counts) != len(arrays):
-            continue
-        start = 0
-        for i, n in zip(members, counts):
-            arrays_of[i] = arrays[start:start + n]
-            start += n
 
-    index = {s: i for i, s in enumerate(strings)}
-
-    def string(s: str) -> int:
-        b = s.encode("utf-8")
-        if b not in index:
-            index[b] = len(strings)
-            strings.append(b)
-            kept.append(_encode(6, b))
-        return index[b]
+def _labelled(raw: bytes, buffers: list[tuple], roles: dict, comments: list[str],
+              step: dict | None = None) -> tuple[bytes, dict]:
+    p = _Profile(gzip.decompress(raw))
+    names = [(p.text(t), p.text(u)) for t, u in p.sample_types]
+    bytes_at = next((i for i, n in enumerate(names) if n in (("space", "bytes"),
+                                                             ("inuse_space", "bytes"))), None)
+    count_at = next((i for i, n in enumerate(names) if n[1] == "count"), None)
+    if bytes_at is None:
+        raise ValueError("JAX's profile has no sample type of space (bytes)")
+    arrays_of = _arrays_of_samples(p.samples, buffers, bytes_at, count_at)
 
     out_samples: list[bytes] = []
     totals: dict[str, int] = {}
     split = whole = 0
-    for i, (raw_sample, location_ids, values, labels) in enumerate(parsed):
+    for i, sample in enumerate(p.samples):
         arrays = arrays_of.get(i)
         if not arrays:
-            out_samples.append(_encode(2, raw_sample))
+            out_samples.append(_encode(2, sample["raw"]))
             whole += 1
             continue
         split += 1
+        values = sample["values"]
         nbytes = values[bytes_at] // len(arrays)
-        ids = b"".join(_encode_varint(i) for i in location_ids)
+        ids = b"".join(_encode_varint(lid) for lid in sample["location_ids"])
         for array in arrays:
             vals = [0] * len(values)
             vals[bytes_at] = nbytes
             if count_at is not None:
                 vals[count_at] = 1
             body = _encode(1, ids) + _encode(2, b"".join(_encode_varint(v) for v in vals))
-            body += b"".join(labels)
+            body += b"".join(sample["labels"])
             category, rule, path = roles.get(id(array), ("unknown", "none", ""))
             totals[category] = totals.get(category, 0) + nbytes
             for key, value in ((ROLE_KEY, category), (RULE_KEY, RULES[rule]), (NAME_KEY, path)):
                 if value:
-                    body += _encode(3, _encode(1, string(key)) + _encode(2, string(value)))
+                    body += _encode(3, _encode(1, p.string(key)) + _encode(2, p.string(value)))
             out_samples.append(_encode(2, body))
     if step is not None:
         # One sample of no bytes per device the step runs on (pprof readers add nothing), with
         # the stack that compiled it and XLA's figures as numeric labels.
-        ids = b"".join(_encode_varint(i) for i in stacks.get(step["frames"], []))
+        stack = next((s["location_ids"] for s in p.samples if s["frames"] == step["frames"]), [])
+        ids = b"".join(_encode_varint(lid) for lid in stack)
         for device in step["devices"]:
-            body = _encode(1, ids) + _encode(2, b"\0" * len(sample_types))
+            body = _encode(1, ids) + _encode(2, b"\0" * len(p.sample_types))
             for key, value in (("kind", STEP_KIND), ("device", device), (NAME_KEY, step["name"])):
-                body += _encode(3, _encode(1, string(key)) + _encode(2, string(value)))
+                body += _encode(3, _encode(1, p.string(key)) + _encode(2, p.string(value)))
             for what in ("argument", "output", "alias", "temp"):
-                body += _encode(3, _encode(1, string(f"vramscope_{what}_bytes"))
-                                + _encode(3, step[what]) + _encode(4, string("bytes")))
+                body += _encode(3, _encode(1, p.string(f"vramscope_{what}_bytes"))
+                                + _encode(3, step[what]) + _encode(4, p.string("bytes")))
             out_samples.append(_encode(2, body))
-    comment_ids = [string(c) for c in comments]
-    body = b"".join(kept) + b"".join(out_samples) + b"".join(_encode(13, i) for i in comment_ids)
+    comment_ids = [p.string(c) for c in comments]
+    body = b"".join(p.kept) + b"".join(out_samples) + b"".join(_encode(13, i) for i in comment_ids)
     summary = {"bytes": totals, "comments": list(comments), "split_samples": split,
                "kept_samples": whole,
                "step": None if step is None else {k: v for k, v in step.items() if k != "frames"}}
     return gzip.compress(body, mtime=0), summary
+
+
+def _arrays_of_samples(samples: list[dict], buffers: list[tuple], bytes_at: int,
+                       count_at: int | None) -> dict[int, list]:
+    """Sample index -> the live arrays it holds. JAX groups buffers by (stack, device, size), so
+    a buffer sample is `count` buffers of bytes/count; the samples of one (device, stack, size)
+    take the live arrays of that key in turn when their counts add up to them, else none."""
+    groups: dict[tuple, list[int]] = {}
+    counts: dict[int, int] = {}
+    for i, s in enumerate(samples):
+        values = s["values"]
+        sample_bytes = values[bytes_at] if bytes_at < len(values) else 0
+        count = values[count_at] if count_at is not None and count_at < len(values) else 1
+        if s["label_of"].get("kind", "buffer") != "buffer" or count < 1 or sample_bytes % count:
+            continue
+        counts[i] = count
+        key = (s["label_of"].get("device", ""), s["frames"], sample_bytes // count)
+        groups.setdefault(key, []).append(i)
+    by_key: dict[tuple, list[Any]] = {}
+    for array, device, nbytes, frames in buffers:
+        by_key.setdefault((device, frames, nbytes), []).append(array)
+    out: dict[int, list] = {}
+    for key, members in groups.items():
+        arrays = by_key.get(key, [])
+        if sum(counts[i] for i in members) != len(arrays):
+            continue
+        start = 0
+        for i in members:
+            out[i] = arrays[start:start + counts[i]]
+            start += counts[i]
+    return out
