@@ -1,5 +1,4 @@
-// The last component of a slash-separated path, as a view into it (header-only, so that the
-// native capture library, which links nothing of ours, uses it too).
+// The last component of a slash-separated path, as a view into it.
 #pragma once
 
 #include <string_view>

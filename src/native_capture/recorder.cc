@@ -12,11 +12,16 @@
 #include <ctime>
 #include <exception>
 
-#include "common/path_names.h"
-
 namespace vramscope::capture {
 
 namespace {
+
+// Its own copy of common/path_names.h's PathBasename: the recorder's library depends on no
+// other stage (docs/design/architecture.md).
+std::string_view Basename(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
 
 using vstrace::Api;
 using vstrace::Encoder;
@@ -620,7 +625,7 @@ Recorder::PcInfo Recorder::FrameLocked(void* pc, std::string& defs) {
   const std::string_view module = found && info.dli_fname != nullptr ? info.dli_fname : "";
   PcInfo out;
   if (options_.skip_own_frames && found) {
-    const std::string_view base = PathBasename(module);
+    const std::string_view base = Basename(module);
     out.internal = info.dli_fbase == own_module_ || base.substr(0, 8) == "libcupti" ||
                    base.substr(0, 10) == "libcuda.so";
   }
