@@ -6,6 +6,8 @@
 #include <array>
 #include <cstdio>
 
+#include "report/sqlite_writer.h"
+
 namespace vramscope::report {
 
 namespace {
@@ -25,6 +27,7 @@ bool IsReportDatabase(const std::string& path) {
   if (ReadHead(path, kMagic.size()) != kMagic) return false;
   sqlite3* db = nullptr;
   // Read-only, no URI, no creation: looking must never change the file.
+  DisableSqliteMemoryStatistics();
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
     sqlite3_close(db);
     return false;

@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include "report/sqlite_writer.h"
+
 namespace vramscope::report {
 
 std::string ReportRow::Text(int col) const {
@@ -34,6 +36,7 @@ std::string OneLine(std::string_view text) {
 Result<std::unique_ptr<ReportDb>> ReportDb::Open(const std::string& path,
                                                  const schema::Schema& schema) {
   std::unique_ptr<ReportDb> db(new ReportDb(path, schema));
+  DisableSqliteMemoryStatistics();
   if (sqlite3_open_v2(path.c_str(), &db->db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
                       nullptr) != SQLITE_OK) {
     return InvalidInput(

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <memory>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -295,62 +297,6 @@ Status WriteVramscopeTables(Db& db, const ReportInput& in, uint64_t* rows) {
     }
     *rows += event.rows() + point.rows();
   }
-  {
-    // Rules and sites are few and repeated by many allocations: one row each, referenced by id.
-    std::unordered_map<uint8_t, int64_t> rule_ids;
-    std::unordered_map<uint32_t, int64_t> site_ids;
-    Insert rule(db, schema::InsertSql("vramscope_rules"));
-    Insert site(db, schema::InsertSql("vramscope_sites"));
-    Insert alloc(db, schema::InsertSql("vramscope_allocations"));
-    const model::Events& ev = t.events;
-    // The analysis named every allocation's owner (analysis::OwnerNamer::NameAll).
-    if (in.owners == nullptr) return InternalError("the report's input names no owners");
-    const analysis::OwnerNamer& owners = *in.owners;
-    auto segment_of = [&](size_t i) -> int64_t {
-      return in.segments != nullptr && i < in.segments->allocation_segment.size()
-                 ? in.segments->allocation_segment[i]
-                 : -1;
-    };
-    for (size_t i = 0; i < t.allocations.size(); ++i) {
-      const model::Allocation& a = t.allocations[i];
-      const attribution::AllocationInfo& info = in.attribution.allocations[i];
-      auto [rule_it, new_rule] = rule_ids.emplace(info.rule_id, rule_ids.size());
-      if (new_rule)
-        RETURN_IF_ERROR(rule.Row(rule_it->second, in.attribution.RuleText(info.rule_id)));
-      const uint32_t site_frame = in.sites.Site(a.alloc_stack);
-      auto [site_it, new_site] = site_ids.emplace(site_frame, site_ids.size());
-      if (new_site) RETURN_IF_ERROR(site.Row(site_it->second, in.sites.Label(site_frame)));
-      auto text_of = [&](const std::unordered_map<uint32_t, model::StringId>& column) {
-        const auto it = a.alloc_event == model::kNoEvent
-                            ? column.end()
-                            : column.find(static_cast<uint32_t>(a.alloc_event));
-        return it == column.end() ? Insert::MaybeText{{}, false}
-                                  : Insert::MaybeText{t.strings.Get(it->second), true};
-      };
-      const auto time_of = [&](int64_t e) {
-        return Insert::Time(e == model::kNoEvent ? model::kNoTime : ev.time_us[e]);
-      };
-      RETURN_IF_ERROR(alloc.Row(
-          static_cast<int64_t>(i), a.device, a.addr, a.requested_size, in.view.BlockSize(i),
-          in.view.SizeExact(i), a.stream, a.alive_at_end, Insert::Event(a.alloc_event),
-          time_of(a.alloc_event), a.alloc_stack, Insert::Event(a.free_requested_event),
-          time_of(a.free_requested_event), a.free_stack, Insert::Event(a.free_completed_event),
-          time_of(a.free_completed_event), attribution::CategoryName(info.category),
-          attribution::ConfidenceName(info.confidence), rule_it->second,
-          Insert::MaybeText{in.attribution.Name(info.operation),
-                            info.operation != model::kEmptyString},
-          site_it->second, text_of(ev.user_metadata), text_of(ev.compile_context),
-          attribution::PhaseName(info.phase), in.attribution.phases.StepAt(a.alloc_event),
-          owners.Id(i), model::SizeEvidenceName(in.view.SizeEvidenceOf(i)),
-          Insert::MaybeInt{segment_of(i), segment_of(i) >= 0}));
-    }
-    *rows += alloc.rows() + rule.rows() + site.rows();
-    Insert owner(db, schema::InsertSql("vramscope_owners"));
-    for (uint32_t id = 0; id < owners.size(); ++id) {
-      RETURN_IF_ERROR(owner.Row(id, owners.Label(id)));
-    }
-    *rows += owner.rows();
-  }
   RETURN_IF_ERROR(WriteAttributionTables(db, in, rows));
   RETURN_IF_ERROR(WriteOomTables(db, in, rows));
   if (in.segments != nullptr) {
@@ -431,21 +377,94 @@ extern "C" int StopWhenCancelled(void* token) {
   return static_cast<const CancelToken*>(token)->cancelled() ? 1 : 0;
 }
 
-Status WriteDatabase(const std::string& path, const ReportInput& input, SqliteReportInfo* info,
-                     const Control& control) {
-  Db db;
+// Opens `path` for one writer: cancellable (every few thousand virtual-machine steps, so a
+// statement in flight stops within microseconds), and set for bulk appends. The file is private
+// until renamed into place: no journal, no fsync. Large pages make the big tables cheaper to
+// append to; the page cache stays bounded (dirty pages spill). `*created`: the file is there.
+Status OpenForBulkWrite(Db& db, const std::string& path, const Control& control,
+                        bool* created = nullptr) {
   RETURN_IF_ERROR(db.Open(path));
+  if (created != nullptr) *created = true;
   if (control.cancel != nullptr) {
-    // Every few thousand virtual-machine steps: a statement in flight stops within microseconds.
     sqlite3_progress_handler(db.get(), 4096, StopWhenCancelled,
                              const_cast<CancelToken*>(control.cancel));
   }
-  // The file is private until renamed into place: no journal, no fsync. Large pages make the
-  // big tables cheaper to append to; the page cache stays bounded (dirty pages spill).
-  RETURN_IF_ERROR(
-      db.Exec("PRAGMA page_size = 65536; PRAGMA journal_mode = OFF; "
-              "PRAGMA synchronous = OFF; PRAGMA locking_mode = EXCLUSIVE; "
-              "PRAGMA cache_size = -4096; PRAGMA user_version = 1;"));
+  return db.Exec(
+      "PRAGMA page_size = 65536; PRAGMA journal_mode = OFF; "
+      "PRAGMA synchronous = OFF; PRAGMA locking_mode = EXCLUSIVE; "
+      "PRAGMA cache_size = -4096; PRAGMA user_version = 1;");
+}
+
+// The allocation tables (kAllocationTables), written on a second thread into a database of their
+// own beside the report while the caller writes every other table: SQLite appends to one file
+// from one thread at a time, and these tables are about half of a report's rows. Wait() joins
+// the thread; the file, once opened, is removed when this object goes, whatever happened.
+class AllocationTablesOnSecondThread {
+ public:
+  AllocationTablesOnSecondThread(std::string path, const ReportInput& input, const Control& control)
+      : path_(std::move(path)) {
+    thread_ = std::thread([this, &input, &control] { status_ = Write(input, control); });
+  }
+  ~AllocationTablesOnSecondThread() {
+    if (thread_.joinable()) thread_.join();
+    if (opened_) std::remove(path_.c_str());
+  }
+  AllocationTablesOnSecondThread(const AllocationTablesOnSecondThread&) = delete;
+  AllocationTablesOnSecondThread& operator=(const AllocationTablesOnSecondThread&) = delete;
+
+  Status Wait() {
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  const std::string& path() const { return path_; }
+  uint64_t rows() const { return rows_; }
+
+ private:
+  Status Write(const ReportInput& input, const Control& control) {
+    Db db;
+    RETURN_IF_ERROR(OpenForBulkWrite(db, path_, control, &opened_));
+    RETURN_IF_ERROR(db.Exec("BEGIN"));
+    for (const char* table : kAllocationTables) {
+      RETURN_IF_ERROR(db.Exec(schema::CreateTableSql(*schema::ReportSchema().Find(table)).c_str()));
+    }
+    RETURN_IF_ERROR(WriteAllocationTables(db, input, &rows_));
+    return db.Exec("COMMIT");
+  }
+
+  std::string path_;
+  Status status_ = Status::Ok();
+  uint64_t rows_ = 0;
+  bool opened_ = false;  // the file is this writer's to remove
+  std::thread thread_;
+};
+
+// Moves the second thread's tables into the report. Each INSERT ... SELECT * between tables of
+// the same definition is SQLite's transfer optimisation: records are copied as they are, not
+// decoded and encoded again.
+Status MergeAllocationTables(Db& db, const std::string& part_path) {
+  sqlite3_stmt* attach = nullptr;
+  if (sqlite3_prepare_v2(db.get(), "ATTACH DATABASE ?1 AS allocations_part", -1, &attach,
+                         nullptr) != SQLITE_OK) {
+    return db.Error("cannot attach the allocation tables");
+  }
+  sqlite3_bind_text(attach, 1, part_path.c_str(), -1, SQLITE_TRANSIENT);
+  const int rc = sqlite3_step(attach);
+  sqlite3_finalize(attach);
+  if (rc != SQLITE_DONE) return db.Error("cannot attach the allocation tables");
+  RETURN_IF_ERROR(db.Exec("BEGIN"));
+  for (const char* table : kAllocationTables) {
+    RETURN_IF_ERROR(db.Exec(
+        fmt::format("INSERT INTO main.{0} SELECT * FROM allocations_part.{0}", table).c_str()));
+  }
+  RETURN_IF_ERROR(db.Exec("COMMIT"));
+  return db.Exec("DETACH DATABASE allocations_part");
+}
+
+Status WriteDatabase(const std::string& path, const ReportInput& input, SqliteReportInfo* info,
+                     const Control& control) {
+  AllocationTablesOnSecondThread allocations(path + "-allocations", input, control);
+  Db db;
+  RETURN_IF_ERROR(OpenForBulkWrite(db, path, control));
   RETURN_IF_ERROR(db.Exec("BEGIN"));
   RETURN_IF_ERROR(db.Exec(kSkylineSchema));
   // Our own tables, made from the schema's data (report/report_schema.h). Sizes are bytes; event
@@ -464,6 +483,9 @@ Status WriteDatabase(const std::string& path, const ReportInput& input, SqliteRe
     rows += input.ranks->size();
   }
   RETURN_IF_ERROR(db.Exec("COMMIT"));
+  RETURN_IF_ERROR(allocations.Wait());
+  RETURN_IF_ERROR(MergeAllocationTables(db, allocations.path()));
+  rows += allocations.rows();
   if (info != nullptr) {
     info->rows = rows;
     sqlite3_stmt* stmt = nullptr;

@@ -186,6 +186,40 @@ TEST_F(ExampleReport, SegmentTimelineHoldsEverySegmentAndEveryAllocationsSegment
             "0");
 }
 
+// The allocation tables are written on a second thread into a file beside the report, then moved
+// in: every allocation is there once, with its rule, site and owner, the rows are counted, and
+// nothing of the second file is left.
+TEST_F(ExampleReport, AllocationTablesWrittenBesideAreMovedInWhole) {
+  EXPECT_FALSE(std::filesystem::exists(path_ + "-allocations"));
+  Database db(path_);
+  const std::string allocations = std::to_string(analyzed_->trace().allocations.size());
+  EXPECT_EQ(allocations, "71");
+  EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_allocations"), allocations);
+  EXPECT_EQ(db.One("SELECT count(*) FROM vramscope_allocations a JOIN vramscope_rules r ON r.id = "
+                   "a.rule_id JOIN vramscope_sites s ON s.id = a.site_id JOIN vramscope_owners o "
+                   "ON o.id = a.owner_id"),
+            allocations);
+  EXPECT_EQ(db.One("SELECT min(id) || ' ' || max(id) FROM vramscope_allocations"), "0 70");
+  uint64_t rows = 0;
+  for (const auto& table : db.Query("SELECT name FROM sqlite_master WHERE type = 'table'")) {
+    rows += std::stoull(db.One("SELECT count(*) FROM " + table[0]));
+  }
+  EXPECT_EQ(info_.rows, rows);
+}
+
+// When the second writer cannot make its file, the report fails with the reason, and what stood in
+// its way is left alone.
+TEST_F(ExampleReport, ASecondWriterThatCannotWriteFailsTheReport) {
+  const std::string other = path_ + ".second";
+  std::filesystem::create_directory(other + "-allocations");
+  const Status status = WriteSqliteReport(other, ReportInput::From(*analyzed_), nullptr);
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("-allocations: cannot create the database"));
+  EXPECT_TRUE(std::filesystem::is_directory(other + "-allocations"));
+  std::filesystem::remove(other + "-allocations");
+  std::filesystem::remove(other);
+}
+
 TEST_F(ExampleReport, SimulationTablesHoldTheReplayAndTheWhatIf) {
   Database db(path_);
   // The example follows the allocator's rules: the replay reproduces every address.

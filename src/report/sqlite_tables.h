@@ -14,6 +14,13 @@ namespace vramscope::report {
 // vramscope_allocations).
 inline constexpr size_t kTimelinePoints = 30000;
 
+// vramscope_allocations, one row per allocation, and the tables its ids point into:
+// vramscope_rules, _sites, _owners (kAllocationTables). The report writes them on a second thread
+// into a database of their own (sqlite_report.cc).
+Status WriteAllocationTables(Db& db, const ReportInput& in, uint64_t* rows);
+inline constexpr const char* kAllocationTables[] = {"vramscope_rules", "vramscope_sites",
+                                                    "vramscope_allocations", "vramscope_owners"};
+
 // vramscope_phases, _iterations, _owners_at_peak, _category_timeline.
 Status WriteAttributionTables(Db& db, const ReportInput& in, uint64_t* rows);
 
