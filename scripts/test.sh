@@ -116,7 +116,7 @@ if [[ $runs != 0 ]]; then
   cmake --build build-fuzz --target pickle_reader_fuzzer replay_fuzzer kineto_source_fuzzer \
     memory_timeline_source_fuzzer predict_input_fuzzer native_trace_fuzzer capture_sidecar_fuzzer \
     viewer_report_fuzzer input_file_fuzzer oom_message_text_fuzzer xla_analysis_source_fuzzer \
-    pprof_source_fuzzer xspace_source_fuzzer
+    pprof_source_fuzzer xspace_source_fuzzer json_sax_fuzzer
   # Two lanes, one per core, each running its targets one after another (their seconds under
   # ASan on 2 cores, measured: lane 1 about 200, lane 2 about 215); each lane's output is
   # printed when both are done, and a finding in either fails the run.
@@ -128,6 +128,8 @@ if [[ $runs != 0 ]]; then
       -dict=fuzz/predict_input/predict_input_fuzzer.dict
     fuzz "pickle reader + snapshot source" build-fuzz/fuzz/pickle_reader_fuzzer \
       "fuzz/pickle_reader/corpus/*.pickle" 8192
+    fuzz "JSON reader against nlohmann's (differential)" build-fuzz/fuzz/json_sax_fuzzer \
+      "fuzz/json_sax/corpus/*.json" 4096 -dict=fuzz/kineto_source/kineto_source_fuzzer.dict
     fuzz "profiler trace source + analysis" build-fuzz/fuzz/kineto_source_fuzzer \
       "fuzz/kineto_source/corpus/*.json" 4096 -dict=fuzz/kineto_source/kineto_source_fuzzer.dict
     fuzz "memory timeline source + analysis" \

@@ -9,12 +9,13 @@
 #include <exception>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "common/json_sax.h"
 
 namespace vramscope::kineto {
 
@@ -317,16 +318,14 @@ struct Step {
 // The SAX consumer: walks the document once and keeps only the fields the trace needs.
 class Parser {
  public:
-  using json = nlohmann::json;
-  using number_integer_t = json::number_integer_t;
-  using number_unsigned_t = json::number_unsigned_t;
-  using number_float_t = json::number_float_t;
-  using string_t = json::string_t;
-  using binary_t = json::binary_t;
+  using number_integer_t = int64_t;
+  using number_unsigned_t = uint64_t;
+  using number_float_t = double;
+  using string_t = std::string;
 
   explicit Parser(const std::string& path) : path_(path) {}
 
-  // --- nlohmann::json SAX interface ---
+  // --- the JSON reader's events (common/json_sax.h) ---
   bool null() {
     return OnScalar([](Scalar& s) { s.kind = Scalar::Kind::kNull; });
   }
@@ -365,9 +364,6 @@ class Parser {
       s.kind = Scalar::Kind::kString;
       s.text.swap(value);
     });
-  }
-  bool binary(binary_t&) {
-    return OnScalar([](Scalar& s) { s.kind = Scalar::Kind::kContainer; });
   }
   bool start_object(std::size_t) {
     if (depth_ == 0) {
@@ -445,23 +441,8 @@ class Parser {
     }
     return true;
   }
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
-    std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> the part after
-    // the bracketed id.
-    if (const size_t close = what.find("] "); close != std::string::npos) what.erase(0, close + 2);
-    for (char& c : what) {
-      if (c == '\n' || c == '\r') c = ' ';
-    }
-    parse_error_ = fmt::format("invalid JSON at byte {}: {}", position, what);
-    parse_error_position_ = position;
-    return false;
-  }
-
   // --- after the parse ---
   const std::string& error() const { return error_; }
-  const std::string& parse_error_message() const { return parse_error_; }
-  size_t parse_error_position() const { return parse_error_position_; }
   Result<model::Trace> Finish();
 
  private:
@@ -550,8 +531,6 @@ class Parser {
 
   const std::string& path_;
   std::string error_;
-  std::string parse_error_;
-  size_t parse_error_position_ = 0;
 
   // Where the parser is.
   // 64-bit: a (gunzipped) input of billions of '[' must not overflow them.
@@ -1224,17 +1203,15 @@ Result<model::Trace> Parser::Finish() {
 Result<model::Trace> TraceFromKinetoJson(std::string_view json, const std::string& path) {
   try {
     Parser parser(path);
-    const bool ok = nlohmann::json::sax_parse(json.begin(), json.end(), &parser,
-                                              nlohmann::json::input_format_t::json,
-                                              /*strict=*/true, /*ignore_comments=*/false);
+    const json_sax::JsonSaxResult parsed = json_sax::Parse(json, parser);
     if (!parser.error().empty()) return InvalidInput(parser.error());
-    if (!parser.parse_error_message().empty()) {
-      const bool at_end = parser.parse_error_position() >= json.size();
-      return InvalidInput(fmt::format(
-          "{}: {}{}", path, parser.parse_error_message(),
-          at_end ? "; the file ends early (truncated?)" : "; the file is corrupt or not JSON"));
+    if (parsed.stopped) return InternalError(path + ": the profiler trace was left unread");
+    if (!parsed.ok) {
+      return InvalidInput(fmt::format("{}: invalid JSON at byte {}: {}{}", path, parsed.position,
+                                      parsed.message,
+                                      parsed.ended_early ? "; the file ends early (truncated?)"
+                                                         : "; the file is corrupt or not JSON"));
     }
-    if (!ok) return InvalidInput(fmt::format("{}: invalid JSON", path));
     return parser.Finish();
   } catch (const std::bad_alloc&) {
     return InvalidInput(fmt::format("{}: out of memory while reading the profiler trace", path));
