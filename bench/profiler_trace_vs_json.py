@@ -10,7 +10,9 @@ Usage:
     python3 bench/profiler_trace_vs_json.py [--vramscope build/vramscope] [--repeat K] [TRACE...]
 
 Without TRACE, the profiler traces of ../shared/fixtures/real are used (the script says so and
-exits 2 when there are none).
+exits 2 when there are none). ``--scaled N`` also writes a big plain-JSON trace, the DDP fixture's
+events repeated N times (each repetition later in time and at higher addresses, so the memory
+events stay one consistent history), and measures it too; ``--scaled-only`` measures only that.
 """
 
 from __future__ import annotations
@@ -27,6 +29,38 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(os.environ.get("VRAMSCOPE_SHARED_DIR", REPO.parent / "shared")) / "fixtures" / "real"
+
+
+DDP_FIXTURE = "kineto_nov2022_v100_ddp_rank1_profile_memory.json.gz"
+
+
+def scaled_trace(source: Path, times: int, out: Path) -> Path:
+    """`source`'s traceEvents repeated `times` times into `out` (plain JSON)."""
+    with gzip.open(source, "rb") as f:
+        doc = json.load(f)
+    events = doc["traceEvents"]
+    stamps = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
+    span_ts = (max(stamps) - min(stamps)) + 1000 if stamps else 0
+    addrs = [e["args"]["Addr"] for e in events
+             if e.get("name") == "[memory]" and isinstance(e.get("args", {}).get("Addr"), int)]
+    span_addr = (max(addrs) - min(addrs) + (1 << 30)) if addrs else 0
+    with open(out, "w") as f:
+        f.write('{"schemaVersion": %s, "traceEvents": [' % json.dumps(doc.get("schemaVersion", 1)))
+        first = True
+        for k in range(times):
+            for e in events:
+                e2 = dict(e)
+                if isinstance(e2.get("ts"), (int, float)):
+                    e2["ts"] = e2["ts"] + k * span_ts
+                if e2.get("name") == "[memory]" and isinstance(e2.get("args"), dict):
+                    args = dict(e2["args"])
+                    if isinstance(args.get("Addr"), int):
+                        args["Addr"] += k * span_addr
+                    e2["args"] = args
+                f.write(("" if first else ",") + json.dumps(e2))
+                first = False
+        f.write("]}")
+    return out
 
 
 def python_floor(path: Path, repeat: int) -> float:
@@ -67,12 +101,22 @@ def main() -> int:
     ap.add_argument("traces", nargs="*", type=Path)
     ap.add_argument("--vramscope", type=Path, default=REPO / "build" / "vramscope")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--scaled", type=int, default=0, metavar="N",
+                    help="also measure the DDP fixture's events repeated N times, plain JSON")
+    ap.add_argument("--scaled-only", action="store_true", help="measure only the --scaled trace")
     args = ap.parse_args()
     if not args.vramscope.is_file():
         print(f"no vramscope binary at {args.vramscope}; build it or pass --vramscope",
               file=sys.stderr)
         return 2
-    traces = args.traces or sorted(FIXTURES.glob("kineto_*.json.gz"))
+    traces = [] if args.scaled_only else (args.traces or sorted(FIXTURES.glob("kineto_*.json.gz")))
+    scratch = tempfile.TemporaryDirectory()
+    if args.scaled > 0:
+        if not (FIXTURES / DDP_FIXTURE).is_file():
+            print(f"--scaled needs {FIXTURES / DDP_FIXTURE}", file=sys.stderr)
+            return 2
+        traces.append(scaled_trace(FIXTURES / DDP_FIXTURE, args.scaled,
+                                   Path(scratch.name) / f"ddp_x{args.scaled}.json"))
     if not traces:
         print(f"no profiler traces given and none in {FIXTURES}", file=sys.stderr)
         return 2
