@@ -37,14 +37,14 @@ if ! "$torch_venv/bin/python" -c "import $torch_modules" 2>/dev/null; then
   "$torch_venv/bin/python" -m pip install -q torch transformers peft accelerate lightning torchao pytest \
     nbclient nbformat ipykernel
 fi
-# vramscope.xla's tests record real jitted steps with jax[cpu] and optax (about 100 MB from
-# PyPI), in their own environment beside the torch one, made once.
+# vramscope.xla's tests record real jitted steps with jax[cpu], optax and flax (nnx models;
+# about 130 MB from PyPI), in their own environment beside the torch one, made once.
 jax_venv=${VRAMSCOPE_JAX_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/vramscope/jax-venv}
-if ! "$jax_venv/bin/python" -c "import jax, optax, pytest" 2>/dev/null; then
-  echo "== installing jax[cpu] and optax into $jax_venv (once) =="
+if ! "$jax_venv/bin/python" -c "import jax, optax, flax, pytest" 2>/dev/null; then
+  echo "== installing jax[cpu], optax and flax into $jax_venv (once) =="
   mkdir -p "$(dirname "$jax_venv")"
   [[ -x $jax_venv/bin/python ]] || python3 -m venv "$jax_venv"
-  "$jax_venv/bin/python" -m pip install -q "jax[cpu]" optax pytest
+  "$jax_venv/bin/python" -m pip install -q "jax[cpu]" optax flax pytest
 fi
 # vramscope.tf's tests record real TensorFlow profiles with tensorflow-cpu (Keras comes with it;
 # about 600 MB from PyPI), in a third environment, made once.

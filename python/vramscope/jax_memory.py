@@ -22,6 +22,10 @@ The rules, first match wins (docs/design/xla-memory-analysis.md, "Roles in the p
 - weights / optimizer state: the pytrees passed as ``weights=`` / ``optimizer_state=``;
 - optimizer state: a leaf inside an optax state object (a class from ``optax``: Adam's ``mu``,
   ``nu`` and ``count``) or under a ``TrainState``'s ``opt_state``;
+- weights: the ``Param`` and ``BatchStat`` variables of a live flax ``nnx.Module`` (the modules
+  no other module holds, each variable by its path: ``MLP.l1.kernel``), as PyTorch's parameters
+  and buffers are; gradients and other ``nnx.State`` trees hold ``Param`` variables too, but no
+  module does, so they are not weights;
 - weights: a ``TrainState``'s ``params``, or the one live pytree, outside the optimizer state,
   with the structure, shapes and dtypes of an optax state's moments (``mu``: the weights it
   updates). When several do (the weights and gradients both alive), the one made by the same call
@@ -58,6 +62,7 @@ RULES = {
     "optax_state": "a leaf inside an optax optimizer-state object",
     "train_state_opt_state": "under a TrainState's opt_state",
     "train_state_params": "under a TrainState's params",
+    "nnx_param": "a Param or BatchStat variable of a flax nnx Module",
     "matches_optimizer_state": "the live pytree with the structure, shapes and dtypes of the "
                                "optimizer state's moments (the weights it updates)",
     "none": "no rule names it (not in an optimizer state, a TrainState or the weights' pytree)",
@@ -200,7 +205,9 @@ def _signature(leaves: list) -> tuple:
 
 
 def _kind(t: type, o: Any) -> str:
-    """"optax" for an optax state's class, "train_state" for a TrainState's, else ""."""
+    """"optax" for an optax state's class, "train_state" for a TrainState's, "nnx_module" for a
+    flax nnx Module's (its classes are known by their module, so flax is never imported here),
+    else ""."""
     module = getattr(t, "__module__", None)
     name = getattr(t, "__qualname__", None)
     if isinstance(module, str) and module.split(".")[0] == "optax" and isinstance(o, tuple):
@@ -208,7 +215,37 @@ def _kind(t: type, o: Any) -> str:
     if isinstance(name, str) and name.endswith("TrainState") and hasattr(o, "params") \
             and hasattr(o, "opt_state"):
         return "train_state"
+    for base in getattr(t, "__mro__", ())[1:]:
+        if base.__name__ == "Module" and getattr(base, "__module__", "").startswith("flax.nnx"):
+            return "nnx_module"
     return ""
+
+
+def _mark_nnx_params(jax: Any, modules: list, mark_leaf: Any) -> None:
+    """The Param and BatchStat variables of the live nnx Modules, by their path from the module
+    that holds them (modules held by another module are reached through it)."""
+    import warnings
+
+    from flax import nnx  # there are nnx Modules, so flax is imported already
+
+    graphs, inside = [], set()
+    for module in modules:
+        nodes = list(nnx.iter_graph(module))
+        graphs.append((module, nodes))
+        inside.update(id(node) for path, node in nodes if path and isinstance(node, nnx.Module))
+    for module, nodes in graphs:
+        if id(module) in inside:
+            continue
+        for path, node in nodes:
+            if not isinstance(node, (nnx.Param, nnx.BatchStat)):
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                get = getattr(node, "get_value", None)
+                value = get() if callable(get) else node.value
+            if isinstance(value, jax.Array):
+                name = ".".join([type(module).__name__, *(str(p) for p in path)])
+                mark_leaf(value, name)
 
 
 def _roles(jax: Any, weights: Any, optimizer_state: Any) -> tuple[dict, list[str]]:
@@ -229,7 +266,7 @@ def _roles(jax: Any, weights: Any, optimizer_state: Any) -> tuple[dict, list[str
 
     # One pass over the objects the collector tracks: optax states and TrainStates.
     kinds: dict[type, str] = {}
-    states, train_states = [], []
+    states, train_states, nnx_modules = [], [], []
     o = None
     for o in gc.get_objects():
         t = type(o)
@@ -240,6 +277,8 @@ def _roles(jax: Any, weights: Any, optimizer_state: Any) -> tuple[dict, list[str
             states.append(o)
         elif kind == "train_state":
             train_states.append(o)
+        elif kind == "nnx_module":
+            nnx_modules.append(o)
     del o
     for ts in train_states:
         mark(ts.opt_state, "optimizer_state", "train_state_opt_state", "opt_state")
@@ -248,6 +287,9 @@ def _roles(jax: Any, weights: Any, optimizer_state: Any) -> tuple[dict, list[str
     # nested in another optax state is reached twice: an array keeps its first path).
     for state in states:
         mark(state, "optimizer_state", "optax_state", type(state).__name__)
+    if nnx_modules:
+        _mark_nnx_params(jax, nnx_modules, lambda leaf, name: roles.setdefault(
+            id(leaf), ("weight", "nnx_param", name)))
 
     # The moments: the fields of optax states that are pytrees of several arrays (not a count).
     moments: dict[tuple, list] = {}
@@ -258,7 +300,7 @@ def _roles(jax: Any, weights: Any, optimizer_state: Any) -> tuple[dict, list[str
                 continue
             treedef = jax.tree_util.tree_structure(field)
             moments.setdefault((treedef, _signature(leaves)), []).append(field)
-    if moments and not any(r[1] in ("marked_weights", "train_state_params")
+    if moments and not any(r[1] in ("marked_weights", "train_state_params", "nnx_param")
                            for r in roles.values()):
         _mark_mirrors(jax, moments, roles, comments)
     return roles, comments

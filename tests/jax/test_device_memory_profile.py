@@ -174,6 +174,61 @@ def test_weights_and_gradients_both_alive_are_not_guessed(tmp_path):
     assert by_category["optimizer_state"] == tree_bytes(state)
 
 
+def test_a_flax_nnx_model_and_its_optimizer(tmp_path):
+    """flax nnx: the model's Param and BatchStat variables are its weights, each named by its path
+    from the model; nnx.Optimizer's state is optax's. The gradients an unjitted step leaves alive
+    are Param variables too, of an nnx.State no module holds: not weights."""
+    nnx = pytest.importorskip("flax.nnx")
+    import gc
+
+    import vramscope.jax_memory
+
+    gc.collect()
+
+    class MLP(nnx.Module):
+        def __init__(self, rngs):
+            self.layers = nnx.List([nnx.Linear(96, 160, rngs=rngs), nnx.Linear(160, 12, rngs=rngs)])
+            self.norm = nnx.BatchNorm(12, rngs=rngs)
+
+        def __call__(self, x):
+            return self.norm(self.layers[1](jax.nn.relu(self.layers[0](x))))
+
+    model = MLP(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+    x, y = jnp.ones((16, 96)), jnp.zeros((16,), jnp.int32)
+
+    def loss_fn(model):
+        return optax.softmax_cross_entropy_with_integer_labels(model(x), y).mean()
+
+    @nnx.jit
+    def train_step(model, optimizer):
+        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        optimizer.update(model, grads)
+        return loss
+
+    for _ in range(2):
+        loss = train_step(model, optimizer)
+    grads = nnx.grad(loss_fn)(model)  # outside the step: alive beside the weights
+    jax.block_until_ready((loss, grads))
+
+    weights = tree_bytes(nnx.state(model, nnx.Param)) + tree_bytes(nnx.state(model, nnx.BatchStat))
+    assert weights == 4 * (96 * 160 + 160 + 160 * 12 + 12 + 4 * 12)
+    path = tmp_path / "nnx.prof"
+    summary = vramscope.jax_memory.save_profile(path)
+    assert summary["bytes"]["weight"] == weights
+    assert summary["bytes"]["optimizer_state"] == tree_bytes(optimizer.opt_state)
+    assert summary["bytes"]["unknown"] >= tree_bytes(grads)
+    _, _, by_category = report(path)
+    assert by_category["weight"] == weights
+    assert by_category["optimizer_state"] == tree_bytes(optimizer.opt_state)
+    out = subprocess.run([BIN, "report", str(path), "--summary-only", "--json", "--top", "20"],
+                         capture_output=True, text=True, check=True)
+    live = json.loads(out.stdout)["devices"][0]["live_at_peak"]["by_category"]
+    owners = {o["owner"] for c in live if c["category"] == "weight"
+              for o in c["largest_owners"]}
+    assert {"MLP.layers.0.kernel", "MLP.layers.1.bias", "MLP.norm.mean"} <= owners, owners
+
+
 def test_a_train_state_and_a_hand_written_optimizer(tmp_path):
     """A TrainState (any class of that name with params and opt_state, as flax's and many
     hand-written ones are) names both; a state outside optax is named by optimizer_state=."""
