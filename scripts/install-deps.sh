@@ -6,7 +6,7 @@ set -euo pipefail
 # libunwind8: the native capture's stacks (`run --native`, loaded at run time; without it they
 # come from glibc's backtrace(), about 20 times slower).
 packages=(cmake ninja-build g++ pkg-config libsqlite3-dev libcli11-dev nlohmann-json3-dev
-          libfmt-dev libabsl-dev zlib1g-dev sqlite3 libunwind8 libprotobuf-dev protobuf-compiler)
+          libfmt-dev libabsl-dev zlib1g-dev libdeflate-dev sqlite3 libunwind8 libprotobuf-dev protobuf-compiler)
 if [[ "${1:-}" == "--test" ]]; then
   # Tests: GoogleTest, clang's libFuzzer and sanitizer runtimes, Python for the end-to-end suite,
   # Node.js for the viewer's unit tests, Chromium for its browser tests and patchelf for

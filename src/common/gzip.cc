@@ -1,11 +1,13 @@
 #include "common/gzip.h"
 
 #include <fmt/format.h>
+#include <libdeflate.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -83,35 +85,18 @@ Result<std::string> Gunzip(std::span<const uint8_t> compressed, const std::strin
 }
 
 std::string Gzip(std::string_view data, int level) {
-  z_stream zs{};
-  // 16 + MAX_WBITS: write a gzip header and trailer.
-  if (deflateInit2(&zs, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-    throw std::bad_alloc();
-  }
-  std::string out;
-  out.resize(deflateBound(&zs, static_cast<uLong>(data.size())));
-  size_t consumed = 0;
-  size_t produced = 0;
-  int rc = Z_OK;
-  while (rc != Z_STREAM_END) {
-    const size_t chunk = std::min<size_t>(data.size() - consumed, 1u << 30);
-    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data() + consumed));
-    zs.avail_in = static_cast<uInt>(chunk);
-    if (out.size() - produced < (1u << 16)) out.resize(out.size() * 2 + (1u << 16));
-    zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
-    zs.avail_out = static_cast<uInt>(std::min<size_t>(out.size() - produced, 1u << 30));
-    const uInt in_before = zs.avail_in;
-    const uInt out_before = zs.avail_out;
-    const bool last = consumed + chunk == data.size();
-    rc = deflate(&zs, last ? Z_FINISH : Z_NO_FLUSH);
-    consumed += in_before - zs.avail_in;
-    produced += out_before - zs.avail_out;
-    if (rc == Z_STREAM_ERROR) {
-      deflateEnd(&zs);
-      throw std::bad_alloc();
-    }
-  }
-  deflateEnd(&zs);
+  // libdeflate compresses the whole buffer at once (the callers hold it in memory anyway), about
+  // four times zlib's speed at the same level, with output as small (bench: the viewer's blob).
+  struct FreeCompressor {
+    void operator()(libdeflate_compressor* c) const { libdeflate_free_compressor(c); }
+  };
+  const std::unique_ptr<libdeflate_compressor, FreeCompressor> compressor(
+      libdeflate_alloc_compressor(std::clamp(level, 1, 12)));
+  if (compressor == nullptr) throw std::bad_alloc();
+  std::string out(libdeflate_gzip_compress_bound(compressor.get(), data.size()), '\0');
+  const size_t produced = libdeflate_gzip_compress(compressor.get(), data.data(), data.size(),
+                                                   out.data(), out.size());
+  if (produced == 0) throw std::bad_alloc();  // the bound makes room for any input
   out.resize(produced);
   return out;
 }
