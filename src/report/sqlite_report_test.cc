@@ -186,9 +186,9 @@ TEST_F(ExampleReport, SegmentTimelineHoldsEverySegmentAndEveryAllocationsSegment
             "0");
 }
 
-// The allocation tables are written on a second thread into a file beside the report, then moved
-// in: every allocation is there once, with its rule, site and owner, the rows are counted, and
-// nothing of the second file is left.
+// The allocation rows are written on two threads (the first eighth with the other tables, the rest
+// into a file beside the report, then moved in): every allocation is there once, with its rule,
+// site and owner, the rows are counted, and nothing of the second file is left.
 TEST_F(ExampleReport, AllocationTablesWrittenBesideAreMovedInWhole) {
   EXPECT_FALSE(std::filesystem::exists(path_ + "-allocations"));
   Database db(path_);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common/status.h"
 #include "report/report_input.h"
@@ -15,11 +16,21 @@ namespace vramscope::report {
 inline constexpr size_t kTimelinePoints = 30000;
 
 // vramscope_allocations, one row per allocation, and the tables its ids point into:
-// vramscope_rules, _sites, _owners (kAllocationTables). The report writes them on a second thread
-// into a database of their own (sqlite_report.cc).
-Status WriteAllocationTables(Db& db, const ReportInput& in, uint64_t* rows);
-inline constexpr const char* kAllocationTables[] = {"vramscope_rules", "vramscope_sites",
-                                                    "vramscope_allocations", "vramscope_owners"};
+// vramscope_rules, _sites, _owners. The report writes the allocation rows on two threads, each
+// into a database of its own (sqlite_report.cc), so the ids are numbered first, once.
+struct AllocationIds {
+  std::vector<int32_t> rule_of, site_of;  // per allocation: its rule's and its site's id
+  std::vector<uint8_t> rules;             // by id: the attribution's rule
+  std::vector<uint32_t> sites;            // by id: the site frame (analysis::SiteNamer)
+};
+// Rules and sites numbered in the order of their first allocation.
+AllocationIds NumberRulesAndSites(const ReportInput& in);
+// vramscope_rules, _sites and _owners.
+Status WriteRuleSiteAndOwnerTables(Db& db, const ReportInput& in, const AllocationIds& ids,
+                                   uint64_t* rows);
+// The vramscope_allocations rows of allocations [begin, end).
+Status WriteAllocationRows(Db& db, const ReportInput& in, const AllocationIds& ids, size_t begin,
+                           size_t end, uint64_t* rows);
 
 // vramscope_phases, _iterations, _owners_at_peak, _category_timeline.
 Status WriteAttributionTables(Db& db, const ReportInput& in, uint64_t* rows);
