@@ -54,23 +54,6 @@ inline bool StopsStringScan(unsigned char c) {
   return c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
 }
 
-// The length of the well-formed UTF-8 sequence at `p` (at most `n` bytes available), 0 when it is
-// not one (overlong forms, surrogates and code points past U+10FFFF are not), as RFC 3629 says.
-inline size_t Utf8SequenceLength(const unsigned char* p, size_t n) {
-  const unsigned char c = p[0];
-  auto cont = [&](size_t i, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
-    return i < n && p[i] >= lo && p[i] <= hi;
-  };
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
-  if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1) && cont(2) ? 3 : 0;
-  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
-  if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
-  if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
-  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
-  return 0;
-}
-
 template <typename Consumer>
 class Reader {
  public:
@@ -323,37 +306,19 @@ class Reader {
       return false;
     }
     const unsigned char c = *p_++;
-    switch (c) {
-      case '"':
-        text_.push_back('"');
-        return true;
-      case '\\':
-        text_.push_back('\\');
-        return true;
-      case '/':
-        text_.push_back('/');
-        return true;
-      case 'b':
-        text_.push_back('\b');
-        return true;
-      case 'f':
-        text_.push_back('\f');
-        return true;
-      case 'n':
-        text_.push_back('\n');
-        return true;
-      case 'r':
-        text_.push_back('\r');
-        return true;
-      case 't':
-        text_.push_back('\t');
-        return true;
-      case 'u':
-        break;
-      default:
-        --p_;
-        Fail("invalid escape in a string");
-        return false;
+    if (c == '"' || c == '\\' || c == '/') {
+      text_.push_back(static_cast<char>(c));
+      return true;
+    }
+    constexpr std::string_view kLetters = "bfnrt", kControls = "\b\f\n\r\t";
+    if (const size_t k = kLetters.find(static_cast<char>(c)); k != std::string_view::npos) {
+      text_.push_back(kControls[k]);
+      return true;
+    }
+    if (c != 'u') {
+      --p_;
+      Fail("invalid escape in a string");
+      return false;
     }
     uint32_t cp;
     if (!Hex4(&cp)) return false;
