@@ -67,13 +67,14 @@ std::string SimulatorOnlyTechnique(const PredictRequest& r) {
 
 std::string TechniqueOutsideLayouts(const PredictRequest& r) {
   // What the per-rank estimate models too: the quantised AdamW states (per tensor, on each
-  // rank's shards) and checkpointing every K-th layer (torchtitan's selective_ac_option K:
-  // each layer's saved set by its index).
+  // rank's shards), checkpointing every K-th layer (torchtitan's selective_ac_option K: each
+  // layer's saved set by its index) and op-level selective checkpointing of dense layers
+  // (selective_ac_option op: what its policy keeps, parallel_terms.h).
   for (const std::string& technique : SimulatorOnlyTechniques(r)) {
     const bool modelled =
-        technique == "--checkpointing-every" || technique == "--optimizer adamw8bit" ||
-        technique == "--optimizer adamw8bit-ao" || technique == "--optimizer adamw4bit" ||
-        technique == "--optimizer adamw-fp8";
+        technique == "--checkpointing-every" || technique == "--checkpointing-ops" ||
+        technique == "--optimizer adamw8bit" || technique == "--optimizer adamw8bit-ao" ||
+        technique == "--optimizer adamw4bit" || technique == "--optimizer adamw-fp8";
     if (!modelled) return technique;
   }
   return "";

@@ -117,6 +117,21 @@ Status CheckLayout(const ModelSpec& m, const TrainingSetup& s, const ParallelLay
     return UsageError(fmt::format("--cp {} does not divide the sequence {}", l.cp, seq));
   }
   if (l.sequence_parallel && l.tp < 2) return UsageError("--sp needs --tp 2 or more");
+  if (s.checkpoint_ops) {
+    // torchtitan's op-level policy (parallel_terms' AddOpPolicyOutputs) counts a dense layer's
+    // mm calls; its MoE layers run grouped GEMMs and latent attention other projections.
+    if (m.experts > 0 || m.Mla()) {
+      return UsageError(fmt::format(
+          "--checkpointing-ops: the per-rank estimate keeps the op-level policy's outputs of "
+          "dense decoder layers; {} has {} layers: use --checkpointing or --checkpointing-every",
+          m.label, m.experts > 0 ? "mixture-of-experts" : "latent-attention"));
+    }
+    if (l.tp > 1 && l.tensor_parallel_impl != model::TensorParallelImpl::kTorch) {
+      return UsageError(
+          "--checkpointing-ops is torchtitan's policy over DTensor's tensor parallelism: add "
+          "--tp-impl torch (Megatron's TP recomputes with --selective-recompute)");
+    }
+  }
   const int zero = ZeroStage(s);
   if (l.data_parallel_impl == model::DataParallelImpl::kTorch && zero != 0 && zero != 3) {
     return UsageError(fmt::format(
@@ -353,6 +368,19 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
             "wide as they are) and the attention output, SwiGLU's four ffn-wide tensors, no "
             "dropout; one tensor per term (Hugging Face's LlamaRMSNorm keeps an fp32 copy of "
             "each norm's input too, 8 s b h per layer: the single-GPU prediction counts it)");
+  if (s.checkpointing) {
+    out.assumptions.push_back(fmt::format(
+        "activation checkpointing: {}; when backward reaches a checkpointed layer its forward "
+        "runs again and the layer's whole saved set, less what was kept, is alive through that "
+        "layer's backward (in peak alloc and reserved; the activations column is what is kept "
+        "from forward to backward)",
+        s.checkpoint_ops
+            ? "op-level selective, as torchtitan's policy runs it: each layer keeps its input, "
+              "the outputs of its 1st, 3rd, ... aten.mm (a linear with a bias is an addmm, not "
+              "counted), the attention kernel's output, log-sum-exp and RNG state, and under "
+              "--sp the reduce-scatters' outputs"
+            : "each checkpointed layer keeps its input"));
+  }
   const bool torch_ddp =
       l.data_parallel_impl == model::DataParallelImpl::kTorch && zero == 0 && l.dp * l.cp >= 2;
   out.assumptions.push_back(fmt::format(

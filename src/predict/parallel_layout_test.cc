@@ -249,6 +249,50 @@ TEST(ParallelLayout, CheckpointingEveryKthLayerIsCountedPerStage) {
   }
 }
 
+// Op-level selective checkpointing (torchtitan's selective_ac_option "op") per rank, counted by
+// hand. LLaMA-2-7B (no biases: every projection an aten.mm), bf16, one rank: each layer keeps
+// its input (2 s b h), the 1st, 3rd, 5th and 7th mm outputs (q, v, gate, down: 2 s b (3 h +
+// ffn)), the attention output (2 s b h), its fp32 log-sum-exp (b x heads x s x 4) and cuDNN's
+// seed and offset (16 B: every head has its K and V, head dim 128).
+// Qwen2-7B at TP 2 with SP under DTensor's TP: q, k and v have biases (addmm, not counted), so
+// the mm calls are o, gate, up, down and the policy keeps o's (whole-width partial sums) and
+// up's (ffn / 2 columns); the attention output of 14 heads, its log-sum-exp, flash's 24 B of
+// RNG state (2 KV heads for 14), the two reduce-scatters' outputs (s / 2 x b x h each) and the
+// layer's input, a sequence shard.
+TEST(ParallelLayout, OpLevelCheckpointingKeepsWhatTorchtitansPolicySaves) {
+  {
+    const ModelSpec m = Preset("llama2-7b");
+    TrainingSetup s = Bf16Adam(1, 4096);
+    s.checkpointing = true;
+    s.checkpoint_ops = true;
+    auto ops = PredictParallel(m, s, ParallelLayout{});
+    ASSERT_TRUE(ops.ok()) << ops.status().message();
+    const uint64_t sb = 4096, h = 4096, ffn = 11008;
+    const uint64_t layer = 2 * sb * h + 2 * sb * (3 * h + ffn) + 2 * sb * h + 32 * 4096 * 4 + 16;
+    EXPECT_EQ(ops->roles[0].activation_bytes_per_micro_batch, 32 * layer);
+  }
+  {
+    const ModelSpec m = Preset("qwen2-7b");
+    TrainingSetup s = Bf16Adam(1, 4096);
+    s.checkpointing = true;
+    s.checkpoint_ops = true;
+    ParallelLayout l;
+    l.tp = 2;
+    l.sequence_parallel = true;
+    l.tensor_parallel_impl = model::TensorParallelImpl::kTorch;
+    auto ops = PredictParallel(m, s, l);
+    ASSERT_TRUE(ops.ok()) << ops.status().message();
+    const uint64_t sb = 4096, h = 3584, ffn = 18944;
+    const uint64_t layer =
+        sb * h + 2 * sb * h + sb * ffn + 2 * sb * (14 * 128) + 14 * 4096 * 4 + 24 + 2 * sb * h;
+    EXPECT_EQ(ops->roles[0].activation_bytes_per_micro_batch, 28 * layer);
+    // Megatron's TP has no op-level policy, and a mixture of experts no dense mm sequence.
+    l.tensor_parallel_impl = model::TensorParallelImpl::kMegatron;
+    EXPECT_FALSE(PredictParallel(m, s, l).ok());
+    EXPECT_FALSE(PredictParallel(Preset("mixtral-8x7b"), s, ParallelLayout{}).ok());
+  }
+}
+
 // DTensor's TP (--tp-impl torch), as torchtitan's plan runs it: under SP the attention's and
 // the MLP's column-parallel projections save their all-gathered input (2 s b h each, where
 // Megatron's save the shard, 2 s b h / t), so a GPT-2 layer (fused attention: no scores) at TP 4

@@ -206,6 +206,64 @@ bool SixteenBitActivations(const TrainingSetup& s) {
   return s.precision.autocast.has_value() || ElementSize(s.precision.param) == 2;
 }
 
+namespace {
+
+// What torchtitan's op-level selective checkpointing (selective_ac_option "op") keeps of a
+// checkpointed dense layer beside its input, per rank: the outputs of the ops on its save list,
+// as create_selective_checkpoint_contexts' policy decides for each call. aten.mm: every other
+// call, counting from the first (the 1st, 3rd, ... of the layer); a linear with a bias runs
+// aten.addmm, which is not on the list, and is not counted. The fused attention kernel's
+// outputs: the output, the fp32 log-sum-exp (padded to 32 queries by the memory-efficient
+// kernel, the one fp32 gets) and, for 16-bit inputs, the RNG state (cuDNN's seed and offset,
+// 8 B each, when K and V have every head; flash's 16 B state and an 8 B offset otherwise).
+// Under sequence parallelism, the functional reduce-scatter's outputs (the attention's and the
+// MLP's output projections, a sequence shard each). DTensor's TP (--tp-impl torch, torchtitan's)
+// runs the projections on the all-gathered sequence, so each mm output is the whole sequence by
+// this rank's columns; the row-parallel projections' (o_proj, down_proj) are whole-width partial
+// sums. `unit`: 16-bit s b h in bytes (doubled for fp32 activations), as in
+// LayerActivationTerms. The layout check refuses the rest (MoE and latent-attention layers,
+// Megatron's TP).
+void AddOpPolicyOutputs(const ModelSpec& m, const TrainingSetup& s, const ParallelLayout& l,
+                        uint64_t seq, double unit, std::vector<ActivationTerm>& terms) {
+  const double h = static_cast<double>(m.hidden), t = static_cast<double>(l.tp);
+  const uint64_t d = m.hidden / m.heads;
+  const uint64_t heads = m.heads / l.tp, kv_heads = std::max<uint64_t>(1, m.kv_heads / l.tp);
+  const double q_width = static_cast<double>(heads * d);
+  const double kv_width = static_cast<double>(kv_heads * d);
+  const double ffn = static_cast<double>(m.intermediate) / t;
+  const bool gpt2 = m.family == Family::kGpt2;  // Conv1D: every projection is an addmm
+  struct Projection {
+    double width;
+    bool bias;
+  };
+  const Projection projections[] = {{q_width, gpt2 || m.qkv_bias},  {kv_width, gpt2 || m.qkv_bias},
+                                    {kv_width, gpt2 || m.qkv_bias}, {h, gpt2},
+                                    {ffn, gpt2 || m.mlp_bias},      {ffn, gpt2 || m.mlp_bias},
+                                    {h, gpt2 || m.mlp_bias}};
+  double kept_mm = 0;
+  int mm_calls = 0;
+  for (const Projection& p : projections) {
+    if (!p.bias && ++mm_calls % 2 == 1) kept_mm += 2 * p.width / h;
+  }
+  if (kept_mm > 0)
+    terms.push_back({"outputs of the 1st, 3rd, ... mm (op-level policy)", kept_mm * unit});
+  if (m.attention != "eager") {
+    const bool fp32 = ActivationElementSize(s) == 4;
+    const double batch_heads = static_cast<double>(s.batch * heads);
+    const double lse_seq = static_cast<double>(fp32 ? (seq + 31) / 32 * 32 : seq);
+    const bool cudnn = kv_heads == heads && d <= 128 && d % 8 == 0;
+    const double rng = fp32 ? 0 : cudnn ? 16 : 24;
+    terms.push_back({"attention's output (op-level policy)", 2 * q_width / h * unit});
+    terms.push_back({"attention's log-sum-exp and RNG state (op-level policy)",
+                     batch_heads * lse_seq * 4 + rng});
+  }
+  if (l.sequence_parallel && l.tp > 1) {
+    terms.push_back({"reduce-scatter outputs (op-level policy)", 2 * 2 / t * unit});
+  }
+}
+
+}  // namespace
+
 std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const TrainingSetup& s,
                                                  const ParallelLayout& l, uint64_t seq,
                                                  uint64_t layer) {
@@ -224,6 +282,7 @@ std::vector<ActivationTerm> LayerActivationTerms(const ModelSpec& m, const Train
   };
   if (s.Checkpointed(layer)) {
     add("layer input (checkpointed)", 2 * q);
+    if (s.checkpoint_ops) AddOpPolicyOutputs(m, s, l, seq, unit, terms);
     return terms;
   }
   const bool gpt2 = m.family == Family::kGpt2;

@@ -45,10 +45,15 @@ struct Unit {
   // gradient of the MLP's hidden activation (tokens x this rank's ffn), alive while the MLP's
   // weight gradients are made. 0 for the embedding, the head and MoE layers (not modelled).
   uint64_t backward_temporary = 0;
+  // A checkpointed decoder layer (TrainingSetup::Checkpointed): what its recomputation makes
+  // again when backward reaches it, the layer's whole saved set less what the forward kept (its
+  // input; under the op-level policy the outputs it saved), alive through the layer's backward.
+  uint64_t recomputed = 0;
 };
 
 // The saved tensors of one micro-batch's pass through a chunk, freed by its backward.
 struct Pass {
+  uint64_t micro_batch = 0;
   std::vector<std::vector<uint64_t>> saved;  // per unit, stream ids
   uint64_t stage_output = 0;  // torch.distributed.pipelining: the stage's output, to backward
   // torch.distributed.pipelining's last stage under return_outputs=False: its output, kept in
@@ -361,6 +366,13 @@ void RoleStepBuilder::MakeChunks() {
       }
       AdjustLast(sizes, static_cast<uint64_t>(std::llround(layer_bytes)));
       for (size_t k = 0; k < sizes.size(); ++k) u.saved[k].second = sizes[k];
+      if (s_.Checkpointed(i)) {
+        TrainingSetup whole = s_;
+        whole.checkpointing = false;
+        const double full = parallel_terms::LayerActivationBytes(m_, whole, l_, seq, i);
+        if (full > layer_bytes)
+          u.recomputed = static_cast<uint64_t>(std::llround(full - layer_bytes));
+      }
       const parallel_terms::Communication comm =
           parallel_terms::LargestCommunicationBuffer(m_, s_, l_, seq, is_moe);
       u.communication = comm.bytes;
@@ -454,6 +466,7 @@ void RoleStepBuilder::Forward(size_t chunk, uint64_t micro_batch) {
   Matmul();
   const std::vector<Unit>& units = chunks_[chunk];
   Pass pass;
+  pass.micro_batch = micro_batch;
   pass.saved.resize(units.size());
   const bool gather = data_parallel_buffers_ && zero_ >= 3 && l_.ReshardAfterForward();
   std::vector<uint64_t> gathered(units.size(), 0);
@@ -561,6 +574,13 @@ void RoleStepBuilder::Backward(size_t chunk) {
       logits_grad = Alloc(u.saved.front().second, Category::kTemporary, "logits' gradient (fp32)",
                           "backward");
     }
+    const uint64_t recomputed =
+        u.recomputed > 0
+            ? Alloc(u.recomputed, Category::kActivation,
+                    fmt::format("{}: recomputed activations (checkpointing, micro-batch {})",
+                                u.name, pass.micro_batch),
+                    "recompute")
+            : 0;
     uint64_t comm = 0;
     if (u.communication > 0) {
       comm = Alloc(u.communication, Category::kTemporary,
@@ -593,6 +613,7 @@ void RoleStepBuilder::Backward(size_t chunk) {
     }
     if (comm != 0) Free(comm);
     for (auto it = pass.saved[i].rbegin(); it != pass.saved[i].rend(); ++it) Free(*it);
+    if (recomputed != 0) Free(recomputed);
     if (logits_grad != 0) Free(logits_grad);
     if (gather) {
       Free(gathered[i]);

@@ -6,6 +6,8 @@ together, or with a model or layout they do not apply to, fail in one line with 
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from conftest import assert_failure, predict_json, run_binary
@@ -123,7 +125,6 @@ def test_quantised_states_per_rank_equal_the_one_gpu_prediction(run_module, tmp_
     tensor as the step simulator does: the same requested bytes, GPT-2's small biases and norms
     (fp32 or zeros_like states) included; the paged optimizer's codes live outside the GPU's
     allocator, which the per-rank estimate does not count, so it is refused there."""
-    import sqlite3
 
     flags = [*BASE, "--optimizer", optimizer]
     rc, _, err = run_module("predict", *flags, "-o", tmp_path / "one.sqlite", "-q")
@@ -158,6 +159,38 @@ def test_checkpointing_every_kth_layer_per_rank(run_module, tmp_path):
                               "--checkpointing-every", "2", "--offload-activations",
                               cwd=tmp_path)
     assert_failure(rc, out, err, 2, ["--offload-activations", "per-rank estimate"], tmp_path)
+
+
+def test_op_level_checkpointing_per_rank_keeps_what_the_step_keeps(run_module, tmp_path):
+    """--checkpointing-ops under a layout keeps, per layer, what the single-GPU step simulator
+    keeps for the same model: its layer inputs and the outputs the policy saves (every other
+    aten::mm, the attention kernel's outputs), to the byte. Qwen2-0.5B: q, k and v have biases
+    (addmm, never kept), so o_proj's and up_proj's outputs are the kept mm outputs."""
+    setup = ["--model", "qwen2-0.5b", "--batch", "2", "--seq", "256", "--dtype", "bf16",
+             "--checkpointing-ops"]
+    rc, _, err = run_module("predict", *setup, "--steps", "1", "-o", "ops.sqlite",
+                            cwd=tmp_path)
+    assert rc == 0, err
+    with sqlite3.connect(tmp_path / "ops.sqlite") as c:
+        kept = dict(c.execute(
+            "SELECT operation, SUM(requested_bytes) FROM vramscope_allocations "
+            "WHERE category = 'activation' AND phase = 'forward' "
+            "AND operation IN ('aten::mm', 'aten::_scaled_dot_product_attention') "
+            "GROUP BY operation").fetchall())
+    layers, hidden, tokens = 24, 896, 2 * 256
+    inputs = layers * tokens * hidden * 2
+    per_rank = predict_json(run_module, *setup, "--dp", "1")["parallel"]["roles"]
+    assert per_rank[0]["activation_bytes_per_micro_batch"] == \
+        inputs + kept["aten::mm"] + kept["aten::_scaled_dot_product_attention"]
+    # o_proj (896 wide) and up_proj (4,864) per layer, in bf16.
+    assert kept["aten::mm"] == layers * tokens * (896 + 4864) * 2
+    # Megatron's TP has no op-level policy, nor does a mixture of experts' grouped GEMM.
+    for flags, words in ((["--model", "qwen2-7b", "--tp", "2"], ["--tp-impl torch"]),
+                         (["--model", "mixtral-8x7b"], ["mixture-of-experts"])):
+        empty = tmp_path / "refused"
+        empty.mkdir(exist_ok=True)
+        rc, out, err = run_module("predict", *flags, "--checkpointing-ops", cwd=empty)
+        assert_failure(rc, out, err, 2, ["--checkpointing-ops", *words], empty)
 
 
 def test_the_paged_optimizer_is_refused_for_parallel_layouts(run_module, tmp_path):
