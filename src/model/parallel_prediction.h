@@ -131,6 +131,9 @@ struct RankRole {
   uint64_t data_parallel_bytes = 0;
   std::string data_parallel;
   uint64_t total_bytes = 0;  // the sum of the above: every term at once
+  // Pinned host memory one rank holds, outside the GPU's total: with the optimizer on the host
+  // (--offload-optimizer), its shard's fp32 weights, gradients and states.
+  uint64_t host_bytes = 0;
   // The role's step placed by the allocator model (predict/role_stream.h), when it was run:
   // the peaks of what is allocated and of what the allocator reserves for it.
   bool placed = false;

@@ -73,8 +73,9 @@ std::string TechniqueOutsideLayouts(const PredictRequest& r) {
   for (const std::string& technique : SimulatorOnlyTechniques(r)) {
     const bool modelled =
         technique == "--checkpointing-every" || technique == "--checkpointing-ops" ||
-        technique == "--optimizer adamw8bit" || technique == "--optimizer adamw8bit-ao" ||
-        technique == "--optimizer adamw4bit" || technique == "--optimizer adamw-fp8";
+        technique == "--offload-optimizer" || technique == "--optimizer adamw8bit" ||
+        technique == "--optimizer adamw8bit-ao" || technique == "--optimizer adamw4bit" ||
+        technique == "--optimizer adamw-fp8";
     if (!modelled) return technique;
   }
   return "";

@@ -251,6 +251,15 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
       if (r.head) add(parallel_terms::HeadTensors(m, l));
       r.optimizer_bytes = parallel_terms::QuantisedOptimizerBytes(s, tensors, groups, zero);
     }
+    if (s.optimizer.offload) {
+      // The optimizer on the host, as the step simulator counts it for one GPU: per element
+      // of the rank's optimizer shard an fp32 copy of the weight, of its gradient, and the
+      // fp32 states (Adam two, momentum one); nothing of it on the GPU.
+      const uint64_t states = s.optimizer.kind == OptimizerKind::kMomentum ? 1 : 2;
+      r.host_bytes = 4 * (2 + states) *
+                     (sharded(held.dense, zero_group, 1) + sharded(held.experts, expert_group, 1));
+      r.optimizer_bytes = 0;
+    }
     // In flight: whole micro-batches of the stage's layers (1F1B), or model chunks of
     // L / (p v) layers (interleaved), never more than the step runs.
     double per_unit = layer_activation * static_cast<double>(r.layers);
@@ -368,6 +377,16 @@ Result<ParallelPrediction> PredictParallel(const ModelSpec& m, const TrainingSet
             "wide as they are) and the attention output, SwiGLU's four ffn-wide tensors, no "
             "dropout; one tensor per term (Hugging Face's LlamaRMSNorm keeps an fp32 copy of "
             "each norm's input too, 8 s b h per layer: the single-GPU prediction counts it)");
+  if (s.optimizer.offload) {
+    out.assumptions.push_back(
+        "the optimizer on the host (--offload-optimizer, as DeepSpeed's offload_optimizer and "
+        "Megatron-Core's --optimizer-cpu-offload run it): each rank's optimizer shard (sharded "
+        "over data parallelism from ZeRO-1) as fp32 copies of its weights and gradients and "
+        "fp32 states in pinned host memory (the host column, not in the total); no optimizer "
+        "state or step temporaries on the GPU, whose gradients stay as the ZeRO stage holds "
+        "them (DeepSpeed's ZeRO-Offload drops each reduced partition once copied: not "
+        "modelled)");
+  }
   if (s.checkpointing) {
     out.assumptions.push_back(fmt::format(
         "activation checkpointing: {}; when backward reaches a checkpointed layer its forward "

@@ -674,6 +674,7 @@ std::vector<std::pair<std::string, uint64_t>> RoleStepBuilder::TensorElements(
 }
 
 void RoleStepBuilder::OptimizerState() {
+  if (s_.optimizer.offload) return;  // on the host (RankRole::host_bytes)
   if (s_.optimizer.states != StateFormat::kNative) {
     QuantisedOptimizerState();
     return;
@@ -730,6 +731,7 @@ void RoleStepBuilder::QuantisedOptimizerState() {
 // root and denominator at a time; fused, none (nor SGD's and momentum's in-place updates).
 void RoleStepBuilder::OptimizerTemporaries() {
   const OptimizerSetup& o = s_.optimizer;
+  if (o.offload) return;  // the host's optimizer steps there; the GPU copies weights back in place
   if (o.kind != OptimizerKind::kAdam && o.kind != OptimizerKind::kAdamW) return;
   // The fused kernels (torch's, and every quantised optimizer's: one per parameter) make none.
   if (o.impl == OptimizerImpl::kFused || o.states != StateFormat::kNative) return;

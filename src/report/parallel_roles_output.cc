@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "common/units.h"
 
 namespace vramscope::report {
@@ -67,6 +69,9 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
   const bool placed = !p.roles.empty() && p.roles.front().placed;
   // torch.distributed.pipelining's receive buffers: a column of their own when modelled.
   const bool p2p = p.layout.TorchPipeline();
+  // Pinned host memory (the optimizer on the host): a column after the GPU's, when any.
+  const bool host = std::any_of(p.roles.begin(), p.roles.end(),
+                                [](const model::RankRole& r) { return r.host_bytes > 0; });
   std::string out = placed
                         ? "PREDICTED PER RANK (vramscope predict: model states counted tensor by "
                           "tensor, activations by formula, each role's step placed by the "
@@ -84,12 +89,12 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
   out += "\n";
   out += fmt::format(
       "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} "
-      "{:>11}{} {:>11}{}{}\n",
+      "{:>11}{} {:>11}{}{}{}\n",
       "role", "stages", "ranks", "layers", "parameters", "weights", "gradients", "optimizer",
       "activations", "in flight", "logits", "comm", "dp buffers",
       p2p ? fmt::format(" {:>11}", "p2p buffers") : "", "total",
       placed ? fmt::format(" {:>11} {:>11} {:>6}", "peak alloc", "reserved", "frag") : "",
-      capacity.allocator_bytes > 0 ? "  fits" : "");
+      host ? fmt::format(" {:>11}", "host") : "", capacity.allocator_bytes > 0 ? "  fits" : "");
   for (size_t i = 0; i < p.roles.size(); ++i) {
     const model::RankRole& r = p.roles[i];
     std::string fits;
@@ -102,7 +107,7 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
     }
     out += fmt::format(
         "  {:<16} {:>10} {:>7} {:>6} {:>14} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} "
-        "{:>11}{} {:>11}{}{}{}\n",
+        "{:>11}{} {:>11}{}{}{}{}\n",
         r.name, StagesText(r), FormatCount(static_cast<int64_t>(r.ranks)), r.layers,
         FormatCount(static_cast<int64_t>(r.parameters)),
         FormatBytes(static_cast<int64_t>(r.weight_bytes)),
@@ -114,7 +119,8 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
         FormatBytes(static_cast<int64_t>(r.data_parallel_bytes)),
         p2p ? fmt::format(" {:>11}", FormatBytes(static_cast<int64_t>(r.pipeline_buffer_bytes)))
             : "",
-        FormatBytes(static_cast<int64_t>(r.total_bytes)), peaks, fits,
+        FormatBytes(static_cast<int64_t>(r.total_bytes)), peaks,
+        host ? fmt::format(" {:>11}", FormatBytes(static_cast<int64_t>(r.host_bytes))) : "", fits,
         i == p.bounding && p.roles.size() > 1 ? "  <- bounds the job" : "");
   }
   if (placed) {
@@ -122,6 +128,9 @@ std::string RenderParallelRoles(const model::ParallelPrediction& p, const std::s
         "  total: every term at once; peak alloc and reserved: the role's step placed by the "
         "allocator model, with cuBLAS's workspaces; frag: (reserved - allocated) / reserved of "
         "the two peaks; fits compares reserved\n";
+  }
+  if (host) {
+    out += "  host: pinned host memory per rank (the optimizer on the host), not in the total\n";
   }
   out += "  assumptions:\n";
   for (const std::string& a : p.assumptions) out += fmt::format("    - {}\n", a);
@@ -153,7 +162,8 @@ nlohmann::json ParallelRolesJson(const model::ParallelPrediction& p, const std::
                            {"data_parallel_bytes", r.data_parallel_bytes},
                            {"data_parallel", r.data_parallel},
                            {"pipeline_buffer_bytes", r.pipeline_buffer_bytes},
-                           {"total_bytes", r.total_bytes}};
+                           {"total_bytes", r.total_bytes},
+                           {"host_bytes", r.host_bytes}};
     if (r.placed) {
       role["peak_allocated_bytes"] = r.peak_allocated;
       role["peak_reserved_bytes"] = r.peak_reserved;

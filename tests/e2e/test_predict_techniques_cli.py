@@ -193,6 +193,28 @@ def test_op_level_checkpointing_per_rank_keeps_what_the_step_keeps(run_module, t
         assert_failure(rc, out, err, 2, ["--checkpointing-ops", *words], empty)
 
 
+def test_the_optimizer_on_the_host_per_rank(run_module, tmp_path):
+    """--offload-optimizer under a layout (DeepSpeed's offload_optimizer, Megatron-Core's
+    --optimizer-cpu-offload): each rank holds no optimizer state on the GPU and its optimizer
+    shard on the host, as much as the step simulator counts for one GPU (--dp 1), and 1/4 of it
+    under ZeRO-1 over 4 ranks; the table gets a host column."""
+    one_gpu = predict_json(run_module, *BASE, "--offload-optimizer")["prediction"]["host_bytes"]
+    for flags, share in ((["--dp", "1"], 1), (["--dp", "4", "--zero", "1"], 4)):
+        roles = predict_json(run_module, *BASE, "--offload-optimizer", *flags)["parallel"]["roles"]
+        assert [(r["optimizer_bytes"], r["host_bytes"]) for r in roles] == \
+            [(0, one_gpu // share)], flags
+        on_gpu = predict_json(run_module, *BASE, *flags)["parallel"]["roles"]
+        assert on_gpu[0]["optimizer_bytes"] > 0 and on_gpu[0]["host_bytes"] == 0
+        assert roles[0]["peak_allocated_bytes"] < on_gpu[0]["peak_allocated_bytes"]
+    rc, out, err = run_module("predict", *BASE, "--offload-optimizer", "--dp", "2", cwd=tmp_path)
+    assert rc == 0, err
+    assert " host" in out and "pinned host memory per rank" in out
+    # Gradients offloaded as they are made are still the step simulator's alone.
+    rc, out, err = run_module("predict", *BASE, "--offload-optimizer", "--offload-gradients",
+                              "--dp", "2", cwd=tmp_path)
+    assert_failure(rc, out, err, 2, ["--offload-gradients", "per-rank estimate"], tmp_path)
+
+
 def test_the_paged_optimizer_is_refused_for_parallel_layouts(run_module, tmp_path):
     rc, out, err = run_module("predict", "--model", "llama3-8b", "--tp", "2",
                               "--optimizer", "paged-adamw8bit", cwd=tmp_path)
