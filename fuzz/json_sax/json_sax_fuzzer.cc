@@ -1,7 +1,10 @@
 // Differential: vramscope's JSON reader (common/json_sax.h) against nlohmann::json's strict SAX
 // parser on the same bytes. Both must accept or reject alike, and on acceptance hand over the
-// same events with the same values (numbers by kind and value, floats by literal too). Either
+// same events with the same values (numbers by kind and value, floats by literal too). Then the
+// reader pulling the same bytes through ParseStream in chunks of 1 to 16 bytes (sizes from the
+// input's bytes) must give the same events and the same result, error position included. Any
 // disagreement aborts, so libFuzzer keeps the input.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -45,6 +48,24 @@ struct Transcript {
   }
 };
 
+// The input in small chunks whose sizes the input's own bytes decide.
+class ChunkedSource : public vramscope::json_sax::Source {
+ public:
+  explicit ChunkedSource(std::string_view text) : text_(text) {}
+  size_t Read(char* out, size_t size) override {
+    if (at_ == text_.size()) return 0;
+    const size_t n = std::min(
+        {size, text_.size() - at_, size_t{1} + static_cast<unsigned char>(text_[at_]) % 16});
+    std::copy_n(text_.data() + at_, n, out);
+    at_ += n;
+    return n;
+  }
+
+ private:
+  std::string_view text_;
+  size_t at_ = 0;
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -75,6 +96,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
     }
+    std::abort();
+  }
+  // Streamed in chunks: the same transcript and the same result.
+  Transcript streamed;
+  ChunkedSource source(text);
+  const vramscope::json_sax::JsonSaxResult chunked =
+      vramscope::json_sax::ParseStream(source, streamed);
+  if (chunked.ok != result.ok || chunked.stopped != result.stopped ||
+      chunked.position != result.position || chunked.ended_early != result.ended_early ||
+      chunked.message != result.message || streamed.events != ours.events) {
+    std::fprintf(stderr, "streamed differs: ok %d/%d at %zu/%zu (%s / %s), %zu/%zu events\n",
+                 chunked.ok, result.ok, chunked.position, result.position, chunked.message.c_str(),
+                 result.message.c_str(), streamed.events.size(), ours.events.size());
     std::abort();
   }
   // An error says what, and where: a byte of the input, or just past its end when it ended early.

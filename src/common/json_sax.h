@@ -16,6 +16,12 @@
 // string(std::string&), key(std::string&), start_object(size_t), end_object(),
 // start_array(size_t), end_array(); each returns false to stop the parse (JsonSaxResult::stopped).
 // The strings passed are buffers this reader reuses; the consumer may swap or move them away.
+//
+// Two ways in: Parse reads text already in memory (a mapped file), and ParseStream pulls the
+// text from a Source chunk by chunk (a gzip being inflated), holding one chunk and the token in
+// progress, never the document. Both give the same events, results and error positions (counted
+// from the start of the whole input); fuzz/json_sax checks that too, feeding chunks of every
+// size.
 #pragma once
 
 #include <charconv>
@@ -23,6 +29,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,7 +55,26 @@ struct JsonSaxResult {
   std::string message;
 };
 
+// More input for ParseStream. Read fills `out` with up to `size` bytes (size > 0) and returns how
+// many; 0 only at the end of the input. A source that fails returns 0 and keeps the reason itself:
+// the parse then ends early, and the caller reports the source's reason instead.
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual size_t Read(char* out, size_t size) = 0;
+};
+
+struct ParseOptions {
+  // Called between tokens, every `progress_step` bytes or so, with how many bytes from the start
+  // the reader is done with (it never reads them again): a mapped input can let them go.
+  std::function<void(uint64_t done)> progress;
+  uint64_t progress_step = uint64_t{32} << 20;
+};
+
 namespace internal {
+
+// What ParseStream reads from its source at a time, and holds besides the token in progress.
+inline constexpr size_t kStreamChunk = size_t{1} << 20;
 
 // Bytes a string's fast scan stops at: '"', '\\', control characters, and non-ASCII (validated).
 inline bool StopsStringScan(unsigned char c) {
@@ -57,24 +84,37 @@ inline bool StopsStringScan(unsigned char c) {
 template <typename Consumer>
 class Reader {
  public:
-  Reader(std::string_view text, Consumer& consumer)
+  Reader(std::string_view text, Consumer& consumer, const ParseOptions& options)
       : begin_(reinterpret_cast<const unsigned char*>(text.data())),
         p_(begin_),
         end_(begin_ + text.size()),
-        consumer_(consumer) {}
+        consumer_(consumer),
+        options_(options),
+        next_progress_(options.progress_step) {}
+  Reader(Source& source, Consumer& consumer, const ParseOptions& options)
+      : consumer_(consumer), options_(options), next_progress_(options.progress_step) {
+    source_ = &source;
+    buffer_.resize(kStreamChunk);
+    begin_ = p_ = end_ = buffer_.data();
+  }
 
   JsonSaxResult Run() {
     // A UTF-8 byte order mark is skipped, as nlohmann does.
+    Ensure(3);
     if (end_ - p_ >= 3 && p_[0] == 0xEF && p_[1] == 0xBB && p_[2] == 0xBF) p_ += 3;
     // Containers open, innermost last: true for an object.
     std::vector<bool> open;
     // After a value inside a container: a ',' or the container's end comes next.
     bool after_value = false;
     for (;;) {
+      if (options_.progress && Done() >= next_progress_) {
+        options_.progress(Done());
+        next_progress_ = Done() + options_.progress_step;
+      }
       SkipSpace();
       if (after_value) {
         if (open.empty()) break;
-        if (p_ == end_) return Fail("unexpected end of input inside a container");
+        if (!Avail()) return Fail("unexpected end of input inside a container");
         const unsigned char c = *p_;
         const bool object = open.back();
         if (c == ',') {
@@ -92,13 +132,13 @@ class Reader {
         return Fail(object ? "expected ',' or '}' after an object member"
                            : "expected ',' or ']' after an array item");
       }
-      if (p_ == end_) return Fail("unexpected end of input where a value was expected");
+      if (!Avail()) return Fail("unexpected end of input where a value was expected");
       switch (*p_) {
         case '{':
           ++p_;
           if (!consumer_.start_object(kUnknownSize)) return Stop();
           SkipSpace();
-          if (p_ < end_ && *p_ == '}') {
+          if (Avail() && *p_ == '}') {
             ++p_;
             if (!consumer_.end_object()) return Stop();
             after_value = true;
@@ -111,7 +151,7 @@ class Reader {
           ++p_;
           if (!consumer_.start_array(kUnknownSize)) return Stop();
           SkipSpace();
-          if (p_ < end_ && *p_ == ']') {
+          if (Avail() && *p_ == ']') {
             ++p_;
             if (!consumer_.end_array()) return Stop();
             after_value = true;
@@ -148,20 +188,60 @@ class Reader {
     SkipSpace();
     // nlohmann reads a NUL byte where a token would start as the end of the input (files padded
     // with zeros after the value are read); anything else after the value is an error.
-    if (p_ != end_ && *p_ != '\0') return Fail("unexpected content after the JSON value");
+    if (Avail() && *p_ != '\0') return Fail("unexpected content after the JSON value");
     return result_;
   }
 
  private:
+  // Whether a byte is there at p_, pulling more from the source when the buffer is used up.
+  bool Avail() {
+    if (p_ < end_) [[likely]]
+      return true;
+    return More();
+  }
+  // At least `n` bytes at p_ where the input has them.
+  void Ensure(size_t n) {
+    while (static_cast<size_t>(end_ - p_) < n && More()) {
+    }
+  }
+  // ParseStream: the bytes from the token in progress (anchor_, else p_) moved to the buffer's
+  // start, then as many as fit read after them; the buffer grows only while one token is longer
+  // than a chunk. False at the end of the input (and always for Parse's text in memory).
+  bool More() {
+    if (source_ == nullptr || exhausted_) return false;
+    const size_t keep = static_cast<size_t>((anchor_ != nullptr ? anchor_ : p_) - begin_);
+    const size_t at = static_cast<size_t>(p_ - begin_);
+    const size_t anchor = anchor_ != nullptr ? static_cast<size_t>(anchor_ - begin_) : 0;
+    const size_t kept = static_cast<size_t>(end_ - begin_) - keep;
+    std::memmove(buffer_.data(), buffer_.data() + keep, kept);
+    base_ += keep;
+    if (buffer_.size() - kept < kStreamChunk / 2) buffer_.resize(kept + kStreamChunk);
+    const size_t n =
+        source_->Read(reinterpret_cast<char*>(buffer_.data() + kept), buffer_.size() - kept);
+    begin_ = buffer_.data();
+    p_ = begin_ + (at - keep);
+    if (anchor_ != nullptr) anchor_ = begin_ + (anchor - keep);
+    end_ = begin_ + kept + n;
+    if (n == 0) exhausted_ = true;
+    return n > 0;
+  }
+  // Bytes of the whole input before p_.
+  uint64_t Done() const { return base_ + static_cast<uint64_t>(p_ - begin_); }
+
   void SkipSpace() {
-    while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+    while (Avail() && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
   }
 
   JsonSaxResult Fail(const char* what) { return FailAt(p_, what); }
   JsonSaxResult FailAt(const unsigned char* at, const char* what) {
     result_.ok = false;
-    result_.position = static_cast<size_t>(at - begin_) + 1;
-    result_.ended_early = at >= end_;
+    result_.position = static_cast<size_t>(base_ + static_cast<uint64_t>(at - begin_)) + 1;
+    bool at_end = at >= end_;
+    if (at_end && source_ != nullptr && !exhausted_) {
+      p_ = end_;  // a stream's buffer ends here: whether the input does too
+      at_end = !More();
+    }
+    result_.ended_early = at_end;
     result_.message = what;
     return result_;
   }
@@ -173,7 +253,7 @@ class Reader {
 
   bool Literal(std::string_view word) {
     for (const char c : word) {
-      if (p_ == end_) {
+      if (!Avail()) {
         Fail("unexpected end of input inside a literal");
         return false;
       }
@@ -189,7 +269,7 @@ class Reader {
   // A member's key and its ':' (the key's '"' not yet read).
   bool ReadKey() {
     SkipSpace();
-    if (p_ == end_) {
+    if (!Avail()) {
       Fail("unexpected end of input where an object key was expected");
       return false;
     }
@@ -204,7 +284,7 @@ class Reader {
       return false;
     }
     SkipSpace();
-    if (p_ == end_) {
+    if (!Avail()) {
       Fail("unexpected end of input where ':' was expected");
       return false;
     }
@@ -223,11 +303,12 @@ class Reader {
       const unsigned char* run = p_;
       ScanPlain();
       text_.append(reinterpret_cast<const char*>(run), static_cast<size_t>(p_ - run));
-      if (p_ == end_) {
+      if (!Avail()) {
         Fail("unexpected end of input inside a string");
         return false;
       }
       const unsigned char c = *p_;
+      if (!StopsStringScan(c)) continue;  // the scan reached the buffer's end: more was read
       if (c == '"') {
         ++p_;
         return true;
@@ -240,6 +321,7 @@ class Reader {
         Fail("control character inside a string (must be escaped)");
         return false;
       }
+      Ensure(4);  // the longest UTF-8 sequence
       const size_t n = Utf8SequenceLength(p_, static_cast<size_t>(end_ - p_));
       if (n == 0) {
         Fail("invalid UTF-8 inside a string");
@@ -276,7 +358,7 @@ class Reader {
   bool Hex4(uint32_t* out) {
     uint32_t v = 0;
     for (int i = 0; i < 4; ++i) {
-      if (p_ == end_) {
+      if (!Avail()) {
         Fail("unexpected end of input inside a \\u escape");
         return false;
       }
@@ -301,7 +383,7 @@ class Reader {
 
   bool ReadEscape() {
     ++p_;  // the backslash
-    if (p_ == end_) {
+    if (!Avail()) {
       Fail("unexpected end of input inside an escape");
       return false;
     }
@@ -327,6 +409,7 @@ class Reader {
       return false;
     }
     if (cp >= 0xD800 && cp <= 0xDBFF) {
+      Ensure(2);
       if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u') {
         Fail(p_ >= end_ ? "unexpected end of input after a high surrogate"
                         : "a high surrogate must be followed by a \\u escape of a low one");
@@ -345,13 +428,20 @@ class Reader {
     return true;
   }
 
-  bool Digit() const { return p_ < end_ && *p_ >= '0' && *p_ <= '9'; }
+  bool Digit() { return Avail() && *p_ >= '0' && *p_ <= '9'; }
 
+  // A number, its first byte at p_. anchor_ holds its start while it is read (the literal is
+  // kept for floats and errors), so that More() keeps it in the buffer.
   bool ReadNumber() {
-    const unsigned char* start = p_;
+    anchor_ = p_;
+    const bool ok = ReadNumberAt();
+    anchor_ = nullptr;
+    return ok;
+  }
+  bool ReadNumberAt() {
     const bool negative = *p_ == '-';
     if (negative) ++p_;
-    if (p_ == end_) {
+    if (!Avail()) {
       Fail("unexpected end of input inside a number");
       return false;
     }
@@ -371,7 +461,7 @@ class Reader {
       return false;
     }
     bool is_float = false;
-    if (p_ < end_ && *p_ == '.') {
+    if (Avail() && *p_ == '.') {
       ++p_;
       if (!Digit()) {
         Fail(p_ == end_ ? "unexpected end of input inside a number"
@@ -381,9 +471,9 @@ class Reader {
       while (Digit()) ++p_;
       is_float = true;
     }
-    if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
+    if (Avail() && (*p_ == 'e' || *p_ == 'E')) {
       ++p_;
-      if (p_ < end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      if (Avail() && (*p_ == '+' || *p_ == '-')) ++p_;
       if (!Digit()) {
         Fail(p_ == end_ ? "unexpected end of input inside a number"
                         : "a number needs a digit in its exponent");
@@ -405,7 +495,7 @@ class Reader {
         return true;
       }
     }
-    literal_.assign(reinterpret_cast<const char*>(start), static_cast<size_t>(p_ - start));
+    literal_.assign(reinterpret_cast<const char*>(anchor_), static_cast<size_t>(p_ - anchor_));
     double value = 0;
     const auto [ptr, ec] =
         std::from_chars(literal_.data(), literal_.data() + literal_.size(), value);
@@ -414,11 +504,11 @@ class Reader {
       // uses, rounds an underflow to zero or a denormal, and overflows to infinity.
       value = std::strtod(literal_.c_str(), nullptr);
     } else if (ec != std::errc() || ptr != literal_.data() + literal_.size()) {
-      FailAt(start, "invalid number");
+      FailAt(anchor_, "invalid number");
       return false;
     }
     if (!std::isfinite(value)) {
-      FailAt(start, "number overflows a double");
+      FailAt(anchor_, "number overflows a double");
       return false;
     }
     if (!consumer_.number_float(value, literal_)) return StopFalse();
@@ -430,10 +520,19 @@ class Reader {
     return false;
   }
 
-  const unsigned char* begin_;
-  const unsigned char* p_;
-  const unsigned char* end_;
+  // The bytes at hand: the whole text (Parse), or the stream's buffer (ParseStream), which holds
+  // the input from byte base_ on.
+  const unsigned char* begin_ = nullptr;
+  const unsigned char* p_ = nullptr;
+  const unsigned char* end_ = nullptr;
+  uint64_t base_ = 0;
+  Source* source_ = nullptr;
+  std::vector<unsigned char> buffer_;
+  bool exhausted_ = false;
+  const unsigned char* anchor_ = nullptr;  // the number being read: kept in the buffer
   Consumer& consumer_;
+  const ParseOptions& options_;
+  uint64_t next_progress_;
   std::string text_;
   std::string literal_;
   JsonSaxResult result_;
@@ -443,8 +542,14 @@ class Reader {
 
 // Reads `text` (one JSON value) into `consumer`'s events.
 template <typename Consumer>
-JsonSaxResult Parse(std::string_view text, Consumer& consumer) {
-  return internal::Reader<Consumer>(text, consumer).Run();
+JsonSaxResult Parse(std::string_view text, Consumer& consumer, const ParseOptions& options = {}) {
+  return internal::Reader<Consumer>(text, consumer, options).Run();
+}
+
+// The same, the text pulled from `source` as it is read.
+template <typename Consumer>
+JsonSaxResult ParseStream(Source& source, Consumer& consumer, const ParseOptions& options = {}) {
+  return internal::Reader<Consumer>(source, consumer, options).Run();
 }
 
 }  // namespace vramscope::json_sax

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -156,6 +157,78 @@ TEST(JsonSax, DeepNestingNeedsNoStack) {
   Events events;
   EXPECT_TRUE(Parse(deep, events).ok);
   EXPECT_EQ(events.seen.size(), size_t{2} << 20);
+}
+
+// ParseStream's source: the text in chunks of `chunk` bytes.
+class Chunks : public Source {
+ public:
+  Chunks(std::string_view text, size_t chunk) : text_(text), chunk_(chunk) {}
+  size_t Read(char* out, size_t size) override {
+    const size_t n = std::min({size, chunk_, text_.size() - at_});
+    std::copy_n(text_.data() + at_, n, out);
+    at_ += n;
+    return n;
+  }
+
+ private:
+  std::string_view text_;
+  size_t chunk_, at_ = 0;
+};
+
+// Pulled through ParseStream in chunks of every size from 1 byte up (so that each token is cut
+// at each of its bytes, BOM, escapes, surrogate pairs and UTF-8 sequences included), a text gives
+// the events and the result Parse gives, error positions counted from the whole input's start.
+TEST(JsonSax, StreamedInChunksReadsAsTheWholeText) {
+  const std::string long_string(3 << 20, 'x');  // longer than the stream's buffer
+  const std::string texts[] = {
+      "\xEF\xBB\xBF"
+      R"({"traceEvents": [{"ph": "i", "ts": 1.5e3, "args": {"Bytes": -512}}]})",
+      R"(["\u00e9\ud83d\ude00 caf\u00e9 \n\"", "café ✓ 😀", 12345678901234567890123, -0.25e-3])",
+      "[\"" + long_string + "\", 7]",
+      R"({"a": [1, 2, {"b": null}], "c": true, "d": false})",
+      R"({"a": [1, 2,)",      // ends early
+      R"(["\ud83d\u0041"])",  // a high surrogate without its low one
+      R"({"a": 01})",         // a leading zero
+      "[1e400]",              // overflows a double
+      "[\"\xC3\"]",           // invalid UTF-8
+      R"([1] x)",             // content after the value
+  };
+  for (const std::string& text : texts) {
+    Events whole;
+    const JsonSaxResult expected = Parse(text, whole);
+    for (const size_t chunk :
+         {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{7}, size_t{64}, size_t{1} << 20}) {
+      Chunks source(text, chunk);
+      Events streamed;
+      const JsonSaxResult got = ParseStream(source, streamed);
+      const std::string what = text.substr(0, 40) + " in chunks of " + std::to_string(chunk);
+      EXPECT_EQ(got.ok, expected.ok) << what;
+      EXPECT_EQ(got.position, expected.position) << what;
+      EXPECT_EQ(got.ended_early, expected.ended_early) << what;
+      EXPECT_EQ(got.message, expected.message) << what;
+      EXPECT_EQ(streamed.seen, whole.seen) << what;
+    }
+  }
+}
+
+// A mapped input hears how far the reader is, between tokens, about every progress_step bytes:
+// what it may release.
+TEST(JsonSax, ProgressSaysHowMuchIsRead) {
+  std::string text = "[";
+  for (int i = 0; i < 10000; ++i) text += R"({"ph": "i", "ts": 12345},)";
+  text += "0]";
+  ParseOptions options;
+  options.progress_step = 4096;
+  std::vector<uint64_t> done;
+  options.progress = [&](uint64_t at) { done.push_back(at); };
+  Events events;
+  ASSERT_TRUE(Parse(text, events, options).ok);
+  ASSERT_GE(done.size(), text.size() / 4096 - 1);
+  for (size_t i = 1; i < done.size(); ++i) {
+    EXPECT_GE(done[i] - done[i - 1], 4096u);
+    EXPECT_LT(done[i] - done[i - 1], 4096u + 64);  // a token at most past the step
+  }
+  EXPECT_LE(done.back(), text.size());
 }
 
 }  // namespace
