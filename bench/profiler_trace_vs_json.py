@@ -12,7 +12,9 @@ Usage:
 Without TRACE, the profiler traces of ../shared/fixtures/real are used (the script says so and
 exits 2 when there are none). ``--scaled N`` also writes a big plain-JSON trace, the DDP fixture's
 events repeated N times (each repetition later in time and at higher addresses, so the memory
-events stay one consistent history), and measures it too; ``--scaled-only`` measures only that.
+events stay one consistent history), and the same gzipped (level 6, as torch.profiler's
+``export_chrome_trace(...json.gz)``), and measures both too; ``--scaled-only`` measures only
+those.
 """
 
 from __future__ import annotations
@@ -96,7 +98,18 @@ def vramscope(binary: Path, path: Path, repeat: int) -> tuple[float, float]:
     return best, rss
 
 
+def write_scaled(times: int, plain: Path) -> None:
+    """The --scaled trace, plain and gzipped beside it."""
+    scaled_trace(FIXTURES / DDP_FIXTURE, times, plain)
+    with open(plain, "rb") as src, gzip.open(f"{plain}.gz", "wb", compresslevel=6) as dst:
+        while chunk := src.read(1 << 24):
+            dst.write(chunk)
+
+
 def main() -> int:
+    if len(sys.argv) == 4 and sys.argv[1] == "--write-scaled":  # the child main() runs
+        write_scaled(int(sys.argv[2]), Path(sys.argv[3]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("traces", nargs="*", type=Path)
     ap.add_argument("--vramscope", type=Path, default=REPO / "build" / "vramscope")
@@ -115,8 +128,13 @@ def main() -> int:
         if not (FIXTURES / DDP_FIXTURE).is_file():
             print(f"--scaled needs {FIXTURES / DDP_FIXTURE}", file=sys.stderr)
             return 2
-        traces.append(scaled_trace(FIXTURES / DDP_FIXTURE, args.scaled,
-                                   Path(scratch.name) / f"ddp_x{args.scaled}.json"))
+        # Written by a child Python: the fixture's document must not be in this process's heap,
+        # which every vramscope forked from here would count in its peak RSS until it execs.
+        plain = Path(scratch.name) / f"ddp_x{args.scaled}.json"
+        gzipped = plain.with_name(plain.name + ".gz")
+        subprocess.run([sys.executable, __file__, "--write-scaled", str(args.scaled), str(plain)],
+                       check=True)
+        traces += [plain, gzipped]
     if not traces:
         print(f"no profiler traces given and none in {FIXTURES}", file=sys.stderr)
         return 2

@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <span>
 
 #include "sources/inflate_input.h"
+#include "sources/inflate_stream.h"
 #include "sources/input_format.h"
 #include "sources/kineto/kineto_source.h"
 #include "sources/memory_timeline/memory_timeline_source.h"
@@ -47,13 +50,17 @@ Result<model::Trace> Timed(snapshot::LoadTimings* timings, Parse&& parse) {
   return trace;
 }
 
+// `mapped`: the file the text is (plain, mapped), whose pages a profiler trace's reader releases
+// behind itself, so that a trace of gigabytes is never resident whole; null for text in memory.
 Result<model::Trace> FromJson(std::string_view json, const MappedFile& file,
-                              snapshot::LoadTimings* timings) {
+                              snapshot::LoadTimings* timings, const MappedFile* mapped) {
+  json_sax::ParseOptions options;
+  if (mapped != nullptr) options.progress = [mapped](uint64_t done) { mapped->ReleasePages(done); };
   Result<model::Trace> trace = Timed(timings, [&] {
     return IsMemoryTimeline(json) ? memory_timeline::TraceFromMemoryTimeline(json, file.path())
            : xla_analysis::IsXlaMemoryAnalysis(json)
                ? xla_analysis::TraceFromXlaMemoryAnalysis(json, file.path())
-               : kineto::TraceFromKinetoJson(json, file.path());
+               : kineto::TraceFromKinetoJson(json, file.path(), options);
   });
   if (trace.ok()) trace->source.file_bytes = file.bytes().size();
   return trace;
@@ -77,6 +84,40 @@ Result<model::Trace> FromXSpace(std::span<const uint8_t> protobuf, const MappedF
   return trace;
 }
 
+// A gzip holding a profiler trace, read while a second thread inflates it
+// (sources/inflate_stream.h): no temporary copy, inflating and parsing overlapped. nullopt when
+// the gzip holds anything else (a snapshot, a memory timeline, an XLA analysis, protobuf): the
+// caller inflates it as before, which costs the one chunk inflated here twice.
+std::optional<Result<model::Trace>> StreamedProfilerTrace(const MappedFile& file,
+                                                          const SourceOptions& options,
+                                                          snapshot::LoadTimings* timings) {
+  InflatingSource source(file, options.limits);
+  // Enough of the text to tell the JSON documents apart (their first key or item).
+  const std::string_view head = source.Peek(4096);
+  const auto head_bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(head.data()),
+                                                   std::min<size_t>(head.size(), 64));
+  if (DetectInputFormat(head_bytes) != InputFormat::kJson || IsMemoryTimeline(head) ||
+      xla_analysis::IsXlaMemoryAnalysis(head)) {
+    return std::nullopt;
+  }
+  Result<model::Trace> trace =
+      Timed(timings, [&] { return kineto::TraceFromKinetoStream(source, file.path()); });
+  source.Stop();
+  // The inflating thread's reason comes first (the text ended early because of it), unless it
+  // is only that the reader was done first.
+  if (!source.status().ok() && source.status().code() != StatusCode::kInterrupted) {
+    return Result<model::Trace>(source.status());
+  }
+  if (source.cut().truncated) {
+    return Result<model::Trace>(InvalidInput(fmt::format(
+        "{}: the gzip data is truncated after {} compressed bytes ({} inflated); the file "
+        "was cut short, copy it again",
+        file.path(), source.cut().compressed_bytes, source.cut().inflated_bytes)));
+  }
+  if (trace.ok()) trace->source.file_bytes = file.bytes().size();
+  return trace;
+}
+
 }  // namespace
 
 Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& options,
@@ -86,7 +127,7 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
   switch (format) {
     case InputFormat::kJson: {
       const std::string_view json(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-      return FromJson(json, file, timings);
+      return FromJson(json, file, timings, &file);
     }
     case InputFormat::kNativeTrace:
       return Timed(timings, [&] { return native_trace::TraceFromNativeTrace(bytes, file.path()); });
@@ -95,6 +136,11 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
     case InputFormat::kXSpace:
       return FromXSpace(bytes, file, timings);
     case InputFormat::kGzip: {
+      // A gzipped profiler trace (.pt.trace.json.gz) is read as it is inflated, on two threads.
+      if (std::optional<Result<model::Trace>> trace =
+              StreamedProfilerTrace(file, options, timings)) {
+        return std::move(*trace);
+      }
       // Inflated as a stream (sources/inflate_input.h): content that is no format vramscope
       // reads is refused from its first bytes, and what is read is bounded by the input's size.
       InputFormat inner = InputFormat::kUnknown;
@@ -151,7 +197,7 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
       if (inner == InputFormat::kPprof) return FromPprof(text, file, timings);
       if (inner == InputFormat::kXSpace) return FromXSpace(text, file, timings);
       const std::string_view json(reinterpret_cast<const char*>(text.data()), text.size());
-      return FromJson(json, file, timings);
+      return FromJson(json, file, timings, inflated.get());
     }
     default: {
       snapshot::LoadOptions load_options;

@@ -83,6 +83,23 @@ def stacked_segments(folder: Path, count: int = 1000) -> Path:
     return path
 
 
+def trace_headed_gzip(folder: Path, inflated_bytes: int = 512 * MIB) -> Path:
+    """A .json.gz whose content starts like a profiler trace and goes on with spaces: read as it
+    is inflated (on a second thread), then bounded by the inflation ratio alone."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunks = [compressor.compress(b'{"traceEvents": [')]
+    spaces = b" " * (16 * MIB)
+    left = inflated_bytes
+    while left > 0:
+        n = min(left, len(spaces))
+        chunks.append(compressor.compress(spaces[:n]))
+        left -= n
+    chunks.append(compressor.flush())
+    path = folder / "trace_headed.pt.trace.json.gz"
+    path.write_bytes(b"".join(chunks))
+    return path
+
+
 def deep_profiler_trace(folder: Path, depth: int = 1_000_000) -> Path:
     """A profiler trace whose events are nested `depth` lists deep."""
     path = folder / "deep.pt.trace.json"

@@ -101,6 +101,14 @@ def test_gzip_that_starts_like_a_snapshot_is_bounded_by_the_ratio(work: Path):
             says="raise the limit with --max-inflate-ratio")
 
 
+def test_gzip_that_starts_like_a_profiler_trace_is_bounded_by_the_ratio(work: Path):
+    """Read while it is inflated: the inflating thread stops at the bound, and its reason is the
+    one line, not the JSON reader's (whose text ended early because of it)."""
+    path = bombs.trace_headed_gzip(work)
+    refused(work, ["report", path.name, "-o", "r.sqlite"], names=path.name,
+            says="inflates to more than 100 times its compressed size")
+
+
 def test_the_ratio_flag_raises_the_bound_and_the_content_decides(work: Path):
     path = bombs.pickle_headed_gzip(work, inflated_bytes=96 * 2**20)
     refused(work, ["report", path.name], names=path.name, says="--max-inflate-ratio")

@@ -179,6 +179,15 @@ def _truncated_gzip() -> bytes:
     return data[: len(data) // 2]
 
 
+def _corrupt_gzip() -> bytes:
+    """A trace big enough for several deflate blocks, one byte of its deflate data flipped."""
+    doc = small_trace()
+    doc["traceEvents"] = doc["traceEvents"] * 200
+    data = bytearray(gzip.compress(json.dumps(doc).encode(), mtime=0))
+    data[len(data) // 2] ^= 0xFF
+    return bytes(data)
+
+
 def _bytes_as_string() -> bytes:
     doc = small_trace()
     doc["traceEvents"][4]["args"]["Bytes"] = "8388608"
@@ -187,6 +196,11 @@ def _bytes_as_string() -> bytes:
 
 BAD_TRACES = {
     "truncated-gzip": ("t.json.gz", _truncated_gzip(), ["gzip", "truncated"]),
+    "corrupt-gzip": ("t.json.gz", _corrupt_gzip(), ["corrupt gzip data at compressed byte"]),
+    "invalid-json-gzipped": ("t.json.gz",
+                             gzip.compress(b'{"traceEvents": [{"name": "[memory]", "ph": }]}',
+                                           mtime=0),
+                             ["invalid JSON at byte 45", "corrupt"]),
     "no-trace-events": ("t.json", b'{"schemaVersion": 1, "deviceProperties": []}',
                         ["JSON", "without 'traceEvents'", "'schemaVersion'", "profiler traces"]),
     "invalid-json": ("t.json", b'{"traceEvents": [{"name": "[memory]", "ph": }]}',

@@ -966,12 +966,12 @@ Result<model::Trace> Parser::Finish() {
   return trace;
 }
 
-}  // namespace
-
-Result<model::Trace> TraceFromKinetoJson(std::string_view json, const std::string& path) {
+// Runs `parse` (the JSON reader over the text or a stream) into a Parser and finishes the trace.
+template <typename Parse>
+Result<model::Trace> ReadTrace(const std::string& path, Parse&& parse) {
   try {
     Parser parser(path);
-    const json_sax::JsonSaxResult parsed = json_sax::Parse(json, parser);
+    const json_sax::JsonSaxResult parsed = parse(parser);
     if (!parser.error().empty()) return InvalidInput(parser.error());
     if (parsed.stopped) return InternalError(path + ": the profiler trace was left unread");
     if (!parsed.ok) {
@@ -990,6 +990,17 @@ Result<model::Trace> TraceFromKinetoJson(std::string_view json, const std::strin
     }
     return InvalidInput(fmt::format("{}: cannot read the JSON profiler trace: {}", path, what));
   }
+}
+
+}  // namespace
+
+Result<model::Trace> TraceFromKinetoJson(std::string_view json, const std::string& path,
+                                         const json_sax::ParseOptions& options) {
+  return ReadTrace(path, [&](Parser& parser) { return json_sax::Parse(json, parser, options); });
+}
+
+Result<model::Trace> TraceFromKinetoStream(json_sax::Source& source, const std::string& path) {
+  return ReadTrace(path, [&](Parser& parser) { return json_sax::ParseStream(source, parser); });
 }
 
 }  // namespace vramscope::kineto

@@ -31,6 +31,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/json_sax.h"
 #include "common/status.h"
 #include "model/trace.h"
 
@@ -42,7 +43,14 @@ namespace vramscope::kineto {
 // position), a missing or mistyped "traceEvents", a [memory] event with a missing, mistyped or
 // absurd field (with its index in the event list), a mix of memory schemas, and a trace without
 // GPU [memory] events. Operator and Python events with an unusable ts/dur are noted, not fatal.
-// Never throws.
-Result<model::Trace> TraceFromKinetoJson(std::string_view json, const std::string& path);
+// Never throws. `options.progress` hears how much of the text is read (a mapped file releases
+// those pages: the reader keeps nothing of the text behind it).
+Result<model::Trace> TraceFromKinetoJson(std::string_view json, const std::string& path,
+                                         const json_sax::ParseOptions& options = {});
+
+// The same, the text pulled from `source` as it is read (a gzip inflated on another thread,
+// sources/inflate_stream.h). Where the source failed, the caller says why (the parse then ends
+// early and this returns an error of its own).
+Result<model::Trace> TraceFromKinetoStream(json_sax::Source& source, const std::string& path);
 
 }  // namespace vramscope::kineto
