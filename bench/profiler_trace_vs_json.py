@@ -14,7 +14,9 @@ exits 2 when there are none). ``--scaled N`` also writes a big plain-JSON trace,
 events repeated N times (each repetition later in time and at higher addresses, so the memory
 events stay one consistent history), and the same gzipped (level 6, as torch.profiler's
 ``export_chrome_trace(...json.gz)``), and measures both too; ``--scaled-only`` measures only
-those.
+those. ``--timeline N`` also writes a raw memory timeline
+(``export_memory_timeline_raw``'s ``[t_ns, action, bytes, category]`` records) of N synthetic
+records (tensors made and freed at random, seed 1) and measures it the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import gzip
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -98,6 +101,26 @@ def vramscope(binary: Path, path: Path, repeat: int) -> tuple[float, float]:
     return best, rss
 
 
+def write_timeline(records: int, out: Path) -> None:
+    """A raw memory timeline of `records` records: CREATE (2) a tensor of one of four sizes and
+    categories 0-5, or DESTROY (4) a live one, half and half, 1 us apart."""
+    rng = random.Random(1)
+    live: list[tuple[int, int]] = []
+    with open(out, "w") as f:
+        f.write("[")
+        for n in range(records):
+            t = (n + 1) * 1000
+            if live and rng.random() < 0.5:
+                size, category = live.pop(rng.randrange(len(live)))
+                record = (t, 4, -size, category)
+            else:
+                size, category = rng.choice([512, 4096, 1 << 20, 3 << 20]), rng.randrange(6)
+                live.append((size, category))
+                record = (t, 2, size, category)
+            f.write(("" if n == 0 else ", ") + "[%d, %d, %d, %d]" % record)
+        f.write("]")
+
+
 def write_scaled(times: int, plain: Path) -> None:
     """The --scaled trace, plain and gzipped beside it."""
     scaled_trace(FIXTURES / DDP_FIXTURE, times, plain)
@@ -116,7 +139,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scaled", type=int, default=0, metavar="N",
                     help="also measure the DDP fixture's events repeated N times, plain JSON")
-    ap.add_argument("--scaled-only", action="store_true", help="measure only the --scaled trace")
+    ap.add_argument("--scaled-only", action="store_true",
+                    help="measure only the --scaled trace (and --timeline)")
+    ap.add_argument("--timeline", type=int, default=0, metavar="N",
+                    help="also measure a synthetic raw memory timeline of N records")
     args = ap.parse_args()
     if not args.vramscope.is_file():
         print(f"no vramscope binary at {args.vramscope}; build it or pass --vramscope",
@@ -135,6 +161,10 @@ def main() -> int:
         subprocess.run([sys.executable, __file__, "--write-scaled", str(args.scaled), str(plain)],
                        check=True)
         traces += [plain, gzipped]
+    if args.timeline > 0:
+        timeline = Path(scratch.name) / f"timeline_{args.timeline}.raw.json"
+        write_timeline(args.timeline, timeline)
+        traces.append(timeline)
     if not traces:
         print(f"no profiler traces given and none in {FIXTURES}", file=sys.stderr)
         return 2

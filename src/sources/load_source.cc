@@ -57,7 +57,8 @@ Result<model::Trace> FromJson(std::string_view json, const MappedFile& file,
   json_sax::ParseOptions options;
   if (mapped != nullptr) options.progress = [mapped](uint64_t done) { mapped->ReleasePages(done); };
   Result<model::Trace> trace = Timed(timings, [&] {
-    return IsMemoryTimeline(json) ? memory_timeline::TraceFromMemoryTimeline(json, file.path())
+    return IsMemoryTimeline(json)
+               ? memory_timeline::TraceFromMemoryTimeline(json, file.path(), options)
            : xla_analysis::IsXlaMemoryAnalysis(json)
                ? xla_analysis::TraceFromXlaMemoryAnalysis(json, file.path())
                : kineto::TraceFromKinetoJson(json, file.path(), options);

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -336,19 +335,17 @@ std::string Printable(std::string_view text, size_t max_chars = 160) {
   return out;
 }
 
-// Reads the list with nlohmann's SAX parser: records become events as they are read (no
-// document tree; memory stays proportional to the events), nesting deeper than a record is
-// refused at once, and nothing throws.
+// Reads the list with common/json_sax.h: records become events as they are read (no document
+// tree; memory stays proportional to the events), nesting deeper than a record is refused at
+// once, and nothing throws.
 class Handler {
  public:
-  using json = nlohmann::json;
-
   Handler(const std::string& path, Builder& builder) : path_(path), builder_(builder) {}
 
   bool null() { return Scalar("null"); }
   bool boolean(bool value) { return Scalar(value ? "true" : "false"); }
-  bool number_integer(json::number_integer_t value) { return Number(value); }
-  bool number_unsigned(json::number_unsigned_t value) {
+  bool number_integer(int64_t value) { return Number(value); }
+  bool number_unsigned(uint64_t value) {
     if (value > static_cast<uint64_t>(INT64_MAX)) {
       if (depth_ != 2) return Scalar("a number");
       return Fail(
@@ -358,15 +355,14 @@ class Handler {
     }
     return Number(static_cast<int64_t>(value));
   }
-  bool number_float(json::number_float_t, const json::string_t& text) {
+  bool number_float(double, const std::string& text) {
     if (depth_ != 2) return Scalar("a number");
     return Fail(RecordError(fmt::format("{} is {}, not an integer; {} of whole numbers",
                                         FieldName(), Printable(text, 40), kRecordShape)));
   }
-  bool string(json::string_t&) { return Scalar("a string"); }
-  bool binary(json::binary_t&) { return Scalar("binary data"); }
+  bool string(std::string&) { return Scalar("a string"); }
   bool start_object(std::size_t) { return Scalar("an object"); }
-  bool key(json::string_t&) { return false; }  // never reached: objects are refused
+  bool key(std::string&) { return false; }  // never reached: objects are refused
   bool end_object() { return false; }
   bool start_array(std::size_t) {
     if (depth_ == 2) return Scalar("a list");
@@ -391,20 +387,6 @@ class Handler {
     if (depth_ == 0) done_ = true;
     return true;
   }
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
-    std::string_view what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> "parse error..."
-    if (const size_t close = what.find("] "); close != std::string_view::npos) {
-      what.remove_prefix(close + 2);
-    }
-    // nlohmann counts the characters read, the offending one included; bytes here are offsets
-    // from 0, as everywhere in vramscope's messages.
-    return Fail(
-        InvalidInput(fmt::format("{}: invalid JSON at byte {} ({}); the file is truncated "
-                                 "or damaged",
-                                 path_, position > 0 ? position - 1 : 0, Printable(what))));
-  }
-
   bool done() const { return done_; }
   const Status& status() const { return status_; }
 
@@ -508,7 +490,8 @@ bool LooksLikePlottedForm(std::string_view s) {
 
 }  // namespace
 
-Result<model::Trace> TraceFromMemoryTimeline(std::string_view json, const std::string& path) {
+Result<model::Trace> TraceFromMemoryTimeline(std::string_view json, const std::string& path,
+                                             const json_sax::ParseOptions& options) {
   if (LooksLikePlottedForm(json)) {
     return InvalidInput(fmt::format(
         "{}: this is export_memory_timeline's plotted form ([times, sizes by category]: totals "
@@ -518,15 +501,19 @@ Result<model::Trace> TraceFromMemoryTimeline(std::string_view json, const std::s
   }
   Builder builder(path);
   Handler handler(path, builder);
-  bool parsed = false;
   try {
-    parsed = nlohmann::json::sax_parse(json.begin(), json.end(), &handler,
-                                       nlohmann::json::input_format_t::json, /*strict=*/true);
-  } catch (const nlohmann::json::exception& e) {
-    return InvalidInput(fmt::format("{}: invalid JSON ({})", path, Printable(e.what())));
+    const json_sax::JsonSaxResult parsed = json_sax::Parse(json, handler, options);
+    if (!handler.status().ok()) return handler.status();
+    if (!parsed.ok) {
+      // Byte offsets from 0, as everywhere in this source's messages.
+      return InvalidInput(fmt::format("{}: invalid JSON at byte {} ({}); the file is {}", path,
+                                      parsed.position - 1, parsed.message,
+                                      parsed.ended_early ? "truncated" : "damaged"));
+    }
+  } catch (const std::bad_alloc&) {
+    return InvalidInput(fmt::format("{}: out of memory while reading the memory timeline", path));
   }
-  if (!handler.status().ok()) return handler.status();
-  if (!parsed || !handler.done()) {
+  if (!handler.done()) {
     return InvalidInput(fmt::format("{}: invalid JSON; the file is truncated or damaged", path));
   }
   return builder.Finish();

@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/json_sax.h"
 #include "common/status.h"
 #include "model/trace.h"
 
@@ -33,7 +34,10 @@ namespace vramscope::memory_timeline {
 
 // Converts the JSON text of a raw memory timeline. `path` prefixes error messages, which are one
 // line: "PATH: record N: what is wrong; what to do" (N is the 0-based index into the list), or
-// "PATH: invalid JSON at byte N ..." for text that is not JSON.
-Result<model::Trace> TraceFromMemoryTimeline(std::string_view json, const std::string& path);
+// "PATH: invalid JSON at byte N (what); the file is truncated|damaged" for text that is not JSON
+// (N from 0). `options.progress` hears how much of the text is read (a mapped file releases
+// those pages).
+Result<model::Trace> TraceFromMemoryTimeline(std::string_view json, const std::string& path,
+                                             const json_sax::ParseOptions& options = {});
 
 }  // namespace vramscope::memory_timeline

@@ -266,9 +266,9 @@ TEST_P(MemoryTimelineBadInput, OneClearLine) {
 const BadCase kBadCases[] = {
     {"invalid_json",
      "[[1000, 2, 512, 0], [2000, 2, 51x, 0]]",
-     {"invalid JSON at byte 32", "column 33"}},
-    {"truncated", "[[1000, 2, 512, 0], [2000, 2,", {"invalid JSON at byte", "truncated"}},
-    {"trailing_garbage", "[[1000, 2, 512, 0]] x", {"invalid JSON at byte"}},
+     {"invalid JSON at byte 32", "expected ',' or ']' after an array item", "damaged"}},
+    {"truncated", "[[1000, 2, 512, 0], [2000, 2,", {"invalid JSON at byte 29", "truncated"}},
+    {"trailing_garbage", "[[1000, 2, 512, 0]] x", {"invalid JSON at byte 20", "damaged"}},
     {"binary_garbage", std::string("[[1000, 2, \"\x01\xff\x80\", 0]]"), {"invalid JSON"}},
     {"top_object", "{\"traceEvents\": []}", {"the top level is an object, not a list"}},
     {"top_number", "42", {"the top level is a number"}},
