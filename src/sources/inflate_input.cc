@@ -56,15 +56,28 @@ Status WriteAll(int fd, std::string_view data, const std::string& what) {
 
 }  // namespace
 
+uint64_t InflatedBound(uint64_t compressed, const InputLimits& limits) {
+  const uint32_t ratio = std::max<uint32_t>(1, limits.max_inflate_ratio);  // 0 would divide by 0
+  return std::max<uint64_t>(limits.inflate_allowance_bytes,
+                            compressed > UINT64_MAX / ratio ? UINT64_MAX : compressed * ratio);
+}
+
+Status TooMuchInflated(const std::string& what, uint64_t compressed, const InputLimits& limits) {
+  return LimitExceeded(fmt::format(
+      "{}: inflates to more than {} times its compressed size (past {} from {}); real PyTorch "
+      "files inflate under 40 times, so this looks like a decompression bomb: if the file is "
+      "genuine, raise the limit with --max-inflate-ratio",
+      what, std::max<uint32_t>(1, limits.max_inflate_ratio),
+      FormatBytes(static_cast<int64_t>(InflatedBound(compressed, limits))),
+      FormatBytes(static_cast<int64_t>(compressed))));
+}
+
 Result<std::unique_ptr<MappedFile>> InflateInput(
     const MappedFile& file, const InputLimits& limits,
     const std::function<Status(std::span<const uint8_t> head)>& recognise, GzipCut* cut) {
   const std::string& what = file.path();
   const uint64_t compressed = file.bytes().size();
-  const uint32_t ratio = std::max<uint32_t>(1, limits.max_inflate_ratio);  // 0 would divide by 0
-  const uint64_t limit =
-      std::max<uint64_t>(limits.inflate_allowance_bytes,
-                         compressed > UINT64_MAX / ratio ? UINT64_MAX : compressed * ratio);
+  const uint64_t limit = InflatedBound(compressed, limits);
   std::string memory;  // what is inflated, while it is small
   int fd = -1;         // the temporary file, once it is not
   uint64_t produced = 0;
@@ -78,15 +91,7 @@ Result<std::unique_ptr<MappedFile>> InflateInput(
       file.bytes(), what,
       [&](std::string_view chunk) -> Status {
         produced += chunk.size();
-        if (produced > limit) {
-          return LimitExceeded(fmt::format(
-              "{}: inflates to more than {} times its compressed size (past {} from {}); real "
-              "PyTorch files inflate under 40 times, so this looks like a decompression bomb: if "
-              "the "
-              "file is genuine, raise the limit with --max-inflate-ratio",
-              what, ratio, FormatBytes(static_cast<int64_t>(limit)),
-              FormatBytes(static_cast<int64_t>(compressed))));
-        }
+        if (produced > limit) return TooMuchInflated(what, compressed, limits);
         if (fd >= 0) return WriteAll(fd, chunk, what);
         memory.append(chunk);
         if (!recognised && memory.size() >= kInflatedHeadBytes) RETURN_IF_ERROR(check_head());

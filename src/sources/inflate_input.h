@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "common/gzip.h"
 #include "common/mapped_file.h"
@@ -21,6 +22,11 @@
 #include "sources/input_limits.h"
 
 namespace vramscope::sources {
+
+// The most a gzip of `compressed` bytes may inflate to: InputLimits::max_inflate_ratio times its
+// size, at least inflate_allowance_bytes. TooMuchInflated is the one line past it.
+uint64_t InflatedBound(uint64_t compressed, const InputLimits& limits);
+Status TooMuchInflated(const std::string& what, uint64_t compressed, const InputLimits& limits);
 
 // How many inflated bytes `recognise` sees (fewer when the whole content is shorter).
 inline constexpr size_t kInflatedHeadBytes = 64;

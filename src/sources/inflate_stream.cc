@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/units.h"
+#include "sources/inflate_input.h"
 
 namespace vramscope::sources {
 
@@ -26,24 +26,14 @@ void InflatingSource::Stop() {
 void InflatingSource::Inflate(const MappedFile& file, const InputLimits& limits) {
   const std::string& what = file.path();
   const uint64_t compressed = file.bytes().size();
-  const uint32_t ratio = std::max<uint32_t>(1, limits.max_inflate_ratio);  // 0 would divide by 0
-  const uint64_t limit =
-      std::max<uint64_t>(limits.inflate_allowance_bytes,
-                         compressed > UINT64_MAX / ratio ? UINT64_MAX : compressed * ratio);
+  const uint64_t limit = InflatedBound(compressed, limits);
   uint64_t produced = 0;
   GzipCut cut;
   Status status = GunzipChunks(
       file.bytes(), what,
       [&](std::string_view chunk) -> Status {
         produced += chunk.size();
-        if (produced > limit) {
-          return LimitExceeded(fmt::format(
-              "{}: inflates to more than {} times its compressed size (past {} from {}); real "
-              "PyTorch files inflate under 40 times, so this looks like a decompression bomb: if "
-              "the file is genuine, raise the limit with --max-inflate-ratio",
-              what, ratio, FormatBytes(static_cast<int64_t>(limit)),
-              FormatBytes(static_cast<int64_t>(compressed))));
-        }
+        if (produced > limit) return TooMuchInflated(what, compressed, limits);
         std::unique_lock lock(mutex_);
         room_.wait(lock, [&] { return stop_ || queue_.size() < kQueuedChunks; });
         if (stop_) return Interrupted("the reader stopped");

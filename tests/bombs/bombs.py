@@ -57,21 +57,26 @@ def zeros_gzip(folder: Path, members: int = 200, member_bytes: int = 64 * MIB) -
     return path
 
 
+def _headed_gzip(path: Path, head: bytes, filler: bytes, inflated_bytes: int) -> Path:
+    """A gzip of `head` followed by `filler` repeated to `inflated_bytes`, compressed as it is
+    made (never whole in memory)."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunks = [compressor.compress(head)]
+    block = filler * (16 * MIB // len(filler))
+    left = inflated_bytes
+    while left > 0:
+        n = min(left, len(block))
+        chunks.append(compressor.compress(block[:n]))
+        left -= n
+    chunks.append(compressor.flush())
+    path.write_bytes(b"".join(chunks))
+    return path
+
+
 def pickle_headed_gzip(folder: Path, inflated_bytes: int = 512 * MIB) -> Path:
     """A gzip whose content starts like a pickle (PROTO 4) and goes on with zeros: recognised from
     its first bytes, then bounded by the inflation ratio alone."""
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    chunks = [compressor.compress(b"\x80\x04")]
-    zeros = bytes(16 * MIB)
-    left = inflated_bytes
-    while left > 0:
-        n = min(left, len(zeros))
-        chunks.append(compressor.compress(zeros[:n]))
-        left -= n
-    chunks.append(compressor.flush())
-    path = folder / "pickle_headed.pickle.gz"
-    path.write_bytes(b"".join(chunks))
-    return path
+    return _headed_gzip(folder / "pickle_headed.pickle.gz", b"\x80\x04", b"\0", inflated_bytes)
 
 
 def stacked_segments(folder: Path, count: int = 1000) -> Path:
@@ -86,18 +91,8 @@ def stacked_segments(folder: Path, count: int = 1000) -> Path:
 def trace_headed_gzip(folder: Path, inflated_bytes: int = 512 * MIB) -> Path:
     """A .json.gz whose content starts like a profiler trace and goes on with spaces: read as it
     is inflated (on a second thread), then bounded by the inflation ratio alone."""
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    chunks = [compressor.compress(b'{"traceEvents": [')]
-    spaces = b" " * (16 * MIB)
-    left = inflated_bytes
-    while left > 0:
-        n = min(left, len(spaces))
-        chunks.append(compressor.compress(spaces[:n]))
-        left -= n
-    chunks.append(compressor.flush())
-    path = folder / "trace_headed.pt.trace.json.gz"
-    path.write_bytes(b"".join(chunks))
-    return path
+    return _headed_gzip(folder / "trace_headed.pt.trace.json.gz", b'{"traceEvents": [', b" ",
+                        inflated_bytes)
 
 
 def deep_profiler_trace(folder: Path, depth: int = 1_000_000) -> Path:
