@@ -416,10 +416,19 @@ Result<PredictResult> Predict(const PredictRequest& r) {
           "does not model it yet",
           outside));
     }
-    if (loaded.spec &&
-        (predict_parts::WantsParallel(r) || loaded.spec->experts > 0 || loaded.spec->Mla())) {
-      return predict_parts::PredictLayout(r, request, *loaded.spec);
+    if (loaded.spec && layout && !r.plan.empty()) {
+      // The plan searches the step simulator's set-ups (one GPU, ZeRO/FSDP over N); the layouts'
+      // per-rank estimate is not searched yet.
+      return UsageError(fmt::format(
+          "--plan searches set-ups of one GPU or ZeRO/FSDP over N GPUs; {} is predicted per rank "
+          "role ({}), which --plan does not search yet: use --fit GPU --fit-dim layout for the "
+          "smallest TP x PP whose every rank fits",
+          loaded.spec->label,
+          loaded.spec->experts > 0 ? "a mixture of experts"
+          : loaded.spec->Mla()     ? "latent attention"
+                                   : "a parallel layout"));
     }
+    if (loaded.spec && layout) return predict_parts::PredictLayout(r, request, *loaded.spec);
   } else if (predict_parts::WantsParallel(r)) {
     return UsageError(
         "--tp/--pp/--cp/--ep/--sp predict the built-in families (presets and Hugging Face "

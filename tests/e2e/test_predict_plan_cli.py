@@ -105,6 +105,15 @@ def test_bad_budgets_fail_in_one_line(run, tmp_path, args, phrases):
     assert_failure(rc, out, err, 2, phrases, tmp_path)
 
 
+@pytest.mark.parametrize("model, kind", [("mixtral-8x7b", "a mixture of experts"),
+                                         ("deepseek-v3", "a mixture of experts")])
+def test_models_predicted_per_rank_are_pointed_to_fit_layout(run, tmp_path, model, kind):
+    """A mixture of experts has no step simulation: --plan used to print its one-rank table as
+    if no --plan had been given; it says it does not search it, and what does."""
+    rc, out, err = run("predict", "--model", model, "--plan", "8xh100-80gb", cwd=tmp_path)
+    assert_failure(rc, out, err, 2, ["--plan", kind, "--fit-dim layout"], tmp_path)
+
+
 def test_resnet_is_pointed_to_fit(run, tmp_path):
     rc, out, err = run("predict", "--model", "resnet50", "--plan", "t4", cwd=tmp_path)
     assert_failure(rc, out, err, 2, ["--fit"], tmp_path)
