@@ -416,6 +416,22 @@ Result<PredictResult> Predict(const PredictRequest& r) {
           "does not model it yet",
           outside));
     }
+    if (loaded.spec && layout && (r.lora > 0 || !r.freeze.empty())) {
+      // The per-rank terms count every parameter as trained (gradients, optimizer state):
+      // a frozen weight would be counted wrong, not left out.
+      return UsageError(fmt::format(
+          "{} freezes weights, which the per-rank estimate of parallel layouts and mixtures of "
+          "experts does not model yet (it counts every weight's gradient and optimizer state); "
+          "frozen weights are predicted on the step simulator (one GPU, DDP or ZeRO/FSDP over "
+          "--world-size) of the dense families",
+          r.lora > 0 ? "--lora" : "--freeze"));
+    }
+    if (loaded.spec && layout && (r.compile || r.cuda_graphs)) {
+      return UsageError(fmt::format(
+          "{} runs your model through torch.compile in the tracer; give --model FILE.py:FUNCTION "
+          "or hf:config.json (the built-in families, {} included, are predicted eager)",
+          r.cuda_graphs ? "--cuda-graphs" : "--compile", loaded.spec->label));
+    }
     if (loaded.spec && layout && !r.plan.empty()) {
       // The plan searches the step simulator's set-ups (one GPU, ZeRO/FSDP over N); the layouts'
       // per-rank estimate is not searched yet.

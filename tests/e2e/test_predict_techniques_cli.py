@@ -215,6 +215,19 @@ def test_the_optimizer_on_the_host_per_rank(run_module, tmp_path):
     assert_failure(rc, out, err, 2, ["--offload-gradients", "per-rank estimate"], tmp_path)
 
 
+@pytest.mark.parametrize("flags, words", [
+    (["--model", "llama3-8b", "--dp", "2", "--lora", "8"], ["--lora", "freezes weights"]),
+    (["--model", "mixtral-8x7b", "--freeze", "model.embed_tokens.*"], ["--freeze"]),
+    (["--model", "mixtral-8x7b", "--cuda-graphs"], ["--cuda-graphs", "predicted eager"]),
+])
+def test_what_the_per_rank_estimate_would_ignore_is_refused(run_module, tmp_path, flags, words):
+    """The per-rank terms count every weight as trained and every family eager: LoRA, --freeze
+    and --compile used to be accepted there and change nothing (the setup line even said
+    "LoRA r=8"); they are refused in one line."""
+    rc, out, err = run_module("predict", *flags, cwd=tmp_path)
+    assert_failure(rc, out, err, 2, words, tmp_path)
+
+
 def test_the_paged_optimizer_is_refused_for_parallel_layouts(run_module, tmp_path):
     rc, out, err = run_module("predict", "--model", "llama3-8b", "--tp", "2",
                               "--optimizer", "paged-adamw8bit", cwd=tmp_path)
