@@ -323,6 +323,12 @@ TEST(PartialSnapshot, AnEmptyFileSaysWhatUsuallyCausesIt) {
   ASSERT_FALSE(trace.ok());
   EXPECT_THAT(trace.status().message(), HasSubstr("dump.pickle: the file is empty (0 bytes)"));
   EXPECT_THAT(trace.status().message(), HasSubstr("killed while dumping or a full disk"));
+  // A profiler trace's name gets the profiler's command.
+  const auto trace_file = MappedFile::FromBytes("rank0.pt.trace.json.gz", {});
+  auto empty_trace = LoadSnapshot(*trace_file);
+  ASSERT_FALSE(empty_trace.ok());
+  EXPECT_THAT(empty_trace.status().message(), HasSubstr("nothing of the profiler trace"));
+  EXPECT_THAT(empty_trace.status().message(), HasSubstr("prof.export_chrome_trace"));
 }
 
 TEST(PartialSnapshot, ReadingPartialFilesCanBeSwitchedOff) {

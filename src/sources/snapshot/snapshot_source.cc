@@ -261,10 +261,14 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
     switch (format) {
       case sources::InputFormat::kEmpty:
         // torchtitan#2991: dumps of a job that was killed, or whose disk filled, come out empty.
-        hint =
-            "the file is empty (0 bytes): nothing of the snapshot was written, which is what a "
-            "job killed while dumping or a full disk leaves behind; dump it again "
-            "(torch.cuda.memory._dump_snapshot) with room on the disk";
+        // A name of a profiler trace (.json, .json.gz) gets the profiler's command.
+        hint = file.path().ends_with(".json") || file.path().ends_with(".json.gz")
+                   ? "the file is empty (0 bytes): nothing of the profiler trace was written, "
+                     "which is what a job killed while exporting or a full disk leaves behind; "
+                     "export it again (prof.export_chrome_trace) with room on the disk"
+                   : "the file is empty (0 bytes): nothing of the snapshot was written, which is "
+                     "what a job killed while dumping or a full disk leaves behind; dump it "
+                     "again (torch.cuda.memory._dump_snapshot) with room on the disk";
         break;
       case sources::InputFormat::kJson:
         hint =
