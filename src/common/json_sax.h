@@ -24,6 +24,7 @@
 // size.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
@@ -69,12 +70,12 @@ struct ParseOptions {
   // the reader is done with (it never reads them again): a mapped input can let them go.
   std::function<void(uint64_t done)> progress;
   uint64_t progress_step = uint64_t{32} << 20;
+  // ParseStream: what it reads from its source at a time (its buffer grows past it only while
+  // one token is longer). Small values are for tests, which cut every token that way.
+  size_t stream_chunk = size_t{1} << 20;
 };
 
 namespace internal {
-
-// What ParseStream reads from its source at a time, and holds besides the token in progress.
-inline constexpr size_t kStreamChunk = size_t{1} << 20;
 
 // Bytes a string's fast scan stops at: '"', '\\', control characters, and non-ASCII (validated).
 inline bool StopsStringScan(unsigned char c) {
@@ -94,7 +95,8 @@ class Reader {
   Reader(Source& source, Consumer& consumer, const ParseOptions& options)
       : consumer_(consumer), options_(options), next_progress_(options.progress_step) {
     source_ = &source;
-    buffer_.resize(kStreamChunk);
+    chunk_ = std::max<size_t>(16, options.stream_chunk);
+    buffer_.resize(chunk_);
     begin_ = p_ = end_ = buffer_.data();
   }
 
@@ -215,7 +217,7 @@ class Reader {
     const size_t kept = static_cast<size_t>(end_ - begin_) - keep;
     std::memmove(buffer_.data(), buffer_.data() + keep, kept);
     base_ += keep;
-    if (buffer_.size() - kept < kStreamChunk / 2) buffer_.resize(kept + kStreamChunk);
+    if (buffer_.size() - kept < chunk_ / 2) buffer_.resize(kept + chunk_);
     const size_t n =
         source_->Read(reinterpret_cast<char*>(buffer_.data() + kept), buffer_.size() - kept);
     begin_ = buffer_.data();
@@ -528,6 +530,7 @@ class Reader {
   uint64_t base_ = 0;
   Source* source_ = nullptr;
   std::vector<unsigned char> buffer_;
+  size_t chunk_ = 0;
   bool exhausted_ = false;
   const unsigned char* anchor_ = nullptr;  // the number being read: kept in the buffer
   Consumer& consumer_;
