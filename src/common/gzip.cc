@@ -13,6 +13,13 @@
 
 namespace vramscope {
 
+Status TruncatedGzip(const std::string& what, const GzipCut& cut) {
+  return InvalidInput(fmt::format(
+      "{}: the gzip data is truncated after {} compressed bytes ({} inflated); the file was cut "
+      "short, copy it again",
+      what, cut.compressed_bytes, cut.inflated_bytes));
+}
+
 Status GunzipChunks(std::span<const uint8_t> compressed, const std::string& what,
                     const std::function<Status(std::string_view)>& sink, GzipCut* cut) {
   z_stream zs{};
@@ -56,10 +63,7 @@ Status GunzipChunks(std::span<const uint8_t> compressed, const std::string& what
         *cut = {true, consumed, produced};
         return Status::Ok();
       }
-      return InvalidInput(fmt::format(
-          "{}: the gzip data is truncated after {} compressed bytes ({} inflated); the file "
-          "was cut short, copy it again",
-          what, consumed, produced));
+      return TruncatedGzip(what, {true, consumed, produced});
     }
     if (rc != Z_OK && rc != Z_BUF_ERROR) {
       const std::string reason = zs.msg != nullptr ? zs.msg : fmt::format("zlib error {}", rc);
@@ -94,8 +98,8 @@ std::string Gzip(std::string_view data, int level) {
       libdeflate_alloc_compressor(std::clamp(level, 1, 12)));
   if (compressor == nullptr) throw std::bad_alloc();
   std::string out(libdeflate_gzip_compress_bound(compressor.get(), data.size()), '\0');
-  const size_t produced = libdeflate_gzip_compress(compressor.get(), data.data(), data.size(),
-                                                   out.data(), out.size());
+  const size_t produced =
+      libdeflate_gzip_compress(compressor.get(), data.data(), data.size(), out.data(), out.size());
   if (produced == 0) throw std::bad_alloc();  // the bound makes room for any input
   out.resize(produced);
   return out;

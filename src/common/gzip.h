@@ -28,6 +28,9 @@ struct GzipCut {
 Status GunzipChunks(std::span<const uint8_t> compressed, const std::string& what,
                     const std::function<Status(std::string_view)>& sink, GzipCut* cut = nullptr);
 
+// The one line for gzip data cut off at `cut` (a file that cannot be read up to its cut).
+Status TruncatedGzip(const std::string& what, const GzipCut& cut);
+
 // The whole inflated text in memory (small data: tests, the viewer's blob). Fails with one line
 // naming `what` when the data is corrupt, truncated, or inflates past `max_bytes`.
 Result<std::string> Gunzip(std::span<const uint8_t> compressed, const std::string& what,

@@ -88,7 +88,8 @@ Result<model::Trace> FromXSpace(std::span<const uint8_t> protobuf, const MappedF
 // A gzip holding a profiler trace, read while a second thread inflates it
 // (sources/inflate_stream.h): no temporary copy, inflating and parsing overlapped. nullopt when
 // the gzip holds anything else (a snapshot, a memory timeline, an XLA analysis, protobuf): the
-// caller inflates it as before, which costs the one chunk inflated here twice.
+// caller inflates it as before, from the start: what was inflated here (the queue's 2 MiB at
+// most) is inflated twice.
 std::optional<Result<model::Trace>> StreamedProfilerTrace(const MappedFile& file,
                                                           const SourceOptions& options,
                                                           snapshot::LoadTimings* timings) {
@@ -109,12 +110,7 @@ std::optional<Result<model::Trace>> StreamedProfilerTrace(const MappedFile& file
   if (!source.status().ok() && source.status().code() != StatusCode::kInterrupted) {
     return Result<model::Trace>(source.status());
   }
-  if (source.cut().truncated) {
-    return Result<model::Trace>(InvalidInput(fmt::format(
-        "{}: the gzip data is truncated after {} compressed bytes ({} inflated); the file "
-        "was cut short, copy it again",
-        file.path(), source.cut().compressed_bytes, source.cut().inflated_bytes)));
-  }
+  if (source.cut().truncated) return Result<model::Trace>(TruncatedGzip(file.path(), source.cut()));
   if (trace.ok()) trace->source.file_bytes = file.bytes().size();
   return trace;
 }
@@ -188,12 +184,7 @@ Result<model::Trace> LoadTrace(const MappedFile& file, const SourceOptions& opti
         }
         return trace;
       }
-      if (cut.truncated) {
-        return InvalidInput(fmt::format(
-            "{}: the gzip data is truncated after {} compressed bytes ({} inflated); the file "
-            "was cut short, copy it again",
-            file.path(), cut.compressed_bytes, cut.inflated_bytes));
-      }
+      if (cut.truncated) return TruncatedGzip(file.path(), cut);
       // JAX writes its device memory profile gzipped, as pprof's format asks.
       if (inner == InputFormat::kPprof) return FromPprof(text, file, timings);
       if (inner == InputFormat::kXSpace) return FromXSpace(text, file, timings);
