@@ -206,11 +206,6 @@ class Replayer {
           "torch.cuda.memory._record_memory_history() before the step");
     }
     SetUpInitialState();
-    if (options_.record_curves) {
-      result_.allocated.reserve(end - begin);
-      result_.reserved.reserve(end - begin);
-      result_.requested.reserve(end - begin);
-    }
     recorded_reserved_ = model_.stats().reserved;
     peak_reserved_ = model_.stats().reserved;
     peak_allocated_ = model_.stats().allocated;
@@ -220,6 +215,7 @@ class Replayer {
     const size_t stop = options_.stop_before_event >= 0
                             ? std::min(end, static_cast<size_t>(options_.stop_before_event))
                             : end;
+    if (options_.record_curves) curve_.emplace(stop - begin, options_.curve_points);
     for (; i < stop; ++i) {
       if (!Step(i)) break;
       Drain(i);
@@ -604,11 +600,7 @@ class Replayer {
 
   void Sample(size_t i) {
     const AllocatorStats& s = model_.stats();
-    if (options_.record_curves) {
-      result_.allocated.push_back(s.allocated);
-      result_.reserved.push_back(s.reserved);
-      result_.requested.push_back(s.requested);
-    }
+    if (curve_) curve_->Add(static_cast<int64_t>(i), s.allocated, s.reserved, s.requested);
     if (s.reserved > peak_reserved_) {
       peak_reserved_ = s.reserved;
       result_.peak_reserved_event = static_cast<int64_t>(i);
@@ -639,6 +631,7 @@ class Replayer {
     // the model allocated and gave back at once) is not part of the curve.
     result_.stats.peak_reserved = peak_reserved_;
     result_.stats.peak_allocated = peak_allocated_;
+    if (curve_) result_.curve = curve_->Finish();
     result_.final_state = model_.Segments();
     for (size_t o = 0; o < pool_results_.size(); ++o) {
       PoolResult& p = pool_results_[o];
@@ -684,6 +677,7 @@ class Replayer {
   ReplayAddresses addresses_;
   CachingAllocator model_;
   ReplayResult result_;
+  std::optional<CurveReducer> curve_;  // with record_curves
   size_t begin_ = 0;
   size_t end_ = 0;
   std::vector<int32_t> alloc_of_;  // per event of the range: its allocation, or -1
@@ -704,15 +698,14 @@ Result<ReplayResult> Replay(const model::Trace& trace, int32_t device,
   return replayer.Run();
 }
 
-std::vector<uint64_t> RecordedReserved(const model::Trace& trace, int32_t device) {
+ReservedPeak RecordedPeakReserved(const model::Trace& trace, int32_t device) {
   const auto [begin, end] = trace.EventRange(device);
   uint64_t skipped = 0;
   uint64_t reserved = 0;
   for (const auto& [addr, s] : InitialSegments(trace, device, begin, end, &skipped)) {
     reserved += s.size;
   }
-  std::vector<uint64_t> out;
-  out.reserve(end - begin);
+  ReservedPeak peak;
   const model::Events& ev = trace.events;
   for (size_t i = begin; i < end; ++i) {
     switch (ev.action[i]) {
@@ -727,9 +720,9 @@ std::vector<uint64_t> RecordedReserved(const model::Trace& trace, int32_t device
       default:
         break;
     }
-    out.push_back(reserved);
+    if (peak.event < 0 || reserved > peak.bytes) peak = {reserved, static_cast<int64_t>(i)};
   }
-  return out;
+  return peak;
 }
 
 }  // namespace vramscope::allocator

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "allocator/caching_allocator.h"
+#include "allocator/curve_reducer.h"
 #include "allocator/pool_inference.h"
 #include "common/status.h"
 #include "model/trace.h"
@@ -37,11 +38,18 @@ enum class PoolMapping : uint8_t {
 };
 const char* PoolMappingName(PoolMapping mapping);
 
+// The points a replay's curve keeps by default: as many as the report's simulated timeline
+// stores (vramscope_sim_timeline).
+inline constexpr size_t kDefaultCurvePoints = 30000;
+
 struct ReplayOptions {
   AllocatorSettings settings;
   PoolMapping pools = PoolMapping::kRecorded;
   bool follow_recording = true;
-  bool record_curves = true;      // per-event allocated / reserved / requested
+  // The allocated / reserved / requested curve, reduced while replaying to about `curve_points`
+  // points (curve_reducer.h; 0 keeps every event).
+  bool record_curves = true;
+  size_t curve_points = kDefaultCurvePoints;
   bool stop_at_oom = true;        // the run would have died there
   bool check_invariants = false;  // tests and fuzzing: check the model's state at the end
   // Replay only the events before this index of Trace::events (-1: all): final_state is then the
@@ -118,10 +126,9 @@ struct ReplayResult {
   int64_t begin_event = 0;  // the device's events are [begin_event, end_event)
   int64_t end_event = 0;
   int64_t events_replayed = 0;  // less than the range when the replay stopped at an OOM
-  // After each event of the range (index - begin_event); empty unless record_curves.
-  std::vector<uint64_t> allocated;
-  std::vector<uint64_t> reserved;
-  std::vector<uint64_t> requested;
+  // Levels after the events the curve kept (ReplayOptions::curve_points), by event; empty
+  // unless record_curves.
+  std::vector<CurvePoint> curve;
   std::vector<SimulatedSegmentEvent> segment_events;
   AllocatorStats stats;
   uint64_t initial_reserved = 0;
@@ -154,8 +161,13 @@ struct ReplayResult {
 Result<ReplayResult> Replay(const model::Trace& trace, int32_t device,
                             const ReplayOptions& options);
 
-// The recorded reserved bytes after each event of `device`: the segments alive at the start (as
-// Replay reconstructs them) plus the recorded segment events.
-std::vector<uint64_t> RecordedReserved(const model::Trace& trace, int32_t device);
+// The highest recorded reserved level after an event of `device` (the segments alive at the
+// start, as Replay reconstructs them, plus the recorded segment events) and the first event at
+// it; event -1 when the device has no events. One pass, no per-event storage.
+struct ReservedPeak {
+  uint64_t bytes = 0;
+  int64_t event = -1;
+};
+ReservedPeak RecordedPeakReserved(const model::Trace& trace, int32_t device);
 
 }  // namespace vramscope::allocator

@@ -97,9 +97,6 @@ Result<Simulations> ReplayRecording(const model::Trace& trace,
     dev.device = d;
     dev.recorded_settings = recorded;
     dev.settings_source = source;
-    const std::vector<uint64_t> recorded_reserved = trace.facts.has_allocator_state
-                                                        ? allocator::RecordedReserved(trace, d)
-                                                        : std::vector<uint64_t>();
     const size_t begin = trace.EventRange(d).first;
     if (recorded_curves) {
       for (const DeviceTimeline& t : recorded_curves->devices) {
@@ -110,11 +107,10 @@ Result<Simulations> ReplayRecording(const model::Trace& trace,
                                       : t.peak_reserved_event;
       }
     }
-    for (size_t k = 0; k < recorded_reserved.size(); ++k) {
-      if (recorded_reserved[k] > dev.recorded_peak_reserved || dev.recorded_peak_event < 0) {
-        dev.recorded_peak_reserved = recorded_reserved[k];
-        dev.recorded_peak_event = static_cast<int64_t>(begin + k);
-      }
+    if (trace.facts.has_allocator_state) {
+      const allocator::ReservedPeak peak = allocator::RecordedPeakReserved(trace, d);
+      dev.recorded_peak_reserved = peak.bytes;
+      dev.recorded_peak_event = peak.event;
     }
     allocator::ReplayOptions options;
     options.settings = recorded;

@@ -8,36 +8,6 @@ namespace vramscope::report {
 
 namespace {
 
-// The simulated curve keeps, per bucket of consecutive events, the lowest and highest allocated
-// and the highest reserved event, so local extremes and both peaks survive the reduction.
-std::vector<size_t> ReduceSimulatedCurve(const allocator::ReplayResult& r, size_t max_points) {
-  const size_t n = r.allocated.size();
-  std::vector<size_t> keep;
-  if (n <= max_points) {
-    keep.resize(n);
-    for (size_t i = 0; i < n; ++i) keep[i] = i;
-    return keep;
-  }
-  const size_t bucket = (n + max_points / 3 - 1) / (max_points / 3);
-  for (size_t start = 0; start < n; start += bucket) {
-    const size_t stop = std::min(n, start + bucket);
-    size_t lo = start;
-    size_t hi = start;
-    size_t res = start;
-    for (size_t i = start; i < stop; ++i) {
-      if (r.allocated[i] < r.allocated[lo]) lo = i;
-      if (r.allocated[i] > r.allocated[hi]) hi = i;
-      if (r.reserved[i] > r.reserved[res]) res = i;
-    }
-    keep.push_back(lo);
-    keep.push_back(hi);
-    keep.push_back(res);
-  }
-  std::sort(keep.begin(), keep.end());
-  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
-  return keep;
-}
-
 const char* BlockStateText(allocator::BlockView::State s) {
   switch (s) {
     case allocator::BlockView::State::kFree:
@@ -86,9 +56,10 @@ Status WriteSimulationTables(Db& db, const ReportInput& in, uint64_t* rows) {
           opt(c.segment_frees_matched), opt(c.compared_points), opt(c.reserved_equal_points),
           opt(c.final_segments_recorded), opt(c.final_segments_matched),
           opt(c.final_blocks_recorded), opt(c.final_blocks_matched), opt(c.divergence_count)));
-      for (const size_t k : ReduceSimulatedCurve(r, kTimelinePoints)) {
-        RETURN_IF_ERROR(point.Row(id, r.begin_event + static_cast<int64_t>(k), r.allocated[k],
-                                  r.reserved[k], r.requested[k]));
+      // Reduced while replaying (allocator/curve_reducer.h) to what this table keeps.
+      static_assert(allocator::kDefaultCurvePoints == kTimelinePoints);
+      for (const allocator::CurvePoint& p : r.curve) {
+        RETURN_IF_ERROR(point.Row(id, p.event, p.allocated, p.reserved, p.requested));
       }
       int64_t seq = 0;
       for (const allocator::SimulatedSegmentEvent& e : r.segment_events) {
