@@ -150,7 +150,7 @@ struct ReplayResult {
   // recorded address, or that was alive before the trace inside a segment the recording implies
   // (the allocator's split rules then fix its block), so the model's block is the real one. A
   // large-pool block the allocator did not split is bigger than the rounded request; this is how
-  // the report learns it.
+  // the report learns it. analysis::TakeReplayedBlockSizes moves them into the interpretation.
   std::vector<std::pair<int32_t, uint64_t>> confirmed_block_sizes;
 
   // (reserved - allocated) / reserved at the peak of reserved memory.

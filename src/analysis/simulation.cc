@@ -173,11 +173,14 @@ Status AddWhatIfRuns(const model::TraceView& view, SiteNamer& sites, const WhatI
   return Status::Ok();
 }
 
-std::vector<uint64_t> ReplayedBlockSizes(const model::Trace& trace, const Simulations& sims) {
+std::vector<uint64_t> TakeReplayedBlockSizes(const model::Trace& trace, Simulations& sims) {
   std::vector<uint64_t> out;
-  for (const DeviceSimulation& device : sims.devices) {
+  for (DeviceSimulation& device : sims.devices) {
     if (!device.compared || device.runs.empty()) continue;
-    for (const auto& [index, size] : device.runs.front().result.confirmed_block_sizes) {
+    // Moved out: 16 bytes an allocation that nothing else reads.
+    const auto confirmed = std::move(device.runs.front().result.confirmed_block_sizes);
+    device.runs.front().result.confirmed_block_sizes = {};
+    for (const auto& [index, size] : confirmed) {
       if (index < 0 || static_cast<size_t>(index) >= trace.allocations.size()) continue;
       const model::Allocation& a = trace.allocations[index];
       // The model's block always holds the request; anything else is not this allocation.

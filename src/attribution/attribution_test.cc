@@ -183,6 +183,34 @@ TEST_F(TwoSteps, PhasesFindTwoIterationsWithEveryPhase) {
   EXPECT_EQ(b_.Of(a_, first_.exp_avg).phase, Phase::kOptimizer);
 }
 
+TEST_F(TwoSteps, EveryEventsStepIsItsIterations) {
+  const Phases& p = a_.phases;
+  for (const Iteration& it : p.iterations) {
+    for (uint32_t e = it.first_event; e <= it.last_event; ++e) EXPECT_EQ(p.StepAt(e), it.step);
+  }
+  EXPECT_EQ(p.StepAt(0), 0);  // setup
+  EXPECT_EQ(p.StepAt(-1), 0);
+  EXPECT_EQ(p.StepAt(static_cast<int64_t>(p.event_phase.size())), 0);
+  // Runs, not an array: one per change of step.
+  EXPECT_EQ(p.step_runs.size(), 2u);
+}
+
+// Steps as runs over several devices: each device's events start at step 0.
+TEST(Phases, StepRunsRestartAtEachDevice) {
+  Phases p;
+  p.event_phase.assign(10, Phase::kUnknown);
+  p.SetStep(0, 0);
+  p.SetStep(2, 1);
+  p.SetStep(3, 1);
+  p.SetStep(4, 2);
+  p.SetStep(6, 0);  // the next device
+  p.SetStep(8, 5);
+  p.SetStep(8, 6);  // a later call for the same event wins
+  const int32_t want[10] = {0, 0, 1, 1, 2, 2, 0, 0, 6, 6};
+  for (int64_t e = 0; e < 10; ++e) EXPECT_EQ(p.StepAt(e), want[e]) << e;
+  EXPECT_EQ(p.step_runs.size(), 4u);
+}
+
 TEST_F(TwoSteps, WeightFromModuleTo) {
   EXPECT_EQ(Cat(weight_), Category::kWeight) << Why(weight_);
   EXPECT_EQ(b_.Of(a_, weight_).confidence, Confidence::kMedium);

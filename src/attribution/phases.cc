@@ -4,6 +4,23 @@
 
 namespace vramscope::attribution {
 
+int32_t Phases::StepAt(int64_t event) const {
+  if (event < 0 || static_cast<size_t>(event) >= event_phase.size()) return 0;
+  const auto after =
+      std::upper_bound(step_runs.begin(), step_runs.end(), static_cast<uint64_t>(event),
+                       [](uint64_t e, const StepRun& run) { return e < run.first_event; });
+  return after == step_runs.begin() ? 0 : std::prev(after)->step;
+}
+
+void Phases::SetStep(size_t event, int32_t step) {
+  if (step == (step_runs.empty() ? 0 : step_runs.back().step)) return;
+  if (!step_runs.empty() && step_runs.back().first_event == event) {
+    step_runs.back().step = step;
+    return;
+  }
+  step_runs.push_back({static_cast<uint32_t>(event), step});
+}
+
 namespace {
 
 // What one event's own stack says about the phase it ran in.
@@ -23,17 +40,19 @@ Marker MarkerOf(const StackFacts& f) {
 // no event carries a marker.
 bool FromMarkers(const model::Trace& trace, StackFactsCache& cache, size_t begin, size_t end,
                  const std::vector<size_t>& annotated_starts, bool& had_markers, Phases& out) {
-  std::vector<std::pair<size_t, Marker>> markers;
+  // One byte an event (most events carry a marker: a list of (event, marker) pairs cost 16).
+  std::vector<Marker> marker_at(end - begin, Marker::kNone);
+  bool forward_markers = false;
+  had_markers = false;
   for (size_t i = begin; i < end; ++i) {
     const model::StackId stack = trace.events.stack[i];
     if (stack == model::kEmptyStack) continue;
     const Marker m = MarkerOf(cache.Get(stack));
-    if (m != Marker::kNone) markers.emplace_back(i, m);
+    marker_at[i - begin] = m;
+    had_markers |= m != Marker::kNone;
+    forward_markers |= m == Marker::kForward;
   }
-  had_markers = !markers.empty();
-  if (markers.empty() && annotated_starts.empty()) return false;
-  bool forward_markers = false;
-  for (const auto& [i, m] : markers) forward_markers |= m == Marker::kForward;
+  if (!had_markers && annotated_starts.empty()) return false;
 
   // Iteration starts: the first forward, and every forward whose previous marker (zero_grad
   // aside) was backward or the optimizer. A new iteration owns the events after that marker.
@@ -41,8 +60,9 @@ bool FromMarkers(const model::Trace& trace, StackFactsCache& cache, size_t begin
   std::vector<size_t> starts = annotated_starts;
   Marker previous = Marker::kNone;
   size_t previous_at = begin;
-  for (const auto& [i, m] : markers) {
-    if (!annotated_starts.empty()) break;
+  for (size_t i = begin; i < end && annotated_starts.empty(); ++i) {
+    const Marker m = marker_at[i - begin];
+    if (m == Marker::kNone) continue;
     if (m == Marker::kForward) {
       if (starts.empty()) {
         starts.push_back(i);
@@ -64,12 +84,13 @@ bool FromMarkers(const model::Trace& trace, StackFactsCache& cache, size_t begin
   std::vector<bool> step_has_later_marker(starts.size() + 1, false);
   if (!forward_markers) {
     size_t k = 0;
-    for (const auto& [i, m] : markers) {
+    for (size_t i = begin; i < end; ++i) {
+      const Marker m = marker_at[i - begin];
       while (k < starts.size() && starts[k] <= i) ++k;
       if (m == Marker::kBackward || m == Marker::kOptimizer) step_has_later_marker[k] = true;
     }
   }
-  size_t next_marker = 0, next_start = 0;
+  size_t next_start = 0;
   int32_t step = 0;
   bool step_marked = false;  // a marker was seen in the current step
   Phase phase = Phase::kSetup;
@@ -86,9 +107,9 @@ bool FromMarkers(const model::Trace& trace, StackFactsCache& cache, size_t begin
       phase = Phase::kForward;
       step_saw_forward = true;
     }
-    while (next_marker < markers.size() && markers[next_marker].first <= i) {
+    if (const Marker m = marker_at[i - begin]; m != Marker::kNone) {
       step_marked = true;
-      switch (markers[next_marker].second) {
+      switch (m) {
         case Marker::kForward:
           // Forward code after backward in the same iteration would be a new iteration; in the
           // backward of a checkpointed model it carries the backward marker instead.
@@ -110,10 +131,9 @@ bool FromMarkers(const model::Trace& trace, StackFactsCache& cache, size_t begin
         case Marker::kNone:
           break;
       }
-      ++next_marker;
     }
     out.event_phase[i] = phase;
-    out.event_step[i] = step;
+    out.SetStep(i, step);
   }
   return true;
 }
@@ -155,7 +175,7 @@ bool FromRecordedPhases(const model::TraceView& view, int32_t device, size_t beg
   auto fill_to = [&](size_t to) {
     for (; next < to && next < end; ++next) {
       out.event_phase[next] = phase;
-      out.event_step[next] = step;
+      out.SetStep(next, step);
     }
   };
   for (const model::PhaseMark& m : view.PhaseMarks()) {
@@ -176,12 +196,12 @@ Phases DetectPhases(const model::TraceView& view, StackFactsCache& cache) {
   Phases out;
   const size_t n = trace.events.count();
   out.event_phase.assign(n, Phase::kUnknown);
-  out.event_step.assign(n, 0);
   bool any_markers = false, any_annotations = false, any_recorded = false;
   for (size_t d = 0; d < trace.devices.size(); ++d) {
     const int32_t device = trace.devices[d];
     const auto [begin, end] = trace.device_event_ranges[d];
     if (begin == end) continue;
+    out.SetStep(begin, 0);  // a device's events start before its first iteration
     const bool recorded = FromRecordedPhases(view, device, begin, end, out);
     any_recorded |= recorded;
     const std::vector<size_t> annotated = StepStartsFromAnnotations(trace, device, begin, end);
@@ -191,8 +211,10 @@ Phases DetectPhases(const model::TraceView& view, StackFactsCache& cache) {
       any_annotations = any_annotations || !annotated.empty();
     }
     // Iterations and spans of this device.
+    size_t run = 0;  // the first step run after event i
     for (size_t i = begin; i < end; ++i) {
-      const int32_t step = out.event_step[i];
+      while (run < out.step_runs.size() && out.step_runs[run].first_event <= i) ++run;
+      const int32_t step = run == 0 ? 0 : out.step_runs[run - 1].step;
       const Phase phase = out.event_phase[i];
       // Step 0 is listed when it is the tail of an iteration the trace began inside.
       if (step > 0 || phase == Phase::kBackward || phase == Phase::kOptimizer ||

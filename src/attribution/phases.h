@@ -41,8 +41,16 @@ struct PhaseSpan {
 };
 
 struct Phases {
-  std::vector<Phase> event_phase;     // parallel to Trace::events
-  std::vector<int32_t> event_step;    // parallel to Trace::events; 0 before the first iteration
+  std::vector<Phase> event_phase;  // parallel to Trace::events
+  // The iteration of each event as runs: from `first_event` on (up to the next run), events
+  // belong to `step`; before the first run, and on a device no run covers, step 0 (before the
+  // first iteration). Steps change a few times per iteration: runs cost nothing next to the 4
+  // bytes an event a parallel array took.
+  struct StepRun {
+    uint32_t first_event = 0;
+    int32_t step = 0;
+  };
+  std::vector<StepRun> step_runs;     // by first_event, ascending
   std::vector<Iteration> iterations;  // by device, then step
   std::vector<PhaseSpan> spans;       // maximal runs of one phase, by device then event
   // How the phases were found ("C++ autograd frames", "Python frames and position", ...) and
@@ -56,11 +64,9 @@ struct Phases {
                ? Phase::kUnknown
                : event_phase[static_cast<size_t>(event)];
   }
-  int32_t StepAt(int64_t event) const {
-    return event < 0 || static_cast<size_t>(event) >= event_step.size()
-               ? 0
-               : event_step[static_cast<size_t>(event)];
-  }
+  int32_t StepAt(int64_t event) const;
+  // Events from `event` on belong to `step`; called with events ascending.
+  void SetStep(size_t event, int32_t step);
 };
 
 // `view` gives the recorded phase marks (a capture's over the source's).
