@@ -409,13 +409,17 @@ bool WriteDump(const std::string& path, const model::Trace& trace) {
   const uint64_t allocations = trace.allocations.size();
   const std::vector<int32_t> of = AllocationOfEvents(trace);
   std::vector<uint8_t> action(n);
-  for (size_t i = 0; i < n; ++i) action[i] = static_cast<uint8_t>(ev.action[i]);
+  std::vector<uint64_t> stream(n);
+  for (size_t i = 0; i < n; ++i) {
+    action[i] = static_cast<uint8_t>(ev.action[i]);
+    stream[i] = ev.stream[i];
+  }
   bool ok = std::fwrite("VSREPLY1", 1, 8, f) == 8;
   ok = ok && std::fwrite(&n, sizeof n, 1, f) == 1;
   ok = ok && std::fwrite(&allocations, sizeof allocations, 1, f) == 1;
   ok = ok && std::fwrite(action.data(), 1, n, f) == n;
   ok = ok && std::fwrite(ev.size.data(), sizeof(uint64_t), n, f) == n;
-  ok = ok && std::fwrite(ev.stream.data(), sizeof(uint64_t), n, f) == n;
+  ok = ok && std::fwrite(stream.data(), sizeof(uint64_t), n, f) == n;
   ok = ok && std::fwrite(of.data(), sizeof(int32_t), n, f) == n;
   return std::fclose(f) == 0 && ok;
 }

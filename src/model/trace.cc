@@ -91,6 +91,24 @@ std::pair<size_t, size_t> Trace::EventRange(int32_t dev) const {
   return {0, 0};
 }
 
+std::pair<size_t, size_t> DeviceEventRange(const Events& events, int32_t device) {
+  // The first event whose device is not below `bound` (with `after`: above it).
+  auto partition = [&](int32_t bound, bool after) {
+    size_t lo = 0, hi = events.count();
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      const int32_t d = events.device[mid];
+      if (d < bound || (after && d == bound)) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  };
+  return {partition(device, false), partition(device, true)};
+}
+
 void StableSortEventsByDevice(Events& e) {
   std::vector<uint32_t> order(e.count());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -103,10 +121,10 @@ void StableSortEventsByDevice(Events& e) {
     for (size_t i = 0; i < order.size(); ++i) column[i] = copy[order[i]];
   };
   permute(e.action);
-  permute(e.device);
+  e.device.Permute(order);
   permute(e.addr);
   permute(e.size);
-  permute(e.stream);
+  e.stream.Permute(order);
   permute(e.time_us);
   permute(e.stack);
   auto rekey = [&](auto& sparse) {

@@ -162,3 +162,20 @@ TEST(CheckStateInvariants, ReportsGapsAndWrongTotals) {
 
 }  // namespace
 }  // namespace vramscope::model
+
+namespace vramscope::model {
+namespace {
+
+TEST(DeviceEventRange, FindsEachDevicesEventsInSortedEvents) {
+  Events ev;
+  for (const int32_t d : {2, 0, 2, 5, 0}) ev.Push(Action::kAlloc, d, 0, 512, 0, kNoTime, 0);
+  StableSortEventsByDevice(ev);
+  EXPECT_EQ(DeviceEventRange(ev, 0), (std::pair<size_t, size_t>{0, 2}));
+  EXPECT_EQ(DeviceEventRange(ev, 2), (std::pair<size_t, size_t>{2, 4}));
+  EXPECT_EQ(DeviceEventRange(ev, 5), (std::pair<size_t, size_t>{4, 5}));
+  const auto none = DeviceEventRange(ev, 3);
+  EXPECT_EQ(none.first, none.second);
+}
+
+}  // namespace
+}  // namespace vramscope::model

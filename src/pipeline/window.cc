@@ -479,14 +479,14 @@ Status ApplyWindow(const WindowRequest& window, Loaded& loaded) {
   t.devices.clear();
   t.device_event_ranges.clear();
   for (const model::Segment& s : t.segments) t.devices.push_back(s.device);
-  for (const int32_t d : t.events.device) t.devices.push_back(d);
+  for (const int32_t d : t.events.device.distinct()) t.devices.push_back(d);
+  if (t.events.device.wide()) {
+    for (size_t i = 0; i < t.events.count(); ++i) t.devices.push_back(t.events.device[i]);
+  }
   std::sort(t.devices.begin(), t.devices.end());
   t.devices.erase(std::unique(t.devices.begin(), t.devices.end()), t.devices.end());
   for (const int32_t d : t.devices) {
-    const auto first = std::lower_bound(t.events.device.begin(), t.events.device.end(), d);
-    const auto last = std::upper_bound(first, t.events.device.end(), d);
-    t.device_event_ranges.emplace_back(first - t.events.device.begin(),
-                                       last - t.events.device.begin());
+    t.device_event_ranges.push_back(model::DeviceEventRange(t.events, d));
   }
   t.facts.has_trace = t.events.count() > 0;
   t.facts.starts_mid_run = false;

@@ -109,7 +109,8 @@ Result<model::Trace> Converter::Run() {
   if (unsorted_) model::StableSortEventsByDevice(t.events);
   std::vector<int32_t> devices;
   for (const auto& s : t.segments) devices.push_back(s.device);
-  for (int32_t d : t.events.device) {
+  for (size_t i = 0; i < t.events.count(); ++i) {
+    const int32_t d = t.events.device[i];
     if (devices.empty() || devices.back() != d) devices.push_back(d);
   }
   std::sort(devices.begin(), devices.end());
@@ -121,12 +122,7 @@ Result<model::Trace> Converter::Run() {
           {d, start_allocated_[d], start_reserved_[d], std::move(start_known_[d])});
     }
   }
-  for (int32_t d : devices) {
-    const auto first = std::lower_bound(t.events.device.begin(), t.events.device.end(), d);
-    const auto last = std::upper_bound(first, t.events.device.end(), d);
-    t.device_event_ranges.emplace_back(first - t.events.device.begin(),
-                                       last - t.events.device.begin());
-  }
+  for (int32_t d : devices) t.device_event_ranges.push_back(model::DeviceEventRange(t.events, d));
 
   // Facts.
   model::TraceFacts& f = t.facts;
