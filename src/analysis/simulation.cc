@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <unordered_map>
 
 #include "analysis/timeline.h"
@@ -173,8 +174,9 @@ Status AddWhatIfRuns(const model::TraceView& view, SiteNamer& sites, const WhatI
   return Status::Ok();
 }
 
-std::vector<uint64_t> TakeReplayedBlockSizes(const model::Trace& trace, Simulations& sims) {
-  std::vector<uint64_t> out;
+std::vector<uint32_t> TakeReplayedBlockSizes(const model::Trace& trace, Simulations& sims) {
+  constexpr uint64_t kUnit = model::Interpretation::kReplayedBlockUnit;
+  std::vector<uint32_t> out;
   for (DeviceSimulation& device : sims.devices) {
     if (!device.compared || device.runs.empty()) continue;
     // Moved out: 16 bytes an allocation that nothing else reads.
@@ -185,8 +187,10 @@ std::vector<uint64_t> TakeReplayedBlockSizes(const model::Trace& trace, Simulati
       const model::Allocation& a = trace.allocations[index];
       // The model's block always holds the request; anything else is not this allocation.
       if (a.size_exact || size < a.requested_size) continue;
+      // Not a size the caching allocator makes: left estimated rather than stored wrong.
+      if (size % kUnit != 0 || size / kUnit > UINT32_MAX) continue;
       if (out.empty()) out.assign(trace.allocations.size(), 0);
-      out[index] = size;
+      out[index] = static_cast<uint32_t>(size / kUnit);
     }
   }
   return out;

@@ -80,8 +80,9 @@ Status AddWhatIfRuns(const model::TraceView& view, SiteNamer& sites, const WhatI
 // allocation at its recorded address, or, alive before the trace, the recorded segment layout
 // fixes its block. A block the allocator did not split is bigger than the rounded request (up to
 // 1 MiB in the large pool, more for oversize blocks); with these the allocated curve is PyTorch's
-// own (checked on the goldens). Empty when no replay was compared with a recording. Takes (and
-// empties) each replay's ReplayResult::confirmed_block_sizes, which it replaces.
-std::vector<uint64_t> TakeReplayedBlockSizes(const model::Trace& trace, Simulations& sims);
+// own (checked on the goldens). Empty when no replay was compared with a recording. In units of
+// Interpretation::kReplayedBlockUnit (Interpretation::replayed_block_units). Takes (and empties)
+// each replay's ReplayResult::confirmed_block_sizes, which it replaces.
+std::vector<uint32_t> TakeReplayedBlockSizes(const model::Trace& trace, Simulations& sims);
 
 }  // namespace vramscope::analysis

@@ -87,9 +87,12 @@ struct CapturedPhaseMemory {
 };
 
 struct Interpretation {
-  // Block bytes the allocator replay established for allocations the trace left estimated, by
-  // allocation index: 0 where it established nothing. Empty when there was no replay.
-  std::vector<uint64_t> replayed_block_size;
+  // Block sizes the allocator replay established for allocations the trace left estimated, by
+  // allocation index, in units of kReplayedBlockUnit (every block the caching allocator makes is
+  // a multiple of 512 B: 4 bytes an allocation, not 8): 0 where it established nothing. Empty
+  // when there was no replay. Read through TraceView::BlockSize.
+  static constexpr uint64_t kReplayedBlockUnit = 512;
+  std::vector<uint32_t> replayed_block_units;
 
   // From a capture sidecar. Phase marks, when any, replace the source's (Trace::phase_marks):
   // by device, then event. Categories and names are keyed by alloc event, like the source's own
@@ -123,12 +126,14 @@ struct TraceView {
   uint64_t BlockSize(size_t i) const {
     const Allocation& a = trace.allocations[i];
     if (a.size_exact) return a.size;
-    const auto& replayed = interpretation.replayed_block_size;
-    return i < replayed.size() && replayed[i] != 0 ? replayed[i] : a.size;
+    const auto& replayed = interpretation.replayed_block_units;
+    return i < replayed.size() && replayed[i] != 0
+               ? uint64_t{replayed[i]} * Interpretation::kReplayedBlockUnit
+               : a.size;
   }
   SizeEvidence SizeEvidenceOf(size_t i) const {
     if (trace.allocations[i].size_exact) return SizeEvidence::kRecorded;
-    const auto& replayed = interpretation.replayed_block_size;
+    const auto& replayed = interpretation.replayed_block_units;
     return i < replayed.size() && replayed[i] != 0 ? SizeEvidence::kReplayed
                                                    : SizeEvidence::kEstimated;
   }

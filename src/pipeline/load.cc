@@ -78,7 +78,7 @@ Status Replay(Loaded& loaded, const LoadRequest& options) {
         "the allocator model did not replay this trace: {}", replayed.status().message()));
     return Status::Ok();
   }
-  loaded.interpretation.replayed_block_size = analysis::TakeReplayedBlockSizes(trace, *replayed);
+  loaded.interpretation.replayed_block_units = analysis::TakeReplayedBlockSizes(trace, *replayed);
   loaded.simulations = std::move(*replayed);
   return Status::Ok();
 }
