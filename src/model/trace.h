@@ -46,7 +46,7 @@ std::optional<Action> ParseAction(std::string_view name);
 inline constexpr int64_t kNoTime = std::numeric_limits<int64_t>::min();
 inline constexpr int64_t kNoEvent = -1;
 
-// Columnar: a million events take 32 MB. Events of one device are contiguous and in
+// Columnar: a million events take 33 MB. Events of one device are contiguous and in
 // recorded order; `device_ranges` gives each device's [begin, end).
 struct Events {
   std::vector<Action> action;
