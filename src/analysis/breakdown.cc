@@ -17,7 +17,9 @@ std::vector<CategoryBytes> CategoriesAfter(const model::TraceView& view,
   // order (a list of (event, category, delta) changes, sorted, cost ten times that). An event
   // that two allocations claim, or one outside the device's range (neither happens in a trace
   // BuildAllocations made), goes to `others`, merged in by event.
-  const auto [begin, end] = trace.EventRange(device);
+  // Plain names, not a structured binding: clang 14 cannot capture bindings in a lambda.
+  const auto range = trace.EventRange(device);
+  const size_t begin = range.first, end = range.second;
   std::vector<int32_t> allocation_at(end - begin, -1);
   std::vector<std::pair<int64_t, size_t>> others;
   CategoryBytes running{};

@@ -27,18 +27,10 @@ class InternedColumn {
 
   // The same values in the same order, however stored.
   friend bool operator==(const InternedColumn& a, const InternedColumn& b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (a[i] != b[i]) return false;
-    }
-    return true;
+    return SameValues(a, b);
   }
   friend bool operator==(const InternedColumn& a, const std::vector<T>& b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (a[i] != b[i]) return false;
-    }
-    return true;
+    return SameValues(a, b);
   }
 
   void reserve(size_t n) {
@@ -85,6 +77,16 @@ class InternedColumn {
 
  private:
   static constexpr size_t kMaxDistinct = size_t{1} << 16;
+
+  // Element-wise equality with any sized, indexable column of T.
+  template <typename Other>
+  static bool SameValues(const InternedColumn& a, const Other& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i] != b[i]) return false;
+    }
+    return true;
+  }
 
   void Widen() {
     wide_.reserve(index_.capacity() + 1);
