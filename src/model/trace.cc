@@ -1,5 +1,6 @@
 #include "model/trace.h"
 
+#include <absl/container/flat_hash_map.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -156,8 +157,13 @@ void BuildAllocations(Trace& trace) {
   // Recorded with skip_actions=["free_completed"]: a block's free request is all there is.
   const bool skipped_completion = facts.Skipped("free_completed");
 
-  // Live allocations by (device, address) at the end of the trace.
-  std::unordered_map<uint64_t, size_t> open;
+  // Every alloc event starts an allocation; a free without one starts one too, rarely. Reserved
+  // up front: growing by doubling copied the table twice and peaked at 1.5 times its size.
+  out.reserve(static_cast<size_t>(std::count(ev.action.begin(), ev.action.end(), Action::kAlloc)) +
+              trace.blocks.size());
+  // The live allocations of one device by address. An open-addressing table: a node-based one
+  // spent most of this function in malloc and free (one node an alloc event).
+  absl::flat_hash_map<uint64_t, size_t> open;
   std::vector<std::pair<int32_t, size_t>> open_at_end;  // (device, allocation)
   for (size_t d = 0; d < trace.devices.size(); ++d) {
     const int32_t device = trace.devices[d];

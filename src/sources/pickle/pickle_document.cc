@@ -39,7 +39,7 @@ std::string KindWithArticle(Kind kind) {
   return (kind == Kind::kInt ? "an " : "a ") + name;
 }
 
-Kind Document::kind(Value v) const {
+Kind Document::ScalarKind(Value v) const {
   switch (v.tag()) {
     case Value::kTagInt:
     case Value::kTagBigInt:
@@ -67,7 +67,7 @@ Kind Document::kind(Value v) const {
   return Kind::kMissing;
 }
 
-std::optional<int64_t> Document::AsInt64(Value v) const {
+std::optional<int64_t> Document::WideAsInt64(Value v) const {
   if (v.tag() == Value::kTagInt) return static_cast<int64_t>(v.bits_) >> 3;
   if (v.tag() == Value::kTagBigInt) {
     const BigInt& big = big_ints_[v.payload()];
@@ -89,13 +89,13 @@ std::optional<int64_t> Document::AsInt64(Value v) const {
   return std::nullopt;
 }
 
-std::optional<uint64_t> Document::AsUint64(Value v) const {
+std::optional<uint64_t> Document::WideAsUint64(Value v) const {
   if (v.tag() == Value::kTagBigInt) {
     const BigInt& big = big_ints_[v.payload()];
     if (big.too_wide || big.negative) return std::nullopt;
     return big.magnitude;
   }
-  const std::optional<int64_t> i = AsInt64(v);
+  const std::optional<int64_t> i = WideAsInt64(v);
   if (!i || *i < 0) return std::nullopt;
   return static_cast<uint64_t>(*i);
 }
@@ -114,31 +114,6 @@ std::optional<bool> Document::AsBool(Value v) const {
   return std::nullopt;
 }
 
-std::optional<std::string_view> Document::AsString(Value v) const {
-  if (v.tag() == Value::kTagFileStr) {
-    const uint64_t payload = v.payload();
-    const uint64_t offset = payload & ((uint64_t{1} << 40) - 1);
-    const uint64_t length = payload >> 40;
-    return std::string_view(reinterpret_cast<const char*>(input_.data() + offset), length);
-  }
-  if (v.tag() == Value::kTagOwnedStr) return owned_strings_[v.payload()];
-  return std::nullopt;
-}
-
-std::span<const Value> Document::Items(Value v) const {
-  if (v.tag() != Value::kTagContainer) return {};
-  const Container& c = containers_[v.payload()];
-  if (c.kind == Kind::kDict) return {};
-  return {items_.data() + c.begin, c.size};
-}
-
-std::span<const Value> Document::DictItems(Value v) const {
-  if (v.tag() != Value::kTagContainer) return {};
-  const Container& c = containers_[v.payload()];
-  if (c.kind != Kind::kDict) return {};
-  return {items_.data() + c.begin, c.size};
-}
-
 size_t Document::DictSize(Value v) const { return DictItems(v).size() / 2; }
 
 Value Document::Get(Value dict, std::string_view key) const {
@@ -149,11 +124,6 @@ Value Document::Get(Value dict, std::string_view key) const {
     if (k && *k == key) return items[i - 1];
   }
   return Value();
-}
-
-std::optional<uint64_t> Document::ContainerId(Value v) const {
-  if (v.tag() != Value::kTagContainer) return std::nullopt;
-  return v.payload();
 }
 
 bool Document::IsIncomplete(Value v) const {

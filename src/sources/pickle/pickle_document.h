@@ -92,28 +92,60 @@ struct BigInt {
 class Document {
  public:
   Value root() const { return root_; }
-  Kind kind(Value v) const;
+  Kind kind(Value v) const {
+    return v.tag() == Value::kTagContainer ? containers_[v.payload()].kind : ScalarKind(v);
+  }
 
   bool IsNone(Value v) const { return v.bits_ == kNoneBits; }
   bool IsMissing(Value v) const { return v.bits_ == Value::kMissingBits; }
 
-  // Integer accessors: nullopt when `v` is not an integer or does not fit.
-  std::optional<int64_t> AsInt64(Value v) const;
-  std::optional<uint64_t> AsUint64(Value v) const;
+  // Integer accessors: nullopt when `v` is not an integer or does not fit. The common case (an
+  // inline integer) is inline: a snapshot's converter asks millions of times.
+  std::optional<int64_t> AsInt64(Value v) const {
+    if (v.tag() == Value::kTagInt) return static_cast<int64_t>(v.bits_) >> 3;
+    return WideAsInt64(v);
+  }
+  std::optional<uint64_t> AsUint64(Value v) const {
+    if (v.tag() == Value::kTagInt) {
+      const auto i = static_cast<int64_t>(v.bits_) >> 3;
+      if (i < 0) return std::nullopt;
+      return static_cast<uint64_t>(i);
+    }
+    return WideAsUint64(v);
+  }
   std::optional<double> AsDouble(Value v) const;  // floats and integers
   std::optional<bool> AsBool(Value v) const;
   // String view into the input buffer (or owned storage); nullopt when not a string.
-  std::optional<std::string_view> AsString(Value v) const;
+  std::optional<std::string_view> AsString(Value v) const {
+    if (v.tag() == Value::kTagFileStr) {
+      const uint64_t payload = v.payload();
+      const uint64_t offset = payload & ((uint64_t{1} << 40) - 1);
+      const uint64_t length = payload >> 40;
+      return std::string_view(reinterpret_cast<const char*>(input_.data() + offset), length);
+    }
+    if (v.tag() == Value::kTagOwnedStr) return owned_strings_[v.payload()];
+    return std::nullopt;
+  }
 
   // Items of a list, tuple or set; empty for anything else.
-  std::span<const Value> Items(Value v) const;
+  std::span<const Value> Items(Value v) const {
+    if (v.tag() != Value::kTagContainer) return {};
+    const Container& c = containers_[v.payload()];
+    if (c.kind == Kind::kDict) return {};
+    return {items_.data() + c.begin, c.size};
+  }
   // Number of key/value pairs of a dict (0 for anything else).
   size_t DictSize(Value v) const;
   // The value stored under string key `key` in dict `v`; a "missing" value when absent or when `v`
   // is not a dict. When a key occurs twice the last one wins, as in Python.
   Value Get(Value dict, std::string_view key) const;
   // Key/value pairs of a dict, in insertion order: items[2*i] keys, items[2*i+1] values.
-  std::span<const Value> DictItems(Value dict) const;
+  std::span<const Value> DictItems(Value dict) const {
+    if (dict.tag() != Value::kTagContainer) return {};
+    const Container& c = containers_[dict.payload()];
+    if (c.kind != Kind::kDict) return {};
+    return {items_.data() + c.begin, c.size};
+  }
 
   // While a ListSink streams: whether this container still has items the reader has not gathered
   // into one range (only containers of more than 1000 items, deeper than a sink's items).
@@ -131,7 +163,10 @@ class Document {
   bool IsIncomplete(Value v) const;
 
   // Identity of a container (for caches keyed on shared objects); nullopt for scalars.
-  std::optional<uint64_t> ContainerId(Value v) const;
+  std::optional<uint64_t> ContainerId(Value v) const {
+    if (v.tag() != Value::kTagContainer) return std::nullopt;
+    return v.payload();
+  }
 
   size_t container_count() const { return containers_.size(); }
   // Bytes held by the graph itself (not the input buffer it points into).
@@ -139,6 +174,10 @@ class Document {
 
  private:
   friend class DocumentBuilder;
+  // The out-of-line rest of kind(), AsInt64() and AsUint64().
+  Kind ScalarKind(Value v) const;
+  std::optional<int64_t> WideAsInt64(Value v) const;
+  std::optional<uint64_t> WideAsUint64(Value v) const;
   static constexpr uint64_t kNoneBits = (0u << 3) | Value::kTagSpecial;
 
   struct Container {

@@ -193,8 +193,20 @@ class Converter {
                                     range.max_text, kRemedy));
   }
   // An unsigned integer in `range`, from an int value; an error naming the field otherwise.
+  // Inline for what a snapshot holds (an inline, in-range integer: three per trace entry); the
+  // rest, and every error, out of line.
   Status ToU64(Value v, const Path& where, const char* key, const IntRange& range,
                uint64_t* out) const {
+    if (doc_->kind(v) == Kind::kInt) {
+      if (const auto u = doc_->AsUint64(v); u && *u <= range.max) {
+        *out = *u;
+        return Status::Ok();
+      }
+    }
+    return CheckedToU64(v, where, key, range, out);
+  }
+  [[gnu::noinline]] Status CheckedToU64(Value v, const Path& where, const char* key,
+                                        const IntRange& range, uint64_t* out) const {
     const Kind kind = doc_->kind(v);
     if (kind != Kind::kInt && kind != Kind::kBool) {
       return TypeError(where, key, v, fmt::format("{} (an integer)", range.what).c_str());
