@@ -4,15 +4,20 @@
 // success walks the whole graph without recursion and touches every accessor, checking the
 // invariants callers rely on. The graph may be cyclic (a list that contains itself through the
 // memo) and heavily shared, so the walk visits each container once and stops at a budget.
+// Differential: parsing with the memo pre-scan (ParseOptions::drop_unread_memo) and without it
+// gives the same verdict, the same items to a sink and the same document.
 //
 // Build: cmake -DVRAMSCOPE_BUILD_FUZZERS=ON with clang (target pickle_reader_fuzzer).
 // Run:   pickle_reader_fuzzer -max_len=4096 fuzz/pickle_reader/corpus
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -135,6 +140,75 @@ void Walk(const Document& doc) {
   g_sink = h;
 }
 
+// A canonical text of what `v` holds, up to a budget: containers are named by the order they
+// are first met (two documents that number their containers differently render the same), a
+// container met again is "#k".
+std::string Render(const Document& doc, Value v) {
+  std::string out;
+  std::vector<Value> todo = {v};
+  std::unordered_map<uint64_t, size_t> names;
+  for (size_t budget = 4096; !todo.empty() && budget > 0; --budget) {
+    const Value x = todo.back();
+    todo.pop_back();
+    const Kind kind = doc.kind(x);
+    out += KindName(kind);
+    if (const auto id = doc.ContainerId(x)) {
+      const auto [it, fresh] = names.try_emplace(*id, names.size());
+      out += "#" + std::to_string(it->second);
+      if (!fresh) continue;
+      const std::span<const Value> items = kind == Kind::kDict ? doc.DictItems(x) : doc.Items(x);
+      out += "(" + std::to_string(items.size()) + ")";
+      for (size_t i = items.size(); i > 0; --i) todo.push_back(items[i - 1]);
+    } else if (const auto text = doc.AsString(x)) {
+      out += "'" + std::string(*text) + "'";
+    } else if (const auto i = doc.AsInt64(x)) {
+      out += std::to_string(*i);
+    } else if (const auto d = doc.AsDouble(x)) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, &*d, sizeof(bits));
+      out += std::to_string(bits);
+    }
+    out += ' ';
+  }
+  return out;
+}
+
+// Streams the items of every list, writing down what it was given.
+class EveryListSink : public vramscope::pickle::ListSink {
+ public:
+  bool Wants(const Document&, std::span<const Value>, Value) override { return true; }
+  vramscope::Status Consume(const Document& doc, std::span<const Value>, Value,
+                            std::span<const Value> items) override {
+    for (const Value item : items) log += Render(doc, item) + "|";
+    return vramscope::Status::Ok();
+  }
+  void Reclaimed(uint64_t, std::span<const std::pair<uint64_t, uint64_t>>) override {}
+  std::string log;
+};
+
+// Differential: the memo pre-scan (ParseOptions::drop_unread_memo) changes what the reader
+// keeps, never what it reads. With a sink that streams every list, a parse with it and one
+// without give the same verdict, hand the sink the same items and build the same document.
+void MemoTrimmingChangesNothing(const std::vector<uint8_t>& input) {
+  for (const bool recover : {false, true}) {
+    EveryListSink trimmed_sink, reference_sink;
+    vramscope::pickle::ParseOptions options;
+    options.recover_truncated = recover;
+    options.sink = &trimmed_sink;
+    const auto trimmed = vramscope::pickle::Parse(input, options);
+    options.sink = &reference_sink;
+    options.drop_unread_memo = false;
+    const auto reference = vramscope::pickle::Parse(input, options);
+    Check(trimmed.ok() == reference.ok());
+    Check(trimmed_sink.log == reference_sink.log);
+    if (!trimmed.ok()) {
+      Check(trimmed.status().message() == reference.status().message());
+      continue;
+    }
+    Check(Render(*trimmed, trimmed->root()) == Render(*reference, reference->root()));
+  }
+}
+
 }  // namespace
 
 // A pickle the strict reader refuses, read as a cut-off file is (recover_truncated, and the
@@ -177,6 +251,7 @@ void ReadAsFarAsItGoes(const std::vector<uint8_t>& input) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A copy of exactly `size` bytes, so that any read past the end is caught by ASan.
   const std::vector<uint8_t> input(data, data + size);
+  MemoTrimmingChangesNothing(input);
   vramscope::pickle::ParseInfo info;
   const vramscope::Result<Document> result = vramscope::pickle::Parse(input, {}, &info);
   if (!result.ok()) {

@@ -12,82 +12,12 @@
 #include <unordered_set>
 
 #include "common/utf8.h"
+#include "sources/pickle/memo_references.h"
+#include "sources/pickle/pickle_opcodes.h"
 
 namespace vramscope::pickle {
 
 namespace {
-
-// Opcode bytes, named as in CPython's pickletools.
-enum Op : uint8_t {
-  kMark = '(',
-  kStop = '.',
-  kPop = '0',
-  kPopMark = '1',
-  kDup = '2',
-  kFloat = 'F',
-  kInt = 'I',
-  kBinInt = 'J',
-  kBinInt1 = 'K',
-  kLong = 'L',
-  kBinInt2 = 'M',
-  kNone = 'N',
-  kPersId = 'P',
-  kBinPersId = 'Q',
-  kReduce = 'R',
-  kString = 'S',
-  kBinString = 'T',
-  kShortBinString = 'U',
-  kUnicode = 'V',
-  kBinUnicode = 'X',
-  kAppend = 'a',
-  kBuild = 'b',
-  kGlobal = 'c',
-  kDict = 'd',
-  kEmptyDict = '}',
-  kAppends = 'e',
-  kGet = 'g',
-  kBinGet = 'h',
-  kInst = 'i',
-  kLongBinGet = 'j',
-  kList = 'l',
-  kEmptyList = ']',
-  kObj = 'o',
-  kPut = 'p',
-  kBinPut = 'q',
-  kLongBinPut = 'r',
-  kSetItem = 's',
-  kTuple = 't',
-  kEmptyTuple = ')',
-  kSetItems = 'u',
-  kBinFloat = 'G',
-  kProto = 0x80,
-  kNewObj = 0x81,
-  kExt1 = 0x82,
-  kExt2 = 0x83,
-  kExt4 = 0x84,
-  kTuple1 = 0x85,
-  kTuple2 = 0x86,
-  kTuple3 = 0x87,
-  kNewTrue = 0x88,
-  kNewFalse = 0x89,
-  kLong1 = 0x8a,
-  kLong4 = 0x8b,
-  kBinBytes = 'B',
-  kShortBinBytes = 'C',
-  kShortBinUnicode = 0x8c,
-  kBinUnicode8 = 0x8d,
-  kBinBytes8 = 0x8e,
-  kEmptySet = 0x8f,
-  kAddItems = 0x90,
-  kFrozenSet = 0x91,
-  kNewObjEx = 0x92,
-  kStackGlobal = 0x93,
-  kMemoize = 0x94,
-  kFrame = 0x95,
-  kByteArray8 = 0x96,
-  kNextBuffer = 0x97,
-  kReadOnlyBuffer = 0x98,
-};
 
 // Opcodes that import a callable or call one: the ways a pickle executes code.
 const char* CodeExecutingOpcodeName(uint8_t op) {
@@ -231,6 +161,11 @@ class DocumentBuilder {
     AdviseHugePages(doc_.containers_.data(),
                     doc_.containers_.capacity() * sizeof(Document::Container));
     AdviseHugePages(memo_.data(), memo_.capacity() * sizeof(Value));
+    // Only a sink's batches are reclaimed, so only then is the memo worth trimming.
+    if (sink_ != nullptr && options.drop_unread_memo) {
+      memo_reads_ = MemoReferences::Scan(input);
+      unread_memo_dropped_ = true;
+    }
   }
 
   // The only Status in the builder: the per-opcode helpers below return bool (false = failed,
@@ -594,6 +529,9 @@ class DocumentBuilder {
     return true;
   }
   void MemoPut(uint64_t index, Value v) {
+    // A slot no opcode reads back (MemoReferences) keeps nothing: what was put there is then
+    // held only by what refers to it, and dropped with it when a sink's batch is reclaimed.
+    if (unread_memo_dropped_ && !memo_reads_.Has(index)) v = Value(Value::kConsumedBits);
     // A slot older than the open batch now refers to something Reclaim would not look at.
     if (batch_.active && index < batch_.memo) ++batch_.old_writes;
     if (index < memo_.size()) {
@@ -625,6 +563,26 @@ class DocumentBuilder {
                 fmt::format("memo reference {} was never defined (corrupt pickle)", index));
   }
 
+  // BINGET or LONG_BINGET at `at`, and the memo references right after it: a snapshot's frames
+  // lists are runs of them (one a frame, 40 and more a trace entry in a real file), read here in
+  // one loop rather than one dispatch each. Each counts as an opcode. The run ends before an
+  // opcode that is not a memo reference or whose argument is cut off; that one is left to the
+  // general loop, so errors and recovery at a cut are exactly the general reader's.
+  bool MemoGetRun(uint8_t op, uint64_t at) {
+    for (;;) {
+      const size_t width = op == kBinGet ? 1 : 4;
+      if (!Have(width)) return Truncated(at, op == kBinGet ? "BINGET" : "LONG_BINGET", width);
+      Value v;
+      if (!(MemoGet(at, ReadLE(width), &v))) return false;
+      stack_.push_back(v);
+      if (pos_ >= in_.size()) return true;
+      op = in_[pos_];
+      if ((op != kBinGet && op != kLongBinGet) || !Have(op == kBinGet ? 2 : 5)) return true;
+      at = pos_++;
+      ++opcodes_;
+    }
+  }
+
   // Inlined into Run's loop: one dispatch per opcode, no call.
   [[gnu::always_inline]] inline bool Step(uint8_t op, uint64_t at, bool* stop);
   bool DecodeUnicodeEscape(uint64_t at, std::string_view line, Value* out);
@@ -639,11 +597,14 @@ class DocumentBuilder {
   std::vector<size_t> marks_;
   std::vector<Value> memo_;
   std::unordered_map<uint64_t, Value> sparse_memo_;
+  MemoReferences memo_reads_;
+  bool unread_memo_dropped_ = false;
   uint64_t memo_count_ = 0;
   std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> extra_runs_;
   int protocol_ = 0;
   ListSink* sink_ = nullptr;
   Batch batch_;
+  uint64_t opcodes_ = 0;
   uint64_t consumed_items_ = 0;
   uint64_t reclaimed_batches_ = 0;
   // ParseOptions::recover_truncated.
@@ -879,7 +840,6 @@ bool DocumentBuilder::Recover(uint64_t cut_at, ParseInfo* info) {
 
 Status DocumentBuilder::Run(ParseInfo* info) {
   uint64_t next_progress = kProgressStep;
-  uint64_t opcodes = 0;
   bool stop = false;
   while (!stop) {
     if (pos_ >= in_.size()) {
@@ -895,7 +855,7 @@ Status DocumentBuilder::Run(ParseInfo* info) {
     }
     const uint64_t at = pos_;
     const uint8_t op = in_[pos_++];
-    ++opcodes;
+    ++opcodes_;
     if (!Step(op, at, &stop)) {
       // An opcode whose argument the cut fell in changed nothing yet: recover from before it.
       if (!(eof_ && options_.recover_truncated)) return error_;
@@ -913,7 +873,7 @@ Status DocumentBuilder::Run(ParseInfo* info) {
   GatherRuns();
   if (info != nullptr) {
     info->protocol = protocol_;
-    info->opcodes = opcodes;
+    info->opcodes = opcodes_;
     info->consumed_items = consumed_items_;
     info->reclaimed_batches = reclaimed_batches_;
   }
@@ -1259,20 +1219,14 @@ inline bool DocumentBuilder::Step(uint8_t op, uint64_t at, bool* stop) {
     }
     case kBinGet:
     case kLongBinGet:
+      return MemoGetRun(op, at);
     case kGet: {
-      const char* name = op == kBinGet ? "BINGET" : op == kLongBinGet ? "LONG_BINGET" : "GET";
       uint64_t index;
-      if (op == kGet) {
-        std::string_view line;
-        if (!(ReadLine(at, name, &line))) return false;
-        const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), index);
-        if (ec != std::errc() || end != line.data() + line.size()) {
-          return Fail(at, "GET argument is not a memo index");
-        }
-      } else {
-        const size_t width = op == kBinGet ? 1 : 4;
-        if (!Have(width)) return Truncated(at, name, width);
-        index = ReadLE(width);
+      std::string_view line;
+      if (!(ReadLine(at, "GET", &line))) return false;
+      const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), index);
+      if (ec != std::errc() || end != line.data() + line.size()) {
+        return Fail(at, "GET argument is not a memo index");
       }
       Value v;
       if (!(MemoGet(at, index, &v))) return false;

@@ -62,6 +62,11 @@ struct ParseOptions {
   // the writer finished. A FRAME that claims more bytes than remain is read as far as it goes.
   // The sink sees the last items through Consume after its Recovering() call.
   bool recover_truncated = false;
+  // With a sink: a pre-scan finds the memo slots the pickle reads back (memo_references.h), and
+  // the others keep nothing, so that what the sink consumed is dropped with its batch rather
+  // than kept in case a later opcode asks for it. The document is the same either way; false
+  // keeps every slot (the differential fuzz target compares the two).
+  bool drop_unread_memo = true;
 };
 
 struct ParseInfo {

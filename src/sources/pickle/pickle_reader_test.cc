@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "sources/pickle/memo_references.h"
+
 // --- allocation tracking ----------------------------------------------------------------------
 // The reader promises never to allocate more than the input can justify. To check it, the global
 // operator new records the largest single request while a test has tracking switched on.
@@ -1543,7 +1545,9 @@ class RecordSink : public ListSink {
 
 // {"records": [ {"n": i, "tag": T(i)} for i in range(n) ], "after": T(0)} where T(i) is one of
 // three shared lists, the third first created in the middle of the records (inside a batch).
-std::vector<uint8_t> RecordsPickle(int n) {
+// With `fresh_tags`, every record makes a list of its own instead (memoized, as pickle does),
+// of which only the first is read back (by "after").
+std::vector<uint8_t> RecordsPickle(int n, bool fresh_tags = false) {
   std::string out = "\x80\x04}\x94(";  // root dict, memo 0, MARK
   int memo = 1;
   auto str = [&](const std::string& s) {
@@ -1579,7 +1583,13 @@ std::vector<uint8_t> RecordsPickle(int n) {
       get(tag_key);
     }
     const int which = i < n / 2 ? i % 2 : 2;
-    if (tags[which] < 0) {
+    if (fresh_tags && i > 0) {
+      out += "]\x94(";
+      ++memo;
+      str("t");
+      str(std::to_string(i));
+      out += "e";
+    } else if (tags[which] < 0) {
       out += "]\x94";
       tags[which] = memo++;
       out += "(";
@@ -1642,5 +1652,74 @@ TEST(ListSink, AReferenceBackToAConsumedRecordIsAClearError) {
   EXPECT_THAT(doc.status().message(), HasSubstr("already converted and released"));
   EXPECT_TRUE(Parse(bytes).ok());  // fine without a sink
 }
+
+// A memo slot nothing reads back keeps nothing: a record's own list goes with its batch (the
+// shape of PyTorch's frames lists), and what the sink sees and the document holds are the same.
+TEST(ListSink, AListNothingReadsBackIsDroppedWithItsBatch) {
+  const std::vector<uint8_t> bytes = RecordsPickle(2500, /*fresh_tags=*/true);
+  auto parse = [&](bool drop_unread_memo, RecordSink* sink) {
+    ParseOptions options;
+    options.sink = sink;
+    options.drop_unread_memo = drop_unread_memo;
+    return Parse(bytes, options);
+  };
+  RecordSink trimmed, kept_all;
+  auto doc = parse(true, &trimmed);
+  auto reference = parse(false, &kept_all);
+  ASSERT_TRUE(doc.ok()) << doc.status().message();
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  EXPECT_EQ(trimmed.seen, kept_all.seen);
+  EXPECT_EQ(trimmed.tag_text, kept_all.tag_text);
+  EXPECT_EQ(trimmed.tag_text[1234], "t1234");
+  // Kept: the first record's list, which "after" reads, not the 2,499 others.
+  EXPECT_EQ(trimmed.kept, 1u);
+  EXPECT_EQ(kept_all.kept, 2500u);
+  EXPECT_LT(doc->container_count(), 8u);
+  EXPECT_GT(reference->container_count(), 2500u);
+  std::string after;
+  for (const Value t : doc->Items(doc->Get(doc->root(), "after"))) after += *doc->AsString(t);
+  EXPECT_EQ(after, "t0");
+}
+
+// The pre-scan's verdicts, opcode by opcode (memo_references.h).
+std::vector<uint8_t> Bytes(std::string_view s) { return {s.begin(), s.end()}; }
+
+TEST(MemoReferences, RecordsEveryKindOfMemoRead) {
+  // BINGET 1, LONG_BINGET 300, GET 7 (text, \r\n), BINPUT 9 (a write), a string holding the
+  // bytes of a BINGET ("h\x05"), STOP.
+  const auto refs =
+      MemoReferences::Scan(Bytes(std::string("\x80\x04N\x94h\x01j\x2c\x01\x00\x00g7\r\nq\x09"
+                                             "\x8c\x02h\x05.",
+                                             22)));
+  EXPECT_TRUE(refs.Has(1));
+  EXPECT_TRUE(refs.Has(300));
+  EXPECT_TRUE(refs.Has(7));
+  EXPECT_FALSE(refs.Has(9));
+  EXPECT_FALSE(refs.Has(5));  // inside a string: data, not an opcode
+  EXPECT_FALSE(refs.Has(0));
+}
+
+TEST(MemoReferences, StopsWhereTheReaderWouldStop) {
+  // A code-executing opcode (REDUCE), an unknown one, a cut-off argument, STOP: nothing after
+  // them is read by the reader, so nothing after them is recorded.
+  for (const std::string_view stop : {std::string_view("R"), std::string_view("\xff"),
+                                      std::string_view("."), std::string_view("J\x01")}) {
+    std::string bytes = "N\x94h\x02";
+    bytes += stop;
+    bytes += "h\x03";
+    const auto refs = MemoReferences::Scan(Bytes(bytes));
+    EXPECT_TRUE(refs.Has(2)) << stop;
+    EXPECT_FALSE(refs.Has(3)) << stop;
+  }
+}
+
+TEST(MemoReferences, AnIndexBeyondTheBytesReadCostsAnEntryNotABitset) {
+  // BINPUT and LONG_BINGET of 4,000,000,000 at byte 4: recorded in the sparse set.
+  const auto refs =
+      MemoReferences::Scan(Bytes(std::string("N\x94r\x00\x28\x6b\xeej\x00\x28\x6b\xee.", 13)));
+  EXPECT_TRUE(refs.Has(4'000'000'000u));
+  EXPECT_FALSE(refs.Has(3'999'999'999u));
+}
+
 }  // namespace
 }  // namespace vramscope::pickle
