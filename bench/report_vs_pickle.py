@@ -101,8 +101,12 @@ def _shift_segment(seg: dict, delta: int) -> dict:
     return s
 
 
-def build_big(src: dict, entries: int, copy_segments: bool) -> tuple[dict, int, int]:
+def build_big(src: dict, entries: int, copy_segments: bool,
+              own_frames: bool = False) -> tuple[dict, int, int]:
     """Repeat the source trace until it has >= ``entries`` entries.
+
+    With ``own_frames`` every entry gets a frames list of its own (the same frame dicts), as
+    PyTorch writes them: the file is about six times bigger and its lists are never read back.
 
     Repetition k moves every address down by k * shift (shift > the source's address
     span, so repetitions never overlap; moving down keeps addresses in the user-space
@@ -134,6 +138,8 @@ def build_big(src: dict, entries: int, copy_segments: bool) -> tuple[dict, int, 
         dt = k * t_shift
         for e in trace:
             ne = dict(e)  # same key order; 'frames' stays the very same list object
+            if own_frames and isinstance(ne.get("frames"), list):
+                ne["frames"] = list(ne["frames"])
             if "addr" in ne:
                 ne["addr"] = e["addr"] - delta
             if dt and "time_us" in ne:
@@ -312,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", help="snapshot whose trace is repeated (default: the DeepSeek fixture, else the example)")
     ap.add_argument("--no-segment-copies", action="store_true",
                     help="keep only the source's segments instead of one shifted copy per repetition")
+    ap.add_argument("--own-frames", action="store_true",
+                    help="give every entry a frames list of its own, as PyTorch writes them "
+                         "(by default repetitions share the source's lists)")
     ap.add_argument("--skip-vramscope", action="store_true", help="only build the file and time pickle.load")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds before the vramscope run is killed")
     ap.add_argument("--json", action="store_true", help="also print the results as one JSON object")
@@ -336,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         # 1. build
         t0 = time.perf_counter()
         src = load_restricted(source)
-        big, reps, n_segments = build_big(src, args.entries, not args.no_segment_copies)
+        big, reps, n_segments = build_big(src, args.entries, not args.no_segment_copies,
+                                            args.own_frames)
         n_entries = sum(len(t) for t in big["device_traces"])
         t_build = time.perf_counter() - t0
         t0 = time.perf_counter()
