@@ -88,12 +88,19 @@ void MemoReferences::AddBeyondBitset(uint64_t index, uint64_t at) {
   }
 }
 
-MemoReferences MemoReferences::Scan(std::span<const uint8_t> input) {
+MemoReferences MemoReferences::Scan(std::span<const uint8_t> input,
+                                    const std::function<void(uint64_t)>& scanned) {
+  constexpr uint64_t kReportEvery = uint64_t{8} << 20;
   MemoReferences refs;
   const uint8_t* const data = input.data();
   const uint64_t size = input.size();
   uint64_t pos = 0;
+  uint64_t next_report = kReportEvery;
   while (pos < size) {
+    if (pos >= next_report && scanned) {
+      scanned(pos);
+      next_report = pos + kReportEvery;
+    }
     const uint64_t at = pos;
     const uint8_t op = data[pos++];
     const uint64_t left = size - pos;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <unordered_set>
 #include <vector>
@@ -26,8 +27,10 @@ namespace vramscope::pickle {
 
 class MemoReferences {
  public:
-  // Scans `input` (see the contract above).
-  static MemoReferences Scan(std::span<const uint8_t> input);
+  // Scans `input` (see the contract above). `scanned`, when set, is called every few MiB with
+  // the bytes read so far (a mapped file's caller releases them: the reader reads them again).
+  static MemoReferences Scan(std::span<const uint8_t> input,
+                             const std::function<void(uint64_t)>& scanned = {});
 
   bool Has(uint64_t index) const {
     if (index / 64 < dense_.size() && ((dense_[index / 64] >> (index % 64)) & 1) != 0) {

@@ -163,7 +163,7 @@ class DocumentBuilder {
     AdviseHugePages(memo_.data(), memo_.capacity() * sizeof(Value));
     // Only a sink's batches are reclaimed, so only then is the memo worth trimming.
     if (sink_ != nullptr && options.drop_unread_memo) {
-      memo_reads_ = MemoReferences::Scan(input);
+      memo_reads_ = MemoReferences::Scan(input, options.scanned);
       unread_memo_dropped_ = true;
     }
   }

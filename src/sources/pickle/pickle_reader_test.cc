@@ -1723,3 +1723,21 @@ TEST(MemoReferences, AnIndexBeyondTheBytesReadCostsAnEntryNotABitset) {
 
 }  // namespace
 }  // namespace vramscope::pickle
+
+namespace vramscope::pickle {
+namespace {
+
+TEST(MemoReferences, SaysHowFarItHasRead) {
+  // A list of 9 Mi Nones: the scan reports once it is past 8 MiB, never past the end.
+  std::string bytes = "\x80\x04](";
+  bytes.append(size_t{9} << 20, 'N');
+  bytes += "e.";
+  std::vector<uint64_t> reports;
+  (void)MemoReferences::Scan(Bytes(bytes), [&](uint64_t done) { reports.push_back(done); });
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_GE(reports[0], uint64_t{8} << 20);
+  EXPECT_LE(reports[0], bytes.size());
+}
+
+}  // namespace
+}  // namespace vramscope::pickle

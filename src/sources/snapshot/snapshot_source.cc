@@ -302,6 +302,9 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
     if (done > kKeepBehind) file.ReleasePages(done - kKeepBehind);
     return !options.progress || options.progress(done, total);
   };
+  // The reader's pre-scan reads the whole file before the parse does: release it behind the
+  // scan too, or all of it would be resident at once.
+  parse_options.scanned = [&](uint64_t done) { file.ReleasePages(done); };
   parse_options.sink = options.stream_trace ? &sink : nullptr;
   parse_options.recover_truncated = options.read_partial;
   pickle::ParseInfo info;
