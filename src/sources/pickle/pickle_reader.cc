@@ -652,6 +652,10 @@ void DocumentBuilder::Reclaim(std::span<const Value> consumed) {
   for (uint64_t i = batch_.memo; i < memo_.size(); ++i) {
     if (is_new(memo_[i]) && state[memo_[i].payload() - first] == 0) keep(memo_[i]);
   }
+  // What the VM stack holds below the batch's items stays reachable: a batch whose MARK another
+  // opcode closed ends at a later APPENDS, with containers made since on the stack (found by the
+  // fuzzer once unread memo slots stopped keeping them).
+  for (const Value* v = stack_.data(); v < consumed.data(); ++v) keep(*v);
   for (const auto& [index, v] : sparse_memo_) {
     if (is_new(v) && state[v.payload() - first] == 0) keep(v);
   }
