@@ -1,7 +1,6 @@
 #include "sources/pickle/memo_references.h"
 
 #include <array>
-#include <bit>
 #include <charconv>
 #include <cstring>
 
@@ -10,30 +9,6 @@
 namespace vramscope::pickle {
 
 namespace {
-
-// Little-endian unsigned of `n` (1, 2, 4 or 8) bytes at `p`, each width one load.
-uint64_t LittleEndian(const uint8_t* p, size_t n) {
-  static_assert(std::endian::native == std::endian::little, "x86-64 and arm64 only");
-  switch (n) {
-    case 1:
-      return p[0];
-    case 2: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
-    case 4: {
-      uint32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    default: {
-      uint64_t v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-  }
-}
 
 // How an opcode's argument is laid out, for the scan's one table lookup an opcode.
 enum class Argument : uint8_t {
@@ -106,7 +81,7 @@ MemoReferences MemoReferences::Scan(std::span<const uint8_t> input,
     const uint64_t left = size - pos;
     // A snapshot's frames lists are runs of memo reads: most of its opcodes.
     if (op == kLongBinGet && left >= 4) {
-      refs.Add(LittleEndian(data + pos, 4), at);
+      refs.Add(LoadLittleEndian(data + pos, 4), at);
       pos += 4;
       continue;
     }
@@ -120,13 +95,13 @@ MemoReferences MemoReferences::Scan(std::span<const uint8_t> input,
       case Argument::kFixed:
         if (left < layout.bytes) return refs;
         if (op == kBinGet || op == kLongBinGet)
-          refs.Add(LittleEndian(data + pos, layout.bytes), at);
+          refs.Add(LoadLittleEndian(data + pos, layout.bytes), at);
         if (op == kStop) return refs;
         pos += layout.bytes;
         break;
       case Argument::kLength: {
         if (left < layout.bytes) return refs;
-        const uint64_t len = LittleEndian(data + pos, layout.bytes);
+        const uint64_t len = LoadLittleEndian(data + pos, layout.bytes);
         if (layout.signed_length && static_cast<int32_t>(static_cast<uint32_t>(len)) < 0) {
           return refs;
         }

@@ -195,36 +195,10 @@ class DocumentBuilder {
   // --- input --------------------------------------------------------------------------------
   bool Have(uint64_t n) const { return n <= in_.size() - pos_; }
   // Little-endian unsigned of n <= 8 bytes; the caller has checked Have(n).
-  // Each width is a fixed-size load: a variable-length memcpy would assemble the value byte by
-  // byte on the stack and stall the load that reads it back (measured: a third of parse time).
   uint64_t ReadLE(size_t n) {
-    static_assert(std::endian::native == std::endian::little, "x86-64 and arm64 only");
-    const uint8_t* p = in_.data() + pos_;
+    const uint64_t v = LoadLittleEndian(in_.data() + pos_, n);
     pos_ += n;
-    switch (n) {
-      case 1:
-        return p[0];
-      case 2: {
-        uint16_t v;
-        std::memcpy(&v, p, 2);
-        return v;
-      }
-      case 4: {
-        uint32_t v;
-        std::memcpy(&v, p, 4);
-        return v;
-      }
-      case 8: {
-        uint64_t v;
-        std::memcpy(&v, p, 8);
-        return v;
-      }
-      default: {
-        uint64_t v = 0;
-        for (size_t i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
-        return v;
-      }
-    }
+    return v;
   }
   // Reads a text-protocol line (without its '\n').
   bool ReadLine(uint64_t op_offset, const char* op, std::string_view* line) {
