@@ -169,9 +169,12 @@ void RegisterPredictCommand(CLI::App& app, PredictFlags& o) {
   cmd->add_option("--tp", o.request.tp,
                   "tensor parallelism: memory per rank role of the layout (GPT-2 and LLaMA "
                   "families, MoE included; model states counted per tensor, activations by "
-                  "formula, no report database yet)")
+                  "formula; -o and --html report the role --role picks)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
-  cmd->add_option("--pp", o.request.pp, "pipeline stages (the layers split evenly)")
+  cmd->add_option("--pp", o.request.pp,
+                  "pipeline stages (the layers split as evenly as they go, the first and last "
+                  "stages taking fewer, as Llama 3's 126 layers on 16; the interleaved "
+                  "schedule needs an even split)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   cmd->add_option("--cp", o.request.cp,
                   "context parallelism: the sequence split over this many ranks")
