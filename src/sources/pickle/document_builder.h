@@ -418,18 +418,43 @@ class DocumentBuilder {
   // general loop, so errors and recovery at a cut are exactly the general reader's. Inlined:
   // Step is inlined twice (Run, Close), and out of line this loop cost 3% of a real file's parse.
   [[gnu::always_inline]] inline bool MemoGetRun(uint8_t op, uint64_t at) {
+    // The input, the memo and the counters in locals: the Values stored on the stack could alias
+    // the members, which the compiler would otherwise reload after every store.
+    const uint8_t* const data = in_.data();
+    const uint64_t size = in_.size();
+    const Value* const memo = memo_.data();
+    const uint64_t memo_size = memo_.size();
+    uint64_t pos = pos_;
+    uint64_t more = 0;  // opcodes of the run after the first (Run counted that one)
+    bool ok = true;
     for (;;) {
       const size_t width = op == kBinGet ? 1 : 4;
-      if (!Have(width)) return Truncated(at, op == kBinGet ? "BINGET" : "LONG_BINGET", width);
-      Value v;
-      if (!(MemoGet(at, ReadLE(width), &v))) return false;
+      if (size - pos < width) {
+        pos_ = pos;
+        ok = Truncated(at, op == kBinGet ? "BINGET" : "LONG_BINGET", width);
+        break;
+      }
+      const uint64_t index = LoadLittleEndian(data + pos, width);
+      pos += width;
+      Value v = index < memo_size ? memo[index] : Value();
+      if (v == Value() || v.bits() == Value::kConsumedBits) {
+        // A sparse slot, a consumed one or an undefined one: MemoGet says which.
+        if (!MemoGet(at, index, &v)) {
+          pos_ = pos;
+          ok = false;
+          break;
+        }
+      }
       stack_.push_back(v);
-      if (pos_ >= in_.size()) return true;
-      op = in_[pos_];
-      if ((op != kBinGet && op != kLongBinGet) || !Have(op == kBinGet ? 2 : 5)) return true;
-      at = pos_++;
-      ++opcodes_;
+      if (pos >= size) break;
+      op = data[pos];
+      if ((op != kBinGet && op != kLongBinGet) || size - pos < (op == kBinGet ? 2u : 5u)) break;
+      at = pos++;
+      ++more;
     }
+    pos_ = pos;
+    opcodes_ += more;
+    return ok;
   }
 
   // Inlined into Run's loop: one dispatch per opcode, no call.
