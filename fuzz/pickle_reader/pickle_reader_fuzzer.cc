@@ -5,7 +5,8 @@
 // invariants callers rely on. The graph may be cyclic (a list that contains itself through the
 // memo) and heavily shared, so the walk visits each container once and stops at a budget.
 // Differential: parsing with the memo pre-scan (ParseOptions::drop_unread_memo) and without it
-// gives the same verdict, the same items to a sink and the same document.
+// gives the same verdict, the same items to a sink and the same document; the pre-scan over two
+// threads reads the same memo slots as one pass.
 //
 // Build: cmake -DVRAMSCOPE_BUILD_FUZZERS=ON with clang (target pickle_reader_fuzzer).
 // Run:   pickle_reader_fuzzer -max_len=4096 fuzz/pickle_reader/corpus
@@ -21,6 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "sources/pickle/memo_references.h"
 #include "sources/pickle/pickle_reader.h"
 #include "sources/snapshot/snapshot_source.h"
 #include "support/through_pipeline.h"
@@ -209,6 +211,16 @@ void MemoTrimmingChangesNothing(const std::vector<uint8_t>& input) {
   }
 }
 
+// Differential: the pre-scan over two threads (from a FRAME past the middle) reads the same
+// memo slots as one pass, wherever the split falls: on an opcode's start, inside one, or after
+// a STOP.
+void TwoHalvesScanAsOnePass(const std::vector<uint8_t>& input) {
+  using vramscope::pickle::MemoReferences;
+  if (MemoReferences::SplitPoint(input) == 0) return;
+  Check(MemoReferences::Scan(input, {}, 0).Indices() ==
+        MemoReferences::Scan(input, {}, UINT64_MAX).Indices());
+}
+
 }  // namespace
 
 // A pickle the strict reader refuses, read as a cut-off file is (recover_truncated, and the
@@ -252,6 +264,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A copy of exactly `size` bytes, so that any read past the end is caught by ASan.
   const std::vector<uint8_t> input(data, data + size);
   MemoTrimmingChangesNothing(input);
+  TwoHalvesScanAsOnePass(input);
   vramscope::pickle::ParseInfo info;
   const vramscope::Result<Document> result = vramscope::pickle::Parse(input, {}, &info);
   if (!result.ok()) {

@@ -101,11 +101,14 @@ Result<std::unique_ptr<MappedFile>> MappedFile::FromDescriptor(std::string name,
   return file;
 }
 
-void MappedFile::ReleasePages(uint64_t end) const {
+void MappedFile::ReleasePages(uint64_t end) const { ReleasePages(0, end); }
+
+void MappedFile::ReleasePages(uint64_t begin, uint64_t end) const {
   if (!mapped_) return;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t length = std::min<uint64_t>(end, size_) / page * page;
-  if (length > 0) madvise(const_cast<uint8_t*>(data_), length, MADV_DONTNEED);
+  const uint64_t first = (begin + page - 1) / page * page;
+  const uint64_t last = std::min<uint64_t>(end, size_) / page * page;
+  if (last > first) madvise(const_cast<uint8_t*>(data_ + first), last - first, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -35,6 +35,8 @@ class MappedFile {
   // Lets the kernel drop the resident pages of [0, end) of a mapped file. The bytes stay readable
   // (a later read faults them back in from the page cache); a no-op for in-memory inputs.
   void ReleasePages(uint64_t end) const;
+  // The same for [begin, end), the whole pages inside it; safe to call from several threads.
+  void ReleasePages(uint64_t begin, uint64_t end) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -12,6 +12,7 @@ Usage: python3 make_corpus.py [output_dir]   (default: the directory of this scr
 The output is deterministic; re-running it rewrites the same files.
 """
 
+import io
 import os
 import pickle
 import pickletools
@@ -229,6 +230,26 @@ SEEDS = [
 ]
 
 
+def dumps_small_frames(obj, protocol):
+    """pickle.dumps by the pure-Python pickler with 256-byte FRAMEs instead of 64 KiB ones: a
+    seed-sized copy of a multi-megabyte snapshot's framing, which the reader's pre-scan splits
+    at a frame to scan the halves on two threads (memo_references.h)."""
+    buf = io.BytesIO()
+    target = pickle._Framer._FRAME_SIZE_TARGET
+    pickle._Framer._FRAME_SIZE_TARGET = 256
+    try:
+        pickle._Pickler(buf, protocol).dump(obj)
+    finally:
+        pickle._Framer._FRAME_SIZE_TARGET = target
+    return buf.getvalue()
+
+
+# (name, object factory, protocols), pickled in small frames
+SMALL_FRAME_SEEDS = [
+    ("small_frames", modern_snapshot, (4,)),
+]
+
+
 def check(name, data):
     if len(data) >= MAX_SEED_BYTES:
         sys.exit(f"{name}: {len(data)} bytes, seeds must stay under {MAX_SEED_BYTES}")
@@ -245,6 +266,14 @@ def main():
         for protocol in protocols:
             obj = factory(protocol) if factory is misc_values else factory()
             data = pickle.dumps(obj, protocol=protocol)
+            file_name = f"{name}_p{protocol}.pickle"
+            check(file_name, data)
+            with open(os.path.join(out_dir, file_name), "wb") as f:
+                f.write(data)
+            count += 1
+    for name, factory, protocols in SMALL_FRAME_SEEDS:
+        for protocol in protocols:
+            data = dumps_small_frames(factory(), protocol)
             file_name = f"{name}_p{protocol}.pickle"
             check(file_name, data)
             with open(os.path.join(out_dir, file_name), "wb") as f:

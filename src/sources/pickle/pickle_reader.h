@@ -67,9 +67,10 @@ struct ParseOptions {
   // than kept in case a later opcode asks for it. The document is the same either way; false
   // keeps every slot (the differential fuzz target compares the two).
   bool drop_unread_memo = true;
-  // While that pre-scan reads: called every few MiB with the bytes it has read (may be empty).
-  // The parse reads them again afterwards, from the start.
-  std::function<void(uint64_t)> scanned;
+  // While that pre-scan reads: called every few MiB with a range [begin, end) of bytes it has
+  // read, from two threads at once on a large input (MemoReferences::Scanned). The parse reads
+  // them again afterwards, from the start.
+  std::function<void(uint64_t begin, uint64_t end)> scanned;
 };
 
 struct ParseInfo {

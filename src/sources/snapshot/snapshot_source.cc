@@ -304,7 +304,7 @@ Result<model::Trace> LoadSnapshot(const MappedFile& file, const LoadOptions& opt
   };
   // The reader's pre-scan reads the whole file before the parse does: release it behind the
   // scan too, or all of it would be resident at once.
-  parse_options.scanned = [&](uint64_t done) { file.ReleasePages(done); };
+  parse_options.scanned = [&](uint64_t begin, uint64_t end) { file.ReleasePages(begin, end); };
   parse_options.sink = options.stream_trace ? &sink : nullptr;
   parse_options.recover_truncated = options.read_partial;
   pickle::ParseInfo info;
