@@ -7,23 +7,32 @@ void DocumentBuilder::Reclaim(std::span<const Value> consumed) {
   const uint64_t first = batch_.containers;
   const uint64_t end = doc_.containers_.size();
   if (end == first) return;
-  // 0: drop, 1: keep (shared), 2: a consumed item (drop; its memo slots say so).
+  for (uint64_t id = first; id < end; ++id) {
+    if (doc_.containers_[id].has_runs) {
+      // Pending runs: keep it simple, keep everything; the consumed items are retired all the
+      // same, as when they are reclaimed.
+      RetireConsumed(batch_.memo, consumed);
+      return;
+    }
+  }
+  // 0: drop; 1: keep (shared); 2: a consumed item (dropped); 3: a consumed item that something
+  // kept refers to (kept). The memo slots of a consumed item are retired either way: a record
+  // is never read back once consumed, whatever else refers to it, so a reader's verdict does not
+  // depend on what the memo happened to keep (ParseOptions::drop_unread_memo).
   std::vector<uint8_t> state(end - first, 0);
   auto is_new = [&](Value v) {
     return v.tag() == Value::kTagContainer && v.payload() >= first && v.payload() < end;
   };
-  for (uint64_t id = first; id < end; ++id) {
-    if (doc_.containers_[id].has_runs) return;  // pending runs: keep it simple, keep everything
-  }
   for (const Value v : consumed) {
     if (is_new(v)) state[v.payload() - first] = 2;
   }
   std::vector<uint64_t> work;
   auto keep = [&](Value v) {
-    if (is_new(v) && state[v.payload() - first] != 1) {
-      state[v.payload() - first] = 1;
-      work.push_back(v.payload());
-    }
+    if (!is_new(v)) return;
+    uint8_t& s = state[v.payload() - first];
+    if (s == 1 || s == 3) return;
+    s = s == 2 ? 3 : 1;
+    work.push_back(v.payload());
   };
   for (uint64_t i = batch_.memo; i < memo_.size(); ++i) {
     if (is_new(memo_[i]) && state[memo_[i].payload() - first] == 0) keep(memo_[i]);
@@ -44,7 +53,7 @@ void DocumentBuilder::Reclaim(std::span<const Value> consumed) {
   std::vector<std::pair<uint64_t, uint64_t>> moved;
   std::vector<uint64_t> new_id(end - first, UINT64_MAX);
   for (uint64_t id = first; id < end; ++id) {
-    if (state[id - first] == 1) {
+    if (state[id - first] == 1 || state[id - first] == 3) {
       new_id[id - first] = first + moved.size();
       moved.emplace_back(id, first + moved.size());
     }
@@ -53,6 +62,10 @@ void DocumentBuilder::Reclaim(std::span<const Value> consumed) {
     if (!is_new(v)) return v;
     const uint64_t n = new_id[v.payload() - first];
     return n == UINT64_MAX ? Value(Value::kConsumedBits) : Value((n << 3) | Value::kTagContainer);
+  };
+  auto remap_memo = [&](Value v) {
+    const bool was_consumed = is_new(v) && state[v.payload() - first] >= 2;
+    return was_consumed ? Value(Value::kConsumedBits) : remap(v);
   };
   std::vector<Document::Container> kept;
   std::vector<Value> kept_items;
@@ -67,8 +80,13 @@ void DocumentBuilder::Reclaim(std::span<const Value> consumed) {
   doc_.containers_.insert(doc_.containers_.end(), kept.begin(), kept.end());
   doc_.items_.resize(batch_.items);
   doc_.items_.insert(doc_.items_.end(), kept_items.begin(), kept_items.end());
-  for (uint64_t i = batch_.memo; i < memo_.size(); ++i) memo_[i] = remap(memo_[i]);
-  for (auto& [index, v] : sparse_memo_) v = remap(v);
+  for (uint64_t i = batch_.memo; i < memo_.size(); ++i) memo_[i] = remap_memo(memo_[i]);
+  for (auto& [index, v] : sparse_memo_) v = remap_memo(v);
+  // The stack below the batch's items holds only kept containers (kept above): re-pointed to
+  // where they moved.
+  for (Value* v = stack_.data(); v < stack_.data() + (consumed.data() - stack_.data()); ++v) {
+    *v = remap(*v);
+  }
   std::erase_if(incomplete_, [&](uint64_t& id) {
     if (id < first || id >= end) return false;
     if (new_id[id - first] == UINT64_MAX) return true;

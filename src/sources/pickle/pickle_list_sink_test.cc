@@ -166,6 +166,35 @@ TEST(ListSink, AReferenceBackToAConsumedRecordIsAClearError) {
   EXPECT_TRUE(Parse(bytes).ok());  // fine without a sink
 }
 
+// A record is never read back once consumed, even when a container the batch keeps refers to
+// it: the verdict is the same whether unread memo slots keep what they hold or not (the pickle
+// fuzzer found the two disagreeing).
+TEST(ListSink, AConsumedRecordIsNotReadBackThoughAKeptContainerRefersToIt) {
+  // {"records": [R], "again": R} with R = {"n": 1}, and inside the batch a dict H = {"r": R}
+  // made, memoized and popped: only its memo slot, which nothing reads, keeps H and through it R.
+  // Memo: 0 root, 1 "records", 2 the list, 3 R, 4 "n", 5 H, 6 "r", 7 "again".
+  const std::string text(
+      "\x80\x04}\x94(\x8c\x07records\x94]\x94("  // root, MARK, "records", the list, batch MARK
+      "}\x94(\x8c\x01n\x94K\x01u"                // R = {"n": 1}
+      "}\x94(\x8c\x01r\x94h\x03u0"               // H = {"r": R}, popped
+      "e"                                        // APPENDS: R consumed
+      "\x8c\x05"
+      "again\x94h\x03u.",  // "again": R (memo 3), SETITEMS, STOP
+      52);
+  const std::vector<uint8_t> bytes(text.begin(), text.end());
+  for (const bool drop_unread_memo : {true, false}) {
+    RecordSink sink;
+    ParseOptions options;
+    options.sink = &sink;
+    options.drop_unread_memo = drop_unread_memo;
+    auto doc = Parse(bytes, options);
+    ASSERT_FALSE(doc.ok()) << drop_unread_memo;
+    EXPECT_THAT(doc.status().message(), HasSubstr("memo reference 3 points to a trace entry"));
+    EXPECT_EQ(sink.seen, std::vector<int64_t>{1});
+  }
+  EXPECT_TRUE(Parse(bytes).ok());  // fine without a sink
+}
+
 // A memo slot nothing reads back keeps nothing: a record's own list goes with its batch (the
 // shape of PyTorch's frames lists), and what the sink sees and the document holds are the same.
 TEST(ListSink, AListNothingReadsBackIsDroppedWithItsBatch) {
