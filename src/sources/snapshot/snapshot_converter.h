@@ -87,7 +87,10 @@ class Converter {
   Result<model::Trace> Run();
 
   // Streaming (see SnapshotSink): the device a trace list belongs to, from the stack below it:
-  // ..., "device_traces", T, L0, ..., L(k-1) -> device k + len(T). nullopt for other lists.
+  // ..., "device_traces", T, L0, ..., L(k-1) -> device k + len(T). nullopt for other lists, and
+  // for a stack PyTorch never writes: T again among the L (DUP or a memo read of it) or one list
+  // twice in a row. Those are read from the whole document instead, as every other layout is
+  // (the pickle fuzzer found DUPs of T counted as devices, and the two readings disagreeing).
   std::optional<int32_t> TraceListDevice(std::span<const Value> context) const {
     size_t j = context.size(), lists = 0;
     while (j > 0 && doc_->kind(context[j - 1]) == Kind::kList) {
@@ -95,6 +98,9 @@ class Converter {
       ++lists;
     }
     if (lists == 0 || j == 0) return std::nullopt;
+    for (size_t i = j + 1; i < context.size(); ++i) {
+      if (context[i] == context[j] || context[i] == context[i - 1]) return std::nullopt;
+    }
     const auto key = doc_->AsString(context[j - 1]);
     if (!key || *key != "device_traces") return std::nullopt;
     const size_t device = lists - 1 + doc_->Items(context[j]).size();

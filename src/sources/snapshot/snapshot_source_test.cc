@@ -785,6 +785,30 @@ TEST(Streaming, EntriesOutsideTheRootAreRefused) {
   EXPECT_EQ(converted->events.count(), 0u);
 }
 
+// device_traces' list DUPed 119 times, then cut: the copies are not devices. The streamed and
+// the whole-document readings give the same two entries (the fuzzer found 0 against 2: the
+// streaming sink took the list of trace lists for device 117's trace list).
+TEST(Streaming, CopiesOfTheTraceListsListAreNotDevices) {
+  const std::string path = std::string(VRAMSCOPE_SOURCE_DIR) +
+                           "/fuzz/pickle_reader/corpus/"
+                           "regression_trace_lists_list_duplicated.pickle";
+  auto file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  LoadOptions partial;
+  partial.read_partial = true;
+  auto streamed = LoadSnapshot(**file, partial);
+  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+  LoadOptions whole = partial;
+  whole.stream_trace = false;
+  auto converted = LoadSnapshot(**file, whole);
+  ASSERT_TRUE(converted.ok()) << converted.status().message();
+  EXPECT_TRUE(streamed->facts.partial);
+  ASSERT_EQ(streamed->events.count(), 2u);
+  EXPECT_EQ(streamed->events.action, converted->events.action);
+  EXPECT_EQ(streamed->events.action[0], model::Action::kSegmentAlloc);
+  EXPECT_EQ(streamed->events.action[1], model::Action::kAlloc);
+}
+
 }  // namespace
 }  // namespace vramscope::snapshot
 
