@@ -5,6 +5,7 @@
 #include <bit>
 #include <charconv>
 #include <cstring>
+#include <exception>
 #include <system_error>
 #include <thread>
 
@@ -204,18 +205,30 @@ MemoReferences MemoReferences::Scan(std::span<const uint8_t> input, const Scanne
   // pickle writes. The first half's scan says whether it was one here: it ends exactly there,
   // or past it (an opcode ran over the frame's end: the second half is scanned again from
   // where the first ended), or before (the reader stops there: the second half is not used).
+  // What the second thread throws (std::bad_alloc, which the command reports) is rethrown here
+  // once it has ended; the thread is joined however the first half ends.
+  // (Where the second half stops does not matter: what it read up to there is what one pass
+  // reads once it has come to the split.)
   MemoReferences second;
-  Reach second_reach;
-  std::thread thread;
-  try {
-    thread =
-        std::thread([&] { second_reach = ScanRange(input, split, input.size(), scanned, second); });
-  } catch (const std::system_error&) {
-    ScanRange(input, 0, input.size(), scanned, refs);  // no thread to be had: one pass
-    return refs;
+  std::exception_ptr second_failed;
+  Reach first;
+  {
+    std::jthread thread;
+    try {
+      thread = std::jthread([&] {
+        try {
+          (void)ScanRange(input, split, input.size(), scanned, second);
+        } catch (...) {
+          second_failed = std::current_exception();
+        }
+      });
+    } catch (const std::system_error&) {
+      ScanRange(input, 0, input.size(), scanned, refs);  // no thread to be had: one pass
+      return refs;
+    }
+    first = ScanRange(input, 0, split, scanned, refs);
   }
-  const Reach first = ScanRange(input, 0, split, scanned, refs);
-  thread.join();
+  if (second_failed) std::rethrow_exception(second_failed);
   if (first.stopped) return refs;
   if (first.end == split) {
     refs.Merge(second);
