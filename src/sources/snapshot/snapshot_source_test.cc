@@ -7,8 +7,8 @@
 #include <map>
 
 #include "sources/pickle/pickle_reader.h"
-#include "sources/snapshot/snapshot_test_support.h"
 #include "support/pickle_builder.h"
+#include "support/snapshot_parts.h"
 
 namespace vramscope::snapshot {
 namespace {

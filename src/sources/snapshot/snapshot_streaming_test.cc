@@ -12,8 +12,8 @@
 
 #include "common/mapped_file.h"
 #include "sources/snapshot/snapshot_source.h"
-#include "sources/snapshot/snapshot_test_support.h"
 #include "support/pickle_builder.h"
+#include "support/snapshot_parts.h"
 
 namespace vramscope::snapshot {
 namespace {
