@@ -11,6 +11,7 @@
 #include "device/non_pytorch_memory.h"
 #include "pipeline/hub_download.h"
 #include "pipeline/predict_parts.h"
+#include "predict/compiled_step.h"
 #include "predict/model_description.h"
 #include "predict/techniques.h"
 #include "predict/tracer_stream.h"
@@ -171,6 +172,7 @@ Result<predict::PredictRequest> Resolve(const PredictRequest& o) {
   }
   s.lora_dropout = o.lora_dropout;
   s.freeze = o.freeze;
+  s.compile = o.compile;
   if (o.zero != 0 && o.fsdp) return UsageError("--zero and --fsdp: choose one");
   if (o.zero == 1) s.zero = predict::ZeroMode::kZero1;
   if (o.zero == 2) s.zero = predict::ZeroMode::kZero2;
@@ -471,11 +473,25 @@ Result<PredictResult> Predict(const PredictRequest& r) {
     if (traced->path().empty()) return InternalError("cannot make a temporary file for the tracer");
     RETURN_IF_ERROR(predict_parts::TraceModel(r, traced->path()));
     model_source = traced->path();
-  } else if (r.compile || r.cuda_graphs) {
+  } else if (r.cuda_graphs || (r.compile && predict::IsTracerStreamFile(r.model))) {
     return UsageError(
-        "--compile and --cuda-graphs run your model through torch.compile in the tracer; give "
-        "--model FILE.py:FUNCTION or hf:config.json (a tracer .jsonl says itself whether it was "
+        "--cuda-graphs runs your model through torch.compile in the tracer; give --model "
+        "FILE.py:FUNCTION or hf:config.json (a tracer .jsonl says itself whether it was "
         "compiled)");
+  } else if (r.compile) {
+    // The LLaMA family from the compiled step's templates (predict/compiled_step.h).
+    ASSIGN_OR_RETURN(const predict::LoadedModel loaded, predict::LoadModel(r.model));
+    const std::string why = loaded.spec
+                                ? predict::CompiledStepUnsupported(*loaded.spec, request.setup)
+                                : std::string(
+                                      "--compile is predicted for the LLaMA family from templates; "
+                                      "trace your model with --model FILE.py:FUNCTION --compile");
+    if (!why.empty()) return UsageError(why);
+    if (!r.plan.empty() || !r.fit.empty()) {
+      return UsageError(fmt::format(
+          "{} searches eager set-ups; --compile is predicted for the set-up given: drop one",
+          r.plan.empty() ? "--fit" : "--plan"));
+    }
   }
   ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(model_source));
   if (!r.fit.empty()) return FitStep(r, request, model);

@@ -141,6 +141,8 @@ struct TrainingSetup {
   int world_size = 1;
   uint64_t ddp_bucket_cap_bytes = uint64_t{25} << 20;  // DDP(bucket_cap_mb=25)
   std::vector<std::string> freeze;                     // shell patterns of frozen parameter names
+  // torch.compile(model) (predict/compiled_step.h): the LLaMA family from its templates.
+  bool compile = false;
   // The most tensor events the simulated steps may hold (--max-events): the prediction's size,
   // which the user chooses through steps x micro-batches x layers (the resource contract).
   uint64_t max_events = kDefaultMaxPredictedEvents;

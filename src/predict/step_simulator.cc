@@ -130,6 +130,21 @@ TensorId StepSimulator::Alloc(uint64_t bytes, model::Category category, std::str
   return static_cast<TensorId>(tensors_.size() - 1);
 }
 
+std::vector<std::string> StepSimulator::TrainableParameterNames() const {
+  std::vector<std::string> out;
+  for (const Param& p : params_) {
+    if (p.trainable && tensors_[p.tensor].requires_grad) out.push_back(p.name);
+  }
+  return out;
+}
+
+TensorId StepSimulator::ParameterNamed(std::string_view name) const {
+  for (const Param& p : params_) {
+    if (p.name == name) return p.tensor;
+  }
+  return kNoTensor;
+}
+
 void StepSimulator::Relabel(TensorId t, model::Category category, std::string_view name) {
   StreamEvent& e = out_.events[tensors_[t].alloc_event];
   e.category = category;

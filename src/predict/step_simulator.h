@@ -118,6 +118,15 @@ class StepSimulator {
   uint64_t Bytes(TensorId t) const { return tensors_[t].bytes; }
   bool RequiresGrad(TensorId t) const { return tensors_[t].requires_grad; }
   bool IsParameter(TensorId t) const { return tensors_[t].param >= 0; }
+  // The trainable parameters' qualified names, in the order they were made, and a parameter by
+  // its name (kNoTensor if none): a compiled graph's gradients are matched to them by name.
+  std::vector<std::string> TrainableParameterNames() const;
+  TensorId ParameterNamed(std::string_view name) const;
+  // A temporary kept for backward outside any node's saved list (a compiled graph's saved
+  // tensors, which its backward frees itself): labelled an activation named `name`.
+  void MarkActivation(TensorId t, std::string_view name) {
+    Relabel(t, model::Category::kActivation, name);
+  }
 
   // --- autograd -----------------------------------------------------------------------------
   bool grad_enabled() const { return grad_enabled_; }

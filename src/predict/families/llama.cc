@@ -2,6 +2,7 @@
 // forward pass.
 #include <fmt/format.h>
 
+#include "predict/compiled_step.h"
 #include "predict/families/family_common.h"
 
 namespace vramscope::predict::families {
@@ -74,6 +75,14 @@ class Llama : public Model {
 
   StepTensors Forward(Ops& ops, const std::vector<TensorId>& in) override {
     StepSimulator& sim = ops.sim();
+    if (s_.compile) {
+      // torch.compile(model): the whole forward and loss one graph (compiled_step.h).
+      const CompiledOutputs compiled = RunCompiledStep(sim, m_, s_);
+      StepTensors out;
+      out.output = compiled.output;
+      out.loss = compiled.loss;
+      return out;
+    }
     const uint64_t b = s_.batch, s = Seq(), h = m_.hidden, rows = b * s, d = h / m_.heads;
     TensorId x;
     {

@@ -1,0 +1,264 @@
+// The compiled step's templates (compiled_step.h), instantiated in the simulator.
+#include "predict/compiled_step.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace vramscope::predict {
+
+namespace {
+
+// src/predict/compiled/llama.json, as a string literal (made by CMake at configure time).
+constexpr std::string_view kTemplatesJson =
+#include "compiled_templates_json.inc"
+    ;
+
+const nlohmann::json& Templates() {
+  static const nlohmann::json doc = nlohmann::json::parse(kTemplatesJson);
+  return doc;
+}
+
+std::string StructureKey(const ModelSpec& m) {
+  std::string key = m.kv_heads < m.heads ? "gqa" : "mha";
+  if (m.qkv_bias) key += "-bias";
+  if (m.tie_embeddings) key += "-tied";
+  return key;
+}
+
+std::string PrecisionKey(const TrainingSetup& s) {
+  const Precision& p = s.precision;
+  if (p.param == DType::kBF16 && !p.autocast) return "bf16";
+  if (p.param == DType::kF32 && p.autocast == DType::kBF16) return "bf16-amp";
+  return "";
+}
+
+const nlohmann::json* FindTemplate(const std::string& structure, const std::string& precision) {
+  for (const auto& t : Templates()["templates"]) {
+    if (t["structure"] == structure && t["precision"] == precision) return &t;
+  }
+  return nullptr;
+}
+
+std::string Available() {
+  std::vector<std::string> names;
+  for (const auto& t : Templates()["templates"]) {
+    names.push_back(fmt::format("{} in {}", t["structure"].get<std::string>(),
+                                t["precision"].get<std::string>()));
+  }
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+// The model's dimensions under the template's variable names.
+std::map<std::string, uint64_t, std::less<>> Variables(const ModelSpec& m, const TrainingSetup& s) {
+  const uint64_t d = m.hidden / m.heads;
+  return {{"b", s.batch},
+          {"s", s.seq ? s.seq : m.default_seq},
+          {"heads", m.heads},
+          {"kvh", m.kv_heads},
+          {"g", m.heads / m.kv_heads},
+          {"d8", d / 8},
+          {"ffn", m.intermediate},
+          {"vocab", m.vocab}};
+}
+
+uint64_t SequenceForm(std::string_view form, uint64_t s) {
+  if (form == "s+1") return s + 1;
+  if (form == "s8") return (s + 7) / 8 * 8;
+  if (form == "s32") return (s + 31) / 32 * 32;
+  return s;
+}
+
+// c * prod(sequence forms) * prod(var^e), saturating at the simulator's largest tensor (which
+// it then reports as too large).
+uint64_t SizeOf(const nlohmann::json& size,
+                const std::map<std::string, uint64_t, std::less<>>& vars) {
+  constexpr uint64_t kCap = StepSimulator::kMaxTensorBytes * 2;
+  uint64_t n = size[0].get<uint64_t>();
+  auto times = [&](uint64_t v) { n = (v != 0 && n > kCap / v) ? kCap : n * v; };
+  for (const auto& form : size[2]) times(SequenceForm(form.get<std::string>(), vars.at("s")));
+  for (const auto& [var, e] : size[1].items()) {
+    for (int i = 0; i < e.get<int>(); ++i) times(vars.at(var));
+  }
+  return n;
+}
+
+// Segments in order, each with the layer it runs for (-1: the prefix or suffix of the phase).
+using Tensors = std::map<std::tuple<std::string, int64_t, int64_t>, TensorId>;
+
+int64_t LayerOf(std::string_view mode, int64_t value, int64_t layer, int64_t layers) {
+  if (mode == "rel") return layer + value;
+  if (mode == "first") return value;
+  if (mode == "last") return layers - 1 - value;
+  return -1;
+}
+
+TensorId Resolve(const Tensors& made, const nlohmann::json& ref, int64_t layer, int64_t layers) {
+  const int64_t at = LayerOf(ref[2].get<std::string>(), ref[3].get<int64_t>(), layer, layers);
+  // A reference to the block before, when there is none, names the prefix's tensor instead.
+  if (ref.size() == 5 && at > layers - 2) {
+    return made.at({ref[4][0].get<std::string>(), -1, ref[4][1].get<int64_t>()});
+  }
+  return made.at({ref[0].get<std::string>(), at, ref[1].get<int64_t>()});
+}
+
+std::string LayerName(std::string_view pattern, int64_t layer) {
+  std::string out(pattern);
+  if (const size_t at = out.find("{i}"); at != std::string::npos) {
+    out.replace(at, 3, std::to_string(layer));
+  }
+  return out;
+}
+
+bool IsMatmul(std::string_view op) {
+  return op == "aten::mm" || op == "aten::addmm" || op == "aten::bmm";
+}
+
+struct Segment {
+  const char* name;
+  int64_t layer;
+};
+
+std::vector<Segment> Order(bool forward, int64_t layers) {
+  std::vector<Segment> out;
+  if (forward) {
+    out.push_back({"fpre", -1});
+    for (int64_t i = 1; i < layers; ++i) out.push_back({"fblk", i});
+    out.push_back({"fsuf", -1});
+  } else {
+    out.push_back({"bpre", -1});
+    for (int64_t j = 0; j + 2 < layers; ++j) out.push_back({"bblk", layers - 2 - j});
+    out.push_back({"bsuf", -1});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string CompiledStepUnsupported(const ModelSpec& m, const TrainingSetup& s) {
+  if (m.family != Family::kLlama || m.experts > 0 || m.Mla()) {
+    return fmt::format(
+        "--compile is predicted for the LLaMA family (LLaMA, Mistral, Qwen2) from templates; "
+        "{} is another: trace it with --model hf:config.json --compile",
+        m.label);
+  }
+  if (m.mlp_bias || m.attention != "sdpa" || m.dropout > 0 || m.attention_dropout > 0 ||
+      m.heads == 0 || m.kv_heads == 0 || m.hidden % m.heads != 0 || (m.hidden / m.heads) % 8 != 0) {
+    return fmt::format(
+        "--compile's templates are of sdpa attention, no MLP bias, no dropout and a head "
+        "dimension that is a multiple of 8; {} differs: trace it with --model hf:config.json "
+        "--compile",
+        m.label);
+  }
+  const std::string precision = PrecisionKey(s);
+  if (precision.empty()) {
+    return "--compile's templates are of --dtype bf16 and bf16-amp; trace other dtypes with "
+           "--model hf:config.json --compile";
+  }
+  const nlohmann::json* t = FindTemplate(StructureKey(m), precision);
+  if (t == nullptr) {
+    return fmt::format(
+        "--compile has no template for {} ({} in {}); there are: {} "
+        "(scripts/gen_compiled_templates.py makes more)",
+        m.label, StructureKey(m), precision, Available());
+  }
+  if (m.layers < (*t)["min_layers"].get<uint64_t>()) {
+    return fmt::format("--compile's templates need {} layers or more; {} has {}",
+                       (*t)["min_layers"].get<uint64_t>(), m.label, m.layers);
+  }
+  std::vector<std::string> other;
+  if (s.checkpointing) other.emplace_back("checkpointing");
+  if (s.lora_rank > 0) other.emplace_back(s.qlora ? "--qlora" : "--lora");
+  if (!s.freeze.empty()) other.emplace_back("--freeze");
+  if (s.optimizer_in_backward) other.emplace_back("--optimizer-in-backward");
+  if (s.float8) other.emplace_back("--fp8");
+  if (!s.pack.empty()) other.emplace_back("--pack");
+  if (s.loss_chunks > 1) other.emplace_back("--loss-chunks");
+  if (s.fused_linear_ce) other.emplace_back("--fused-linear-ce");
+  if (s.offload_activations) other.emplace_back("--offload-activations");
+  if (s.zero == ZeroMode::kZero3 || s.zero == ZeroMode::kFsdp) other.emplace_back("ZeRO-3/FSDP");
+  if (!other.empty()) {
+    return fmt::format(
+        "--compile's templates are of the plain step; with {} trace the model with --model "
+        "hf:config.json --compile",
+        fmt::join(other, ", "));
+  }
+  return "";
+}
+
+CompiledOutputs RunCompiledStep(StepSimulator& sim, const ModelSpec& m, const TrainingSetup& s) {
+  const nlohmann::json& t = *FindTemplate(StructureKey(m), PrecisionKey(s));
+  const auto vars = Variables(m, s);
+  const auto layers = static_cast<int64_t>(m.layers);
+  auto made = std::make_shared<Tensors>();
+  for (const Segment& seg : Order(true, layers)) {
+    int64_t n = 0;
+    for (const auto& e : t[seg.name]) {
+      if (e[0] == "a") {
+        const auto& a = e[1];
+        const std::string op = a["op"].get<std::string>();
+        const TensorId id = sim.New(SizeOf(a["size"], vars), op);
+        if (IsMatmul(op)) sim.Matmul(op);
+        if (a["category"] == "activation") {
+          sim.MarkActivation(id, LayerName(a.value("name", std::string()), seg.layer));
+        }
+        (*made)[{seg.name, seg.layer, n++}] = id;
+      } else {
+        sim.Free(Resolve(*made, e[1], seg.layer, layers));
+      }
+    }
+  }
+  std::vector<TensorId> kept;
+  for (const auto& ref : t["kept"]) kept.push_back(Resolve(*made, ref, -1, layers));
+  CompiledOutputs out;
+  out.output = kept.front();
+  out.loss = kept.back();
+  // The node's inputs: every trainable parameter, as the graph returns their gradients.
+  auto inputs = std::make_shared<std::map<std::string, size_t>>();
+  std::vector<TensorId> params;
+  for (const std::string& name : sim.TrainableParameterNames()) {
+    (*inputs)[name] = params.size();
+    params.push_back(sim.ParameterNamed(name));
+  }
+  auto backward = [&t, vars, layers, made, inputs](BackwardContext& ctx) {
+    std::vector<std::pair<size_t, TensorId>> grads;
+    for (const Segment& seg : Order(false, layers)) {
+      int64_t n = 0;
+      for (const auto& e : t[seg.name]) {
+        if (e[0] == "a") {
+          const auto& a = e[1];
+          const std::string op = a["op"].get<std::string>();
+          const TensorId id = ctx.New(SizeOf(a["size"], vars), op);
+          if (IsMatmul(op)) ctx.Matmul(op);
+          (*made)[{seg.name, seg.layer, n++}] = id;
+          if (!a.contains("param")) continue;
+          int64_t layer = -1;
+          if (a.contains("param_layer")) {
+            const auto& pl = a["param_layer"];
+            layer = LayerOf(pl[0].get<std::string>(), pl[1].get<int64_t>(), seg.layer, layers);
+          }
+          const auto input = inputs->find(LayerName(a["param"].get<std::string>(), layer));
+          if (input == inputs->end()) {
+            ctx.Free(id);  // a frozen parameter's: the graph does not make it
+          } else {
+            grads.emplace_back(input->second, id);
+          }
+        } else {
+          ctx.Free(Resolve(*made, e[1], seg.layer, layers));
+        }
+      }
+    }
+    // The backward graph returns every gradient at its end; the engine then accumulates each.
+    for (const auto& [input, grad] : grads) ctx.GiveGrad(input, grad);
+  };
+  sim.Node("CompiledFunction", params, {out.loss, out.output}, {}, std::move(backward));
+  return out;
+}
+
+}  // namespace vramscope::predict
