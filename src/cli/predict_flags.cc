@@ -305,9 +305,10 @@ void RegisterPredictCommand(CLI::App& app, PredictFlags& o) {
                   "or hf:config.json, and (with huggingface_hub) downloads a Hub id's "
                   "config.json (default: python3)");
   cmd->add_flag("--compile", o.request.compile,
-                "traced models: the step as torch.compile(model) runs it (AOTAutograd's "
+                "the step as torch.compile(model) runs it: traced models (AOTAutograd's "
                 "partitioner decides what is saved for backward, Inductor's lowering which "
-                "intermediates are allocated)");
+                "intermediates are allocated), and the LLaMA family in bf16/bf16-amp from "
+                "templates the tracer made (docs/guide/predict.md)");
   cmd->add_flag("--cuda-graphs", o.request.cuda_graphs,
                 "traced models: torch.compile(model, mode=\"reduce-overhead\"): --compile, with "
                 "the compiled graphs' memory in a CUDA graph pool held for their lifetime");

@@ -212,11 +212,17 @@ def test_predict_cuda_graphs_pool_is_held(tmp_path):
 
 
 @pytest.mark.skipif(not BIN.exists(), reason=f"no vramscope binary at {BIN}")
-def test_predict_compile_needs_a_traced_model(tmp_path):
+def test_predict_compile_of_a_built_in_family_without_templates_is_refused(tmp_path):
+    # Built-in --compile is the LLaMA family's (src/predict/compiled_step.h); --cuda-graphs
+    # needs a traced model.
     out = predict("--model", "gpt2", "--compile", cwd=tmp_path)
     assert out.returncode == 2
     lines = [l for l in out.stderr.splitlines() if l.startswith("vramscope: error:")]
-    assert len(lines) == 1 and "--compile and --cuda-graphs run your model" in lines[0]
+    assert len(lines) == 1 and "--compile is predicted for the LLaMA family" in lines[0]
+    out = predict("--model", "gpt2", "--cuda-graphs", cwd=tmp_path)
+    assert out.returncode == 2
+    lines = [l for l in out.stderr.splitlines() if l.startswith("vramscope: error:")]
+    assert len(lines) == 1 and "--cuda-graphs runs your model" in lines[0]
 
 
 SMALL_GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2,
