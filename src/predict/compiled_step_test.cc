@@ -10,6 +10,7 @@
 
 #include "predict/model_description.h"
 #include "predict/predict.h"
+#include "predict/techniques.h"
 
 namespace vramscope::predict {
 namespace {
@@ -91,6 +92,23 @@ TEST(CompiledStep, KeepsTheBf16LogitsNotAnFp32CopyAndTheSameModelStates) {
        {model::Category::kWeight, model::Category::kGradient, model::Category::kOptimizerState}) {
     EXPECT_EQ(Cat(ce, cat), Cat(ee, cat)) << static_cast<int>(cat);
   }
+}
+
+// The summary's effect line: the set-up predicted again eager. With SGD the step's peak is in
+// backward, where the compiled graph holds less (the bf16 logits, fused pointwise chains).
+TEST(CompiledStep, ItsEffectIsWeighedAgainstEager) {
+  auto model = LoadModel("llama3-8b");
+  ASSERT_TRUE(model.ok());
+  PredictRequest r;
+  r.model = "llama3-8b";
+  r.setup = Bf16(2, 2048);
+  r.setup.optimizer.kind = OptimizerKind::kSgd;
+  auto effects = TechniqueEffects(*model, r);
+  ASSERT_TRUE(effects.ok()) << effects.status().message();
+  ASSERT_EQ(effects->size(), 1u);
+  EXPECT_EQ((*effects)[0].name, "torch.compile (against eager)");
+  EXPECT_GT((*effects)[0].gpu_saved, int64_t{1} << 30) << EffectText((*effects)[0]);
+  EXPECT_EQ((*effects)[0].host_added, 0);
 }
 
 }  // namespace

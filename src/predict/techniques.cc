@@ -82,6 +82,9 @@ std::vector<ActiveTechnique> ActiveTechniques(const TrainingSetup& s) {
     out.push_back(
         {"fused linear cross-entropy", [](TrainingSetup& t) { t.fused_linear_ce = false; }});
   }
+  if (s.compile) {
+    out.push_back({"torch.compile (against eager)", [](TrainingSetup& t) { t.compile = false; }});
+  }
   if (s.optimizer_in_backward) {
     out.push_back(
         {"optimizer step in backward", [](TrainingSetup& t) { t.optimizer_in_backward = false; }});
