@@ -15,13 +15,16 @@ namespace vramscope::predict {
 
 namespace {
 
-// src/predict/compiled/llama.json, as a string literal (made by CMake at configure time).
-constexpr std::string_view kTemplatesJson =
+// src/predict/compiled/llama.json, as a string literal (made by CMake at configure time). An
+// array, not a constexpr string_view: measuring a literal of a few hundred KiB in a constant
+// expression passes GCC's loop limit.
+constexpr char kTemplatesJson[] =
 #include "compiled_templates_json.inc"
     ;
 
 const nlohmann::json& Templates() {
-  static const nlohmann::json doc = nlohmann::json::parse(kTemplatesJson);
+  static const nlohmann::json doc =
+      nlohmann::json::parse(std::string_view(kTemplatesJson, sizeof(kTemplatesJson) - 1));
   return doc;
 }
 
