@@ -61,6 +61,9 @@ STRUCTURES = {
     "gqa-bias-tied": {"tie": True, "qkv_bias": True, "gqa": True},  # Qwen2-0.5B/1.5B
 }
 PRECISIONS = {"bf16": ["--dtype", "bf16"], "bf16-amp": ["--amp", "bf16"]}
+# The step as it is, or with every layer checkpointed (gradient_checkpointing_enable(), traced by
+# Dynamo as a higher-order op: AOTAutograd recomputes the layer inside the backward graph).
+VARIANTS = {"plain": [], "ckpt": ["--checkpointing"]}
 
 # The sequence appears as itself, shifted by one (the labels), or rounded up to 8 (the padded
 # attention mask) or to 32 (the memory-efficient attention's log-sum-exp).
@@ -99,8 +102,8 @@ def values(structure: dict, sizes: dict) -> dict:
 # ------------------------------------------------------------------------------------- traces
 
 
-def run_tracer(python: str, structure: dict, precision: str, sizes: dict, layers: int,
-               work: Path) -> list[dict]:
+def run_tracer(python: str, structure: dict, precision: str, variant: str, sizes: dict,
+               layers: int, work: Path) -> list[dict]:
     name = f"L{layers}_" + "_".join(str(v) for v in sizes.values())
     cfg, out = work / f"{name}.json", work / f"{name}.jsonl"
     text = json.dumps(config(structure, sizes, layers))
@@ -109,7 +112,7 @@ def run_tracer(python: str, structure: dict, precision: str, sizes: dict, layers
     cfg.write_text(text)
     cmd = [python, "-m", "vramscope.tracer", "--model", f"hf:{cfg}", "--batch",
            str(sizes["b"]), "--seq", str(sizes["s"]), "--steps", "1", "--optimizer", "adamw",
-           "--compile", "-o", str(out), *PRECISIONS[precision]]
+           "--compile", "-o", str(out), *PRECISIONS[precision], *VARIANTS[variant]]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -207,16 +210,19 @@ def backward_cuts(step3: Step, step4: Step) -> list[tuple[int, int]]:
 # ------------------------------------------------------------------------------------ segments
 
 
-def segments(step: Step, layers: int, bcut: tuple[int, int]) -> list[tuple[str, int, list]]:
+def segments(step: Step, layers: int, bcut: tuple[int, int],
+             last_in_block: bool = True) -> list[tuple[str, int, list]]:
     """[(segment, layer, events)]: the forward's prefix, blocks and suffix, then the
     backward's; a backward block's layer is the one it runs for (the last first)."""
     cuts = forward_cuts(step, layers)
     f, b = step.forward, step.backward
     # The first layer makes what all share (the attention mask): the prefix holds it, the
-    # block the layers after.
+    # block the layers after; the last too, unless it differs (under checkpointing its forward
+    # saves less): then the suffix holds it.
+    last = layers if last_in_block else layers - 1
     out = [("fpre", -1, f[:cuts[1]])]
-    out += [("fblk", i, f[cuts[i]:cuts[i + 1]]) for i in range(1, layers)]
-    out.append(("fsuf", -1, f[cuts[layers]:]))
+    out += [("fblk", i, f[cuts[i]:cuts[i + 1]]) for i in range(1, last)]
+    out.append(("fsuf", -1, f[cuts[last]:]))
     p, k = bcut
     out.append(("bpre", -1, b[:p]))
     out += [("bblk", layers - 2 - j, b[p + j * k:p + (j + 1) * k]) for j in range(layers - 2)]
@@ -267,8 +273,8 @@ def ref_key(item):
     return (r[0], r[1], r[2], tuple(r[3]) if isinstance(r[3], tuple) else (r[3],))
 
 
-def structure_of(step: Step, layers: int, bcut) -> dict:
-    segs = segments(step, layers, bcut)
+def structure_of(step: Step, layers: int, bcut, last_in_block: bool = True) -> dict:
+    segs = segments(step, layers, bcut, last_in_block)
     made = where_made(segs)
     out = {}
     for seg, layer, events in segs:
@@ -374,23 +380,28 @@ def template_name(v: dict) -> str:
     return f"{module}:{node}" if node else module
 
 
-def make_template(python: str, structure_key: str, precision: str, work: Path) -> dict:
+def make_template(python: str, structure_key: str, precision: str, variant: str,
+                  work: Path) -> dict:
     structure = STRUCTURES[structure_key]
-    traces = [Step(run_tracer(python, structure, precision, sz, 3, work)) for sz in SIZE_SETS]
-    deep = Step(run_tracer(python, structure, precision, SIZE_SETS[0], 4, work))
+    traces = [Step(run_tracer(python, structure, precision, variant, sz, 3, work))
+              for sz in SIZE_SETS]
+    deep = Step(run_tracer(python, structure, precision, variant, SIZE_SETS[0], 4, work))
     checks = [(t, z, 3) for t, z in zip(traces, SIZE_SETS)] + [(deep, SIZE_SETS[0], 4)]
     cuts = backward_cuts(traces[0], deep)
     if not cuts:
-        sys.exit(f"{structure_key}/{precision}: the backward does not repeat a block per layer")
-    for cut in cuts:
-        template = template_at(structure_key, precision, traces, deep, cut)
+        sys.exit(f"{structure_key}/{precision}/{variant}: the backward does not repeat a block "
+                 "per layer")
+    name = f"{structure_key}/{precision}/{variant}"
+    for cut, last_in_block in [(c, b) for b in (True, False) for c in cuts]:
+        template = template_at(structure_key, precision, traces, deep, cut, last_in_block)
+        if template:
+            template["variant"] = variant
         if template and all(instantiate(template, values(structure, sz), depth)
                             == as_instantiated(step) for step, sz, depth in checks[:1] +
                             checks[3:]):
             break
     else:
-        sys.exit(f"{structure_key}/{precision}: no split of the backward gives the traces at "
-                 "depths 3 and 4")
+        sys.exit(f"{name}: no split of the backward gives the traces at depths 3 and 4")
     # Inductor orders the backward's kernels with the sizes in view: at other sizes some frees
     # come a kernel earlier or later. The template keeps the first set's order; at the others
     # the peaks must agree within 1%.
@@ -399,9 +410,9 @@ def make_template(python: str, structure_key: str, precision: str, work: Path) -
         theirs = peaks(as_instantiated(step))
         for phase in ours:
             if abs(ours[phase] - theirs[phase]) > 0.01 * theirs[phase]:
-                sys.exit(f"{structure_key}/{precision}: the {phase} peak at {sz} is "
+                sys.exit(f"{name}: the {phase} peak at {sz} is "
                          f"{ours[phase]} B, the trace's {theirs[phase]} B")
-        print(f"{structure_key}/{precision} at {sz}: peaks {ours}, traced {theirs}",
+        print(f"{name} at {sz}: peaks {ours}, traced {theirs}",
               file=sys.stderr)
     return template
 
@@ -433,17 +444,18 @@ def param_layer(seg: str, layer: int, layers: int) -> list:
 
 
 def template_at(structure_key: str, precision: str, traces: list[Step], deep: Step,
-                cut: tuple[int, int]) -> dict | None:
+                cut: tuple[int, int], last_in_block: bool = True) -> dict | None:
     """The template for one split of the backward; None where its references do not hold."""
     structure = STRUCTURES[structure_key]
-    s3s = [structure_of(t, 3, cut) for t in traces]
-    if not settle_either(s3s[0], structure_of(deep, 4, cut)):
+    s3s = [structure_of(t, 3, cut, last_in_block) for t in traces]
+    if not settle_either(s3s[0], structure_of(deep, 4, cut, last_in_block)):
         return None
     sets = [values(structure, sz) for sz in SIZE_SETS]
     # The suffix of the backward frees what the last block made: a template needs a block, so
     # three layers at least.
     template = {"structure": structure_key, "precision": precision,
-                "variables": variables(structure), "min_layers": 3}
+                "variables": variables(structure), "min_layers": 3,
+                "forward_last_in_block": last_in_block}
     sizes = {}
     for seg in ("fpre", "fblk", "fsuf", "bpre", "bblk", "bsuf"):
         # The same allocations at every size, though some come a kernel earlier or later: each
@@ -502,7 +514,8 @@ def instantiate(template: dict, vals: dict, layers: int) -> list[tuple]:
     """The template at these sizes and depth, as (kind, bytes or op, allocation number) in
     order: what src/predict/compiled does, written again to check the data."""
     out, number = [], {}
-    order = [("fpre", -1)] + [("fblk", i) for i in range(1, layers)]
+    last = layers if template.get("forward_last_in_block", True) else layers - 1
+    order = [("fpre", -1)] + [("fblk", i) for i in range(1, last)]
     order += [("fsuf", -1), ("bpre", -1)]
     order += [("bblk", layers - 2 - j) for j in range(layers - 2)] + [("bsuf", -1)]
     for seg, layer in order:
@@ -554,37 +567,69 @@ def as_instantiated(step: Step) -> list[tuple]:
     return sorted_frees(out, lambda e: e[0] == "f", lambda e: e[2])
 
 
+def compact(template: dict) -> dict:
+    """The template as stored: an allocation as {"s": size, "o": op, then "n": its name where it
+    is an activation (what the report names), "p" and "l" where it is a parameter's gradient};
+    a temporary's name and every category but these are not read."""
+    out = dict(template)
+    for seg in ("fpre", "fblk", "fsuf", "bpre", "bblk", "bsuf"):
+        events = []
+        for kind, v in template[seg]:
+            if kind == "a":
+                a = {"s": v["size"], "o": v["op"]}
+                if v["category"] == "activation":
+                    a["n"] = v.get("name", "")
+                if "param" in v:
+                    a["p"] = v["param"]
+                    if "param_layer" in v:
+                        a["l"] = v["param_layer"]
+                v = a
+            events.append([kind, v])
+        out[seg] = events
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--python", default=sys.executable, help="a Python with torch, transformers")
-    ap.add_argument("--only", nargs="*", help="STRUCTURE/PRECISION, e.g. gqa/bf16")
+    ap.add_argument("--only", nargs="*", help="STRUCTURE/PRECISION[/VARIANT], e.g. gqa/bf16/ckpt")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--work", type=Path, help="keep the traces here (and reuse them)")
     args = ap.parse_args()
-    wanted = [(s, p) for s in STRUCTURES for p in PRECISIONS]
+    wanted = [(s, p, v) for s in STRUCTURES for p in PRECISIONS for v in VARIANTS]
     if args.only:
-        wanted = [tuple(w.split("/")) for w in args.only]
+        wanted = [tuple((w + "/plain").split("/")[:3]) for w in args.only]
     out_file = OUT / "llama.json"
     existing = json.loads(out_file.read_text()) if out_file.exists() else {"templates": []}
     with tempfile.TemporaryDirectory() as tmp, \
             concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = {}
-        for s, p in wanted:
-            work = (args.work or Path(tmp)) / f"{s}_{p}"
+        for s, p, v in wanted:
+            work = (args.work or Path(tmp)) / (f"{s}_{p}" + ("" if v == "plain" else f"_{v}"))
             work.mkdir(parents=True, exist_ok=True)
-            futures[(s, p)] = pool.submit(make_template, args.python, s, p, work)
-        made = {key: f.result() for key, f in futures.items()}
+            futures[(s, p, v)] = pool.submit(make_template, args.python, s, p, v, work)
+        made, failed = {}, []
+        for key, future in futures.items():
+            try:
+                made[key] = future.result()
+            except SystemExit as e:  # one template that cannot be made leaves the others
+                failed.append(str(e.code))
     import torch
     import transformers
-    kept = [t for t in existing["templates"] if (t["structure"], t["precision"]) not in made]
+    made = {key: compact(t) for key, t in made.items()}
+    kept = [t for t in existing["templates"]
+            if (t["structure"], t["precision"], t.get("variant", "plain")) not in made]
     doc = {"generator": "scripts/gen_compiled_templates.py",
            "torch": torch.__version__, "transformers": transformers.__version__,
            "templates": sorted(kept + list(made.values()),
-                               key=lambda t: (t["structure"], t["precision"]))}
+                               key=lambda t: (t["structure"], t["precision"],
+                                              t.get("variant", "plain")))}
     OUT.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     print(f"wrote {out_file}: {len(doc['templates'])} templates")
-    return 0
+    for why in failed:
+        print(f"not made: {why}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -42,9 +42,21 @@ std::string PrecisionKey(const TrainingSetup& s) {
   return "";
 }
 
-const nlohmann::json* FindTemplate(const std::string& structure, const std::string& precision) {
+// "plain", or "ckpt": every layer checkpointed as transformers' gradient_checkpointing_enable()
+// does (under which Dynamo breaks the graph at each layer: the layers run eagerly, checkpointed).
+std::string VariantKey(const TrainingSetup& s) {
+  if (!s.checkpointing) return "plain";
+  if (s.checkpoint_every == 1 && !s.offload_checkpoints && !s.checkpoint_ops) return "ckpt";
+  return "";
+}
+
+const nlohmann::json* FindTemplate(const std::string& structure, const std::string& precision,
+                                   const std::string& variant) {
   for (const auto& t : Templates()["templates"]) {
-    if (t["structure"] == structure && t["precision"] == precision) return &t;
+    if (t["structure"] == structure && t["precision"] == precision &&
+        t.value("variant", std::string("plain")) == variant) {
+      return &t;
+    }
   }
   return nullptr;
 }
@@ -52,8 +64,10 @@ const nlohmann::json* FindTemplate(const std::string& structure, const std::stri
 std::string Available() {
   std::vector<std::string> names;
   for (const auto& t : Templates()["templates"]) {
-    names.push_back(fmt::format("{} in {}", t["structure"].get<std::string>(),
-                                t["precision"].get<std::string>()));
+    const std::string variant = t.value("variant", std::string("plain"));
+    names.push_back(fmt::format("{} in {}{}", t["structure"].get<std::string>(),
+                                t["precision"].get<std::string>(),
+                                variant == "plain" ? "" : " (" + variant + ")"));
   }
   return fmt::format("{}", fmt::join(names, ", "));
 }
@@ -128,11 +142,15 @@ struct Segment {
   int64_t layer;
 };
 
-std::vector<Segment> Order(bool forward, int64_t layers) {
+// The segments of a phase in order. The forward's blocks are layers 1 to L-1, or to L-2 where
+// the last layer's forward differs (it is then in the suffix); the backward's run from L-2 down to
+// 1 (the last layer's in the prefix, the first's in the suffix).
+std::vector<Segment> Order(bool forward, int64_t layers, bool last_in_block) {
   std::vector<Segment> out;
   if (forward) {
     out.push_back({"fpre", -1});
-    for (int64_t i = 1; i < layers; ++i) out.push_back({"fblk", i});
+    const int64_t last = last_in_block ? layers : layers - 1;
+    for (int64_t i = 1; i < last; ++i) out.push_back({"fblk", i});
     out.push_back({"fsuf", -1});
   } else {
     out.push_back({"bpre", -1});
@@ -164,19 +182,25 @@ std::string CompiledStepUnsupported(const ModelSpec& m, const TrainingSetup& s) 
     return "--compile's templates are of --dtype bf16 and bf16-amp; trace other dtypes with "
            "--model hf:config.json --compile";
   }
-  const nlohmann::json* t = FindTemplate(StructureKey(m), precision);
+  const std::string variant = VariantKey(s);
+  if (variant.empty()) {
+    return "--compile's templates checkpoint every layer (--checkpointing) or none; with "
+           "--checkpointing-every, -ops or -offload trace the model with --model "
+           "hf:config.json --compile";
+  }
+  const nlohmann::json* t = FindTemplate(StructureKey(m), precision, variant);
   if (t == nullptr) {
     return fmt::format(
-        "--compile has no template for {} ({} in {}); there are: {} "
+        "--compile has no template for {} ({} in {}{}); there are: {} "
         "(scripts/gen_compiled_templates.py makes more)",
-        m.label, StructureKey(m), precision, Available());
+        m.label, StructureKey(m), precision, variant == "plain" ? "" : " (" + variant + ")",
+        Available());
   }
   if (m.layers < (*t)["min_layers"].get<uint64_t>()) {
     return fmt::format("--compile's templates need {} layers or more; {} has {}",
                        (*t)["min_layers"].get<uint64_t>(), m.label, m.layers);
   }
   std::vector<std::string> other;
-  if (s.checkpointing) other.emplace_back("checkpointing");
   if (s.lora_rank > 0) other.emplace_back(s.qlora ? "--qlora" : "--lora");
   if (!s.freeze.empty()) other.emplace_back("--freeze");
   if (s.optimizer_in_backward) other.emplace_back("--optimizer-in-backward");
@@ -196,20 +220,21 @@ std::string CompiledStepUnsupported(const ModelSpec& m, const TrainingSetup& s) 
 }
 
 CompiledOutputs RunCompiledStep(StepSimulator& sim, const ModelSpec& m, const TrainingSetup& s) {
-  const nlohmann::json& t = *FindTemplate(StructureKey(m), PrecisionKey(s));
+  const nlohmann::json& t = *FindTemplate(StructureKey(m), PrecisionKey(s), VariantKey(s));
+  const bool last_in_block = t.value("forward_last_in_block", true);
   const auto vars = Variables(m, s);
   const auto layers = static_cast<int64_t>(m.layers);
   auto made = std::make_shared<Tensors>();
-  for (const Segment& seg : Order(true, layers)) {
+  for (const Segment& seg : Order(true, layers, last_in_block)) {
     int64_t n = 0;
     for (const auto& e : t[seg.name]) {
       if (e[0] == "a") {
         const auto& a = e[1];
-        const std::string op = a["op"].get<std::string>();
-        const TensorId id = sim.New(SizeOf(a["size"], vars), op);
+        const std::string op = a["o"].get<std::string>();
+        const TensorId id = sim.New(SizeOf(a["s"], vars), op);
         if (IsMatmul(op)) sim.Matmul(op);
-        if (a["category"] == "activation") {
-          sim.MarkActivation(id, LayerName(a.value("name", std::string()), seg.layer));
+        if (a.contains("n")) {  // saved for backward
+          sim.MarkActivation(id, LayerName(a["n"].get<std::string>(), seg.layer));
         }
         (*made)[{seg.name, seg.layer, n++}] = id;
       } else {
@@ -229,24 +254,24 @@ CompiledOutputs RunCompiledStep(StepSimulator& sim, const ModelSpec& m, const Tr
     (*inputs)[name] = params.size();
     params.push_back(sim.ParameterNamed(name));
   }
-  auto backward = [&t, vars, layers, made, inputs](BackwardContext& ctx) {
+  auto backward = [&t, vars, layers, last_in_block, made, inputs](BackwardContext& ctx) {
     std::vector<std::pair<size_t, TensorId>> grads;
-    for (const Segment& seg : Order(false, layers)) {
+    for (const Segment& seg : Order(false, layers, last_in_block)) {
       int64_t n = 0;
       for (const auto& e : t[seg.name]) {
         if (e[0] == "a") {
           const auto& a = e[1];
-          const std::string op = a["op"].get<std::string>();
-          const TensorId id = ctx.New(SizeOf(a["size"], vars), op);
+          const std::string op = a["o"].get<std::string>();
+          const TensorId id = ctx.New(SizeOf(a["s"], vars), op);
           if (IsMatmul(op)) ctx.Matmul(op);
           (*made)[{seg.name, seg.layer, n++}] = id;
-          if (!a.contains("param")) continue;
+          if (!a.contains("p")) continue;
           int64_t layer = -1;
-          if (a.contains("param_layer")) {
-            const auto& pl = a["param_layer"];
+          if (a.contains("l")) {
+            const auto& pl = a["l"];
             layer = LayerOf(pl[0].get<std::string>(), pl[1].get<int64_t>(), seg.layer, layers);
           }
-          const auto input = inputs->find(LayerName(a["param"].get<std::string>(), layer));
+          const auto input = inputs->find(LayerName(a["p"].get<std::string>(), layer));
           if (input == inputs->end()) {
             ctx.Free(id);  // a frozen parameter's: the graph does not make it
           } else {

@@ -36,7 +36,12 @@ TEST(CompiledStep, NamesWhatItHasNoTemplateFor) {
   EXPECT_NE(CompiledStepUnsupported(llama, fp32).find("bf16"), std::string::npos);
   TrainingSetup ckpt = Bf16(1, 512);
   ckpt.checkpointing = true;
-  EXPECT_NE(CompiledStepUnsupported(llama, ckpt).find("checkpointing"), std::string::npos);
+  EXPECT_EQ(CompiledStepUnsupported(llama, ckpt), "");
+  ckpt.checkpoint_every = 2;
+  EXPECT_NE(CompiledStepUnsupported(llama, ckpt).find("--checkpointing-every"), std::string::npos);
+  TrainingSetup lora = Bf16(1, 512);
+  lora.lora_rank = 8;
+  EXPECT_NE(CompiledStepUnsupported(llama, lora).find("--lora"), std::string::npos);
   ModelSpec shallow = llama;
   shallow.layers = 2;
   EXPECT_NE(CompiledStepUnsupported(shallow, Bf16(1, 512)).find("3 layers or more"),

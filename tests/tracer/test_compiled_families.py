@@ -48,21 +48,33 @@ def phase_peaks(path: Path) -> dict[str, int]:
     return out
 
 
-def test_compiled_llama_matches_the_tracer(tmp_path: Path) -> None:
+# (config changes, tracer flags, predict flags): bf16 autocast; and pure bf16 with a tied head,
+# every layer checkpointed (the template whose layers run eagerly between compiled graphs).
+CASES = {
+    "gqa-bf16-amp": ({}, ["--amp", "bf16"], ["--dtype", "bf16-amp"]),
+    "gqa-tied-bf16-checkpointed": ({"tie_word_embeddings": True},
+                                   ["--dtype", "bf16", "--checkpointing"],
+                                   ["--dtype", "bf16", "--checkpointing"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compiled_llama_matches_the_tracer(tmp_path: Path, case: str) -> None:
     require_binary(BIN)
+    changes, tracer_flags, predict_flags = CASES[case]
     config = tmp_path / "config.json"
-    config.write_text(json.dumps(CONFIG))
+    config.write_text(json.dumps({**CONFIG, **changes}))
     common = ["--batch", str(BATCH), "--seq", str(SEQ), "--steps", "1", "--optimizer", "adamw",
               "--compile"]
     traced = tmp_path / "traced.jsonl"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
     done = subprocess.run([sys.executable, "-m", "vramscope.tracer", "--model", f"hf:{config}",
-                           "--amp", "bf16", "-o", str(traced), *common], env=env,
+                           "-o", str(traced), *tracer_flags, *common], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     predicted = tmp_path / "predicted.jsonl"
-    done = subprocess.run([BIN, "predict", "--model", str(config), "--dtype", "bf16-amp",
-                           "--emit-stream", str(predicted), "--force", "-q", *common],
+    done = subprocess.run([BIN, "predict", "--model", str(config), "--emit-stream",
+                           str(predicted), "--force", "-q", *predict_flags, *common],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     ours, theirs = phase_peaks(predicted), phase_peaks(traced)
