@@ -273,6 +273,30 @@ def ref_key(item):
     return (r[0], r[1], r[2], tuple(r[3]) if isinstance(r[3], tuple) else (r[3],))
 
 
+def free_every_block(items: list, blocks: int) -> list:
+    """A run of frees that frees the same tensor of every forward block (autocast's casts of the
+    weights, all dropped when the forward's autocast region ends) as one reference of mode
+    "all": a suffix cannot list them one by one for every depth."""
+    out, run = [], []
+    for item in items + [None]:
+        if item is not None and item[0] == "f":
+            run.append(item)
+            continue
+        if blocks >= 1:
+            per_index = {}
+            for f in run:
+                if f[1][0] == "fblk" and f[1][2] == "either":
+                    per_index.setdefault(f[1][1], []).append(f)
+            for index, frees in per_index.items():
+                if len(frees) == blocks:
+                    run = [f for f in run if f not in frees] + [["f", ["fblk", index, "all", 0]]]
+        out += run
+        run = []
+        if item is not None:
+            out.append(item)
+    return out
+
+
 def structure_of(step: Step, layers: int, bcut, last_in_block: bool = True) -> dict:
     segs = segments(step, layers, bcut, last_in_block)
     made = where_made(segs)
@@ -298,6 +322,8 @@ def structure_of(step: Step, layers: int, bcut, last_in_block: bool = True) -> d
                 if mine[0] == "f" and later and mine[1][0] == "bpre" and later[0] == "bblk" \
                         and later[2:] == ["rel", 1]:
                     mine[1] = later + [mine[1][:2]]
+        if not seg.endswith("blk"):
+            items = free_every_block(items, sum(1 for sg, _, _ in segs if sg == "fblk"))
         out[seg] = sorted_frees(items, lambda item: item[0] == "f", ref_key)
     out["kept"] = [reference(made, t, "fsuf", -1, layers) for t in step.kept]
     return out
@@ -528,6 +554,8 @@ def instantiate(template: dict, vals: dict, layers: int) -> list[tuple]:
                 out.append(("a", (size_at(v["size"], vals), param_name(v, layer, layers)),
                             number[(seg, layer, n)]))
                 n += 1
+            elif kind == "f" and v[2] == "all":
+                out += [("f", 0, number[(v[0], at, v[1])]) for _, at in order if _ == v[0]]
             elif kind == "f":
                 out.append(("f", 0, number[resolve(v, layer, layers)]))
             else:

@@ -160,6 +160,18 @@ std::vector<Segment> Order(bool forward, int64_t layers, bool last_in_block) {
   return out;
 }
 
+// What a free names: one tensor, or with mode "all" that tensor of every forward block (the
+// casts autocast drops together when the forward's region ends).
+std::vector<TensorId> Freed(const Tensors& made, const nlohmann::json& ref, int64_t layer,
+                            int64_t layers, bool last_in_block) {
+  if (ref[2] != "all") return {Resolve(made, ref, layer, layers)};
+  std::vector<TensorId> out;
+  for (const Segment& seg : Order(true, layers, last_in_block)) {
+    if (ref[0] == seg.name) out.push_back(made.at({seg.name, seg.layer, ref[1].get<int64_t>()}));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string CompiledStepUnsupported(const ModelSpec& m, const TrainingSetup& s) {
@@ -238,7 +250,9 @@ CompiledOutputs RunCompiledStep(StepSimulator& sim, const ModelSpec& m, const Tr
         }
         (*made)[{seg.name, seg.layer, n++}] = id;
       } else {
-        sim.Free(Resolve(*made, e[1], seg.layer, layers));
+        for (const TensorId id : Freed(*made, e[1], seg.layer, layers, last_in_block)) {
+          sim.Free(id);
+        }
       }
     }
   }
@@ -278,7 +292,9 @@ CompiledOutputs RunCompiledStep(StepSimulator& sim, const ModelSpec& m, const Tr
             grads.emplace_back(input->second, id);
           }
         } else {
-          ctx.Free(Resolve(*made, e[1], seg.layer, layers));
+          for (const TensorId id : Freed(*made, e[1], seg.layer, layers, last_in_block)) {
+            ctx.Free(id);
+          }
         }
       }
     }

@@ -48,10 +48,13 @@ def phase_peaks(path: Path) -> dict[str, int]:
     return out
 
 
-# (config changes, tracer flags, predict flags): bf16 autocast; and pure bf16 with a tied head,
-# every layer checkpointed (the template whose layers run eagerly between compiled graphs).
+# (config changes, tracer flags, predict flags): bf16 autocast; pure bf16 with a tied head, every
+# layer checkpointed (the layers run eagerly between compiled graphs); and multi-head attention
+# checkpointed under autocast (every layer's weight casts dropped when the forward ends).
 CASES = {
     "gqa-bf16-amp": ({}, ["--amp", "bf16"], ["--dtype", "bf16-amp"]),
+    "mha-bf16-amp-checkpointed": ({"num_key_value_heads": 12}, ["--amp", "bf16", "--checkpointing"],
+                                  ["--dtype", "bf16-amp", "--checkpointing"]),
     "gqa-tied-bf16-checkpointed": ({"tie_word_embeddings": True},
                                    ["--dtype", "bf16", "--checkpointing"],
                                    ["--dtype", "bf16", "--checkpointing"]),
