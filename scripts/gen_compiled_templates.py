@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generates the data behind `vramscope predict --compile` for the built-in families:
-src/predict/compiled/<family>.json, one template per model structure and precision.
+src/predict/compiled/llama.json.gz, one template per model structure, precision and variant.
 
 A template is the step as torch.compile(model) runs it, from the tracer (python -m
 vramscope.tracer --compile, which runs Inductor's own partitioner and lowering on fake CUDA
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import gzip
 import json
 import os
 import re
@@ -627,8 +628,9 @@ def main() -> int:
     wanted = [(s, p, v) for s in STRUCTURES for p in PRECISIONS for v in VARIANTS]
     if args.only:
         wanted = [tuple((w + "/plain").split("/")[:3]) for w in args.only]
-    out_file = OUT / "llama.json"
-    existing = json.loads(out_file.read_text()) if out_file.exists() else {"templates": []}
+    out_file = OUT / "llama.json.gz"
+    existing = (json.loads(gzip.decompress(out_file.read_bytes())) if out_file.exists()
+                else {"templates": []})
     with tempfile.TemporaryDirectory() as tmp, \
             concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = {}
@@ -653,7 +655,10 @@ def main() -> int:
                                key=lambda t: (t["structure"], t["precision"],
                                               t.get("variant", "plain")))}
     OUT.mkdir(parents=True, exist_ok=True)
-    out_file.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    # Stored gzipped (about 30 KB for 600 KB of JSON), no time stamp: the same templates make
+    # the same bytes. Read it with zcat.
+    text = json.dumps(doc, separators=(",", ":")) + "\n"
+    out_file.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
     print(f"wrote {out_file}: {len(doc['templates'])} templates")
     for why in failed:
         print(f"not made: {why}", file=sys.stderr)

@@ -6,25 +6,29 @@
 #include <array>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <stdexcept>
 #include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "common/gzip.h"
+
 namespace vramscope::predict {
+
+// src/predict/compiled/llama.json.gz (cmake/EmbedFile.cmake).
+std::span<const uint8_t> CompiledTemplatesGz();
 
 namespace {
 
-// src/predict/compiled/llama.json, as a string literal (made by CMake at configure time). An
-// array, not a constexpr string_view: measuring a literal of a few hundred KiB in a constant
-// expression passes GCC's loop limit.
-constexpr char kTemplatesJson[] =
-#include "compiled_templates_json.inc"
-    ;
-
 const nlohmann::json& Templates() {
-  static const nlohmann::json doc =
-      nlohmann::json::parse(std::string_view(kTemplatesJson, sizeof(kTemplatesJson) - 1));
+  // Made by the build from the committed data; a failure to read it is a broken build.
+  static const nlohmann::json doc = [] {
+    Result<std::string> text = Gunzip(CompiledTemplatesGz(), "the compiled step's templates");
+    if (!text.ok()) throw std::runtime_error(text.status().message());
+    return nlohmann::json::parse(*text);
+  }();
   return doc;
 }
 
@@ -256,11 +260,20 @@ CompiledOutputs RunCompiledStep(StepSimulator& sim, const ModelSpec& m, const Tr
       }
     }
   }
-  std::vector<TensorId> kept;
-  for (const auto& ref : t["kept"]) kept.push_back(Resolve(*made, ref, -1, layers));
+  // What the forward keeps, in the order it made them: the loss last, the logits the head's
+  // (the suffix's) first; the rest is held to the step's end.
   CompiledOutputs out;
-  out.output = kept.front();
-  out.loss = kept.back();
+  const auto& kept = t["kept"];
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const TensorId id = Resolve(*made, kept[i], -1, layers);
+    if (i + 1 == kept.size()) {
+      out.loss = id;
+    } else if (out.output == kNoTensor && kept[i][0] == "fsuf") {
+      out.output = id;
+    } else {
+      out.held_to_step_end.push_back(id);
+    }
+  }
   // The node's inputs: every trainable parameter, as the graph returns their gradients.
   auto inputs = std::make_shared<std::map<std::string, size_t>>();
   std::vector<TensorId> params;

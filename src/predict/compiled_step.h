@@ -22,6 +22,10 @@ std::string CompiledStepUnsupported(const ModelSpec& m, const TrainingSetup& s);
 struct CompiledOutputs {
   TensorId output = kNoTensor;  // the logits, kept by the loop until the step ends
   TensorId loss = kNoTensor;
+  // The forward's other tensors nothing frees in the step (with checkpointing, what the graphs
+  // between the breaks keep): the loop drops them with the output. The tracer sees the first
+  // step's kept for good and later steps' dropped; they are small (the mask, a hidden state).
+  std::vector<TensorId> held_to_step_end;
 };
 // The compiled forward (and, through its node, backward) in `sim`, after the inputs are on the
 // device. Requires CompiledStepUnsupported(m, s) to be empty.

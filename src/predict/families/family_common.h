@@ -33,6 +33,9 @@ struct StepTensors {
   // What checkpointed blocks' recomputations still read after forward (a packed batch's
   // attention mask, an argument of every block): held until backward ends.
   std::vector<TensorId> held_for_backward;
+  // What the step holds to its end besides the output and the loss (a compiled graph's other
+  // outputs and what Dynamo keeps between graph breaks): dropped with them.
+  std::vector<TensorId> held_to_step_end;
 };
 
 class Model {

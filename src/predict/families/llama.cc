@@ -81,6 +81,7 @@ class Llama : public Model {
       StepTensors out;
       out.output = compiled.output;
       out.loss = compiled.loss;
+      out.held_to_step_end = compiled.held_to_step_end;
       return out;
     }
     const uint64_t b = s_.batch, s = Seq(), h = m_.hidden, rows = b * s, d = h / m_.heads;

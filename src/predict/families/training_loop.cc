@@ -189,6 +189,7 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
         for (const TensorId i : t.inputs) sim.Free(i);
         sim.Free(t.output);
         sim.Free(t.loss);
+        for (const TensorId h : t.held_to_step_end) sim.Free(h);
       } else {
         kept = std::move(t);
       }
@@ -200,6 +201,7 @@ Result<TensorStream> SimulateTraining(const ModelSpec& m, const TrainingSetup& s
     for (const TensorId i : kept.inputs) sim.Free(i);
     sim.Free(kept.output);
     sim.Free(kept.loss);
+    for (const TensorId h : kept.held_to_step_end) sim.Free(h);
     if (sim.too_large()) {
       return UsageError(fmt::format(
           "batch {} x sequence {} makes a tensor of more than 1 PiB, beyond any GPU: use a "
