@@ -1,6 +1,6 @@
 // `predict --compile` for the LLaMA family (LLaMA, Mistral, Qwen2): the step as
 // torch.compile(model) runs it, from templates the tracer made offline
-// (scripts/gen_compiled_templates.py -> src/predict/compiled/llama.json, compiled into the
+// (scripts/gen_compiled_templates.py -> src/predict/compiled/llama.json.gz, compiled into the
 // binary), so that no torch is needed at run time.
 //
 // A template is the compiled forward and backward's allocations and frees, each a prefix, one
