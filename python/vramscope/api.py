@@ -128,7 +128,8 @@ def predict(model: Any, *, batch: Optional[int] = None, seq: Optional[int] = Non
     (``checkpointing=True``, ``lora=8``, ``zero=3, world_size=8``...) as the command's, the
     memory-saving techniques included (``loss_chunks=8``, ``fused_linear_ce=True``,
     ``optimizer="adamw8bit"``, ``optimizer_in_backward=True``, ``offload_optimizer=True``,
-    ``qlora=16``, ``checkpointing_ops=True``, ``fp8=True``, ``pack=[1024, 512, 2048]``...):
+    ``qlora=16``, ``checkpointing_ops=True``, ``fp8=True``, ``pack=[1024, 512, 2048]``,
+    ``compile=True`` for the LLaMA family in bf16 or bf16-amp...):
     the prediction's facts say what each saves.
     """
     if options.get("plan") is not None:

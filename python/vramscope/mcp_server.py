@@ -81,8 +81,9 @@ def predict(model: str, batch: Optional[int] = None, seq: Optional[int] = None,
     any other flag of `vramscope predict` by name (lora, checkpointing, zero, world_size, tp,
     pp...), the memory-saving techniques included (checkpointing_every, checkpointing_offload,
     checkpointing_ops, qlora, loss_chunks, fused_linear_ce, optimizer_in_backward,
-    offload_activations, offload_optimizer, offload_gradients, fp8, and pack: a list of sample
-    lengths packed into one row): the report's prediction facts say what each saves."""
+    offload_activations, offload_optimizer, offload_gradients, fp8, pack: a list of sample
+    lengths packed into one row, and compile: torch.compile, for the LLaMA family in bf16 or
+    bf16-amp): the report's prediction facts say what each saves."""
     def call() -> Any:
         named: dict[str, Any] = {"batch": batch, "seq": seq, "dtype": dtype,
                                  "optimizer": optimizer, "gpu": gpu, "fit": fit}
