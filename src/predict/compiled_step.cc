@@ -225,7 +225,9 @@ std::string CompiledStepUnsupported(const ModelSpec& m, const TrainingSetup& s) 
   if (s.loss_chunks > 1) other.emplace_back("--loss-chunks");
   if (s.fused_linear_ce) other.emplace_back("--fused-linear-ce");
   if (s.offload_activations) other.emplace_back("--offload-activations");
-  if (s.zero == ZeroMode::kZero3 || s.zero == ZeroMode::kFsdp) other.emplace_back("ZeRO-3/FSDP");
+  // Under DDP, Dynamo's DDPOptimizer splits the graph at the buckets, so gradients come out
+  // bucket by bucket; ZeRO/FSDP compile per unit. The templates are of one graph.
+  if (s.world_size > 1) other.emplace_back("data parallelism (--world-size)");
   if (!other.empty()) {
     return fmt::format(
         "--compile's templates are of the plain step; with {} trace the model with --model "

@@ -39,6 +39,9 @@ TEST(CompiledStep, NamesWhatItHasNoTemplateFor) {
   EXPECT_EQ(CompiledStepUnsupported(llama, ckpt), "");
   ckpt.checkpoint_every = 2;
   EXPECT_NE(CompiledStepUnsupported(llama, ckpt).find("--checkpointing-every"), std::string::npos);
+  TrainingSetup ddp = Bf16(1, 512);
+  ddp.world_size = 2;
+  EXPECT_NE(CompiledStepUnsupported(llama, ddp).find("data parallelism"), std::string::npos);
   TrainingSetup lora = Bf16(1, 512);
   lora.lora_rank = 8;
   EXPECT_NE(CompiledStepUnsupported(llama, lora).find("--lora"), std::string::npos);
