@@ -478,11 +478,13 @@ Result<PredictResult> Predict(const PredictRequest& r) {
         "--cuda-graphs runs your model through torch.compile in the tracer; give --model "
         "FILE.py:FUNCTION or hf:config.json (a tracer .jsonl says itself whether it was "
         "compiled)");
-  } else if (r.compile) {
-    // The LLaMA family from the compiled step's templates (predict/compiled_step.h).
-    ASSIGN_OR_RETURN(const predict::LoadedModel loaded, predict::LoadModel(r.model));
-    const std::string why = loaded.spec
-                                ? predict::CompiledStepUnsupported(*loaded.spec, request.setup)
+  }
+  ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(model_source));
+  if (r.compile && !traced) {
+    // A built-in family: the LLaMA family from the compiled step's templates
+    // (predict/compiled_step.h).
+    const std::string why = model.spec
+                                ? predict::CompiledStepUnsupported(*model.spec, request.setup)
                                 : std::string(
                                       "--compile is predicted for the LLaMA family from templates; "
                                       "trace your model with --model FILE.py:FUNCTION --compile");
@@ -493,7 +495,6 @@ Result<PredictResult> Predict(const PredictRequest& r) {
           r.plan.empty() ? "--fit" : "--plan"));
     }
   }
-  ASSIGN_OR_RETURN(const predict::LoadedModel model, predict::LoadModel(model_source));
   if (!r.fit.empty()) return FitStep(r, request, model);
   if (!r.plan.empty()) return PlanStep(r, request, model);
   PredictResult out;

@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include <array>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <stdexcept>
@@ -176,6 +176,34 @@ std::vector<TensorId> Freed(const Tensors& made, const nlohmann::json& ref, int6
   return out;
 }
 
+// One instantiation of a template: its data, the model's dimensions and depth, and the tensors
+// made so far by (segment, layer, index).
+struct Instance {
+  const nlohmann::json& t;
+  std::map<std::string, uint64_t, std::less<>> vars;
+  int64_t layers;
+  bool last_in_block;
+  Tensors made;
+};
+
+// Plays one phase's segments in order: `alloc(a, bytes, layer)` makes each allocation `a` of
+// the template and returns its tensor, `free` drops each tensor a free names.
+template <typename Alloc, typename Free>
+void Replay(Instance& in, bool forward, Alloc alloc, Free free) {
+  for (const Segment& seg : Order(forward, in.layers, in.last_in_block)) {
+    int64_t n = 0;
+    for (const auto& e : in.t[seg.name]) {
+      if (e[0] == "a") {
+        in.made[{seg.name, seg.layer, n++}] = alloc(e[1], SizeOf(e[1]["s"], in.vars), seg.layer);
+      } else {
+        for (const TensorId id : Freed(in.made, e[1], seg.layer, in.layers, in.last_in_block)) {
+          free(id);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::string CompiledStepUnsupported(const ModelSpec& m, const TrainingSetup& s) {
@@ -239,35 +267,29 @@ std::string CompiledStepUnsupported(const ModelSpec& m, const TrainingSetup& s) 
 
 CompiledOutputs RunCompiledStep(StepSimulator& sim, const ModelSpec& m, const TrainingSetup& s) {
   const nlohmann::json& t = *FindTemplate(StructureKey(m), PrecisionKey(s), VariantKey(s));
-  const bool last_in_block = t.value("forward_last_in_block", true);
-  const auto vars = Variables(m, s);
-  const auto layers = static_cast<int64_t>(m.layers);
-  auto made = std::make_shared<Tensors>();
-  for (const Segment& seg : Order(true, layers, last_in_block)) {
-    int64_t n = 0;
-    for (const auto& e : t[seg.name]) {
-      if (e[0] == "a") {
-        const auto& a = e[1];
+  auto in = std::make_shared<Instance>(Instance{t,
+                                                Variables(m, s),
+                                                static_cast<int64_t>(m.layers),
+                                                t.value("forward_last_in_block", true),
+                                                {}});
+  Replay(
+      *in, true,
+      [&](const nlohmann::json& a, uint64_t bytes, int64_t layer) {
         const std::string op = a["o"].get<std::string>();
-        const TensorId id = sim.New(SizeOf(a["s"], vars), op);
+        const TensorId id = sim.New(bytes, op);
         if (IsMatmul(op)) sim.Matmul(op);
         if (a.contains("n")) {  // saved for backward
-          sim.MarkActivation(id, LayerName(a["n"].get<std::string>(), seg.layer));
+          sim.MarkActivation(id, LayerName(a["n"].get<std::string>(), layer));
         }
-        (*made)[{seg.name, seg.layer, n++}] = id;
-      } else {
-        for (const TensorId id : Freed(*made, e[1], seg.layer, layers, last_in_block)) {
-          sim.Free(id);
-        }
-      }
-    }
-  }
+        return id;
+      },
+      [&](TensorId id) { sim.Free(id); });
   // What the forward keeps, in the order it made them: the loss last, the logits the head's
   // (the suffix's) first; the rest is held to the step's end.
   CompiledOutputs out;
   const auto& kept = t["kept"];
   for (size_t i = 0; i < kept.size(); ++i) {
-    const TensorId id = Resolve(*made, kept[i], -1, layers);
+    const TensorId id = Resolve(in->made, kept[i], -1, in->layers);
     if (i + 1 == kept.size()) {
       out.loss = id;
     } else if (out.output == kNoTensor && kept[i][0] == "fsuf") {
@@ -276,43 +298,32 @@ CompiledOutputs RunCompiledStep(StepSimulator& sim, const ModelSpec& m, const Tr
       out.held_to_step_end.push_back(id);
     }
   }
-  // The node's inputs: every trainable parameter, as the graph returns their gradients.
-  auto inputs = std::make_shared<std::map<std::string, size_t>>();
+  // The node's inputs: every trainable parameter (CompiledStepUnsupported refuses frozen ones),
+  // by the name the graph's gradients carry.
+  auto input_of = std::make_shared<std::map<std::string, size_t, std::less<>>>();
   std::vector<TensorId> params;
-  for (const std::string& name : sim.TrainableParameterNames()) {
-    (*inputs)[name] = params.size();
-    params.push_back(sim.ParameterNamed(name));
+  for (const auto& [name, tensor] : sim.TrainableParameters()) {
+    (*input_of)[name] = params.size();
+    params.push_back(tensor);
   }
-  auto backward = [&t, vars, layers, last_in_block, made, inputs](BackwardContext& ctx) {
+  auto backward = [in, input_of](BackwardContext& ctx) {
     std::vector<std::pair<size_t, TensorId>> grads;
-    for (const Segment& seg : Order(false, layers, last_in_block)) {
-      int64_t n = 0;
-      for (const auto& e : t[seg.name]) {
-        if (e[0] == "a") {
-          const auto& a = e[1];
+    Replay(
+        *in, false,
+        [&](const nlohmann::json& a, uint64_t bytes, int64_t layer) {
           const std::string op = a["o"].get<std::string>();
-          const TensorId id = ctx.New(SizeOf(a["s"], vars), op);
+          const TensorId id = ctx.New(bytes, op);
           if (IsMatmul(op)) ctx.Matmul(op);
-          (*made)[{seg.name, seg.layer, n++}] = id;
-          if (!a.contains("p")) continue;
-          int64_t layer = -1;
-          if (a.contains("l")) {
-            const auto& pl = a["l"];
-            layer = LayerOf(pl[0].get<std::string>(), pl[1].get<int64_t>(), seg.layer, layers);
+          if (a.contains("p")) {  // a parameter's gradient
+            const int64_t of = a.contains("l")
+                                   ? LayerOf(a["l"][0].get<std::string>(), a["l"][1].get<int64_t>(),
+                                             layer, in->layers)
+                                   : -1;
+            grads.emplace_back(input_of->at(LayerName(a["p"].get<std::string>(), of)), id);
           }
-          const auto input = inputs->find(LayerName(a["p"].get<std::string>(), layer));
-          if (input == inputs->end()) {
-            ctx.Free(id);  // a frozen parameter's: the graph does not make it
-          } else {
-            grads.emplace_back(input->second, id);
-          }
-        } else {
-          for (const TensorId id : Freed(*made, e[1], seg.layer, layers, last_in_block)) {
-            ctx.Free(id);
-          }
-        }
-      }
-    }
+          return id;
+        },
+        [&](TensorId id) { ctx.Free(id); });
     // The backward graph returns every gradient at its end; the engine then accumulates each.
     for (const auto& [input, grad] : grads) ctx.GiveGrad(input, grad);
   };

@@ -130,19 +130,12 @@ TensorId StepSimulator::Alloc(uint64_t bytes, model::Category category, std::str
   return static_cast<TensorId>(tensors_.size() - 1);
 }
 
-std::vector<std::string> StepSimulator::TrainableParameterNames() const {
-  std::vector<std::string> out;
+std::vector<std::pair<std::string, TensorId>> StepSimulator::TrainableParameters() const {
+  std::vector<std::pair<std::string, TensorId>> out;
   for (const Param& p : params_) {
-    if (p.trainable && tensors_[p.tensor].requires_grad) out.push_back(p.name);
+    if (p.trainable && tensors_[p.tensor].requires_grad) out.emplace_back(p.name, p.tensor);
   }
   return out;
-}
-
-TensorId StepSimulator::ParameterNamed(std::string_view name) const {
-  for (const Param& p : params_) {
-    if (p.name == name) return p.tensor;
-  }
-  return kNoTensor;
 }
 
 void StepSimulator::Relabel(TensorId t, model::Category category, std::string_view name) {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "predict/tensor_stream.h"
@@ -118,10 +119,9 @@ class StepSimulator {
   uint64_t Bytes(TensorId t) const { return tensors_[t].bytes; }
   bool RequiresGrad(TensorId t) const { return tensors_[t].requires_grad; }
   bool IsParameter(TensorId t) const { return tensors_[t].param >= 0; }
-  // The trainable parameters' qualified names, in the order they were made, and a parameter by
-  // its name (kNoTensor if none): a compiled graph's gradients are matched to them by name.
-  std::vector<std::string> TrainableParameterNames() const;
-  TensorId ParameterNamed(std::string_view name) const;
+  // The trainable parameters, qualified name and tensor, in the order they were made: a
+  // compiled graph's gradients are matched to them by name.
+  std::vector<std::pair<std::string, TensorId>> TrainableParameters() const;
   // A temporary kept for backward outside any node's saved list (a compiled graph's saved
   // tensors, which its backward frees itself): labelled an activation named `name`.
   void MarkActivation(TensorId t, std::string_view name) {
