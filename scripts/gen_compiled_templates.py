@@ -188,10 +188,8 @@ def signature(step: Step, events: list) -> list:
     for k, v in events:
         if k == "alloc":
             out.append(("a", v["op"], v["bytes"]))
-        elif k == "free":
-            out.append(("f", step.allocs[v]["op"], step.allocs[v]["bytes"]))
         else:
-            out.append(("m", v))
+            out.append(("f", step.allocs[v]["op"], step.allocs[v]["bytes"]))
     return out
 
 
@@ -309,10 +307,8 @@ def structure_of(step: Step, layers: int, bcut, last_in_block: bool = True) -> d
         for k, v in events:
             if k == "alloc":
                 items.append(["a", v])
-            elif k == "free":
-                items.append(["f", reference(made, v, seg, layer, layers)])
             else:
-                items.append(["m", v])
+                items.append(["f", reference(made, v, seg, layer, layers)])
         if seg == "bblk" and layers >= 4:
             # The first block's gradient comes from the prefix, the others' from the block
             # before: such a reference is the block's, with the prefix's tensor when there is no
@@ -515,10 +511,8 @@ def template_at(structure_key: str, precision: str, traces: list[Step], deep: St
                     if layer:  # a block's weight: its layer as the references count it
                         alloc["param_layer"] = param_layer(seg, int(layer.group(1)), 3)
                 events.append(["a", alloc])
-            elif item[0] == "f":
-                events.append(["f", item[1]])
             else:
-                events.append(["m", item[1]])
+                events.append(["f", item[1]])
         template[seg] = events
     template["kept"] = s3s[0]["kept"]
     return template
@@ -548,7 +542,7 @@ def instantiate(template: dict, vals: dict, layers: int) -> list[tuple]:
     for seg, layer in order:
         n = 0
         if seg == "bpre":
-            out.append(("m", "backward", 0))
+            out.append(("phase", "backward", 0))
         for kind, v in template[seg]:
             if kind == "a":
                 number[(seg, layer, n)] = len(number)
@@ -557,10 +551,8 @@ def instantiate(template: dict, vals: dict, layers: int) -> list[tuple]:
                 n += 1
             elif kind == "f" and v[2] == "all":
                 out += [("f", 0, number[(v[0], at, v[1])]) for _, at in order if _ == v[0]]
-            elif kind == "f":
-                out.append(("f", 0, number[resolve(v, layer, layers)]))
             else:
-                out.append(("m", v, 0))
+                out.append(("f", 0, number[resolve(v, layer, layers)]))
     return sorted_frees(out, lambda e: e[0] == "f", lambda e: e[2])
 
 
@@ -584,7 +576,7 @@ def resolve(ref: list, layer: int, layers: int) -> tuple:
 
 def as_instantiated(step: Step) -> list[tuple]:
     out, number = [], {}
-    for k, v in step.forward + [("matmul", "backward")] + step.backward:
+    for k, v in step.forward + [("phase", "backward")] + step.backward:
         if k == "alloc":
             number[v["id"]] = len(number)
             param = v["name"][:-len(".grad")] if v["category"] == "gradient" else ""
@@ -592,7 +584,7 @@ def as_instantiated(step: Step) -> list[tuple]:
         elif k == "free":
             out.append(("f", 0, number[v]))
         else:
-            out.append(("m", v, 0))
+            out.append(("phase", v, 0))
     return sorted_frees(out, lambda e: e[0] == "f", lambda e: e[2])
 
 
